@@ -1,0 +1,223 @@
+// Package tensor is the engine's contract: a Tensor whose storage a Backend
+// owns, and the Backend interface listing every operation the Qwen3.5 model
+// needs, each coarse enough to be one fused kernel on a GPU.
+//
+// Backends register themselves by name (Register) and are opened by name
+// (Open), like database/sql drivers: the CPU reference backend lives in
+// tensor/cpu and registers as "cpu"; importing it for its side effect makes
+// it available:
+//
+//	import _ "github.com/kevgo/kev/tensor/cpu"
+//	b, err := tensor.Open("cpu")
+//
+// Layout conventions shared by all operations:
+//   - Activations are row-major matrices [rows, width]; a row is a token.
+//     Multi-head activations are flattened head-major: head h of a
+//     [T, H·D] matrix occupies columns h·D … h·D+D−1.
+//   - Linear weights use the checkpoint's [out_features, in_features] layout,
+//     so MatMul computes y = x·wᵀ.
+//   - Several operations take lens, the lengths of independent segments
+//     stacked along the rows (their sum is the row count). Each segment is
+//     its own causal sequence continuing the same cached prefix; nil means
+//     one segment covering all rows.
+//   - Inputs are never modified; every result is a new tensor.
+//
+// Numerics: the CPU backend computes in float32 (weights stored as BF16 or
+// F16 are widened exactly). Other backends may store activations in BF16;
+// the conformance suite in tensor/backendtest states the tolerance for each.
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/internal/qwen35"
+)
+
+// DType is the element type of a tensor's storage.
+type DType uint8
+
+const (
+	// F32 is IEEE binary32.
+	F32 DType = iota
+	// BF16 is bfloat16.
+	BF16
+	// F16 is IEEE binary16.
+	F16
+)
+
+// String returns "F32", "BF16" or "F16".
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "F32"
+	case BF16:
+		return "BF16"
+	case F16:
+		return "F16"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// Tensor is a dense row-major tensor whose storage belongs to the Backend
+// that made it. Only that backend may read it; pass it back to the backend's
+// operations, or copy it out with ToHost.
+type Tensor interface {
+	// Shape returns the tensor's dimensions. Callers must not modify it.
+	Shape() []int
+	// DType returns the storage element type.
+	DType() DType
+}
+
+// Numel returns the number of elements of a shape, the product of its
+// dimensions (1 for a scalar).
+func Numel(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// RopeConfig describes the per-head query/key preparation of a gated
+// attention layer (QKNormRope).
+type RopeConfig struct {
+	Heads     int     // query heads H
+	KVHeads   int     // key/value heads (H must be a multiple)
+	HeadDim   int     // D, per head
+	RotaryDim int     // R ≤ D, even: leading dims rotated (NeoX rotate-half)
+	Theta     float64 // base θ: inv_freq[i] = θ^(−2i/R)
+	Eps       float32 // RMSNorm epsilon (inside the sqrt)
+	Gated     bool    // q input holds per-head [query | gate] halves
+}
+
+// AttentionConfig describes a causal grouped-query attention.
+type AttentionConfig struct {
+	Heads   int     // query heads H
+	KVHeads int     // key/value heads; query head h reads KV head h/(H/KVHeads)
+	HeadDim int     // D for queries, keys and values
+	Scale   float32 // score scale, usually 1/√D
+}
+
+// DeltaConfig describes a Gated DeltaNet recurrence (GatedDeltaRule).
+type DeltaConfig struct {
+	KeyHeads   int // H_k
+	ValueHeads int // H_v, a multiple of H_k: value head h reads key head h/(H_v/H_k)
+	KeyDim     int // d_k
+	ValueDim   int // d_v
+	// Chunk is the chunk length of the chunked (parallel) form; 0 selects the
+	// token-by-token recurrent form. Both compute the same function.
+	Chunk int
+}
+
+// PointerHead holds Kev's pointer head: two fp32 linear maps d → dp.
+type PointerHead struct {
+	Wq, Bq Tensor  // [dp, d], [dp]: query map, applied to the <decide> state
+	Wk, Bk Tensor  // [dp, d], [dp]: key map, applied to each </opt> state
+	Scale  float32 // 1/√dp
+	// Temperature divides the logits when it is not 1 (0 is taken as 1).
+	Temperature float32
+}
+
+// Backend is one implementation of the engine's operations. A Backend is
+// safe for use by one goroutine at a time unless its documentation says
+// otherwise. Errors name the operation and the offending argument; a shape
+// mismatch is a *ShapeError.
+type Backend interface {
+	// Name returns the name the backend is registered under.
+	Name() string
+
+	// FromHost uploads a host tensor, keeping its element type (BF16 stays
+	// BF16) unless the backend documents a conversion.
+	FromHost(t *qwen35.Tensor) (Tensor, error)
+	// FromFloat32 uploads float32 data of the given shape.
+	FromFloat32(shape []int, data []float32) (Tensor, error)
+	// FromBits uploads 16-bit data (dtype BF16 or F16) of the given shape.
+	FromBits(dtype DType, shape []int, data []uint16) (Tensor, error)
+	// ToHost copies a tensor back as float32 (16-bit types widened exactly).
+	ToHost(t Tensor) ([]float32, error)
+	// Free releases a tensor's storage early. Using a freed tensor is an
+	// error; freeing nil is a no-op.
+	Free(ts ...Tensor)
+
+	// Embedding gathers rows of table [V, d]: out[t] = table[ids[t]], [T, d].
+	Embedding(table Tensor, ids []int32) (Tensor, error)
+	// MatMul returns x·wᵀ: x [M, K], w [N, K] (any DType) → [M, N].
+	MatMul(x, w Tensor) (Tensor, error)
+	// SplitCols cuts x [M, Σwidths] into column blocks [M, widths[i]].
+	SplitCols(x Tensor, widths ...int) ([]Tensor, error)
+
+	// RMSNorm normalises each row of x [M, n]:
+	// y = x / sqrt(mean(x²) + eps) · g, with g = 1 + gain if plusOne else
+	// gain; gain [n].
+	RMSNorm(x, gain Tensor, eps float32, plusOne bool) (Tensor, error)
+	// AddRMSNorm returns sum = x + residual and RMSNorm(sum, gain, eps,
+	// plusOne); x, residual [M, n].
+	AddRMSNorm(x, residual, gain Tensor, eps float32, plusOne bool) (sum, normed Tensor, err error)
+	// SwiGLU returns silu(g) ⊙ u for x [M, 2I] = [g | u] → [M, I], where
+	// silu(z) = z·sigmoid(z).
+	SwiGLU(x Tensor) (Tensor, error)
+	// SigmoidGate returns x ⊙ sigmoid(gate); x, gate [M, n].
+	SigmoidGate(x, gate Tensor) (Tensor, error)
+
+	// QKNormRope prepares attention queries and keys for tokens at the given
+	// positions (one per row). q is [T, H·D], or [T, H·2D] when c.Gated with
+	// head h's query in columns [2hD, 2hD+D) and its gate in [2hD+D, 2hD+2D).
+	// k is [T, KV·D]. Each query and key head vector is RMS-normalised with
+	// gain (1 + qGain) resp. (1 + kGain) (both [D]); then its first R dims are
+	// rotated: for j < R/2, with φ = fp32(fp32(pos) · inv_freq[j]),
+	// inv_freq[j] = fp32(θ^(−2j/R)):
+	// x'[j] = x[j]cos φ − x[j+R/2] sin φ, x'[j+R/2] = x[j+R/2] cos φ + x[j] sin φ.
+	// Returns qOut [T, H·D], kOut [T, KV·D] and, when gated, gate [T, H·D]
+	// (nil otherwise).
+	QKNormRope(q, k, qGain, kGain Tensor, positions []int32, c RopeConfig) (qOut, kOut, gate Tensor, err error)
+	// Attention is causal grouped-query softmax attention (fp32 softmax).
+	// q [N, H·D]; k, v [N, KV·D] hold the new rows; kPrefix, vPrefix
+	// [P, KV·D] (nil when P = 0) hold a cached prefix every segment sees
+	// whole. Query t of a segment sees the prefix and its own segment's keys
+	// up to and including t. Returns [N, H·D].
+	Attention(q, k, v, kPrefix, vPrefix Tensor, lens []int, c AttentionConfig) (Tensor, error)
+
+	// CausalConv1dSiLU applies a depthwise causal convolution and SiLU:
+	// y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]) for x [N, C], w [C, K].
+	// Inputs before a segment's first row come from state [K−1, C] (the
+	// previous K−1 inputs, oldest first), or are zero when state is nil.
+	// Returns y [N, C] and, for a single segment, the new state [K−1, C]
+	// (its last K−1 inputs); newState is nil for several segments.
+	CausalConv1dSiLU(x, w, state Tensor, lens []int) (y, newState Tensor, err error)
+	// DeltaGates computes the per-token, per-value-head gates of a Gated
+	// DeltaNet: beta = sigmoid(b) and g = −exp(aLog) · softplus(a + dtBias)
+	// with softplus(x) = x for x > 20. b, a [N, H_v]; aLog, dtBias [H_v].
+	DeltaGates(b, a, aLog, dtBias Tensor) (beta, g Tensor, err error)
+	// GatedDeltaRule runs the gated delta rule. qkv [N, 2·H_k·d_k + H_v·d_v]
+	// is [Q | K | V] flat; g, beta [N, H_v]; state [H_v, d_k, d_v] fp32 or nil
+	// (zero). Per segment and value head h (key head h/(H_v/H_k)), with
+	// q̂ = q/sqrt(Σq² + 1e-6)/√d_k and k̂ = k/sqrt(Σk² + 1e-6):
+	// S ← exp(g_t)·S; S ← S + k̂ (β_t (v_t − Sᵀk̂))ᵀ; o_t = Sᵀ q̂.
+	// Returns o [N, H_v·d_v] and, for a single segment, the final state
+	// (nil for several segments).
+	GatedDeltaRule(qkv, g, beta, state Tensor, lens []int, c DeltaConfig) (o, newState Tensor, err error)
+	// GatedRMSNorm normalises each d_v-wide head vector of o [N, H·d_v] and
+	// gates it: y = o/sqrt(mean(o²) + eps) · w · silu(z); z [N, H·d_v],
+	// w [d_v] (plain gain, not 1 + w).
+	GatedRMSNorm(o, z, w Tensor, eps float32) (Tensor, error)
+
+	// Pointer returns Kev's option probabilities for one question: with
+	// hidden states h [N, d], query x_q = Wq·h[decide] + Bq and keys
+	// x_j = Wk·h[opts[j]] + Bk, logit_j = (x_j·x_q)·Scale/Temperature,
+	// softmax over j, all in fp32.
+	Pointer(h Tensor, p *PointerHead, decide int, opts []int) ([]float32, error)
+}
+
+// ShapeError reports an operand whose shape or type does not fit an
+// operation.
+type ShapeError struct {
+	Op    string // operation, e.g. "MatMul"
+	Arg   string // argument name, e.g. "w"
+	Shape []int  // the shape received (nil if the tensor was nil)
+	Want  string // what was expected, e.g. "[N, 64]"
+}
+
+// Error implements error.
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("tensor: %s: %s has shape %v, want %s", e.Op, e.Arg, e.Shape, e.Want)
+}
