@@ -1,0 +1,284 @@
+//go:build cuda
+
+package cudrv
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <cuda.h>
+#include <stdint.h>
+
+// kev_launch builds the kernel parameter array in C memory: params[i] points at buf + offs[i].
+// The driver copies the parameter values before cuLaunchKernel returns.
+static CUresult kev_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+		unsigned bz, unsigned shmem, CUstream s, char *buf, const int32_t *offs, int n) {
+	void *params[64];
+	if (n > 64) return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++) params[i] = buf + offs[i];
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, n ? params : NULL, NULL);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"unsafe"
+
+	"gorgonia.org/cu"
+)
+
+// Result is a CUDA driver status code (CUresult).
+type Result int
+
+// Error is a failed driver call: which call, the status code, and the driver's name and message for it.
+type Error struct {
+	Op   string // the driver function, e.g. "cuLaunchKernel"
+	Code Result
+	Name string // e.g. "CUDA_ERROR_INVALID_VALUE"
+	Msg  string // the driver's description
+}
+
+// Error formats the failure as "cudrv: op: NAME (code): message".
+func (e *Error) Error() string {
+	return fmt.Sprintf("cudrv: %s: %s (%d): %s", e.Op, e.Name, int(e.Code), e.Msg)
+}
+
+// ErrorName returns the driver's name for code (cuGetErrorName), or "CUDA_ERROR_<code>" if it has none.
+func ErrorName(code Result) string {
+	var p *C.char
+	if C.cuGetErrorName(C.CUresult(code), &p) != C.CUDA_SUCCESS || p == nil {
+		return fmt.Sprintf("CUDA_ERROR_%d", int(code))
+	}
+	return C.GoString(p)
+}
+
+// ErrorString returns the driver's description of code (cuGetErrorString).
+func ErrorString(code Result) string {
+	var p *C.char
+	if C.cuGetErrorString(C.CUresult(code), &p) != C.CUDA_SUCCESS || p == nil {
+		return "unknown error"
+	}
+	return C.GoString(p)
+}
+
+// check turns a CUresult into nil or an *Error for op.
+func check(op string, r C.CUresult) error {
+	if r == C.CUDA_SUCCESS {
+		return nil
+	}
+	code := Result(r)
+	return &Error{Op: op, Code: code, Name: ErrorName(code), Msg: ErrorString(code)}
+}
+
+// Wrap converts an error returned by gorgonia.org/cu (a driver status code) into an *Error with the driver's
+// name and message for it, naming op. Other errors get op prepended; nil stays nil.
+func Wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*Error); ok {
+		return err
+	}
+	if v := reflect.ValueOf(err); v.Kind() == reflect.Int {
+		code := Result(v.Int())
+		return &Error{Op: op, Code: code, Name: ErrorName(code), Msg: ErrorString(code)}
+	}
+	return fmt.Errorf("cudrv: %s: %w", op, err)
+}
+
+func cStream(s cu.Stream) C.CUstream       { return *(*C.CUstream)(unsafe.Pointer(&s)) }
+func cFunction(f cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&f)) }
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z int }
+
+// Args holds kernel parameters marshalled by their real size and alignment, as the kernel's C signature
+// declares them. Build one with NewArgs or reset one with Reset, append with the typed methods, pass it to Launch.
+// The zero value is ready to use.
+type Args struct {
+	buf  [512]byte
+	offs [64]int32
+	n    int
+	used int
+	err  error
+}
+
+// Reset empties a for reuse.
+func (a *Args) Reset() { a.n, a.used, a.err = 0, 0, nil }
+
+func (a *Args) put(size, align int) []byte {
+	if a.err != nil {
+		return nil
+	}
+	off := (a.used + align - 1) &^ (align - 1)
+	if a.n == len(a.offs) || off+size > len(a.buf) {
+		a.err = fmt.Errorf("cudrv: kernel parameters exceed %d parameters or %d bytes", len(a.offs), len(a.buf))
+		return nil
+	}
+	a.offs[a.n] = int32(off)
+	a.n++
+	a.used = off + size
+	return a.buf[off : off+size]
+}
+
+// Ptr appends a device pointer (8 bytes).
+func (a *Args) Ptr(p cu.DevicePtr) *Args { return a.U64(uint64(p)) }
+
+// U64 appends an unsigned 64-bit integer.
+func (a *Args) U64(v uint64) *Args {
+	if b := a.put(8, 8); b != nil {
+		*(*uint64)(unsafe.Pointer(&b[0])) = v
+	}
+	return a
+}
+
+// I64 appends a signed 64-bit integer.
+func (a *Args) I64(v int64) *Args { return a.U64(uint64(v)) }
+
+// I32 appends a signed 32-bit integer (C int).
+func (a *Args) I32(v int32) *Args { return a.U32(uint32(v)) }
+
+// U32 appends an unsigned 32-bit integer.
+func (a *Args) U32(v uint32) *Args {
+	if b := a.put(4, 4); b != nil {
+		*(*uint32)(unsafe.Pointer(&b[0])) = v
+	}
+	return a
+}
+
+// F32 appends a float.
+func (a *Args) F32(v float32) *Args { return a.U32(math.Float32bits(v)) }
+
+// Bytes appends a parameter passed by value with the given size and alignment (a struct, a CUtensorMap: 64-byte
+// aligned, 128 bytes).
+func (a *Args) Bytes(v []byte, align int) *Args {
+	if align <= 0 || align&(align-1) != 0 || align > 64 {
+		a.err = fmt.Errorf("cudrv: parameter alignment %d is not a power of two ≤ 64", align)
+		return a
+	}
+	if b := a.put(len(v), align); b != nil {
+		copy(b, v)
+	}
+	return a
+}
+
+// Len reports the number of parameters appended.
+func (a *Args) Len() int { return a.n }
+
+// Launch launches f on stream s with the parameters in a (cuLaunchKernel). sharedBytes is the dynamic shared
+// memory; above 48 KiB it needs SetMaxDynamicShared first.
+func Launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args) error {
+	if a.err != nil {
+		return a.err
+	}
+	for _, d := range [...]int{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
+		if d <= 0 || d > math.MaxInt32 {
+			return fmt.Errorf("cudrv: launch dimensions grid %v block %v must be positive", grid, block)
+		}
+	}
+	if sharedBytes < 0 {
+		return fmt.Errorf("cudrv: negative shared memory %d", sharedBytes)
+	}
+	var bufp *C.char
+	var offp *C.int32_t
+	if a.n > 0 {
+		bufp = (*C.char)(unsafe.Pointer(&a.buf[0]))
+		offp = (*C.int32_t)(unsafe.Pointer(&a.offs[0]))
+	}
+	r := C.kev_launch(cFunction(f), C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
+		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), cStream(s),
+		bufp, offp, C.int(a.n))
+	return check("cuLaunchKernel", r)
+}
+
+// SetMaxDynamicShared raises f's dynamic shared-memory limit to bytes
+// (cuFuncSetAttribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+func SetMaxDynamicShared(f cu.Function, bytes int) error {
+	return check("cuFuncSetAttribute", C.cuFuncSetAttribute(cFunction(f),
+		C.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, C.int(bytes)))
+}
+
+// CaptureMode is a stream-capture mode (CUstreamCaptureMode).
+type CaptureMode int
+
+// Capture modes: see cuStreamBeginCapture.
+const (
+	CaptureGlobal      CaptureMode = C.CU_STREAM_CAPTURE_MODE_GLOBAL
+	CaptureThreadLocal CaptureMode = C.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+	CaptureRelaxed     CaptureMode = C.CU_STREAM_CAPTURE_MODE_RELAXED
+)
+
+// BeginCapture starts capturing the work issued to s into a graph (cuStreamBeginCapture). s must not be the
+// legacy default stream.
+func BeginCapture(s cu.Stream, mode CaptureMode) error {
+	return check("cuStreamBeginCapture", C.cuStreamBeginCapture(cStream(s), C.CUstreamCaptureMode(mode)))
+}
+
+// Graph is a captured (not yet executable) CUDA graph.
+type Graph struct{ g C.CUgraph }
+
+// EndCapture ends the capture started by BeginCapture and returns the graph (cuStreamEndCapture).
+func EndCapture(s cu.Stream) (Graph, error) {
+	var g C.CUgraph
+	err := check("cuStreamEndCapture", C.cuStreamEndCapture(cStream(s), &g))
+	return Graph{g}, err
+}
+
+// Instantiate makes an executable graph from g (cuGraphInstantiateWithFlags, flags 0).
+func (g Graph) Instantiate() (GraphExec, error) {
+	var e C.CUgraphExec
+	err := check("cuGraphInstantiateWithFlags", C.cuGraphInstantiateWithFlags(&e, g.g, 0))
+	return GraphExec{e}, err
+}
+
+// Destroy frees g (cuGraphDestroy). An instantiated GraphExec stays valid.
+func (g Graph) Destroy() error { return check("cuGraphDestroy", C.cuGraphDestroy(g.g)) }
+
+// GraphExec is an executable CUDA graph.
+type GraphExec struct{ e C.CUgraphExec }
+
+// Launch enqueues the whole graph on s (cuGraphLaunch).
+func (e GraphExec) Launch(s cu.Stream) error {
+	return check("cuGraphLaunch", C.cuGraphLaunch(e.e, cStream(s)))
+}
+
+// Destroy frees e (cuGraphExecDestroy).
+func (e GraphExec) Destroy() error { return check("cuGraphExecDestroy", C.cuGraphExecDestroy(e.e)) }
+
+// HostAlloc allocates n bytes of page-locked host memory that the device can copy at full speed
+// (cuMemHostAlloc, portable). Free it with HostFree. The slice aliases C memory: never append to it.
+func HostAlloc(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("cudrv: HostAlloc of %d bytes", n)
+	}
+	var p unsafe.Pointer
+	if err := check("cuMemHostAlloc", C.cuMemHostAlloc(&p, C.size_t(n), C.CU_MEMHOSTALLOC_PORTABLE)); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// HostFree frees memory from HostAlloc (cuMemFreeHost).
+func HostFree(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return check("cuMemFreeHost", C.cuMemFreeHost(unsafe.Pointer(&b[0])))
+}
+
+// DriverVersion returns the driver's CUDA version, e.g. 13000 for 13.0 (cuDriverGetVersion).
+func DriverVersion() (int, error) {
+	var v C.int
+	err := check("cuDriverGetVersion", C.cuDriverGetVersion(&v))
+	return int(v), err
+}
+
+// SharedOptin returns the most dynamic shared memory one block on dev may use after SetMaxDynamicShared
+// (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).
+func SharedOptin(dev cu.Device) (int, error) {
+	var v C.int
+	err := check("cuDeviceGetAttribute", C.cuDeviceGetAttribute(&v,
+		C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, C.CUdevice(dev)))
+	return int(v), err
+}
