@@ -1,0 +1,15 @@
+// Package cuda runs the engine's kernels on NVIDIA GPUs (compute capability 8.0 or newer).
+//
+// Kernels are CUDA C++ sources in kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that
+// is committed and embedded; each module is loaded once per context, on first use, and the driver compiles it
+// for the GPU at hand. Every kernel has one typed Go method on Queue.
+//
+// Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
+// binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:
+//
+//	CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go test -c -tags cuda -o bin/cuda.test ./tensor/cuda
+//
+// and run bin/cuda.test on the GPU machine (scripts/gpu/run_kernels.sh).
+package cuda
+
+//go:generate bash kernels/build.sh

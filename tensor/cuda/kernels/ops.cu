@@ -1,0 +1,138 @@
+// Memory-bound kernels around the GEMMs: embedding gather, RMSNorm (optionally fused with the residual add),
+// SwiGLU, sigmoid output gate. bf16 in and out, fp32 arithmetic, one rounding per stored value. Rows are
+// contiguous; widths are multiples of 8 so every thread moves 16-byte vectors.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+
+__device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
+	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 t = __bfloat1622float2(h[i]);
+		f[2 * i] = t.x;
+		f[2 * i + 1] = t.y;
+	}
+}
+
+__device__ __forceinline__ uint4 pack8(const float *f) {
+	uint4 v;
+	__nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+	for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+	return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+// y[t] = table[ids[t]] for t < T; rows are d bf16 wide. An id outside [0, V) yields a zero row.
+// Grid: T blocks (x) × ceil(d/8/blockDim) (y).
+extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_bfloat16 *__restrict__ table,
+                                      const int32_t *__restrict__ ids, int T, int d, int V) {
+	int t = blockIdx.x;
+	int c = blockIdx.y * blockDim.x + threadIdx.x;
+	if (t >= T || c >= d / 8) return;
+	int id = ids[t];
+	uint4 v = make_uint4(0, 0, 0, 0);
+	if (id >= 0 && id < V) v = ((const uint4 *)(table + (size_t)id * d))[c];
+	((uint4 *)(y + (size_t)t * d))[c] = v;
+}
+
+// RMSNorm of each row of width n, one warp per row:
+//   s = x (+ res, rounded to bf16 and stored to sum when res is set)
+//   y = bf16( s / sqrt(mean(s²) + eps) · g ),  g = 1 + gain if plusOne else gain (fp32).
+// sum may alias res or x, and y may alias x, since each thread rereads only what it wrote itself.
+extern "C" __global__ void rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x,
+                                        const __nv_bfloat16 *res, const float *__restrict__ gain, int M, int n,
+                                        float eps, int plusOne) {
+	const int lane = threadIdx.x & 31;
+	const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= M) return;
+	const int nv = n / 8;
+	const uint4 *xr = (const uint4 *)(x + (size_t)row * n);
+	const uint4 *rr = res ? (const uint4 *)(res + (size_t)row * n) : nullptr;
+	uint4 *sr = res ? (uint4 *)(sum + (size_t)row * n) : nullptr;
+	float ss = 0.f;
+	for (int c = lane; c < nv; c += 32) {
+		float f[8];
+		uint4 v = xr[c];
+		if (rr) {
+			float r[8];
+			unpack8(v, f);
+			unpack8(rr[c], r);
+#pragma unroll
+			for (int i = 0; i < 8; i++) f[i] += r[i];
+			v = pack8(f);
+			sr[c] = v;
+		}
+		unpack8(v, f);
+#pragma unroll
+		for (int i = 0; i < 8; i++) ss += f[i] * f[i];
+	}
+	ss = warp_sum(ss);
+	const float rstd = 1.f / sqrtf(ss / (float)n + eps);
+	const uint4 *src = rr ? (const uint4 *)sr : xr;
+	uint4 *yr = (uint4 *)(y + (size_t)row * n);
+	for (int c = lane; c < nv; c += 32) {
+		float f[8];
+		unpack8(src[c], f);
+		const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
+		float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+		for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
+		yr[c] = pack8(f);
+	}
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
+
+// y[m, f] = silu(x[m, f]) · x[m, F + f] for x [M, 2F] = [gate | up], y [M, F].
+extern "C" __global__ void swiglu_bf16(__nv_bfloat16 *__restrict__ y, const __nv_bfloat16 *__restrict__ x, int M,
+                                       int F) {
+	const int q = F / 8;
+	const size_t total = (size_t)M * q;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+		size_t m = i / q;
+		int c = (int)(i % q);
+		const uint4 *row = (const uint4 *)(x + m * 2 * F);
+		float g[8], u[8];
+		unpack8(row[c], g);
+		unpack8(row[q + c], u);
+#pragma unroll
+		for (int k = 0; k < 8; k++) g[k] = g[k] * sigmoidf_(g[k]) * u[k];
+		((uint4 *)(y + m * F))[c] = pack8(g);
+	}
+}
+
+// y = x ⊙ sigmoid(gate), elementwise over n values (n % 8 == 0). y may alias x.
+extern "C" __global__ void sigmoid_gate_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *x,
+                                             const __nv_bfloat16 *__restrict__ gate, size_t n) {
+	const size_t q = n / 8;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < q; i += (size_t)gridDim.x * blockDim.x) {
+		float a[8], b[8];
+		unpack8(((const uint4 *)x)[i], a);
+		unpack8(((const uint4 *)gate)[i], b);
+#pragma unroll
+		for (int k = 0; k < 8; k++) a[k] *= sigmoidf_(b[k]);
+		((uint4 *)y)[i] = pack8(a);
+	}
+}
+
+// Fills p[0..n) with bf16 values uniform in [-scale, scale) from a counter hash of (seed, index): fresh,
+// reproducible, never all zero. For tests and benchmarks.
+extern "C" __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		uint32_t h = (uint32_t)i * 0x9E3779B1u ^ (uint32_t)(i >> 32) * 0x85EBCA77u ^ seed * 0xC2B2AE3Du;
+		h ^= h >> 15;
+		h *= 0x2C1B3C6Du;
+		h ^= h >> 12;
+		h *= 0x297A2D39u;
+		h ^= h >> 15;
+		float u = (float)(h >> 8) * (1.f / 16777216.f); // [0, 1)
+		p[i] = __float2bfloat16_rn((2.f * u - 1.f) * scale);
+	}
+}
