@@ -1,0 +1,263 @@
+// Package cpu is the reference backend of package tensor: plain Go, float32
+// compute on all cores. Activations are float32; weights keep the storage
+// type they were uploaded with (BF16 and F16 are widened exactly, block by
+// block, inside MatMul), so a bf16 checkpoint costs two bytes per parameter.
+//
+// Importing the package registers the backend as "cpu":
+//
+//	import _ "github.com/kevgo/kev/tensor/cpu"
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/tensor"
+)
+
+// Name is the name the backend registers under.
+const Name = "cpu"
+
+func init() {
+	tensor.Register(Name, func() (tensor.Backend, error) { return New(), nil })
+}
+
+// Backend is the CPU backend. Its operations may be called from several
+// goroutines at once; each parallelises itself over Threads goroutines.
+type Backend struct {
+	// Threads is the number of goroutines an operation may use; New sets it
+	// to GOMAXPROCS.
+	Threads int
+}
+
+// New returns a CPU backend using all available cores.
+func New() *Backend { return &Backend{Threads: runtime.GOMAXPROCS(0)} }
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return Name }
+
+// Tensor is the CPU backend's tensor: row-major host memory.
+type Tensor struct {
+	shape []int
+	dtype tensor.DType
+	f32   []float32 // dtype F32
+	bits  []uint16  // dtype BF16 or F16
+	freed bool
+}
+
+// Shape returns the tensor's dimensions.
+func (t *Tensor) Shape() []int { return t.shape }
+
+// DType returns the storage type.
+func (t *Tensor) DType() tensor.DType { return t.dtype }
+
+// ErrFreed is returned when an operation receives a tensor passed to Free.
+var ErrFreed = errors.New("cpu: tensor used after Free")
+
+func newF32(shape ...int) *Tensor {
+	return &Tensor{shape: shape, dtype: tensor.F32, f32: make([]float32, tensor.Numel(shape))}
+}
+
+func checkShape(shape []int, n int) error {
+	for _, s := range shape {
+		if s < 0 {
+			return fmt.Errorf("cpu: negative dimension in shape %v", shape)
+		}
+	}
+	if tensor.Numel(shape) != n {
+		return fmt.Errorf("cpu: shape %v holds %d elements, data has %d", shape, tensor.Numel(shape), n)
+	}
+	return nil
+}
+
+// FromHost uploads a host tensor, copying its data and keeping its type.
+func (b *Backend) FromHost(t *qwen35.Tensor) (tensor.Tensor, error) {
+	if t == nil {
+		return nil, errors.New("cpu: FromHost: nil tensor")
+	}
+	switch t.DType {
+	case qwen35.F32:
+		return b.FromFloat32(t.Shape, t.F32)
+	case qwen35.BF16:
+		return b.FromBits(tensor.BF16, t.Shape, t.BF16)
+	}
+	return nil, fmt.Errorf("cpu: FromHost: unsupported dtype %v", t.DType)
+}
+
+// FromFloat32 copies data into a new F32 tensor of the given shape.
+func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error) {
+	if err := checkShape(shape, len(data)); err != nil {
+		return nil, err
+	}
+	return &Tensor{shape: append([]int(nil), shape...), dtype: tensor.F32, f32: append([]float32(nil), data...)}, nil
+}
+
+// FromBits copies 16-bit data (BF16 or F16) into a new tensor.
+func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tensor.Tensor, error) {
+	if dtype != tensor.BF16 && dtype != tensor.F16 {
+		return nil, fmt.Errorf("cpu: FromBits: dtype %v is not a 16-bit type", dtype)
+	}
+	if err := checkShape(shape, len(data)); err != nil {
+		return nil, err
+	}
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype, bits: append([]uint16(nil), data...)}, nil
+}
+
+// ToHost returns a float32 copy of t.
+func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
+	c, err := get("ToHost", "t", t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, tensor.Numel(c.shape))
+	switch c.dtype {
+	case tensor.F32:
+		copy(out, c.f32)
+	default:
+		widen(out, c.bits, c.dtype)
+	}
+	return out, nil
+}
+
+// Free drops the tensors' storage.
+func (b *Backend) Free(ts ...tensor.Tensor) {
+	for _, t := range ts {
+		if c, ok := t.(*Tensor); ok && c != nil {
+			c.f32, c.bits, c.freed = nil, nil, true
+		}
+	}
+}
+
+// widen converts 16-bit values to float32.
+func widen(dst []float32, src []uint16, dtype tensor.DType) {
+	if dtype == tensor.BF16 {
+		for i, h := range src {
+			dst[i] = half.BF16ToF32(h)
+		}
+		return
+	}
+	for i, h := range src {
+		dst[i] = half.F16ToF32(h)
+	}
+}
+
+// get unwraps a tensor of this backend.
+func get(op, arg string, t tensor.Tensor) (*Tensor, error) {
+	c, ok := t.(*Tensor)
+	if !ok || c == nil {
+		if t == nil {
+			return nil, &tensor.ShapeError{Op: op, Arg: arg, Want: "a tensor"}
+		}
+		return nil, fmt.Errorf("cpu: %s: %s is a %T, not a cpu tensor", op, arg, t)
+	}
+	if c.freed {
+		return nil, fmt.Errorf("cpu: %s: %s: %w", op, arg, ErrFreed)
+	}
+	return c, nil
+}
+
+// f32 returns a tensor's float32 data, widening 16-bit storage.
+func (t *Tensor) float32s() []float32 {
+	if t.dtype == tensor.F32 {
+		return t.f32
+	}
+	out := make([]float32, len(t.bits))
+	widen(out, t.bits, t.dtype)
+	return out
+}
+
+// matrix unwraps t and checks it is 2-D with the given dims (−1: any).
+func matrix(op, arg string, t tensor.Tensor, rows, cols int) (*Tensor, error) {
+	c, err := get(op, arg, t)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.shape) != 2 || (rows >= 0 && c.shape[0] != rows) || (cols >= 0 && c.shape[1] != cols) {
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: dims(rows, cols)}
+	}
+	return c, nil
+}
+
+// vector unwraps t and checks it holds n elements (any shape).
+func vector(op, arg string, t tensor.Tensor, n int) (*Tensor, error) {
+	c, err := get(op, arg, t)
+	if err != nil {
+		return nil, err
+	}
+	if tensor.Numel(c.shape) != n {
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: fmt.Sprintf("%d elements", n)}
+	}
+	return c, nil
+}
+
+func dims(ds ...int) string {
+	s := "["
+	for i, d := range ds {
+		if i > 0 {
+			s += ", "
+		}
+		if d < 0 {
+			s += "*"
+		} else {
+			s += fmt.Sprint(d)
+		}
+	}
+	return s + "]"
+}
+
+// parallel runs f over [0, n) split into at most b.Threads contiguous ranges
+// whose bounds are multiples of align (except the last).
+func (b *Backend) parallel(n, align int, f func(lo, hi int)) {
+	threads := b.Threads
+	if threads < 1 {
+		threads = 1
+	}
+	if align < 1 {
+		align = 1
+	}
+	blocks := (n + align - 1) / align
+	if threads > blocks {
+		threads = blocks
+	}
+	if threads <= 1 {
+		if n > 0 {
+			f(0, n)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	per := (blocks + threads - 1) / threads
+	for lo := 0; lo < n; lo += per * align {
+		hi := min(lo+per*align, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// segments checks lens against n rows and returns segment start offsets.
+func segments(op string, lens []int, n int) ([]int, []int, error) {
+	if lens == nil {
+		return []int{0}, []int{n}, nil
+	}
+	starts := make([]int, len(lens))
+	sum := 0
+	for i, l := range lens {
+		if l < 0 {
+			return nil, nil, fmt.Errorf("cpu: %s: lens[%d] = %d is negative", op, i, l)
+		}
+		starts[i] = sum
+		sum += l
+	}
+	if sum != n {
+		return nil, nil, fmt.Errorf("cpu: %s: lens sum to %d, rows are %d", op, sum, n)
+	}
+	return starts, lens, nil
+}

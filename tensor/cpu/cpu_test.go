@@ -1,0 +1,26 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/kevgo/kev/tensor"
+	"github.com/kevgo/kev/tensor/backendtest"
+)
+
+func TestConformance(t *testing.T) {
+	backendtest.RunAll(t, New(), backendtest.FP32)
+}
+
+func TestConformanceOneThread(t *testing.T) {
+	backendtest.RunAll(t, &Backend{Threads: 1}, backendtest.FP32)
+}
+
+func TestRegistered(t *testing.T) {
+	b, err := tensor.Open(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name() != "cpu" {
+		t.Fatalf("Name() = %q", b.Name())
+	}
+}

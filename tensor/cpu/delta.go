@@ -1,0 +1,238 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kevgo/kev/tensor"
+)
+
+// l2Scale writes v/sqrt(Σv² + 1e-6)·scale into dst.
+func l2Scale(dst, v []float32, scale float32) {
+	var ss float32
+	for _, x := range v {
+		ss += x * x
+	}
+	r := float32(1/math.Sqrt(float64(ss+1e-6))) * scale
+	for i, x := range v {
+		dst[i] = x * r
+	}
+}
+
+// GatedDeltaRule runs the gated delta rule, chunked or recurrent.
+func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, c tensor.DeltaConfig) (tensor.Tensor, tensor.Tensor, error) {
+	const op = "GatedDeltaRule"
+	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
+		return nil, nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+	}
+	hk, hv, dk, dv := c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim
+	width := 2*hk*dk + hv*dv
+	xt, err := matrix(op, "qkv", qkv, -1, width)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := xt.shape[0]
+	gt, err := matrix(op, "g", g, n, hv)
+	if err != nil {
+		return nil, nil, err
+	}
+	bt, err := matrix(op, "beta", beta, n, hv)
+	if err != nil {
+		return nil, nil, err
+	}
+	var s0 []float32
+	if state != nil {
+		st, err := get(op, "state", state)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(st.shape) != 3 || st.shape[0] != hv || st.shape[1] != dk || st.shape[2] != dv {
+			return nil, nil, &tensor.ShapeError{Op: op, Arg: "state", Shape: st.shape, Want: dims(hv, dk, dv)}
+		}
+		s0 = st.float32s()
+	}
+	starts, ls, err := segments(op, lens, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	xs, gs, bs := xt.float32s(), gt.float32s(), bt.float32s()
+	out := newF32(n, hv*dv)
+	var final *Tensor
+	if len(starts) == 1 {
+		final = newF32(hv, dk, dv)
+	}
+	// Normalised q (scaled) and k, per token and key head.
+	qn, kn := make([]float32, n*hk*dk), make([]float32, n*hk*dk)
+	qscale := float32(1 / math.Sqrt(float64(dk)))
+	for t := 0; t < n; t++ {
+		for h := 0; h < hk; h++ {
+			l2Scale(qn[(t*hk+h)*dk:(t*hk+h+1)*dk], xs[t*width+h*dk:t*width+(h+1)*dk], qscale)
+			l2Scale(kn[(t*hk+h)*dk:(t*hk+h+1)*dk], xs[t*width+hk*dk+h*dk:t*width+hk*dk+(h+1)*dk], 1)
+		}
+	}
+	in := deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, q: qn, k: kn, x: xs, width: width, g: gs, beta: bs}
+	jobs := len(starts) * hv
+	b.parallel(jobs, 1, func(lo, hi int) {
+		S := make([]float32, dk*dv)
+		for job := lo; job < hi; job++ {
+			seg, h := job/hv, job%hv
+			if s0 != nil {
+				copy(S, s0[h*dk*dv:(h+1)*dk*dv])
+			} else {
+				clear(S)
+			}
+			if c.Chunk == 0 {
+				in.recurrent(S, h, starts[seg], ls[seg], out.f32)
+			} else {
+				in.chunked(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
+			}
+			if final != nil {
+				copy(final.f32[h*dk*dv:(h+1)*dk*dv], S)
+			}
+		}
+	})
+	if final == nil {
+		return out, nil, nil
+	}
+	return out, final, nil
+}
+
+// deltaInput holds one call's prepared inputs.
+type deltaInput struct {
+	n, hk, hv, dk, dv, width int
+	q, k                     []float32 // [n, hk, dk], q already scaled
+	x                        []float32 // raw qkv rows; v at column 2·hk·dk
+	g, beta                  []float32 // [n, hv]
+}
+
+func (in *deltaInput) qRow(t, h int) []float32 {
+	kh := h / (in.hv / in.hk)
+	return in.q[(t*in.hk+kh)*in.dk : (t*in.hk+kh+1)*in.dk]
+}
+
+func (in *deltaInput) kRow(t, h int) []float32 {
+	kh := h / (in.hv / in.hk)
+	return in.k[(t*in.hk+kh)*in.dk : (t*in.hk+kh+1)*in.dk]
+}
+
+func (in *deltaInput) vRow(t, h int) []float32 {
+	off := t*in.width + 2*in.hk*in.dk + h*in.dv
+	return in.x[off : off+in.dv]
+}
+
+// recurrent runs value head h over rows [s0, s0+l) token by token, updating
+// S [dk, dv] in place and writing outputs into out [n, hv·dv].
+func (in *deltaInput) recurrent(S []float32, h, s0, l int, out []float32) {
+	dk, dv := in.dk, in.dv
+	r := make([]float32, dv)
+	for t := s0; t < s0+l; t++ {
+		a := float32(math.Exp(float64(in.g[t*in.hv+h])))
+		bt := in.beta[t*in.hv+h]
+		k, q, v := in.kRow(t, h), in.qRow(t, h), in.vRow(t, h)
+		for i := range S {
+			S[i] *= a
+		}
+		clear(r)
+		for i := 0; i < dk; i++ {
+			axpy(r, S[i*dv:(i+1)*dv], k[i])
+		}
+		for j := range r {
+			r[j] = bt * (v[j] - r[j])
+		}
+		for i := 0; i < dk; i++ {
+			axpy(S[i*dv:(i+1)*dv], r, k[i])
+		}
+		o := out[t*in.hv*dv+h*dv : t*in.hv*dv+(h+1)*dv]
+		clear(o)
+		for i := 0; i < dk; i++ {
+			axpy(o, S[i*dv:(i+1)*dv], q[i])
+		}
+	}
+}
+
+// axpy adds a·x to y.
+func axpy(y, x []float32, a float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}
+
+// chunked runs value head h over rows [s0, s0+l) in chunks of cl tokens with
+// the parallel form (WY representation), updating S in place. Per chunk,
+// with γ the in-chunk cumulative log decay and Γ = exp(γ):
+// o_r = Γ_r Sᵀq_r + Σ_{s≤r} exp(γ_r−γ_s)(q_r·k_s) δ_s and
+// S' = Γ_m S + Σ_s exp(γ_m−γ_s) k_s δ_sᵀ.
+func (in *deltaInput) chunked(S []float32, h, s0, l, cl int, out []float32) {
+	dk, dv := in.dk, in.dv
+	gam := make([]float32, cl)   // in-chunk cumulative log decay γ
+	L := make([]float32, cl*cl)  // strictly lower (β_r k_r·k_s)·exp(γ_r−γ_s)
+	U := make([]float32, cl*dv)  // new values, then V_new = U − W·S
+	O := make([]float32, dv)     // one output row
+	QK := make([]float32, cl*cl) // (q_r·k_s)·exp(γ_r−γ_s), s ≤ r
+	for c0 := s0; c0 < s0+l; c0 += cl {
+		m := min(cl, s0+l-c0)
+		var acc float32
+		for r := 0; r < m; r++ {
+			acc += in.g[(c0+r)*in.hv+h]
+			gam[r] = acc
+		}
+		for r := 0; r < m; r++ {
+			kr, qr := in.kRow(c0+r, h), in.qRow(c0+r, h)
+			br := in.beta[(c0+r)*in.hv+h]
+			for s := 0; s <= r; s++ {
+				ks := in.kRow(c0+s, h)
+				d := float32(math.Exp(float64(gam[r] - gam[s])))
+				if s < r {
+					L[r*cl+s] = br * dot(kr, ks) * d
+				}
+				QK[r*cl+s] = dot(qr, ks) * d
+			}
+		}
+		// Forward substitution for the new values δ = (I+L)⁻¹(diag(β)V − diag(βΓ)K·S):
+		// δ_r = β_r v_r − β_r Γ_r Sᵀk_r − Σ_{s<r} L_rs δ_s.
+		for r := 0; r < m; r++ {
+			br := in.beta[(c0+r)*in.hv+h]
+			ur := U[r*dv : (r+1)*dv]
+			v, k := in.vRow(c0+r, h), in.kRow(c0+r, h)
+			gr := br * float32(math.Exp(float64(gam[r])))
+			for j := range ur {
+				ur[j] = br * v[j]
+			}
+			for i := 0; i < dk; i++ {
+				axpy(ur, S[i*dv:(i+1)*dv], -gr*k[i])
+			}
+			for s := 0; s < r; s++ {
+				if a := L[r*cl+s]; a != 0 {
+					axpy(ur, U[s*dv:(s+1)*dv], -a)
+				}
+			}
+		}
+		// Outputs: O_r = Γ_r q_r·S + Σ_{s≤r} QK_rs V_new_s.
+		for r := 0; r < m; r++ {
+			clear(O)
+			q := in.qRow(c0+r, h)
+			gr := float32(math.Exp(float64(gam[r])))
+			for i := 0; i < dk; i++ {
+				axpy(O, S[i*dv:(i+1)*dv], gr*q[i])
+			}
+			for s := 0; s <= r; s++ {
+				axpy(O, U[s*dv:(s+1)*dv], QK[r*cl+s])
+			}
+			copy(out[(c0+r)*in.hv*dv+h*dv:(c0+r)*in.hv*dv+(h+1)*dv], O)
+		}
+		// State: S = Γ_m S + Σ_s exp(γ_m − γ_s) k_s V_new_sᵀ.
+		gm := float32(math.Exp(float64(gam[m-1])))
+		for i := range S {
+			S[i] *= gm
+		}
+		for s := 0; s < m; s++ {
+			k := in.kRow(c0+s, h)
+			d := float32(math.Exp(float64(gam[m-1] - gam[s])))
+			us := U[s*dv : (s+1)*dv]
+			for i := 0; i < dk; i++ {
+				axpy(S[i*dv:(i+1)*dv], us, d*k[i])
+			}
+		}
+	}
+}

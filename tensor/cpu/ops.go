@@ -1,0 +1,577 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kevgo/kev/tensor"
+)
+
+func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func silu(x float32) float32 { return x * sigmoid(x) }
+
+// Embedding gathers table rows.
+func (b *Backend) Embedding(table tensor.Tensor, ids []int32) (tensor.Tensor, error) {
+	tt, err := matrix("Embedding", "table", table, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	v, d := tt.shape[0], tt.shape[1]
+	out := newF32(len(ids), d)
+	for t, id := range ids {
+		if id < 0 || int(id) >= v {
+			return nil, fmt.Errorf("cpu: Embedding: ids[%d] = %d is outside the table's %d rows", t, id, v)
+		}
+		row := out.f32[t*d : (t+1)*d]
+		if tt.dtype == tensor.F32 {
+			copy(row, tt.f32[int(id)*d:(int(id)+1)*d])
+		} else {
+			widen(row, tt.bits[int(id)*d:(int(id)+1)*d], tt.dtype)
+		}
+	}
+	return out, nil
+}
+
+// SplitCols copies column blocks of x into new tensors.
+func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
+	xt, err := matrix("SplitCols", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	sum := 0
+	for i, w := range widths {
+		if w < 0 {
+			return nil, fmt.Errorf("cpu: SplitCols: widths[%d] = %d is negative", i, w)
+		}
+		sum += w
+	}
+	m, n := xt.shape[0], xt.shape[1]
+	if sum != n {
+		return nil, &tensor.ShapeError{Op: "SplitCols", Arg: "x", Shape: xt.shape, Want: dims(-1, sum)}
+	}
+	xs := xt.float32s()
+	outs := make([]tensor.Tensor, len(widths))
+	off := 0
+	for i, w := range widths {
+		o := newF32(m, w)
+		for r := 0; r < m; r++ {
+			copy(o.f32[r*w:(r+1)*w], xs[r*n+off:r*n+off+w])
+		}
+		outs[i] = o
+		off += w
+	}
+	return outs, nil
+}
+
+// rmsRow writes x/sqrt(mean(x²)+eps)·g into y, with g = 1+gain or gain.
+func rmsRow(y, x, gain []float32, eps float32, plusOne bool) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	r := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
+	gain = gain[:len(x)]
+	y = y[:len(x)]
+	if plusOne {
+		for i, v := range x {
+			y[i] = v * r * (1 + gain[i])
+		}
+		return
+	}
+	for i, v := range x {
+		y[i] = v * r * gain[i]
+	}
+}
+
+// RMSNorm normalises the rows of x.
+func (b *Backend) RMSNorm(x, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, error) {
+	xt, err := matrix("RMSNorm", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	m, n := xt.shape[0], xt.shape[1]
+	gt, err := vector("RMSNorm", "gain", gain, n)
+	if err != nil {
+		return nil, err
+	}
+	xs, gs := xt.float32s(), gt.float32s()
+	out := newF32(m, n)
+	b.parallel(m, 1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			rmsRow(out.f32[r*n:(r+1)*n], xs[r*n:(r+1)*n], gs, eps, plusOne)
+		}
+	})
+	return out, nil
+}
+
+// AddRMSNorm returns x+residual and its RMSNorm.
+func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, tensor.Tensor, error) {
+	xt, err := matrix("AddRMSNorm", "x", x, -1, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, n := xt.shape[0], xt.shape[1]
+	rt, err := matrix("AddRMSNorm", "residual", residual, m, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	gt, err := vector("AddRMSNorm", "gain", gain, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	xs, rs, gs := xt.float32s(), rt.float32s(), gt.float32s()
+	sum, normed := newF32(m, n), newF32(m, n)
+	b.parallel(m, 1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			s := sum.f32[r*n : (r+1)*n]
+			for i := range s {
+				s[i] = xs[r*n+i] + rs[r*n+i]
+			}
+			rmsRow(normed.f32[r*n:(r+1)*n], s, gs, eps, plusOne)
+		}
+	})
+	return sum, normed, nil
+}
+
+// SwiGLU returns silu(g)·u for x = [g | u].
+func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
+	xt, err := matrix("SwiGLU", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	m, n2 := xt.shape[0], xt.shape[1]
+	if n2%2 != 0 {
+		return nil, &tensor.ShapeError{Op: "SwiGLU", Arg: "x", Shape: xt.shape, Want: "[M, 2I]"}
+	}
+	n := n2 / 2
+	xs := xt.float32s()
+	out := newF32(m, n)
+	b.parallel(m, 1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			g, u, y := xs[r*n2:r*n2+n], xs[r*n2+n:(r+1)*n2], out.f32[r*n:(r+1)*n]
+			for i := range y {
+				y[i] = silu(g[i]) * u[i]
+			}
+		}
+	})
+	return out, nil
+}
+
+// SigmoidGate returns x·sigmoid(gate).
+func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
+	xt, err := matrix("SigmoidGate", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	gt, err := matrix("SigmoidGate", "gate", gate, xt.shape[0], xt.shape[1])
+	if err != nil {
+		return nil, err
+	}
+	xs, gs := xt.float32s(), gt.float32s()
+	out := newF32(xt.shape[0], xt.shape[1])
+	for i := range out.f32 {
+		out.f32[i] = xs[i] * sigmoid(gs[i])
+	}
+	return out, nil
+}
+
+// ropeTable returns cos and sin [T, R/2] for the positions, computed as the
+// reference does: fp32 inverse frequencies, fp32 angle, then cos/sin.
+func ropeTable(positions []int32, rot int, theta float64) (cos, sin []float32) {
+	half := rot / 2
+	inv := make([]float32, half)
+	for j := range inv {
+		inv[j] = float32(1 / math.Pow(theta, float64(2*j)/float64(rot)))
+	}
+	cos, sin = make([]float32, len(positions)*half), make([]float32, len(positions)*half)
+	for t, p := range positions {
+		for j, f := range inv {
+			a := float32(p) * f
+			cos[t*half+j] = float32(math.Cos(float64(a)))
+			sin[t*half+j] = float32(math.Sin(float64(a)))
+		}
+	}
+	return cos, sin
+}
+
+// normRope normalises one head vector with (1+gain) and rotates its first
+// rot dims in place.
+func normRope(v, gain []float32, eps float32, cos, sin []float32) {
+	rmsRow(v, v, gain, eps, true)
+	half := len(cos)
+	for j := 0; j < half; j++ {
+		x0, x1 := v[j], v[j+half]
+		v[j] = x0*cos[j] - x1*sin[j]
+		v[j+half] = x1*cos[j] + x0*sin[j]
+	}
+}
+
+// QKNormRope normalises and rotates query and key heads.
+func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32, c tensor.RopeConfig) (tensor.Tensor, tensor.Tensor, tensor.Tensor, error) {
+	const op = "QKNormRope"
+	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.RotaryDim < 0 || c.RotaryDim > c.HeadDim || c.RotaryDim%2 != 0 {
+		return nil, nil, nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+	}
+	n, d := len(positions), c.HeadDim
+	qw := c.Heads * d
+	if c.Gated {
+		qw *= 2
+	}
+	qt, err := matrix(op, "q", q, n, qw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kt, err := matrix(op, "k", k, n, c.KVHeads*d)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qg, err := vector(op, "qGain", qGain, d)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kg, err := vector(op, "kGain", kGain, d)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qs, ks, qgs, kgs := qt.float32s(), kt.float32s(), qg.float32s(), kg.float32s()
+	cos, sin := ropeTable(positions, c.RotaryDim, c.Theta)
+	half := c.RotaryDim / 2
+	qOut, kOut := newF32(n, c.Heads*d), newF32(n, c.KVHeads*d)
+	var gate *Tensor
+	if c.Gated {
+		gate = newF32(n, c.Heads*d)
+	}
+	for t := 0; t < n; t++ {
+		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+		for h := 0; h < c.Heads; h++ {
+			dst := qOut.f32[(t*c.Heads+h)*d : (t*c.Heads+h+1)*d]
+			if c.Gated {
+				src := qs[t*qw+2*h*d:]
+				copy(dst, src[:d])
+				copy(gate.f32[(t*c.Heads+h)*d:(t*c.Heads+h+1)*d], src[d:2*d])
+			} else {
+				copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
+			}
+			normRope(dst, qgs, c.Eps, ct, st)
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			dst := kOut.f32[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
+			copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
+			normRope(dst, kgs, c.Eps, ct, st)
+		}
+	}
+	if gate == nil {
+		return qOut, kOut, nil, nil
+	}
+	return qOut, kOut, gate, nil
+}
+
+// Attention is causal grouped-query attention over a prefix and segments.
+func (b *Backend) Attention(q, k, v, kPrefix, vPrefix tensor.Tensor, lens []int, c tensor.AttentionConfig) (tensor.Tensor, error) {
+	const op = "Attention"
+	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
+		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+	}
+	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
+	qt, err := matrix(op, "q", q, -1, c.Heads*d)
+	if err != nil {
+		return nil, err
+	}
+	n := qt.shape[0]
+	kt, err := matrix(op, "k", k, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	vt, err := matrix(op, "v", v, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	var kp, vp []float32
+	p := 0
+	if kPrefix != nil || vPrefix != nil {
+		kpt, err := matrix(op, "kPrefix", kPrefix, -1, kvw)
+		if err != nil {
+			return nil, err
+		}
+		p = kpt.shape[0]
+		vpt, err := matrix(op, "vPrefix", vPrefix, p, kvw)
+		if err != nil {
+			return nil, err
+		}
+		kp, vp = kpt.float32s(), vpt.float32s()
+	}
+	starts, ls, err := segments(op, lens, n)
+	if err != nil {
+		return nil, err
+	}
+	qs, ks, vs := qt.float32s(), kt.float32s(), vt.float32s()
+	out := newF32(n, c.Heads*d)
+	group := c.Heads / c.KVHeads
+	rowStart := make([]int, n)
+	for s, s0 := range starts {
+		for t := s0; t < s0+ls[s]; t++ {
+			rowStart[t] = s0
+		}
+	}
+	// One job per (query row, head).
+	b.parallel(n*c.Heads, 1, func(lo, hi int) {
+		scores := make([]float32, p+n)
+		for job := lo; job < hi; job++ {
+			t, h := job/c.Heads, job%c.Heads
+			s0 := rowStart[t]
+			kh := h / group
+			qv := qs[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
+			nk := p + t - s0 + 1
+			sc := scores[:nk]
+			maxv := float32(math.Inf(-1))
+			for j := range sc {
+				var kv []float32
+				if j < p {
+					kv = kp[j*kvw+kh*d : j*kvw+(kh+1)*d]
+				} else {
+					r := s0 + j - p
+					kv = ks[r*kvw+kh*d : r*kvw+(kh+1)*d]
+				}
+				sc[j] = dot(qv, kv) * c.Scale
+				maxv = max(maxv, sc[j])
+			}
+			var sum float32
+			for j, s := range sc {
+				e := float32(math.Exp(float64(s - maxv)))
+				sc[j] = e
+				sum += e
+			}
+			o := out.f32[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
+			for j, w := range sc {
+				var vv []float32
+				if j < p {
+					vv = vp[j*kvw+kh*d : j*kvw+(kh+1)*d]
+				} else {
+					r := s0 + j - p
+					vv = vs[r*kvw+kh*d : r*kvw+(kh+1)*d]
+				}
+				w /= sum
+				for i := range o {
+					o[i] += w * vv[i]
+				}
+			}
+		}
+	})
+	return out, nil
+}
+
+// CausalConv1dSiLU is the depthwise causal convolution with SiLU.
+func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tensor.Tensor, tensor.Tensor, error) {
+	const op = "CausalConv1dSiLU"
+	xt, err := matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, ch := xt.shape[0], xt.shape[1]
+	wt, err := matrix(op, "w", w, ch, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	kw := wt.shape[1]
+	if kw < 1 {
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+	}
+	hist := make([]float32, (kw-1)*ch)
+	if state != nil {
+		st, err := matrix(op, "state", state, kw-1, ch)
+		if err != nil {
+			return nil, nil, err
+		}
+		copy(hist, st.float32s())
+	}
+	starts, ls, err := segments(op, lens, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	xs, ws := xt.float32s(), wt.float32s()
+	y := newF32(n, ch)
+	b.parallel(ch, 16, func(lo, hi int) {
+		for s, s0 := range starts {
+			for t := s0; t < s0+ls[s]; t++ {
+				for c := lo; c < hi; c++ {
+					var acc float32
+					for j := 0; j < kw; j++ {
+						src := t - s0 - (kw - 1) + j // index within the segment
+						var xv float32
+						if src >= 0 {
+							xv = xs[(s0+src)*ch+c]
+						} else {
+							xv = hist[(kw-1+src)*ch+c]
+						}
+						acc += ws[c*kw+j] * xv
+					}
+					y.f32[t*ch+c] = silu(acc)
+				}
+			}
+		}
+	})
+	if len(starts) != 1 {
+		return y, nil, nil
+	}
+	ns := newF32(kw-1, ch)
+	// The last K−1 rows of [history; x].
+	for r := 0; r < kw-1; r++ {
+		src := n - (kw - 1) + r
+		if src >= 0 {
+			copy(ns.f32[r*ch:(r+1)*ch], xs[src*ch:(src+1)*ch])
+		} else {
+			copy(ns.f32[r*ch:(r+1)*ch], hist[(kw-1+src)*ch:(kw+src)*ch])
+		}
+	}
+	return y, ns, nil
+}
+
+func softplus(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return float32(math.Log1p(math.Exp(float64(x))))
+}
+
+// DeltaGates computes beta and the log decay g.
+func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
+	const op = "DeltaGates"
+	bt, err := matrix(op, "b", bl, -1, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, h := bt.shape[0], bt.shape[1]
+	at, err := matrix(op, "a", a, n, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	lt, err := vector(op, "aLog", aLog, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	dt, err := vector(op, "dtBias", dtBias, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	bs, as, ls, ds := bt.float32s(), at.float32s(), lt.float32s(), dt.float32s()
+	beta, g := newF32(n, h), newF32(n, h)
+	negA := make([]float32, h)
+	for i := range negA {
+		negA[i] = -float32(math.Exp(float64(ls[i])))
+	}
+	for t := 0; t < n; t++ {
+		for i := 0; i < h; i++ {
+			beta.f32[t*h+i] = sigmoid(bs[t*h+i])
+			g.f32[t*h+i] = negA[i] * softplus(as[t*h+i]+ds[i])
+		}
+	}
+	return beta, g, nil
+}
+
+// GatedRMSNorm normalises and gates each head vector.
+func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tensor, error) {
+	const op = "GatedRMSNorm"
+	ot, err := matrix(op, "o", o, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	n, width := ot.shape[0], ot.shape[1]
+	zt, err := matrix(op, "z", z, n, width)
+	if err != nil {
+		return nil, err
+	}
+	wt, err := get(op, "w", w)
+	if err != nil {
+		return nil, err
+	}
+	dv := tensor.Numel(wt.shape)
+	if dv == 0 || width%dv != 0 {
+		return nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: fmt.Sprintf("[d_v] dividing %d", width)}
+	}
+	os, zs, ws := ot.float32s(), zt.float32s(), wt.float32s()
+	out := newF32(n, width)
+	b.parallel(n*width/dv, 1, func(lo, hi int) {
+		for v := lo; v < hi; v++ {
+			y := out.f32[v*dv : (v+1)*dv]
+			rmsRow(y, os[v*dv:(v+1)*dv], ws, eps, false)
+			zz := zs[v*dv : (v+1)*dv]
+			for i := range y {
+				y[i] *= silu(zz[i])
+			}
+		}
+	})
+	return out, nil
+}
+
+// Pointer computes Kev's option probabilities for one question.
+func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, opts []int) ([]float32, error) {
+	const op = "Pointer"
+	if p == nil {
+		return nil, fmt.Errorf("cpu: %s: nil head", op)
+	}
+	ht, err := matrix(op, "h", h, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	n, d := ht.shape[0], ht.shape[1]
+	wq, err := matrix(op, "Wq", p.Wq, -1, d)
+	if err != nil {
+		return nil, err
+	}
+	dp := wq.shape[0]
+	wk, err := matrix(op, "Wk", p.Wk, dp, d)
+	if err != nil {
+		return nil, err
+	}
+	bq, err := vector(op, "Bq", p.Bq, dp)
+	if err != nil {
+		return nil, err
+	}
+	bk, err := vector(op, "Bk", p.Bk, dp)
+	if err != nil {
+		return nil, err
+	}
+	if decide < 0 || decide >= n {
+		return nil, fmt.Errorf("cpu: %s: decide = %d outside the %d rows of h", op, decide, n)
+	}
+	if len(opts) == 0 {
+		return nil, fmt.Errorf("cpu: %s: no options", op)
+	}
+	hs, wqs, wks, bqs, bks := ht.float32s(), wq.float32s(), wk.float32s(), bq.float32s(), bk.float32s()
+	lin := func(w, bias []float32, row int) []float32 {
+		x := hs[row*d : (row+1)*d]
+		y := make([]float32, dp)
+		for i := range y {
+			y[i] = dot(x, w[i*d:(i+1)*d]) + bias[i]
+		}
+		return y
+	}
+	xq := lin(wqs, bqs, decide)
+	temp := p.Temperature
+	if temp == 0 {
+		temp = 1
+	}
+	logits := make([]float32, len(opts))
+	maxv := float32(math.Inf(-1))
+	for j, o := range opts {
+		if o < 0 || o >= n {
+			return nil, fmt.Errorf("cpu: %s: opts[%d] = %d outside the %d rows of h", op, j, o, n)
+		}
+		z := dot(lin(wks, bks, o), xq) * p.Scale
+		if temp != 1 {
+			z /= temp
+		}
+		logits[j] = z
+		maxv = max(maxv, z)
+	}
+	var sum float32
+	for j, z := range logits {
+		logits[j] = float32(math.Exp(float64(z - maxv)))
+		sum += logits[j]
+	}
+	for j := range logits {
+		logits[j] /= sum
+	}
+	return logits, nil
+}
