@@ -1,0 +1,226 @@
+// Package deltanet is the Gated DeltaNet token mixer of Qwen3.5
+// ("linear_attention" layers), written against tensor.Backend.
+//
+// Per row of T tokens, with input u [T, d]:
+//
+//	X, z, b, a = u·[W_qkv; W_z; W_b; W_a]ᵀ     X = [Q | K | V] flat
+//	C          = silu(causal depthwise conv(X)) over all channels, kernel K,
+//	             continuing the cached last K−1 inputs
+//	β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias)
+//	q̂ = l2norm(q)/√d_k, k̂ = l2norm(k); value head h reads key head h/(H_v/H_k)
+//	S ← exp(g)·S; S ← S + k̂(β(v − Sᵀk̂))ᵀ; o = Sᵀq̂   (fp32 state [H_v, d_k, d_v])
+//	y = RMSNorm(o; w)·silu(z) per head (plain w); out = y·W_outᵀ
+//
+// Prefill uses the chunked form (chunk 64); setting Layer.Chunk to 0 selects
+// the token-by-token recurrent form, which computes the same function.
+package deltanet
+
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/tensor"
+)
+
+// DefaultChunk is the chunk length of the chunked form.
+const DefaultChunk = 64
+
+// State is one Gated DeltaNet layer's continuation state.
+type State struct {
+	Conv tensor.Tensor // [K−1, conv channels]: the last K−1 pre-conv inputs, oldest first
+	Rec  tensor.Tensor // [H_v, d_k, d_v] fp32 recurrent state
+}
+
+// Free releases the state's tensors.
+func (s *State) Free(b tensor.Backend) {
+	if s != nil {
+		b.Free(s.Conv, s.Rec)
+	}
+}
+
+// Layer holds one Gated DeltaNet layer's weights on a backend.
+type Layer struct {
+	// Chunk is the chunk length used by Forward; 0 selects the recurrent
+	// form. New sets DefaultChunk.
+	Chunk int
+
+	b      tensor.Backend
+	cfg    tensor.DeltaConfig
+	eps    float32
+	inProj tensor.Tensor // [conv + H_v·d_v + 2H_v, d]: [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a]
+	conv   tensor.Tensor // [conv, K]
+	aLog   tensor.Tensor // [H_v] fp32
+	dtBias tensor.Tensor // [H_v] fp32
+	norm   tensor.Tensor // [d_v] fp32
+	out    tensor.Tensor // [d, H_v·d_v]
+}
+
+// New uploads the layer whose tensors are named prefix+"in_proj_qkv.weight",
+// prefix+"A_log", ... (prefix like "layers.0.linear_attn.") from w.
+func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
+	c := &w.Config
+	if c.LinearNumKeyHeads <= 0 || c.LinearNumValueHeads <= 0 || c.LinearKeyHeadDim <= 0 || c.LinearValueHeadDim <= 0 ||
+		c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 || c.LinearConvKernel <= 0 || c.HiddenSize <= 0 {
+		return nil, fmt.Errorf("deltanet: config: bad linear attention sizes (H_k %d, H_v %d, d_k %d, d_v %d, kernel %d, d %d)",
+			c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel, c.HiddenSize)
+	}
+	d, hv, conv, vd := c.HiddenSize, c.LinearNumValueHeads, c.ConvDim(), c.LinearValueDim()
+	get := func(name string, shape ...int) (*qwen35.Tensor, error) { return fetch(w, prefix+name, shape...) }
+	var parts [4]*qwen35.Tensor
+	var err error
+	for i, p := range []struct {
+		name string
+		rows int
+	}{{"in_proj_qkv.weight", conv}, {"in_proj_z.weight", vd}, {"in_proj_b.weight", hv}, {"in_proj_a.weight", hv}} {
+		if parts[i], err = get(p.name, p.rows, d); err != nil {
+			return nil, err
+		}
+	}
+	l := &Layer{Chunk: DefaultChunk, b: b, eps: float32(c.RMSNormEps), cfg: tensor.DeltaConfig{
+		KeyHeads: c.LinearNumKeyHeads, ValueHeads: hv, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
+	if l.inProj, err = b.FromHost(concatRows(parts[:]...)); err != nil {
+		return nil, err
+	}
+	cw, err := get("conv1d.weight", conv, 1, c.LinearConvKernel)
+	if err != nil {
+		return nil, err
+	}
+	if l.conv, err = b.FromFloat32([]int{conv, c.LinearConvKernel}, floats(cw)); err != nil {
+		return nil, err
+	}
+	small := []struct {
+		dst  *tensor.Tensor
+		name string
+		n    int
+	}{{&l.aLog, "A_log", hv}, {&l.dtBias, "dt_bias", hv}, {&l.norm, "norm.weight", c.LinearValueHeadDim}}
+	for _, s := range small {
+		t, err := get(s.name, s.n)
+		if err != nil {
+			return nil, err
+		}
+		if *s.dst, err = b.FromFloat32([]int{s.n}, floats(t)); err != nil {
+			return nil, err
+		}
+	}
+	ow, err := get("out_proj.weight", d, vd)
+	if err != nil {
+		return nil, err
+	}
+	if l.out, err = b.FromHost(ow); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Forward mixes u [N, d]. lens splits the rows into segments that each
+// continue state (nil: zero state); nil lens is one segment. For a single
+// segment it also returns the state after the last row; for several, next is
+// nil. state is not modified.
+func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.Tensor, next *State, err error) {
+	b, c := l.b, l.cfg
+	proj, err := b.MatMul(u, l.inProj)
+	if err != nil {
+		return nil, nil, err
+	}
+	conv := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
+	parts, err := b.SplitCols(proj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
+	b.Free(proj)
+	if err != nil {
+		return nil, nil, err
+	}
+	x, z, bl, a := parts[0], parts[1], parts[2], parts[3]
+	defer b.Free(x, z, bl, a)
+	var convState, recState tensor.Tensor
+	if state != nil {
+		convState, recState = state.Conv, state.Rec
+	}
+	y, newConv, err := b.CausalConv1dSiLU(x, l.conv, convState, lens)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer b.Free(y)
+	beta, g, err := b.DeltaGates(bl, a, l.aLog, l.dtBias)
+	if err != nil {
+		b.Free(newConv)
+		return nil, nil, err
+	}
+	defer b.Free(beta, g)
+	c.Chunk = l.Chunk
+	o, newRec, err := b.GatedDeltaRule(y, g, beta, recState, lens, c)
+	if err != nil {
+		b.Free(newConv)
+		return nil, nil, err
+	}
+	n, err := b.GatedRMSNorm(o, z, l.norm, l.eps)
+	b.Free(o)
+	if err != nil {
+		b.Free(newConv, newRec)
+		return nil, nil, err
+	}
+	out, err = b.MatMul(n, l.out)
+	b.Free(n)
+	if err != nil {
+		b.Free(newConv, newRec)
+		return nil, nil, err
+	}
+	if newConv != nil && newRec != nil {
+		next = &State{Conv: newConv, Rec: newRec}
+	}
+	return out, next, nil
+}
+
+// fetch returns the tensor called name, checking its shape.
+func fetch(w *qwen35.Weights, name string, shape ...int) (*qwen35.Tensor, error) {
+	t, ok := w.Tensors[name]
+	if !ok || t == nil {
+		return nil, fmt.Errorf("deltanet: tensor %q missing", name)
+	}
+	if len(t.Shape) != len(shape) {
+		return nil, fmt.Errorf("deltanet: tensor %q has shape %v, want %v", name, t.Shape, shape)
+	}
+	for i := range shape {
+		if t.Shape[i] != shape[i] {
+			return nil, fmt.Errorf("deltanet: tensor %q has shape %v, want %v", name, t.Shape, shape)
+		}
+	}
+	if (t.DType == qwen35.F32 && len(t.F32) != t.Len()) || (t.DType == qwen35.BF16 && len(t.BF16) != t.Len()) ||
+		(t.DType != qwen35.F32 && t.DType != qwen35.BF16) {
+		return nil, fmt.Errorf("deltanet: tensor %q: %v data does not match shape %v", name, t.DType, t.Shape)
+	}
+	return t, nil
+}
+
+// floats returns t's values as float32.
+func floats(t *qwen35.Tensor) []float32 {
+	if t.DType == qwen35.F32 {
+		return t.F32
+	}
+	out := make([]float32, len(t.BF16))
+	for i, h := range t.BF16 {
+		out[i] = half.BF16ToF32(h)
+	}
+	return out
+}
+
+// concatRows stacks 2-D tensors with equal column counts; BF16 if all are.
+func concatRows(ts ...*qwen35.Tensor) *qwen35.Tensor {
+	rows, cols, allBF16 := 0, ts[0].Shape[1], true
+	for _, t := range ts {
+		rows += t.Shape[0]
+		allBF16 = allBF16 && t.DType == qwen35.BF16
+	}
+	out := &qwen35.Tensor{Shape: []int{rows, cols}}
+	if allBF16 {
+		out.DType = qwen35.BF16
+		for _, t := range ts {
+			out.BF16 = append(out.BF16, t.BF16...)
+		}
+		return out
+	}
+	out.DType = qwen35.F32
+	for _, t := range ts {
+		out.F32 = append(out.F32, floats(t)...)
+	}
+	return out
+}
