@@ -1,0 +1,95 @@
+//go:build cuda
+
+package cudrv
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestArgsLayout(t *testing.T) {
+	var a Args
+	a.I32(-3).Ptr(0x1000).F32(1.5).U32(7).Bytes(make([]byte, 128), 64).U64(9)
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	want := []int32{0, 8, 16, 20, 64, 192}
+	if a.Len() != len(want) {
+		t.Fatalf("Len = %d, want %d", a.Len(), len(want))
+	}
+	for i, w := range want {
+		if a.offs[i] != w {
+			t.Errorf("parameter %d at offset %d, want %d", i, a.offs[i], w)
+		}
+	}
+	if got := a.buf[0:4]; got[0] != 0xfd || got[3] != 0xff {
+		t.Errorf("I32(-3) bytes % x", got)
+	}
+	if a.buf[8+1] != 0x10 {
+		t.Errorf("Ptr(0x1000) bytes % x", a.buf[8:16])
+	}
+	a.Reset()
+	if a.Len() != 0 || a.used != 0 {
+		t.Fatal("Reset left parameters")
+	}
+	for i := 0; i < 70; i++ {
+		a.I32(1)
+	}
+	if a.err == nil {
+		t.Fatal("70 parameters accepted")
+	}
+	var b Args
+	if b.Bytes([]byte{1}, 3); b.err == nil {
+		t.Fatal("alignment 3 accepted")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	if got := ErrorName(1); got != "CUDA_ERROR_INVALID_VALUE" {
+		t.Errorf("ErrorName(1) = %q", got)
+	}
+	if got := ErrorString(2); !strings.Contains(strings.ToLower(got), "memory") {
+		t.Errorf("ErrorString(2) = %q", got)
+	}
+	err := Wrap("cuMemAlloc", errors.New("plain"))
+	if err == nil || !strings.Contains(err.Error(), "cuMemAlloc") {
+		t.Errorf("Wrap(plain) = %v", err)
+	}
+	v, err := DriverVersion()
+	if err != nil || v < 11000 {
+		t.Errorf("DriverVersion = %d, %v", v, err)
+	}
+	t.Logf("driver CUDA version %d", v)
+}
+
+func TestDevice(t *testing.T) {
+	d, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in Info
+	if err := d.Do(func() error { in, err = d.Info(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", in)
+	if in.SMs <= 0 || in.Memory <= 0 || in.Name == "" {
+		t.Errorf("implausible device info %+v", in)
+	}
+	sentinel := errors.New("from the device goroutine")
+	if err := d.Do(func() error { return sentinel }); err != sentinel {
+		t.Errorf("Do returned %v", err)
+	}
+	if err := d.Do(func() error { panic("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("Do(panic) returned %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Do(func() error { return nil }); err != ErrClosed {
+		t.Errorf("Do after Close = %v, want ErrClosed", err)
+	}
+	if _, err := Open(1 << 20); err == nil {
+		t.Error("Open(huge ordinal) succeeded")
+	}
+}

@@ -1,0 +1,207 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"gorgonia.org/cu"
+
+	"github.com/kevgo/kev/internal/cudrv"
+)
+
+// rotateBytes is how much input the benchmarks cycle through: several times the 60 MB L2 of an H200, so that
+// weights come from device memory as they do in a forward pass.
+const rotateBytes = 256 << 20
+
+// medianTime enqueues warm-up launches, then iters launches each bracketed by CUDA events, and returns the
+// median launch time in seconds. launch(i) should use input set i.
+func medianTime(q *Queue, iters int, launch func(i int) error) (float64, error) {
+	for i := 0; i < 3; i++ {
+		if err := launch(i); err != nil {
+			return 0, err
+		}
+	}
+	evs := make([]cu.Event, iters+1)
+	for i := range evs {
+		e, err := cu.MakeEvent(cu.DefaultEvent)
+		if err != nil {
+			return 0, cudrv.Wrap("cuEventCreate", err)
+		}
+		defer cu.DestroyEvent(&e)
+		evs[i] = e
+	}
+	for i := 0; i < iters; i++ {
+		if err := evs[i].Record(q.Stream()); err != nil {
+			return 0, cudrv.Wrap("cuEventRecord", err)
+		}
+		if err := launch(i); err != nil {
+			return 0, err
+		}
+	}
+	if err := evs[iters].Record(q.Stream()); err != nil {
+		return 0, cudrv.Wrap("cuEventRecord", err)
+	}
+	if err := evs[iters].Synchronize(); err != nil {
+		return 0, cudrv.Wrap("cuEventSynchronize", err)
+	}
+	ts := make([]float64, iters)
+	for i := range ts {
+		ms, err := evs[i].Elapsed(evs[i+1])
+		if err != nil {
+			return 0, cudrv.Wrap("cuEventElapsedTime", err)
+		}
+		ts[i] = ms / 1e3
+	}
+	slices.Sort(ts)
+	return ts[iters/2], nil
+}
+
+// GEMM shapes of Kev-4B (N×K): fused GDN in-projection, fused attention QKV, fused gate|up, down, out/o.
+var gemmShapes = [][2]int{{12352, 2560}, {10240, 2560}, {18432, 2560}, {2560, 9216}, {2560, 4096}}
+
+func BenchmarkGEMM(b *testing.B) {
+	for _, M := range []int{1, 16, 64, 256, 1024, 2048} {
+		for _, s := range gemmShapes {
+			N, K := s[0], s[1]
+			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) { benchGEMM(b, M, N, K) })
+		}
+	}
+}
+
+func benchGEMM(b *testing.B, M, N, K int) {
+	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
+	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
+	var t float64
+	tile, splits, _ := dev.gemmPlan(&GEMM{M: M, N: N, K: K})
+	err := dev.Do(func(q *Queue) error {
+		var bufs []Buffer
+		defer func() {
+			for _, x := range bufs {
+				q.Free(x)
+			}
+		}()
+		alloc := func(n int64, seed uint32, scale float32) (Buffer, error) {
+			x, err := q.Alloc(n)
+			if err != nil {
+				return x, err
+			}
+			bufs = append(bufs, x)
+			return x, q.FillUniform(x, n/2, seed, scale)
+		}
+		xs, ws := make([]Buffer, sets), make([]Buffer, sets)
+		for i := range xs {
+			var err error
+			if xs[i], err = alloc(xb, uint32(2*i+1), 1); err != nil {
+				return err
+			}
+			if ws[i], err = alloc(wb, uint32(2*i+2), 0.02); err != nil {
+				return err
+			}
+		}
+		y, err := alloc(yb, 99, 1)
+		if err != nil {
+			return err
+		}
+		if splits > 1 {
+			if err := q.ReserveWorkspace(4 * int64(splits) * int64(M) * int64(N)); err != nil {
+				return err
+			}
+		}
+		b.ResetTimer()
+		t, err = medianTime(q, max(b.N, 25), func(i int) error {
+			return q.GEMM(GEMM{Y: y, X: xs[i%sets], W: ws[i%sets], M: M, N: N, K: K})
+		})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gbs := float64(xb+wb+yb) / t / 1e9
+	tfs := 2 * float64(M) * float64(N) * float64(K) / t / 1e12
+	b.ReportMetric(t*1e6, "us/gemm")
+	b.ReportMetric(gbs, "GB/s")
+	b.ReportMetric(tfs, "TFLOP/s")
+	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d tile=%d splits=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, tile, splits, t*1e6, gbs, tfs)
+}
+
+// BenchmarkCopy measures a device-to-device copy of 1 GiB, the bandwidth ceiling (bytes read + written).
+func BenchmarkCopy(b *testing.B) {
+	const n = 1 << 30
+	var t float64
+	err := dev.Do(func(q *Queue) error {
+		src, err := q.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer q.Free(src)
+		dst, err := q.Alloc(n)
+		if err != nil {
+			return err
+		}
+		defer q.Free(dst)
+		if err := q.FillUniform(src, n/2, 3, 1); err != nil {
+			return err
+		}
+		t, err = medianTime(q, max(b.N, 25), func(int) error {
+			return cudrv.Wrap("cuMemcpyDtoDAsync", cu.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, q.Stream()))
+		})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(2*n/t/1e9, "GB/s")
+	fmt.Printf("KEVBENCH copy bytes=%d us=%.2f GB/s=%.0f\n", 2*n, t*1e6, 2*n/t/1e9)
+}
+
+// BenchmarkOps measures the memory-bound kernels at 2048 tokens of Kev-4B.
+func BenchmarkOps(b *testing.B) {
+	const M, d, F = 2048, 2560, 9216
+	type op struct {
+		name  string
+		bytes int64
+		run   func(q *Queue, bufs []Buffer) error
+	}
+	ops := []op{
+		{"rmsnorm+residual", 2 * M * d * 4, func(q *Queue, x []Buffer) error {
+			return q.RMSNorm(x[1], x[2], x[0], x[2], x[3], M, d, 1e-6, true)
+		}},
+		{"swiglu", 2 * M * F * 3, func(q *Queue, x []Buffer) error { return q.SwiGLU(x[1], x[4], M, F) }},
+		{"sigmoid-gate", 2 * M * 4096 * 3, func(q *Queue, x []Buffer) error { return q.SigmoidGate(x[1], x[0], x[2], M*4096) }},
+	}
+	for _, o := range ops {
+		b.Run(o.name, func(b *testing.B) {
+			var t float64
+			err := dev.Do(func(q *Queue) error {
+				var bufs []Buffer
+				defer func() {
+					for _, x := range bufs {
+						q.Free(x)
+					}
+				}()
+				for i, n := range []int64{2 * M * 4096, 2 * M * F, 2 * M * 4096, 4 * d, 4 * M * F} {
+					x, err := q.Alloc(n)
+					if err != nil {
+						return err
+					}
+					bufs = append(bufs, x)
+					if err := q.FillUniform(x, n/2, uint32(10+i), 0.5); err != nil {
+						return err
+					}
+				}
+				var err error
+				t, err = medianTime(q, max(b.N, 25), func(int) error { return o.run(q, bufs) })
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(t*1e6, "us/op")
+			b.ReportMetric(float64(o.bytes)/t/1e9, "GB/s")
+			fmt.Printf("KEVBENCH %s M=%d us=%.2f GB/s=%.0f\n", o.name, M, t*1e6, float64(o.bytes)/t/1e9)
+		})
+	}
+}

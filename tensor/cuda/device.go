@@ -1,0 +1,239 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"sync"
+
+	"gorgonia.org/cu"
+
+	"github.com/kevgo/kev/internal/cudrv"
+)
+
+//go:embed kernels/*.ptx
+var ptxFS embed.FS
+
+// Device is one GPU: its context (owned by a locked goroutine), a stream, and the kernels loaded so far.
+type Device struct {
+	drv  *cudrv.Device
+	info cudrv.Info
+	q    Queue
+
+	mods map[string]cu.Module
+	fns  map[string]cu.Function
+
+	ws      Buffer // split-K partial sums
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Queue issues work to a Device's stream. It is valid only inside the Device.Do call that handed it out; its
+// methods enqueue asynchronously unless they say otherwise.
+type Queue struct {
+	d    *Device
+	s    cu.Stream
+	args cudrv.Args
+}
+
+// Buffer is a span of device memory.
+type Buffer struct {
+	Ptr   cu.DevicePtr
+	Bytes int64
+}
+
+// Open creates a context and a stream on GPU ordinal. It fails on GPUs older than compute capability 8.0.
+func Open(ordinal int) (*Device, error) {
+	drv, err := cudrv.Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[string]cu.Function{}}
+	d.q.d = d
+	err = drv.Do(func() error {
+		var err error
+		if d.info, err = drv.Info(); err != nil {
+			return err
+		}
+		if d.info.Major < 8 {
+			return fmt.Errorf("cuda: %s has compute capability %d.%d, need 8.0 or newer", d.info.Name, d.info.Major, d.info.Minor)
+		}
+		d.q.s, err = cu.MakeStream(cu.NonBlocking)
+		return cudrv.Wrap("cuStreamCreate", err)
+	})
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Info describes the GPU.
+func (d *Device) Info() cudrv.Info { return d.info }
+
+// Do runs f on the goroutine that owns the context, with the Device's queue. Calls are serialised.
+func (d *Device) Do(f func(q *Queue) error) error {
+	return d.drv.Do(func() error { return f(&d.q) })
+}
+
+// Close waits for queued work, frees the workspace and destroys the context.
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	err := d.drv.Do(func() error {
+		err := cudrv.Wrap("cuStreamSynchronize", d.q.s.Synchronize())
+		if d.ws.Ptr != 0 {
+			cu.MemFree(d.ws.Ptr)
+		}
+		d.q.s.Destroy()
+		return err
+	})
+	d.drv.Close()
+	return err
+}
+
+// function returns kernel name of module mod ("gemm" loads kernels/gemm.sm80.ptx), loading the module on first
+// use. shared > 48 KiB raises the kernel's dynamic shared-memory limit.
+func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
+	key := mod + "." + name
+	if f, ok := d.fns[key]; ok {
+		return f, nil
+	}
+	m, ok := d.mods[mod]
+	if !ok {
+		file := "kernels/" + mod + ".sm80.ptx"
+		if len(mod) > 6 && mod[len(mod)-6:] == "_sm90a" {
+			if d.info.Major != 9 || d.info.Minor != 0 {
+				return cu.Function{}, fmt.Errorf("cuda: module %s needs compute capability 9.0, have %d.%d", mod, d.info.Major, d.info.Minor)
+			}
+			file = "kernels/" + mod + ".sm90a.ptx"
+		}
+		ptx, err := ptxFS.ReadFile(file)
+		if err != nil {
+			return cu.Function{}, fmt.Errorf("cuda: kernel module %s: %w", mod, err)
+		}
+		if m, err = cu.LoadData(string(ptx)); err != nil {
+			return cu.Function{}, cudrv.Wrap("cuModuleLoadData "+file, err)
+		}
+		d.mods[mod] = m
+	}
+	f, err := m.Function(name)
+	if err != nil {
+		return cu.Function{}, cudrv.Wrap("cuModuleGetFunction "+key, err)
+	}
+	if shared > 48<<10 {
+		if shared > d.info.SharedOptin {
+			return cu.Function{}, fmt.Errorf("cuda: %s needs %d bytes of shared memory, the device allows %d", key, shared, d.info.SharedOptin)
+		}
+		if err := cudrv.SetMaxDynamicShared(f, shared); err != nil {
+			return cu.Function{}, err
+		}
+	}
+	d.fns[key] = f
+	return f, nil
+}
+
+// launch runs kernel mod.name with the parameters q.args holds.
+func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) error {
+	f, err := q.d.function(mod, name, shared)
+	if err != nil {
+		return err
+	}
+	if err := cudrv.Launch(f, grid, block, shared, q.s, &q.args); err != nil {
+		return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", mod, name, grid, block, err)
+	}
+	return nil
+}
+
+// Stream returns the queue's stream, for use with gorgonia.org/cu and cudrv (events, capture).
+func (q *Queue) Stream() cu.Stream { return q.s }
+
+// Device returns the queue's device.
+func (q *Queue) Device() *Device { return q.d }
+
+// Sync waits until all queued work has finished and reports the first asynchronous error.
+func (q *Queue) Sync() error { return cudrv.Wrap("cuStreamSynchronize", q.s.Synchronize()) }
+
+// Alloc allocates n bytes of device memory (synchronous; not allowed during stream capture).
+func (q *Queue) Alloc(n int64) (Buffer, error) {
+	if n <= 0 {
+		return Buffer{}, fmt.Errorf("cuda: Alloc of %d bytes", n)
+	}
+	p, err := cu.MemAlloc(n)
+	if err != nil {
+		return Buffer{}, cudrv.Wrap(fmt.Sprintf("cuMemAlloc(%d)", n), err)
+	}
+	return Buffer{p, n}, nil
+}
+
+// Free releases b; freeing a zero Buffer does nothing.
+func (q *Queue) Free(b Buffer) error {
+	if b.Ptr == 0 {
+		return nil
+	}
+	return cudrv.Wrap("cuMemFree", cu.MemFree(b.Ptr))
+}
+
+// Upload copies src into dst (synchronously, from pageable memory).
+func (q *Queue) Upload(dst Buffer, src []byte) error {
+	if int64(len(src)) > dst.Bytes {
+		return fmt.Errorf("cuda: Upload of %d bytes into a %d-byte buffer", len(src), dst.Bytes)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	if err := q.Sync(); err != nil {
+		return err
+	}
+	return cudrv.Wrap("cuMemcpyHtoD", cu.MemcpyHtoD(dst.Ptr, unsafePtr(src), int64(len(src))))
+}
+
+// Download copies len(dst) bytes from src after the queued work has finished.
+func (q *Queue) Download(dst []byte, src Buffer) error {
+	if int64(len(dst)) > src.Bytes {
+		return fmt.Errorf("cuda: Download of %d bytes from a %d-byte buffer", len(dst), src.Bytes)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := q.Sync(); err != nil {
+		return err
+	}
+	return cudrv.Wrap("cuMemcpyDtoH", cu.MemcpyDtoH(unsafePtr(dst), src.Ptr, int64(len(dst))))
+}
+
+// Memset16 fills the first n 16-bit words of b with v (asynchronously).
+func (q *Queue) Memset16(b Buffer, v uint16, n int64) error {
+	if 2*n > b.Bytes {
+		return fmt.Errorf("cuda: Memset16 of %d words into a %d-byte buffer", n, b.Bytes)
+	}
+	return cudrv.Wrap("cuMemsetD16Async", cu.MemsetD16Async(b.Ptr, v, n, q.s))
+}
+
+// ReserveWorkspace makes sure the split-K workspace holds at least n bytes, so that no allocation happens later
+// (for instance during stream capture).
+func (q *Queue) ReserveWorkspace(n int64) error {
+	d := q.d
+	if d.ws.Bytes >= n {
+		return nil
+	}
+	if err := q.Sync(); err != nil {
+		return err
+	}
+	if err := q.Free(d.ws); err != nil {
+		return err
+	}
+	d.ws = Buffer{}
+	n = (n + 1<<20 - 1) &^ (1<<20 - 1)
+	b, err := q.Alloc(n)
+	if err != nil {
+		return err
+	}
+	d.ws = b
+	return nil
+}
