@@ -1,0 +1,114 @@
+package tokenizer
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// corpus returns the texts of testdata/qwen3-corpus.jsonl.zst.
+func corpus(t testing.TB) []string {
+	t.Helper()
+	var texts []string
+	for i, line := range jsonLines(t, readZstd(t, "testdata/qwen3-corpus.jsonl.zst")) {
+		var c struct {
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(line, &c); err != nil || c.Text == nil {
+			t.Fatalf("corpus line %d: %v", i+1, err)
+		}
+		texts = append(texts, *c.Text)
+	}
+	return texts
+}
+
+func jsonLines(t testing.TB, b []byte) [][]byte {
+	t.Helper()
+	var lines [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<26)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) > 0 {
+			lines = append(lines, slices.Clone(sc.Bytes()))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// readIDs reads a JSON lines file of {"ids": [...]}, zstd or gzip by name.
+func readIDs(t testing.TB, path string) [][]int {
+	t.Helper()
+	var b []byte
+	if strings.HasSuffix(path, ".gz") {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if b, err = io.ReadAll(z); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	} else {
+		b = readZstd(t, path)
+	}
+	var out [][]int
+	for i, line := range jsonLines(t, b) {
+		var r struct {
+			IDs []int `json:"ids"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil || r.IDs == nil {
+			t.Fatalf("%s line %d: %v", path, i+1, err)
+		}
+		out = append(out, r.IDs)
+	}
+	return out
+}
+
+// compareCorpus encodes the corpus and returns the indexes of the chunks
+// whose ids differ from want.
+func compareCorpus(t *testing.T, tk *Tokenizer, texts []string, want [][]int) (diff []int, tokens int) {
+	if len(want) != len(texts) {
+		t.Fatalf("%d id lists for %d corpus chunks", len(want), len(texts))
+	}
+	for i, text := range texts {
+		got := tk.Encode(text)
+		tokens += len(want[i])
+		if !slices.Equal(got, want[i]) {
+			diff = append(diff, i)
+		}
+	}
+	return diff, tokens
+}
+
+// TestTransformersJS compares with transformers.js (@lenml/tokenizers
+// 3.7.2) on the corpus. JavaScript's \s lacks U+0085 (NEXT LINE), which
+// Oniguruma's \s, and so Hugging Face's, includes: chunks holding U+0085
+// may differ; every other chunk must match.
+func TestTransformersJS(t *testing.T) {
+	tk := qwen3(t)
+	texts := corpus(t)
+	want := readIDs(t, "testdata/qwen3-tjs-ids.jsonl.zst")
+	diff, tokens := compareCorpus(t, tk, texts, want)
+	nel := 0
+	for _, i := range diff {
+		if strings.ContainsRune(texts[i], 0x85) {
+			nel++
+			continue
+		}
+		t.Errorf("chunk %d %q:\n got %v\nwant %v", i, texts[i], tk.Encode(texts[i]), want[i])
+	}
+	t.Logf("%d chunks, %d tokens; %d differ, all with U+0085", len(texts), tokens, nel)
+}
