@@ -140,6 +140,14 @@ func closeTo(got, want, tol, floor float64) bool {
 	return !math.IsNaN(got) && math.Abs(got-want) <= tol*math.Max(math.Abs(want), floor)
 }
 
+func widen(v []uint16) []float64 {
+	f := make([]float64, len(v))
+	for i, x := range v {
+		f[i] = float64(half.BF16ToF32(x))
+	}
+	return f
+}
+
 func rms(v []float64) float64 {
 	s := 0.0
 	for _, x := range v {
@@ -236,12 +244,14 @@ func TestGEMM(t *testing.T) {
 					got = append(got, float64(half.BF16ToF32(v)))
 				}
 			}
+			xf, wf := widen(x), widen(w)
 			ref := make([]float64, 0, c.M*c.N)
 			for m := 0; m < c.M; m++ {
 				for n := 0; n < c.N; n++ {
 					s := 0.0
-					for k := 0; k < c.K; k++ {
-						s += float64(half.BF16ToF32(x[m*ldx+k])) * float64(half.BF16ToF32(w[n*c.K+k]))
+					xr, wr := xf[m*ldx:m*ldx+c.K], wf[n*c.K:(n+1)*c.K]
+					for k, v := range xr {
+						s += v * wr[k]
 					}
 					if c.res {
 						s += res[m*ldy+n]
