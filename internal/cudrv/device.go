@@ -76,7 +76,8 @@ func (d *Device) loop(ready chan<- error) {
 }
 
 // Do runs f on the goroutine that owns the context and returns its error. Calls from several goroutines are
-// serialised. f must not call Do (it would deadlock); it may call the driver directly.
+// serialised. f must not call Do (it would deadlock) nor runtime.Goexit (testing's Fatal: it would end the owning
+// goroutine); it may call the driver directly. A panic in f comes back as an error.
 func (d *Device) Do(f func() error) (err error) {
 	res := make(chan error, 1)
 	defer func() {
@@ -85,12 +86,20 @@ func (d *Device) Do(f func() error) (err error) {
 		}
 	}()
 	d.work <- func() {
+		returned := false
 		defer func() {
+			if returned {
+				return
+			}
 			if p := recover(); p != nil {
 				res <- fmt.Errorf("cudrv: panic on the device goroutine: %v", p)
+			} else { // runtime.Goexit (t.Fatal): the owning goroutine is gone
+				res <- errors.New("cudrv: runtime.Goexit on the device goroutine; the device is unusable")
 			}
 		}()
-		res <- f()
+		err := f()
+		returned = true
+		res <- err
 	}
 	return <-res
 }

@@ -87,20 +87,23 @@ func from32(b []byte) []float32 {
 	return v
 }
 
+// The helpers below run inside Device.Do, on the goroutine that owns the context, where t.Fatal must not be
+// called (it would end that goroutine): they panic instead, and Do returns the panic as an error.
+
 // upload allocates a buffer holding b (plus pad bytes of 0xff).
 func upload(t testing.TB, q *Queue, b []byte, pad int) Buffer {
 	t.Helper()
 	buf, err := q.Alloc(int64(len(b) + pad))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	if pad > 0 {
 		if err := q.Memset16(buf, 0xffff, int64(len(b)+pad)/2); err != nil {
-			t.Fatal(err)
+			panic(err)
 		}
 	}
 	if err := q.Upload(buf, b); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return buf
 }
@@ -109,7 +112,7 @@ func download(t testing.TB, q *Queue, b Buffer, n int) []byte {
 	t.Helper()
 	out := make([]byte, n)
 	if err := q.Download(out, b); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return out
 }
@@ -119,10 +122,10 @@ func poisoned(t testing.TB, q *Queue, n int) Buffer {
 	t.Helper()
 	b, err := q.Alloc(int64(n))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	if err := q.Memset16(b, 0xffff, int64(n)/2); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return b
 }
@@ -650,7 +653,7 @@ func TestPinned(t *testing.T) {
 		}
 		for i := range back {
 			if back[i] != byte(i*7+i>>8) {
-				t.Fatalf("byte %d = %d after a round trip through pinned memory", i, back[i])
+				return fmt.Errorf("byte %d = %d after a round trip through pinned memory", i, back[i])
 			}
 		}
 		return nil
