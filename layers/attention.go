@@ -1,0 +1,90 @@
+package layers
+
+import (
+	"math"
+
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/tensor"
+)
+
+// Attention is Qwen3.5's gated full-attention mixer: per-head [query | gate]
+// projection, (1+w) RMSNorm of query and key heads, partial NeoX rotary,
+// causal grouped-query softmax attention scaled by 1/√head_dim, output
+// multiplied by sigmoid(gate), then o_proj.
+type Attention struct {
+	b            tensor.Backend
+	rope         tensor.RopeConfig
+	attn         tensor.AttentionConfig
+	qkv          tensor.Tensor // [q_proj; k_proj; v_proj]
+	qNorm, kNorm tensor.Tensor // [D] fp32
+	o            tensor.Tensor // [d, H·D]
+}
+
+func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
+	d, h, kv, hd := c.HiddenSize, c.NumHeads, c.NumKVHeads, c.HeadDim
+	qRows := h * hd
+	if c.AttnOutputGate {
+		qRows *= 2
+	}
+	return &Attention{
+		b: l.b,
+		rope: tensor.RopeConfig{Heads: h, KVHeads: kv, HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta,
+			Eps: float32(c.RMSNormEps), Gated: c.AttnOutputGate},
+		attn: tensor.AttentionConfig{Heads: h, KVHeads: kv, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))},
+		qkv: l.stacked([]string{prefix + "q_proj.weight", prefix + "k_proj.weight", prefix + "v_proj.weight"},
+			[]int{qRows, kv * hd, kv * hd}, d),
+		qNorm: l.vector(prefix+"q_norm.weight", hd),
+		kNorm: l.vector(prefix+"k_norm.weight", hd),
+		o:     l.matrix(prefix+"o_proj.weight", d, h*hd),
+	}
+}
+
+// forward mixes u [N, d] at the given positions, attending to the cached
+// prefix (kPrefix, vPrefix, may be nil) and, per segment, to its own rows.
+// It returns the output and this call's keys (post-norm, post-rotary) and
+// values, which become the cache of a prefill.
+func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix tensor.Tensor, lens []int) (out, k, v tensor.Tensor, err error) {
+	b := a.b
+	proj, err := b.MatMul(u, a.qkv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qw, kvw := a.rope.Heads*a.rope.HeadDim, a.rope.KVHeads*a.rope.HeadDim
+	if a.rope.Gated {
+		qw *= 2
+	}
+	parts, err := b.SplitCols(proj, qw, kvw, kvw)
+	b.Free(proj)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qg, kRaw, v := parts[0], parts[1], parts[2]
+	q, k, gate, err := b.QKNormRope(qg, kRaw, a.qNorm, a.kNorm, positions, a.rope)
+	b.Free(qg, kRaw)
+	if err != nil {
+		b.Free(v)
+		return nil, nil, nil, err
+	}
+	att, err := b.Attention(q, k, v, kPrefix, vPrefix, lens, a.attn)
+	b.Free(q)
+	if err != nil {
+		b.Free(k, v, gate)
+		return nil, nil, nil, err
+	}
+	if gate != nil {
+		gated, err := b.SigmoidGate(att, gate)
+		b.Free(att, gate)
+		if err != nil {
+			b.Free(k, v)
+			return nil, nil, nil, err
+		}
+		att = gated
+	}
+	out, err = b.MatMul(att, a.o)
+	b.Free(att)
+	if err != nil {
+		b.Free(k, v)
+		return nil, nil, nil, err
+	}
+	return out, k, v, nil
+}

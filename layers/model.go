@@ -1,0 +1,301 @@
+// Package layers is the Qwen3.5 hybrid text model on a tensor.Backend:
+// embedding, (1+w) RMSNorm, gated attention, Gated DeltaNet (package
+// deltanet), SwiGLU MLP, decoder layers and the final norm, plus Kev's
+// pointer head. It turns token rows into final hidden states; it never
+// decodes text.
+//
+// Kev's row form: a text (the state) runs once with Prefill, which keeps a
+// State per layer (attention keys/values, DeltaNet conv and recurrent
+// states); each question then runs as its own causal row continuing that
+// state (Continue, ContinueRows), at positions starting at the state's
+// length, without modifying it.
+package layers
+
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/deltanet"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/tensor"
+)
+
+// Model is a Qwen3.5 text model whose weights live on a backend.
+type Model struct {
+	// Config is the model's configuration.
+	Config qwen35.Config
+	// Observe, when not nil, receives the residual stream at each point of a
+	// pass: point 0 is the embedding output, point i+1 the output of decoder
+	// layer i, and point NumLayers+1 the final norm's output. h is [N, d]
+	// (the pass's new rows only) and valid only during the call.
+	Observe func(point int, h tensor.Tensor)
+
+	b      tensor.Backend
+	eps    float32
+	embed  tensor.Tensor // [V, d]
+	norm   tensor.Tensor // [d] fp32
+	layers []*decoder
+}
+
+// decoder is one decoder layer: mixer then MLP, each behind a (1+w) norm.
+type decoder struct {
+	inNorm, postNorm tensor.Tensor // [d] fp32
+	attn             *Attention    // full-attention layers
+	delta            *deltanet.Layer
+	gateUp, down     tensor.Tensor // [gate_proj; up_proj] [2I, d]; down_proj [d, I]
+}
+
+// New uploads a model's weights (canonical names, see package qwen35) to b.
+// Matrices keep their stored type; norms, A_log and dt_bias become fp32.
+func New(b tensor.Backend, w *qwen35.Weights) (*Model, error) {
+	c := w.Config
+	if err := check(&c); err != nil {
+		return nil, err
+	}
+	l := &loader{b: b, w: w}
+	d := c.HiddenSize
+	m := &Model{Config: c, b: b, eps: float32(c.RMSNormEps)}
+	m.embed = l.matrix("embed_tokens.weight", c.VocabSize, d)
+	m.norm = l.vector("norm.weight", d)
+	for i, lt := range c.LayerTypes {
+		p := fmt.Sprintf("layers.%d.", i)
+		dec := &decoder{
+			inNorm:   l.vector(p+"input_layernorm.weight", d),
+			postNorm: l.vector(p+"post_attention_layernorm.weight", d),
+			gateUp: l.stacked([]string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+				[]int{c.IntermediateSize, c.IntermediateSize}, d),
+			down: l.matrix(p+"mlp.down_proj.weight", d, c.IntermediateSize),
+		}
+		if lt == qwen35.FullAttention {
+			dec.attn = newAttention(l, &c, p+"self_attn.")
+		} else if l.err == nil {
+			dec.delta, l.err = deltanet.New(b, w, p+"linear_attn.")
+		}
+		if l.err != nil {
+			return nil, l.err
+		}
+		m.layers = append(m.layers, dec)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return m, nil
+}
+
+// check validates the sizes the model relies on.
+func check(c *qwen35.Config) error {
+	bad := func(f string, v any) error { return fmt.Errorf("layers: config: bad %s %v", f, v) }
+	switch {
+	case c.HiddenSize <= 0:
+		return bad("hidden_size", c.HiddenSize)
+	case c.NumLayers <= 0 || len(c.LayerTypes) != c.NumLayers:
+		return fmt.Errorf("layers: config: num_hidden_layers %d with %d layer_types", c.NumLayers, len(c.LayerTypes))
+	case c.IntermediateSize <= 0:
+		return bad("intermediate_size", c.IntermediateSize)
+	case c.VocabSize <= 0:
+		return bad("vocab_size", c.VocabSize)
+	}
+	for i, lt := range c.LayerTypes {
+		if lt == qwen35.FullAttention {
+			switch {
+			case c.NumHeads <= 0 || c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
+				return fmt.Errorf("layers: config: num_attention_heads %d, num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+			case c.HeadDim <= 0:
+				return bad("head_dim", c.HeadDim)
+			case c.RotaryDim() < 0 || c.RotaryDim() > c.HeadDim || c.RotaryDim()%2 != 0:
+				return bad("rotary dims (head_dim·partial_rotary_factor)", c.RotaryDim())
+			}
+		} else if lt != qwen35.LinearAttention {
+			return fmt.Errorf("layers: config: layer_types[%d] = %v", i, lt)
+		}
+	}
+	return nil
+}
+
+// SetChunk sets the chunk length of every DeltaNet layer; 0 selects the
+// recurrent form.
+func (m *Model) SetChunk(n int) {
+	for _, l := range m.layers {
+		if l.delta != nil {
+			l.delta.Chunk = n
+		}
+	}
+}
+
+// State is the per-layer continuation state of a prefilled row.
+type State struct {
+	// Len is the number of tokens the state covers; continuations start at
+	// position Len.
+	Len    int
+	b      tensor.Backend
+	layers []layerState
+}
+
+type layerState struct {
+	k, v  tensor.Tensor // attention: [Len, KV·D] post-norm, post-rotary keys; values
+	delta *deltanet.State
+}
+
+// Free releases the state's tensors.
+func (s *State) Free() {
+	if s == nil {
+		return
+	}
+	for _, l := range s.layers {
+		s.b.Free(l.k, l.v)
+		l.delta.Free(s.b)
+	}
+	s.layers = nil
+}
+
+// Prefill runs ids at positions 0…len(ids)−1 and returns their state and
+// final hidden states [len(ids), d].
+func (m *Model) Prefill(ids []int32) (*State, tensor.Tensor, error) {
+	if len(ids) == 0 {
+		return nil, nil, fmt.Errorf("layers: Prefill: no tokens")
+	}
+	return m.forward(nil, ids, nil)
+}
+
+// Continue runs ids as one row continuing s (positions s.Len, s.Len+1, …)
+// and returns their final hidden states [len(ids), d]. s is not modified.
+func (m *Model) Continue(s *State, ids []int32) (tensor.Tensor, error) {
+	return m.ContinueRows(s, [][]int32{ids})
+}
+
+// ContinueRows runs several rows, each continuing s on its own (no row sees
+// another), in one pass, and returns their final hidden states stacked in
+// order: row r occupies the len(rows[r]) rows after those of rows 0…r−1.
+// s is not modified.
+func (m *Model) ContinueRows(s *State, rows [][]int32) (tensor.Tensor, error) {
+	if s == nil || s.layers == nil {
+		return nil, fmt.Errorf("layers: ContinueRows: nil or freed state")
+	}
+	var ids []int32
+	lens := make([]int, len(rows))
+	for i, r := range rows {
+		if len(r) == 0 {
+			return nil, fmt.Errorf("layers: ContinueRows: row %d is empty", i)
+		}
+		lens[i] = len(r)
+		ids = append(ids, r...)
+	}
+	_, h, err := m.forward(s, ids, lens)
+	return h, err
+}
+
+// forward runs ids (segments lens, nil: one) continuing prefix (nil: none).
+// It returns a state only for a pass without prefix.
+func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.Tensor, error) {
+	b, c := m.b, &m.Config
+	start := 0
+	if prefix != nil {
+		start = prefix.Len
+	}
+	positions := make([]int32, len(ids))
+	if lens == nil {
+		for i := range positions {
+			positions[i] = int32(start + i)
+		}
+	} else {
+		off := 0
+		for _, n := range lens {
+			for i := 0; i < n; i++ {
+				positions[off+i] = int32(start + i)
+			}
+			off += n
+		}
+	}
+	var next *State
+	if prefix == nil {
+		next = &State{Len: len(ids), b: b, layers: make([]layerState, len(m.layers))}
+	}
+	fail := func(err error, ts ...tensor.Tensor) (*State, tensor.Tensor, error) {
+		b.Free(ts...)
+		next.Free()
+		return nil, nil, err
+	}
+	h, err := b.Embedding(m.embed, ids)
+	if err != nil {
+		return fail(err)
+	}
+	m.observe(0, h)
+	u, err := b.RMSNorm(h, m.layers[0].inNorm, m.eps, true)
+	if err != nil {
+		return fail(err, h)
+	}
+	for i, l := range m.layers {
+		var mix tensor.Tensor
+		if l.attn != nil {
+			var kp, vp tensor.Tensor
+			if prefix != nil {
+				kp, vp = prefix.layers[i].k, prefix.layers[i].v
+			}
+			var k, v tensor.Tensor
+			mix, k, v, err = l.attn.forward(u, positions, kp, vp, lens)
+			if err == nil {
+				if next != nil {
+					next.layers[i].k, next.layers[i].v = k, v
+				} else {
+					b.Free(k, v)
+				}
+			}
+		} else {
+			var ds *deltanet.State
+			if prefix != nil {
+				ds = prefix.layers[i].delta
+			}
+			var nds *deltanet.State
+			mix, nds, err = l.delta.Forward(u, ds, lens)
+			if err == nil {
+				if next != nil {
+					next.layers[i].delta = nds
+				} else {
+					nds.Free(b)
+				}
+			}
+		}
+		b.Free(u)
+		if err != nil {
+			return fail(err, h)
+		}
+		h2, v, err := b.AddRMSNorm(mix, h, l.postNorm, m.eps, true)
+		b.Free(mix, h)
+		if err != nil {
+			return fail(err)
+		}
+		gu, err := b.MatMul(v, l.gateUp)
+		b.Free(v)
+		if err != nil {
+			return fail(err, h2)
+		}
+		act, err := b.SwiGLU(gu)
+		b.Free(gu)
+		if err != nil {
+			return fail(err, h2)
+		}
+		f, err := b.MatMul(act, l.down)
+		b.Free(act)
+		if err != nil {
+			return fail(err, h2)
+		}
+		gain := m.norm
+		if i+1 < len(m.layers) {
+			gain = m.layers[i+1].inNorm
+		}
+		h, u, err = b.AddRMSNorm(f, h2, gain, m.eps, true)
+		b.Free(f, h2)
+		if err != nil {
+			return fail(err)
+		}
+		m.observe(i+1, h)
+	}
+	b.Free(h)
+	m.observe(c.NumLayers+1, u)
+	return next, u, nil
+}
+
+func (m *Model) observe(point int, h tensor.Tensor) {
+	if m.Observe != nil {
+		m.Observe(point, h)
+	}
+}
