@@ -44,14 +44,14 @@ for b in "${bins[@]}"; do
   if [ ! -x "$exe" ]; then cp "$exe" "/tmp/$name.test" && chmod +x "/tmp/$name.test" && exe="/tmp/$name.test"; fi
   dir=$(pkgdir "$name")
   echo "== $name: tests and benchmarks (in $dir)"
-  (cd "$dir" && timeout 420 "$exe" -test.v -test.run . -test.bench . -test.benchtime 1x -test.timeout 400s) > "$OUT/$name.log" 2>&1
+  (cd "$dir" && timeout 200 "$exe" -test.v -test.run . -test.bench . -test.benchtime 1x -test.timeout 190s) > "$OUT/$name.log" 2>&1
   rc=$?
   grep -E "^(device:|--- FAIL|FAIL|ok|PASS)" "$OUT/$name.log" | head -40
   result[$name]="rc=$rc pass=$(grep -c -- '--- PASS' "$OUT/$name.log") fail=$(grep -c -- '--- FAIL' "$OUT/$name.log")"
   [ $rc -eq 0 ] || { status=1; echo "-- $name exited $rc; last lines:"; tail -20 "$OUT/$name.log"; }
   if command -v compute-sanitizer >/dev/null; then
     echo "== $name: compute-sanitizer memcheck (tests only)"
-    (cd "$dir" && timeout 400 compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" -test.run . -test.bench '^$' -test.timeout 380s) > "$OUT/$name.memcheck.log" 2>&1
+    (cd "$dir" && timeout 170 compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" -test.run . -test.bench '^$' -test.timeout 160s) > "$OUT/$name.memcheck.log" 2>&1
     mrc=$?
     tail -3 "$OUT/$name.memcheck.log"
     result[$name]+=" memcheck_rc=$mrc"
@@ -63,7 +63,7 @@ done
 
 if command -v python3 >/dev/null && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   echo "== torch (cuBLAS) on the same GEMM shapes"
-  PYTHONUNBUFFERED=1 timeout 300 python3 - > "$OUT/torch_gemm.log" 2>&1 <<'PY'
+  PYTHONUNBUFFERED=1 timeout 120 python3 - > "$OUT/torch_gemm.log" 2>&1 <<'PY'
 import torch
 torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
 dev = "cuda"
