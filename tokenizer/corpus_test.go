@@ -112,3 +112,27 @@ func TestTransformersJS(t *testing.T) {
 	}
 	t.Logf("%d chunks, %d tokens; %d differ, all with U+0085", len(texts), tokens, nel)
 }
+
+// goldenPath holds the ids Hugging Face tokenizers gives for the corpus
+// (scripts/golden/tokenizer_golden.py).
+const goldenPath = "testdata/qwen3-golden-ids.jsonl.gz"
+
+// TestHuggingFaceParity requires every corpus chunk to encode exactly as
+// Hugging Face tokenizers encodes it.
+func TestHuggingFaceParity(t *testing.T) {
+	if _, err := os.Stat(goldenPath); os.IsNotExist(err) {
+		t.Skip(goldenPath + " not present")
+	}
+	tk := qwen3(t)
+	texts := corpus(t)
+	want := readIDs(t, goldenPath)
+	diff, tokens := compareCorpus(t, tk, texts, want)
+	for n, i := range diff {
+		if n == 20 {
+			t.Errorf("... %d chunks differ in all", len(diff))
+			break
+		}
+		t.Errorf("chunk %d %q:\n got %v\nwant %v", i, texts[i], tk.Encode(texts[i]), want[i])
+	}
+	t.Logf("%d chunks, %d tokens, %d differ", len(texts), tokens, len(diff))
+}
