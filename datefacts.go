@@ -83,9 +83,9 @@ func findDates(text string) []foundDate {
 	for i := 0; i < len(text); {
 		r, size := utf8.DecodeRuneInString(text[i:])
 		if !prevWord {
-			if end, day, ok := matchDate(text, i); ok {
+			if end, day, valid, ok := matchDate(text, i); ok {
 				raw := text[i:end]
-				if !day.IsZero() && !seen[raw] {
+				if valid && !seen[raw] {
 					seen[raw] = true
 					found = append(found, foundDate{raw: raw, day: day})
 				}
@@ -104,8 +104,8 @@ func findDates(text string) []foundDate {
 }
 
 // matchDate tries both date patterns at byte i, where a word boundary is already known to hold on the left. It
-// returns the end of the match and the day, which is zero when the text matches but names no real date.
-func matchDate(text string, i int) (int, time.Time, bool) {
+// returns the end of the match, the day, and whether the matched text names a valid date.
+func matchDate(text string, i int) (end int, day time.Time, valid, ok bool) {
 	for m, name := range monthNames {
 		if !strings.HasPrefix(text[i:], name) {
 			continue
@@ -124,17 +124,17 @@ func matchDate(text string, i int) (int, time.Time, bool) {
 			if !digitsAt(text, k, 4) || !boundaryAfter(text, k+4) {
 				continue
 			}
-			day := atoi(text[j : j+nd])
-			year := atoi(text[k : k+4])
-			return k + 4, realDate(year, m+1, day), true
+			day, valid := realDate(atoi(text[k:k+4]), m+1, atoi(text[j:j+nd]))
+			return k + 4, day, valid, true
 		}
 		break
 	}
 	if digitsAt(text, i, 4) && len(text) >= i+10 && text[i+4] == '-' && digitsAt(text, i+5, 2) && text[i+7] == '-' &&
 		digitsAt(text, i+8, 2) && boundaryAfter(text, i+10) {
-		return i + 10, realDate(atoi(text[i:i+4]), atoi(text[i+5:i+7]), atoi(text[i+8:i+10])), true
+		day, valid := realDate(atoi(text[i:i+4]), atoi(text[i+5:i+7]), atoi(text[i+8:i+10]))
+		return i + 10, day, valid, true
 	}
-	return 0, time.Time{}, false
+	return 0, time.Time{}, false, false
 }
 
 func digitsAt(s string, i, n int) bool {
@@ -163,15 +163,15 @@ func atoi(s string) int {
 	return n
 }
 
-// realDate returns the day, or the zero time when it does not exist (Python's strptime refuses it: year 0,
+// realDate returns the day and true, or false when it does not exist (Python's strptime refuses it: year 0,
 // month 13, February 30).
-func realDate(year, month, day int) time.Time {
+func realDate(year, month, day int) (time.Time, bool) {
 	if year < 1 || month < 1 || month > 12 || day < 1 {
-		return time.Time{}
+		return time.Time{}, false
 	}
 	t := time.Date(year, time.Month(month), day, 0, 0, 0, 0, time.UTC)
 	if t.Year() != year || int(t.Month()) != month || t.Day() != day {
-		return time.Time{}
+		return time.Time{}, false
 	}
-	return t
+	return t, true
 }
