@@ -382,3 +382,54 @@ func FuzzArchive(f *testing.F) {
 		}
 	})
 }
+
+func TestSaveRoundTrip(t *testing.T) {
+	v, err := Load("testdata/head.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A strided view is saved contiguous.
+	views, err := Load("testdata/views.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := v.(*Dict)
+	top.Set("transposed", views.(*List).Items[1])
+	top.Set("neg", int64(-1)<<40)
+	top.Set("bytes", []byte{0, 1, 2})
+	var buf bytes.Buffer
+	if err := Save(&buf, top); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Decode(bytes.NewReader(buf.Bytes()), int64(buf.Len()), "saved.pt", DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd := back.(*Dict)
+	if !reflect.DeepEqual(bd.Keys(), top.Keys()) {
+		t.Fatalf("keys %v, want %v", bd.Keys(), top.Keys())
+	}
+	for _, k := range []string{"temperature", "base", "lora", "neg", "bytes"} {
+		a, _ := top.Get(k)
+		b, _ := bd.Get(k)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: %v != %v", k, b, a)
+		}
+	}
+	ta, _ := top.Get("transposed")
+	tb, _ := bd.Get("transposed")
+	fa, _ := ta.(*Tensor).Float32()
+	fb, _ := tb.(*Tensor).Float32()
+	if !reflect.DeepEqual(fa, fb) || !reflect.DeepEqual(tb.(*Tensor).Stride, []int{4, 1}) {
+		t.Errorf("transposed: %v vs %v, stride %v", fb, fa, tb.(*Tensor).Stride)
+	}
+	hb, _ := bd.Get("head")
+	if hb.(*Dict).Class != "collections.OrderedDict" || hb.(*Dict).Attrs == nil {
+		t.Error("state_dict class or _metadata lost")
+	}
+	args, _ := bd.Get("args")
+	bv, _ := args.(*Dict).Get("big")
+	if bv.(*big.Int).String() != "1180591620717411303424" {
+		t.Errorf("big %v", bv)
+	}
+}
