@@ -1,0 +1,479 @@
+package checkpoint
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/safetensors"
+)
+
+// TensorError reports a tensor that is missing, unexpected, of the wrong
+// shape or of an unusable dtype. File is the file holding it (or the
+// directory it was expected in); Want is the expected shape, when known.
+type TensorError struct {
+	File   string
+	Tensor string
+	Shape  []int
+	Want   []int
+	Reason string
+}
+
+func (e *TensorError) Error() string {
+	s := fmt.Sprintf("checkpoint: %s: tensor %q: %s", e.File, e.Tensor, e.Reason)
+	if e.Shape != nil {
+		s += fmt.Sprintf(" (shape %v)", e.Shape)
+	}
+	if e.Want != nil {
+		s += fmt.Sprintf(" (want %v)", e.Want)
+	}
+	return s
+}
+
+// Options control how Open builds the weights.
+type Options struct {
+	// DType is the weights' type: qwen35.F32 keeps everything fp32 (the
+	// reference path); qwen35.BF16 rounds matrices, embedding and conv
+	// weights to bf16 once, after the merge, while KeepsF32 tensors stay
+	// fp32.
+	DType qwen35.DType
+	// LoRAScale multiplies the adapter's delta (nil means 1).
+	LoRAScale *float64
+	// Workers is the number of goroutines converting and merging; 0 means
+	// GOMAXPROCS (at least 2).
+	Workers int
+}
+
+// Checkpoint is a loaded Kev checkpoint.
+type Checkpoint struct {
+	Dir     string         // the Kev checkpoint directory
+	Head    *Head          // head.pt
+	Adapter *AdapterConfig // nil for full-weight checkpoints
+	// Scale is the merge's effective scale s = Scaling·LoRAScale (0 when
+	// there is no adapter).
+	Scale   float64
+	Weights *qwen35.Weights
+}
+
+// File names inside checkpoint directories.
+const (
+	HeadFile          = "head.pt"
+	AdapterConfigFile = "adapter_config.json"
+	AdapterFile       = "adapter_model.safetensors"
+	ConfigFile        = "config.json"
+)
+
+// Open loads the Kev checkpoint in kevDir. A LoRA checkpoint
+// (adapter_config.json present) is merged into the base model in baseDir
+// (config.json plus model*.safetensors, sharded or not); a full-weight
+// checkpoint (config.json and model*.safetensors in kevDir itself, head.pt
+// weights "full") ignores baseDir. head.pt's "weights" must agree with the
+// files found.
+func Open(kevDir, baseDir string, opts Options) (*Checkpoint, error) {
+	headPath := filepath.Join(kevDir, HeadFile)
+	head, err := ReadHead(headPath)
+	if err != nil {
+		return nil, err
+	}
+	ck := &Checkpoint{Dir: kevDir, Head: head}
+	adapterCfg := filepath.Join(kevDir, AdapterConfigFile)
+	hasAdapter := exists(adapterCfg)
+	hasFull := exists(filepath.Join(kevDir, ConfigFile)) && hasModelFiles(kevDir)
+	weightsDir := baseDir
+	switch {
+	case hasAdapter && head.Weights != "lora":
+		return nil, &ConfigError{File: headPath, Field: "weights", Reason: fmt.Sprintf("%q, but %s holds a LoRA adapter", head.Weights, kevDir)}
+	case hasAdapter:
+		if baseDir == "" {
+			return nil, &ConfigError{File: adapterCfg, Reason: "a LoRA checkpoint needs the base model directory"}
+		}
+		if ck.Adapter, err = ReadAdapterConfig(adapterCfg); err != nil {
+			return nil, err
+		}
+		if head.LoRA != 0 && head.LoRA != ck.Adapter.R {
+			return nil, &ConfigError{File: headPath, Field: "lora", Reason: fmt.Sprintf("%d, but %s has r = %d", head.LoRA, adapterCfg, ck.Adapter.R)}
+		}
+		ck.Scale = ck.Adapter.Scaling()
+		if opts.LoRAScale != nil {
+			ck.Scale *= *opts.LoRAScale
+		}
+	case hasFull && head.Weights != "full":
+		return nil, &ConfigError{File: headPath, Field: "weights", Reason: fmt.Sprintf("%q, but %s holds full weights and no adapter", head.Weights, kevDir)}
+	case hasFull:
+		weightsDir = kevDir
+	default:
+		return nil, &ConfigError{File: kevDir, Reason: fmt.Sprintf("neither %s nor %s with model*.safetensors (head.pt says weights %q)", AdapterConfigFile, ConfigFile, head.Weights)}
+	}
+
+	cfg, err := LoadConfig(filepath.Join(weightsDir, ConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	if head.Dim() != cfg.HiddenSize {
+		return nil, &TensorError{File: headPath, Tensor: "head.q.weight", Shape: head.QWeight.Shape,
+			Want: []int{head.HeadDim, cfg.HiddenSize}, Reason: "does not match the base's hidden_size"}
+	}
+	base, err := safetensors.OpenDir(weightsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer base.Close()
+	var adapter *safetensors.File
+	if ck.Adapter != nil {
+		if adapter, err = safetensors.Open(filepath.Join(kevDir, AdapterFile)); err != nil {
+			return nil, err
+		}
+		defer adapter.Close()
+	}
+	ck.Weights, err = BuildWeights(cfg, base, adapter, ck.Adapter, ck.Scale, opts)
+	if err != nil {
+		return nil, err
+	}
+	return ck, nil
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func hasModelFiles(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "model*.safetensors"))
+	return len(m) > 0 || exists(filepath.Join(dir, safetensors.IndexFile))
+}
+
+// canonicalBase maps a base checkpoint name to its canonical name; skip is
+// true for tensors the text model does not use (vision tower, MTP head,
+// lm_head).
+func canonicalBase(name string) (canon string, skip bool) {
+	switch {
+	case strings.HasPrefix(name, "model.visual."), strings.HasPrefix(name, "mtp."), strings.HasPrefix(name, "lm_head."):
+		return "", true
+	case strings.HasPrefix(name, "model.language_model."):
+		return strings.TrimPrefix(name, "model.language_model."), false
+	case strings.HasPrefix(name, "model."):
+		return strings.TrimPrefix(name, "model."), false
+	}
+	return name, false
+}
+
+type loraPair struct{ a, b *safetensors.Tensor }
+
+// BuildWeights converts the base tensors to the requested dtype and merges
+// the adapter (nil for none) with scale s. Every text tensor the config
+// implies must be present with its shape; any other text tensor is an
+// error. The adapter's tensors must each pair up (A [r, in], B [out, r])
+// on a weight the config has.
+func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safetensors.File, acfg *AdapterConfig, s float64, opts Options) (*qwen35.Weights, error) {
+	if opts.DType != qwen35.F32 && opts.DType != qwen35.BF16 {
+		return nil, fmt.Errorf("checkpoint: unsupported weights dtype %s", opts.DType)
+	}
+	want := ExpectedShapes(&cfg)
+	src := map[string]*safetensors.Tensor{}
+	where := "base checkpoint"
+	if len(base.Files) > 0 {
+		where = filepath.Dir(base.Files[0].Path)
+	}
+	for _, name := range base.Names() {
+		canon, skip := canonicalBase(name)
+		if skip {
+			continue
+		}
+		t, err := base.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		shape, ok := want[canon]
+		if !ok {
+			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Reason: "not a tensor of this config's text model"}
+		}
+		if prev, dup := src[canon]; dup {
+			return nil, &TensorError{File: t.File, Tensor: name, Reason: "same canonical name " + canon + " as " + prev.Name}
+		}
+		if !reflect.DeepEqual(t.Shape, shape) {
+			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Want: shape, Reason: "wrong shape"}
+		}
+		if !t.DType.IsFloat() {
+			return nil, &TensorError{File: t.File, Tensor: name, Reason: fmt.Sprintf("dtype %s is not a float type", t.DType)}
+		}
+		src[canon] = t
+	}
+	for _, canon := range sortedNames(want) {
+		if _, ok := src[canon]; !ok {
+			return nil, &TensorError{File: where, Tensor: canon, Want: want[canon], Reason: "missing (as model.language_model." + canon + " or model." + canon + ")"}
+		}
+	}
+
+	pairs := map[string]*loraPair{}
+	if adapter != nil {
+		for _, name := range adapter.Names() {
+			t, err := adapter.Tensor(name)
+			if err != nil {
+				return nil, err
+			}
+			target, factor, module, ok := adapterTarget(name)
+			if !ok {
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Shape: t.Shape, Reason: "not a LoRA factor (base_model.model.layers.N.<module>.lora_{A,B}.weight) of an adapted module"}
+			}
+			w, ok := want[target]
+			if !ok {
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: "adapts " + target + ", which this config's text model does not have"}
+			}
+			if !acfg.targets(module) {
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("module %s is not in target_modules %v", module, acfg.TargetModules)}
+			}
+			if !t.DType.IsFloat() {
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("dtype %s is not a float type", t.DType)}
+			}
+			p := pairs[target]
+			if p == nil {
+				p = &loraPair{}
+				pairs[target] = p
+			}
+			exp := []int{acfg.R, w[1]}
+			if factor == "A" {
+				p.a = t
+			} else {
+				p.b = t
+				exp = []int{w[0], acfg.R}
+			}
+			if !reflect.DeepEqual(t.Shape, exp) {
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Shape: t.Shape, Want: exp, Reason: "wrong shape for lora_" + factor}
+			}
+		}
+		for target, p := range pairs {
+			if p.a == nil || p.b == nil {
+				missing := "lora_A"
+				if p.b == nil {
+					missing = "lora_B"
+				}
+				return nil, &TensorError{File: adapter.Path, Tensor: target, Reason: "has one LoRA factor but no " + missing}
+			}
+		}
+	}
+
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = max(runtime.GOMAXPROCS(0), 2)
+	}
+	w := &qwen35.Weights{Config: cfg, Tensors: make(map[string]*qwen35.Tensor, len(want))}
+	var jobs []func() error
+	for _, canon := range sortedNames(want) {
+		t := src[canon]
+		dt := opts.DType
+		if KeepsF32(canon) {
+			dt = qwen35.F32
+		}
+		out := &qwen35.Tensor{Shape: append([]int(nil), t.Shape...), DType: dt}
+		n := t.Len()
+		if dt == qwen35.F32 {
+			out.F32 = make([]float32, n)
+		} else {
+			out.BF16 = make([]uint16, n)
+		}
+		w.Tensors[canon] = out
+		if p := pairs[canon]; p != nil {
+			m, err := newMerge(t, p, out, float32(s))
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, m.jobs()...)
+			continue
+		}
+		jobs = append(jobs, convertJobs(t, out)...)
+	}
+	if err := runJobs(jobs, workers); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// runJobs runs jobs on n goroutines and returns the first error.
+func runJobs(jobs []func() error, n int) error {
+	var (
+		mu    sync.Mutex
+		first error
+		next  int
+		wg    sync.WaitGroup
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next >= len(jobs) || first != nil {
+					mu.Unlock()
+					return
+				}
+				j := jobs[next]
+				next++
+				mu.Unlock()
+				if err := j(); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// chunk is the number of elements one conversion job handles.
+const chunk = 1 << 20
+
+// convertJobs copies t into out, converting dtypes, in chunks.
+func convertJobs(t *safetensors.Tensor, out *qwen35.Tensor) []func() error {
+	n := t.Len()
+	var jobs []func() error
+	for lo := 0; lo < n || (n == 0 && lo == 0); lo += chunk {
+		hi := min(lo+chunk, n)
+		jobs = append(jobs, func() error { return convertRange(t, out, lo, hi) })
+		if n == 0 {
+			break
+		}
+	}
+	return jobs
+}
+
+// convertRange converts elements [lo, hi) of t into out.
+func convertRange(t *safetensors.Tensor, out *qwen35.Tensor, lo, hi int) error {
+	size := t.DType.Size()
+	view := safetensors.Tensor{Name: t.Name, File: t.File, DType: t.DType, Shape: []int{hi - lo}, Data: t.Data[lo*size : hi*size]}
+	if out.DType == qwen35.F32 {
+		return view.Float32Into(out.F32[lo:hi])
+	}
+	dst := out.BF16[lo:hi]
+	if t.DType == safetensors.BF16 {
+		b := view.Data
+		for i := range dst {
+			dst[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+		}
+		return nil
+	}
+	tmp := make([]float32, hi-lo)
+	if err := view.Float32Into(tmp); err != nil {
+		return err
+	}
+	for i, v := range tmp {
+		dst[i] = half.BF16FromF32(v)
+	}
+	return nil
+}
+
+// merge computes out = W + s·(B@A) for one weight, row block by row block.
+type merge struct {
+	w        *safetensors.Tensor
+	out      *qwen35.Tensor
+	a64      []float64 // A [r, in] widened
+	b        []float32 // B [out, r]
+	s        float32
+	rows, in int
+	r        int
+}
+
+func newMerge(w *safetensors.Tensor, p *loraPair, out *qwen35.Tensor, s float32) (*merge, error) {
+	a, err := p.a.Float32()
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.b.Float32()
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range a {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, &TensorError{File: p.a.File, Tensor: p.a.Name, Reason: fmt.Sprintf("element %d is %v", i, v)}
+		}
+	}
+	for i, v := range b {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, &TensorError{File: p.b.File, Tensor: p.b.Name, Reason: fmt.Sprintf("element %d is %v", i, v)}
+		}
+	}
+	m := &merge{w: w, out: out, b: b, s: s, rows: w.Shape[0], in: w.Shape[1], r: p.a.Shape[0]}
+	m.a64 = make([]float64, len(a))
+	for i, v := range a {
+		m.a64[i] = float64(v)
+	}
+	return m, nil
+}
+
+func (m *merge) jobs() []func() error {
+	rowsPer := max(1, chunk/max(m.in, 1))
+	var jobs []func() error
+	for lo := 0; lo < m.rows; lo += rowsPer {
+		hi := min(lo+rowsPer, m.rows)
+		jobs = append(jobs, func() error { return m.run(lo, hi) })
+	}
+	return jobs
+}
+
+// run merges rows [lo, hi). Each delta element is Σ_k B[o,k]·A[k,i], summed
+// in float64 (each product is exact there) and rounded once to float32, then
+// scaled by s in float32 and added to fp32(W) in float32, as an fp32 torch
+// merge does; a bf16 output rounds that sum once more.
+func (m *merge) run(lo, hi int) error {
+	in, r := m.in, m.r
+	acc := make([]float64, in)
+	wrow := make([]float32, in)
+	for o := lo; o < hi; o++ {
+		clear(acc)
+		brow := m.b[o*r : (o+1)*r]
+		k := 0
+		for ; k+4 <= r; k += 4 {
+			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
+			a0 := m.a64[k*in : (k+1)*in]
+			a1 := m.a64[(k+1)*in : (k+2)*in]
+			a2 := m.a64[(k+2)*in : (k+3)*in]
+			a3 := m.a64[(k+3)*in : (k+4)*in]
+			for i := range acc {
+				acc[i] += b0*a0[i] + b1*a1[i] + b2*a2[i] + b3*a3[i]
+			}
+		}
+		for ; k < r; k++ {
+			bk := float64(brow[k])
+			ak := m.a64[k*in : (k+1)*in]
+			for i := range acc {
+				acc[i] += bk * ak[i]
+			}
+		}
+		size := m.w.DType.Size()
+		row := safetensors.Tensor{Name: m.w.Name, File: m.w.File, DType: m.w.DType, Shape: []int{in},
+			Data: m.w.Data[o*in*size : (o+1)*in*size]}
+		if err := row.Float32Into(wrow); err != nil {
+			return err
+		}
+		s := m.s
+		if m.out.DType == qwen35.F32 {
+			dst := m.out.F32[o*in : (o+1)*in]
+			for i, a := range acc {
+				dst[i] = wrow[i] + float32(float32(a)*s) // conversions forbid fusing into an FMA
+			}
+		} else {
+			dst := m.out.BF16[o*in : (o+1)*in]
+			for i, a := range acc {
+				dst[i] = half.BF16FromF32(wrow[i] + float32(float32(a)*s))
+			}
+		}
+	}
+	return nil
+}
