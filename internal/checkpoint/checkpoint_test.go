@@ -230,9 +230,13 @@ func TestOpenErrors(t *testing.T) {
 		}, configErr("text_config.rope_parameters.rope_type", "yarn")},
 		{"missing tensor", func(f *fixture) { delete(f.base, lm+"layers.1.self_attn.k_norm.weight") },
 			tensorErr("layers.1.self_attn.k_norm.weight", "base", "missing", []int{8})},
-		{"wrong shape", func(f *fixture) { f.setBase(lm+"layers.0.mlp.up_proj.weight", safetensors.BF16, []int{16, 24}, make([]float32, 384)) },
+		{"wrong shape", func(f *fixture) {
+			f.setBase(lm+"layers.0.mlp.up_proj.weight", safetensors.BF16, []int{16, 24}, make([]float32, 384))
+		},
 			tensorErr(lm+"layers.0.mlp.up_proj.weight", ".safetensors", "wrong shape", []int{24, 16})},
-		{"unexpected tensor", func(f *fixture) { f.setBase(lm+"layers.0.mlp.extra.weight", safetensors.BF16, []int{2}, []float32{1, 2}) },
+		{"unexpected tensor", func(f *fixture) {
+			f.setBase(lm+"layers.0.mlp.extra.weight", safetensors.BF16, []int{2}, []float32{1, 2})
+		},
 			tensorErr(lm+"layers.0.mlp.extra.weight", ".safetensors", "not a tensor", nil)},
 		{"integer tensor", func(f *fixture) {
 			f.base[lm+"norm.weight"] = safetensors.Tensor{Name: lm + "norm.weight", DType: safetensors.I32, Shape: []int{16}, Data: make([]byte, 64)}
