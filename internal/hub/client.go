@@ -192,6 +192,11 @@ func (c *client) download(ctx context.Context, ref Ref, m *fileMeta, blob string
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			var ie *IntegrityError
+			var he *HTTPError
+			if errors.As(err, &ie) || errors.As(err, &he) {
+				return err // these name the file already
+			}
 			return fmt.Errorf("hub: %s: fetching %s: %w", ref, m.file, err)
 		}
 		if err := sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond); err != nil {
@@ -297,6 +302,9 @@ func (c *client) transfer(ctx context.Context, ref Ref, m *fileMeta, inc string,
 			return ctx.Err()
 		}
 		return &retryable{err}
+	}
+	if m.size >= 0 && have < m.size && resp.ContentLength < 0 { // a body of unknown length ended early
+		return &retryable{fmt.Errorf("body ended after %d of %d bytes", have, m.size)}
 	}
 	return c.verify(ref, m, f, inc, h, have)
 }

@@ -63,6 +63,10 @@ type fakeHub struct {
 	repos map[string]*fakeRepo
 	log   []string          // "METHOD path [range]"
 	cut   map[string]int    // etag -> cut the next CDN body after this many bytes
+	short map[string]int    // etag -> end the next CDN body cleanly, unsized, after this many bytes
+	busy  map[string]int    // etag -> answer this many CDN requests with 503 first
+	alias map[string]string // old repo id -> new one, answered with a relative redirect
+	noRng bool              // ignore Range headers, as some servers do
 	bad   map[string]bool   // etag -> serve corrupted bytes
 	auth  map[string]string // path -> Authorization header seen
 	badEt map[string]string // file -> etag header to send instead
@@ -72,7 +76,7 @@ type fakeHub struct {
 
 func newFakeHub(t *testing.T) *fakeHub {
 	t.Helper()
-	h := &fakeHub{t: t, repos: map[string]*fakeRepo{}, cut: map[string]int{}, bad: map[string]bool{},
+	h := &fakeHub{t: t, repos: map[string]*fakeRepo{}, cut: map[string]int{}, short: map[string]int{}, busy: map[string]int{}, alias: map[string]string{}, bad: map[string]bool{},
 		auth: map[string]string{}, badEt: map[string]string{}, token: "hf_good"}
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.srv.Close)
@@ -194,6 +198,11 @@ func (h *fakeHub) serveInfo(w http.ResponseWriter, r *http.Request, rest string)
 		http.Error(w, "bad revision", http.StatusBadRequest)
 		return
 	}
+	h.mu.Lock()
+	if to, ok := h.alias[id]; ok {
+		id = to
+	}
+	h.mu.Unlock()
 	repo := h.repoFor(w, r, id)
 	if repo == nil {
 		return
@@ -232,6 +241,14 @@ func (h *fakeHub) serveInfo(w http.ResponseWriter, r *http.Request, rest string)
 
 func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request, path string) {
 	id, rest, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/resolve/")
+	h.mu.Lock()
+	to, renamed := h.alias[id]
+	h.mu.Unlock()
+	if renamed {
+		w.Header().Set("Location", "/"+to+"/resolve/"+rest)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+		return
+	}
 	rev, file, _ := strings.Cut(rest, "/")
 	rev, _ = url.PathUnescape(rev)
 	file, _ = url.PathUnescape(file)
@@ -300,6 +317,13 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	}
 	cut, hasCut := h.cut[sha]
 	delete(h.cut, sha)
+	short, hasShort := h.short[sha]
+	delete(h.short, sha)
+	busy := h.busy[sha] > 0
+	if busy {
+		h.busy[sha]--
+	}
+	noRange := h.noRng
 	corrupt := h.bad[sha]
 	delay := h.delay
 	h.mu.Unlock()
@@ -310,13 +334,17 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	if delay > 0 {
 		time.Sleep(delay)
 	}
+	if busy {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return
+	}
 	if corrupt {
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0x5a
 	}
 	start := 0
 	status := http.StatusOK
-	if rg := r.Header.Get("Range"); rg != "" {
+	if rg := r.Header.Get("Range"); rg != "" && !noRange {
 		a, ok := strings.CutPrefix(rg, "bytes=")
 		a, _, ok2 := strings.Cut(a, "-")
 		n, err := strconv.Atoi(a)
@@ -331,9 +359,15 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sha string) {
 	}
 	w.Header().Set("Accept-Ranges", "bytes")
 	w.Header().Set("ETag", `"`+sha+`"`)
+	body := data[start:]
+	if hasShort && short < len(body) {
+		w.WriteHeader(status)
+		w.(http.Flusher).Flush() // chunked: no Content-Length
+		w.Write(body[:short])
+		return
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)-start))
 	w.WriteHeader(status)
-	body := data[start:]
 	if hasCut && cut < len(body) {
 		w.Write(body[:cut])
 		w.(http.Flusher).Flush()

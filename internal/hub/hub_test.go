@@ -452,6 +452,122 @@ func TestResumeAfterCutOff(t *testing.T) {
 	}
 }
 
+func TestResumeAfterShortUnsizedBody(t *testing.T) {
+	noLeaks(t)
+	cleanEnv(t)
+	h := newTinyHub(t)
+	opts := testOptions(t, h)
+	etag := fileEtag(h, tinyRepo, c1, "adapter_model.safetensors")
+	h.short[etag] = 777
+	snap, err := Fetch(context.Background(), tinyRepo, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, opts.CacheDir, tinyRepo, c1, snap.Dir, wanted)
+	if n := h.count("GET /cdn/" + etag + " bytes=777-"); n != 1 {
+		t.Errorf("want one resumed request, got %v", h.requests())
+	}
+}
+
+func TestServerQuirks(t *testing.T) {
+	noLeaks(t)
+	cleanEnv(t)
+	h := newTinyHub(t)
+	headEtag := fileEtag(h, tinyRepo, c1, "head.pt")
+
+	// A server that ignores Range: the partial file is replaced by the body.
+	opts := testOptions(t, h)
+	blobs := filepath.Join(opts.CacheDir, "models--acme--kev-tiny", "blobs")
+	os.MkdirAll(blobs, 0o755)
+	os.WriteFile(filepath.Join(blobs, headEtag+".incomplete"), []byte("stale bytes"), 0o644)
+	h.noRng = true
+	snap, err := Fetch(context.Background(), tinyRepo, opts)
+	h.noRng = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, opts.CacheDir, tinyRepo, c1, snap.Dir, wanted)
+
+	// 503 answers are retried.
+	opts = testOptions(t, h)
+	h.busy[headEtag] = 2
+	h.reset()
+	if snap, err = Fetch(context.Background(), tinyRepo, opts); err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, opts.CacheDir, tinyRepo, c1, snap.Dir, wanted)
+	if n := h.count("GET /cdn/" + headEtag); n != 3 {
+		t.Errorf("%d CDN requests for head.pt, want 3", n)
+	}
+	// ... but not forever.
+	opts = testOptions(t, h)
+	h.busy[headEtag] = 100
+	_, err = Fetch(context.Background(), tinyRepo, opts)
+	var he *HTTPError
+	if !errors.As(err, &he) || he.StatusCode != 503 || he.File != "head.pt" {
+		t.Errorf("err = %v, want the 503", err)
+	}
+	h.busy[headEtag] = 0
+
+	// A renamed repository: the resolve URL redirects relatively, and the
+	// files land under the name asked for, as in Python.
+	h.alias["acme/old-name"] = tinyRepo
+	opts = testOptions(t, h)
+	if snap, err = Fetch(context.Background(), "acme/old-name", opts); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(opts.CacheDir, "models--acme--old-name", "snapshots", c1); snap.Dir != want {
+		t.Errorf("dir = %s, want %s", snap.Dir, want)
+	}
+	if got, _ := os.ReadFile(filepath.Join(snap.Dir, "head.pt")); !bytes.Equal(got, fileData(t, h, tinyRepo, c1, "head.pt")) {
+		t.Error("head.pt differs")
+	}
+}
+
+func TestLockWaitsForOtherProcess(t *testing.T) {
+	noLeaks(t)
+	path := filepath.Join(t.TempDir(), ".locks", "models--a--b", "x.lock")
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	// Another process (Python's FileLock) holds the lock: a separate open
+	// file description with an exclusive flock.
+	other, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if ok, err := tryLockFile(other); !ok || err != nil {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	if _, err := acquire(ctx, path); runtime.GOOS == "linux" && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire while held: %v", err)
+	}
+	unlockFile(other)
+	release, err := acquire(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held by us now: a second goroutine waits until release.
+	got := make(chan error, 1)
+	go func() {
+		r, err := acquire(context.Background(), path)
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second acquire did not wait: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRangeNotSatisfiable(t *testing.T) {
 	noLeaks(t)
 	cleanEnv(t)
