@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Tokenizer is what encoding needs of the base model's tokenizer.
@@ -67,6 +68,9 @@ var delimiterPattern = regexp.MustCompile(`<\|([A-Za-z0-9_]+)\|>`)
 // on both sides), so that no caller text can produce a delimiter or control token: the tokenizer matches added
 // tokens inside text. Other added tokens such as "<think>" are left as they are.
 func Escape(text string) string {
+	if !strings.Contains(text, "<|") {
+		return text
+	}
 	return delimiterPattern.ReplaceAllString(text, "<\u00a6${1}\u00a6>")
 }
 
