@@ -439,6 +439,23 @@ func (m *merge) run(lo, hi int) error {
 		clear(acc)
 		brow := m.b[o*r : (o+1)*r]
 		k := 0
+		for ; k+8 <= r; k += 8 {
+			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
+			b4, b5, b6, b7 := float64(brow[k+4]), float64(brow[k+5]), float64(brow[k+6]), float64(brow[k+7])
+			a0 := m.a64[k*in : (k+1)*in]
+			a1 := m.a64[(k+1)*in : (k+2)*in]
+			a2 := m.a64[(k+2)*in : (k+3)*in]
+			a3 := m.a64[(k+3)*in : (k+4)*in]
+			a4 := m.a64[(k+4)*in : (k+5)*in]
+			a5 := m.a64[(k+5)*in : (k+6)*in]
+			a6 := m.a64[(k+6)*in : (k+7)*in]
+			a7 := m.a64[(k+7)*in : (k+8)*in]
+			a1, a2, a3, a4, a5, a6, a7 = a1[:len(a0)], a2[:len(a0)], a3[:len(a0)], a4[:len(a0)], a5[:len(a0)], a6[:len(a0)], a7[:len(a0)]
+			acc := acc[:len(a0)]
+			for i := range a0 {
+				acc[i] += (b0*a0[i] + b1*a1[i] + b2*a2[i] + b3*a3[i]) + (b4*a4[i] + b5*a5[i] + b6*a6[i] + b7*a7[i])
+			}
+		}
 		for ; k+4 <= r; k += 4 {
 			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
 			a0 := m.a64[k*in : (k+1)*in]
