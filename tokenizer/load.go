@@ -144,7 +144,10 @@ func build(file string, data []byte, cfgFile string, cfg []byte) (*Tokenizer, er
 	}
 	bmpOnce.Do(buildBMP)
 	t := &Tokenizer{padID: -1}
-	var err error
+	err := l.model(t, f.Model)
+	if err != nil {
+		return nil, err
+	}
 	if t.normalize, err = l.normalizer("normalizer", f.Normalizer); err != nil {
 		return nil, err
 	}
@@ -152,9 +155,6 @@ func build(file string, data []byte, cfgFile string, cfg []byte) (*Tokenizer, er
 		return nil, err
 	}
 	if err = l.decoder(t, "decoder", f.Decoder); err != nil {
-		return nil, err
-	}
-	if err = l.model(t, f.Model); err != nil {
 		return nil, err
 	}
 	if err = l.added(t, f.AddedTokens); err != nil {
