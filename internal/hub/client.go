@@ -182,7 +182,11 @@ func (c *client) download(ctx context.Context, ref Ref, m *fileMeta, blob string
 		if err == nil {
 			break
 		}
-		if errors.Is(err, errRestart) && !restarted {
+		// One fresh start from byte 0 when the partial file did not fit, or
+		// when the result failed its check (the partial file was removed):
+		// bytes left by an earlier process may be what was wrong.
+		var ie *IntegrityError
+		if (errors.Is(err, errRestart) || errors.As(err, &ie)) && !restarted && ctx.Err() == nil {
 			restarted = true
 			attempt--
 			continue

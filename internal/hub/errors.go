@@ -9,18 +9,18 @@ import (
 
 // Sentinel errors, matched with errors.Is against the typed errors below.
 var (
-	// ErrRepoNotFound: the Hub has no such repository, or it is private and
+	// ErrRepoNotFound means the Hub has no such repository, or it is private and
 	// the token (if any) gives no access to it.
 	ErrRepoNotFound = errors.New("hub: repository not found")
-	// ErrRevisionNotFound: the repository has no such branch, tag or commit.
+	// ErrRevisionNotFound means the repository has no such branch, tag or commit.
 	ErrRevisionNotFound = errors.New("hub: revision not found")
-	// ErrEntryNotFound: the revision has no such file.
+	// ErrEntryNotFound means the revision has no such file.
 	ErrEntryNotFound = errors.New("hub: file not found")
-	// ErrUnauthorized: the Hub refused the request for lack of (valid)
+	// ErrUnauthorized means the Hub refused the request for lack of (valid)
 	// credentials or access rights (HTTP 401 or 403, gated repositories).
 	ErrUnauthorized = errors.New("hub: unauthorized")
-	// ErrNotCached: the cache lacks what was asked and the network may not
-	// be used.
+	// ErrNotCached means the cache lacks what was asked and the network may
+	// not be used.
 	ErrNotCached = errors.New("hub: not in the cache")
 )
 
@@ -33,6 +33,7 @@ type NameError struct {
 	Source string // where the value came from, when not from the caller
 }
 
+// Error describes the refused value and why.
 func (e *NameError) Error() string {
 	s := fmt.Sprintf("hub: bad %s %q: %s", e.Field, e.Value, e.Reason)
 	if e.Source != "" {
@@ -53,6 +54,7 @@ type HTTPError struct {
 	File       string // "" for the model info request
 }
 
+// Error names the request, the status and the Hub's explanation, with a hint.
 func (e *HTTPError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hub: %s %s: %d %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
@@ -103,6 +105,7 @@ type NotCachedError struct {
 	Offline  bool     // the lookup was made in offline mode
 }
 
+// Error names the revision, the cache folder and what is missing.
 func (e *NotCachedError) Error() string {
 	s := fmt.Sprintf("hub: %s@%s is not complete in the cache %s: missing %s", e.Repo, e.Revision, e.CacheDir,
 		strings.Join(e.Missing, ", "))
@@ -125,6 +128,7 @@ type IntegrityError struct {
 	Got   string
 }
 
+// Error names the file and the failed check.
 func (e *IntegrityError) Error() string {
 	return fmt.Sprintf("hub: %s: downloaded %s failed the %s check: want %s, got %s; the partial file was removed",
 		e.Repo, e.File, e.Check, e.Want, e.Got)
@@ -137,4 +141,5 @@ type ProtocolError struct {
 	Reason string
 }
 
+// Error names the URL and what was unusable.
 func (e *ProtocolError) Error() string { return fmt.Sprintf("hub: %s: %s", e.URL, e.Reason) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -664,6 +665,9 @@ func TestCorruptDownloadRejected(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Check != "sha256" || ie.File != "head.pt" || ie.Want != headEtag || ie.Got == headEtag {
 		t.Fatalf("err = %v, want a sha256 mismatch on head.pt", err)
 	}
+	if n := h.count("GET /cdn/" + headEtag); n != 2 {
+		t.Errorf("%d downloads of the corrupt file, want 2 (one fresh retry)", n)
+	}
 	root := filepath.Join(opts.CacheDir, "models--acme--kev-tiny")
 	for _, p := range []string{"blobs/" + headEtag, "blobs/" + headEtag + ".incomplete", "snapshots/" + c1 + "/head.pt"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
@@ -682,6 +686,33 @@ func TestCorruptDownloadRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, h, opts.CacheDir, tinyRepo, c1, snap.Dir, wanted)
+}
+
+func TestCorruptPartialFileRepaired(t *testing.T) {
+	noLeaks(t)
+	cleanEnv(t)
+	h := newTinyHub(t)
+	opts := testOptions(t, h)
+	headEtag := fileEtag(h, tinyRepo, c1, "head.pt")
+	blobs := filepath.Join(opts.CacheDir, "models--acme--kev-tiny", "blobs")
+	os.MkdirAll(blobs, 0o755)
+	bad := slices.Clone(fileData(t, h, tinyRepo, c1, "head.pt")[:5000])
+	bad[100] ^= 0xff // a damaged prefix left by an earlier process
+	os.WriteFile(filepath.Join(blobs, headEtag+".incomplete"), bad, 0o644)
+	snap, err := Fetch(context.Background(), tinyRepo, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, h, opts.CacheDir, tinyRepo, c1, snap.Dir, wanted)
+	var got []string
+	for _, r := range h.requests() {
+		if rest, ok := strings.CutPrefix(r, "GET /cdn/"+headEtag); ok {
+			got = append(got, strings.TrimSpace(rest))
+		}
+	}
+	if want := []string{"bytes=5000-", ""}; !slices.Equal(got, want) {
+		t.Errorf("ranges = %q, want %q", got, want)
+	}
 }
 
 func TestAuthorization(t *testing.T) {
@@ -986,4 +1017,27 @@ func (s *syncBuffer) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Reset()
+}
+
+// TestPythonReadsOurCache asks huggingface_hub itself to read a cache this
+// package wrote. It runs when KEV_HUB_PYTHON names a Python interpreter with
+// huggingface_hub installed.
+func TestPythonReadsOurCache(t *testing.T) {
+	py := os.Getenv("KEV_HUB_PYTHON")
+	if py == "" {
+		t.Skip("set KEV_HUB_PYTHON to a Python with huggingface_hub to run")
+	}
+	cleanEnv(t)
+	h := newTinyHub(t)
+	opts := testOptions(t, h)
+	if _, err := Resolve(context.Background(), tinyRepo, opts); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, append([]string{"testdata/python_reads_cache.py", opts.CacheDir, tinyRepo, c1}, wanted...)...)
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "HF_HUB_DISABLE_TELEMETRY=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }

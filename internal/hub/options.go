@@ -29,8 +29,8 @@ type Options struct {
 	// Endpoint is the Hub's base URL. Default: $HF_ENDPOINT, else
 	// DefaultEndpoint.
 	Endpoint string
-	// Token is sent as "Authorization: Bearer <token>" to the endpoint (never
-	// to a redirect target). Default: $HF_TOKEN, else the token file
+	// Token is sent as "Authorization: Bearer <token>" to the endpoint, never
+	// to the place a file is redirected to (a CDN). Default: $HF_TOKEN, else the token file
 	// ($HF_TOKEN_PATH, else $HF_HOME/token), else none.
 	Token string
 	// Offline reads only the cache. Also on when $HF_HUB_OFFLINE is 1, ON,
