@@ -62,13 +62,12 @@ func (e *ParseError) Error() string {
 //
 // Errors are *SyntaxError (Python's JSONDecodeError, with its message) or *ParseError.
 func Parse(data []byte) (Value, error) {
+	if wideEncoding(data) {
+		return Value{}, &ParseError{Msg: "UTF-16 and UTF-32 input are not supported", Offset: 0}
+	}
 	start := 0
 	if bytes.HasPrefix(data, []byte{0xEF, 0xBB, 0xBF}) {
 		start = 3
-	}
-	if len(data)-start >= 2 && (data[start] == 0 || data[start+1] == 0) ||
-		bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF}) {
-		return Value{}, &ParseError{Msg: "UTF-16 and UTF-32 input are not supported", Offset: 0}
 	}
 	if !utf8.Valid(data[start:]) {
 		off := start
@@ -92,6 +91,20 @@ func Parse(data []byte) (Value, error) {
 		return Value{}, p.syntax("Extra data", p.i)
 	}
 	return v, nil
+}
+
+// wideEncoding reports whether Python's json.detect_encoding would read data as UTF-16 or UTF-32: a BOM of either,
+// or (without a UTF-8 BOM) a zero byte among the first two of a 2-byte or at least 4-byte input.
+func wideEncoding(b []byte) bool {
+	switch {
+	case bytes.HasPrefix(b, []byte{0xFF, 0xFE}), bytes.HasPrefix(b, []byte{0xFE, 0xFF}), bytes.HasPrefix(b, []byte{0, 0, 0xFE, 0xFF}):
+		return true
+	case bytes.HasPrefix(b, []byte{0xEF, 0xBB, 0xBF}):
+		return false
+	case len(b) >= 4 || len(b) == 2:
+		return b[0] == 0 || b[1] == 0
+	}
+	return false
 }
 
 type parser struct {

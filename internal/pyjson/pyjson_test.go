@@ -263,6 +263,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"[\xff]", 1},
 		{"\x00\x00\x00[", 0},
+		{"\xff\xfe[\x00]\x00", 0},
 		{strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), MaxDepth},
 		{"[" + strings.Repeat("7", MaxIntDigits+1) + "]", 1},
 	} {
@@ -274,6 +275,10 @@ func TestParseErrors(t *testing.T) {
 	}
 	if _, err := Parse([]byte(strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth))); err != nil {
 		t.Errorf("depth %d: %v", MaxDepth, err)
+	}
+	// Three bytes are read as UTF-8 whatever they hold, as Python's detect_encoding does.
+	if _, err := Parse([]byte("[\x00]")); err == nil || err.(*SyntaxError).Msg != "Expecting value" {
+		t.Errorf("NUL: %v", err)
 	}
 	if v, err := Parse([]byte("\xef\xbb\xbf[1]")); err != nil || Dumps(v) != "[1]" {
 		t.Errorf("BOM: %v %v", v, err)
