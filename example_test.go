@@ -30,6 +30,24 @@ func Example_buildQuestions() {
 	// urgency ["can wait" "this week" "today"] -> ["0" "1" "2"]
 }
 
+// Structured content (objects, arrays, numbers) is parsed from JSON text and rendered as labelled text.
+func ExampleParseContent() {
+	state, err := kev.ParseContent([]byte(`{"ticket": {"channel": "email", "tags": ["refund", "urgent"]}, "amount": 1e2}`))
+	if err != nil {
+		panic(err)
+	}
+	req := &kev.Request{State: state, Questions: []kev.QuestionEntry{kev.Noul("refund", "Is a refund asked for?")}}
+	rec, _ := kev.ToRecord(req, kev.RecordOptions{})
+	fmt.Println(rec.State)
+	// Output:
+	// ticket:
+	//   channel: email
+	//   tags:
+	//     - refund
+	//     - urgent
+	// amount: 100.0
+}
+
 // DecodeRequest reads a request body as Kev's server does; structured content becomes labelled text.
 func ExampleDecodeRequest() {
 	req, err := kev.DecodeRequest([]byte(`{"state": {"ticket": {"channel": "email", "body": "hi"}, "amount": 1.50},

@@ -1,9 +1,10 @@
 // Package kev runs Kev decision models: give it a text (the state) and typed questions, and it returns calibrated
 // probabilities and the answers Kev's TypeSafe "System One" API gives, byte for byte where that API defines bytes.
 //
-// A question is a yes/no Noul, a Choice among named options, or a Score over ordered levels. This file holds the
-// request and response types; render.go turns JSON content into the text the model reads, encode.go turns a
-// request into token rows, answers.go turns the model's probabilities into answers.
+// A question is a yes/no Noul, a Choice among named options, or a Score over ordered levels. Data flows one way:
+// a Request (DecodeRequest, or built with Noul, Choice and Score) renders into a Record (ToRecord: the text the
+// model reads), which Encode packs into token rows; the model's probabilities become answers (ToAnswers), and a
+// Response marshals to the bytes of Kev's HTTP API.
 package kev
 
 import (
@@ -63,6 +64,13 @@ type Request struct {
 	State     pyjson.Value
 	Questions []QuestionEntry
 }
+
+// Content is JSON content as Kev reads it (a state, instructions, a description, a level): key order kept, integer
+// and float literals told apart, rendered with Python's str() rules.
+type Content = pyjson.Value
+
+// ParseContent reads JSON content with Python's json semantics (see DecodeRequest).
+func ParseContent(data []byte) (Content, error) { return pyjson.Parse(data) }
 
 // Text returns s as JSON content for instructions and descriptions, with "" as null (the two render alike).
 func Text(s string) pyjson.Value {
