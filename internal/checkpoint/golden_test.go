@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -173,8 +174,27 @@ func TestGoldenHead(t *testing.T) {
 			if h.Temperature != cases.Temperature || h.HeadDim != cases.HeadDim {
 				t.Errorf("head.pt: T %v head_dim %d; cases.json: T %v head_dim %d", h.Temperature, h.HeadDim, cases.Temperature, cases.HeadDim)
 			}
-			if h.Base == "" || len(h.QWeight.F32) != h.HeadDim*h.Dim() {
-				t.Errorf("head: base %q, q.weight %v", h.Base, h.QWeight.Shape)
+			if h.Base == "" || len(h.QWeight.F32) != h.HeadDim*h.Dim() || h.Weights != "lora" || h.LoRA == 0 {
+				t.Errorf("head: base %q, weights %q, lora %d, q.weight %v", h.Base, h.Weights, h.LoRA, h.QWeight.Shape)
+			}
+			// reference/head.safetensors holds the same state_dict.
+			ref, err := safetensors.Open(filepath.Join(dir, "reference", "head.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			for name, got := range map[string]*qwen35.Tensor{"q.weight": h.QWeight, "q.bias": h.QBias, "k.weight": h.KWeight, "k.bias": h.KBias} {
+				rt, err := ref.Tensor(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := rt.Float32()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got.F32, want) || !reflect.DeepEqual(got.Shape, rt.Shape) {
+					t.Errorf("head %s differs from reference/head.safetensors", name)
+				}
 			}
 		})
 	}
@@ -207,5 +227,45 @@ func TestGoldenCheckerOnSynthetic(t *testing.T) {
 	}
 	if n := checkGoldenMerge(t, kev, base, refPath); n != len(ts) {
 		t.Fatalf("checked %d of %d", n, len(ts))
+	}
+}
+
+// TestGoldenFull loads kev-full (tiny-a only): the merged model saved as
+// full bf16 weights (A_log fp32), which must equal the reference's
+// once-rounded merge.
+func TestGoldenFull(t *testing.T) {
+	dir := goldenDir(t, "tiny-a")
+	full := filepath.Join(dir, "kev-full")
+	if _, err := os.Stat(full); err != nil {
+		t.Skip("no kev-full checkpoint")
+	}
+	ck, err := Open(full, "", Options{DType: qwen35.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Adapter != nil || ck.Head.Weights != "full" {
+		t.Fatalf("adapter %v, weights %q", ck.Adapter, ck.Head.Weights)
+	}
+	ref, err := safetensors.Open(filepath.Join(dir, "reference", "merged.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	for name, got := range ck.Weights.Tensors {
+		key := name + ".bf16"
+		if strings.HasSuffix(name, "A_log") {
+			key = name
+		}
+		rt, err := ref.Tensor(key)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := rt.Float32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.F32, want) {
+			t.Fatalf("%s differs from the reference %s", name, key)
+		}
 	}
 }
