@@ -88,6 +88,9 @@ func ParseHeader(file string, prefix []byte, fileSize int64) (*Header, error) {
 			return nil, jerr(key, err)
 		}
 		if key == "__metadata__" {
+			if string(bytes.TrimSpace(raw)) == "null" {
+				continue
+			}
 			md, err := parseMetadata(raw)
 			if err != nil {
 				return nil, ferr("", 8+dec.InputOffset(), "__metadata__: %v", err)

@@ -260,6 +260,9 @@ func (u *unpickler) rebuildTensor(st, off, size, stride any) (*Tensor, error) {
 		}
 		numel *= int64(n)
 	}
+	if numel > s.numel && numel > 1<<24 {
+		return nil, u.fail("view of shape %v expands a %d-element storage to %d elements", shape, s.numel, numel)
+	}
 	if numel > 0 {
 		for i, n := range shape {
 			span := int64(n-1) * int64(strides[i])

@@ -305,6 +305,7 @@ func TestErrors(t *testing.T) {
 		{"storage size", []entry{{"a/data.pkl", tensorPickle(good, 0, []byte{4}, []byte{1})}, {"a/data/0", st[:12]}}, nil, "needs 16"},
 		{"view past end", []entry{{"a/data.pkl", tensorPickle(good, 1, []byte{4}, []byte{1})}, {"a/data/0", st}}, nil, "runs past"},
 		{"stride past end", []entry{{"a/data.pkl", tensorPickle(good, 0, []byte{2, 2}, []byte{3, 1})}, {"a/data/0", st}}, nil, "runs past"},
+		{"expanding view", []entry{{"a/data.pkl", tensorPickle(storagePid("FloatStorage", "0", 1), 0, []byte{255, 255, 255, 255}, []byte{0, 0, 0, 0})}, {"a/data/0", st[:4]}}, nil, "expands"},
 		{"storage type", []entry{{"a/data.pkl", tensorPickle(storagePid("QInt8Storage", "0", 4), 0, []byte{4}, []byte{1})}, {"a/data/0", st}}, nil, "QInt8Storage"},
 		{"storage key", []entry{{"a/data.pkl", tensorPickle(storagePid("FloatStorage", "../0", 4), 0, []byte{4}, []byte{1})}, {"a/data/0", st}}, nil, "storage key"},
 		{"pid shape", []entry{{"a/data.pkl", pk(0x80, 2, unicode("x"), 0x85, "Q.")}}, nil, "5"},
