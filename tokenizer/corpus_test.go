@@ -94,13 +94,22 @@ func compareCorpus(t *testing.T, tk *Tokenizer, texts []string, want [][]int) (d
 }
 
 // TestTransformersJS compares with transformers.js (@lenml/tokenizers
-// 3.7.2) on the corpus. JavaScript's \s lacks U+0085 (NEXT LINE), which
-// Oniguruma's \s, and so Hugging Face's, includes: chunks holding U+0085
-// may differ; every other chunk must match.
+// 3.7.2) on the corpus, with Qwen3's split pattern and with Qwen3.5's.
+// JavaScript's \s lacks U+0085 (NEXT LINE), which Oniguruma's \s, and so
+// Hugging Face's, includes: chunks holding U+0085 may differ; every other
+// chunk must match.
 func TestTransformersJS(t *testing.T) {
-	tk := qwen3(t)
+	t.Run("qwen3", func(t *testing.T) {
+		checkTransformersJS(t, qwen3(t), "testdata/qwen3-tjs-ids.jsonl.zst")
+	})
+	t.Run("qwen35split", func(t *testing.T) {
+		checkTransformersJS(t, qwen35Split(t), "testdata/qwen3-tjs-ids-qwen35split.jsonl.zst")
+	})
+}
+
+func checkTransformersJS(t *testing.T, tk *Tokenizer, path string) {
 	texts := corpus(t)
-	want := readIDs(t, "testdata/qwen3-tjs-ids.jsonl.zst")
+	want := readIDs(t, path)
 	diff, tokens := compareCorpus(t, tk, texts, want)
 	nel := 0
 	for _, i := range diff {
@@ -113,19 +122,48 @@ func TestTransformersJS(t *testing.T) {
 	t.Logf("%d chunks, %d tokens; %d differ, all with U+0085", len(texts), tokens, nel)
 }
 
-// goldenPath holds the ids Hugging Face tokenizers gives for the corpus
-// (scripts/golden/tokenizer_golden.py).
-const goldenPath = "testdata/qwen3-golden-ids.jsonl.gz"
+// qwen35Split returns the Qwen3 tokenizer with Qwen3.5's split pattern.
+func qwen35Split(t testing.TB) *Tokenizer {
+	t.Helper()
+	qwen3(t)
+	q2, _ := json.Marshal(patternQwen2)
+	q35, _ := json.Marshal(patternQwen35)
+	data := bytes.Replace(qwen3JSON, q2, q35, 1)
+	if bytes.Equal(data, qwen3JSON) {
+		t.Fatal("Qwen3 split pattern not found in tokenizer.json")
+	}
+	tk, err := FromJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.fast == nil || tk.fast.letter&clM == 0 {
+		t.Fatal("Qwen3.5 pattern did not select the marks scanner")
+	}
+	return tk
+}
+
+// The ids Hugging Face tokenizers gives for the corpus
+// (scripts/golden/tokenizer_golden.py), with Qwen3's split pattern and
+// with Qwen3.5's.
+const (
+	goldenPath   = "testdata/qwen3-golden-ids.jsonl.gz"
+	golden35Path = "testdata/qwen3-golden-ids-qwen35split.jsonl.gz"
+)
 
 // TestHuggingFaceParity requires every corpus chunk to encode exactly as
 // Hugging Face tokenizers encodes it.
 func TestHuggingFaceParity(t *testing.T) {
-	if _, err := os.Stat(goldenPath); os.IsNotExist(err) {
-		t.Skip(goldenPath + " not present")
+	t.Run("qwen3", func(t *testing.T) { checkGolden(t, qwen3, goldenPath) })
+	t.Run("qwen35split", func(t *testing.T) { checkGolden(t, qwen35Split, golden35Path) })
+}
+
+func checkGolden(t *testing.T, load func(testing.TB) *Tokenizer, path string) {
+	if _, err := os.Stat(path); os.IsNotExist(err) {
+		t.Skip(path + " not present")
 	}
-	tk := qwen3(t)
+	tk := load(t)
 	texts := corpus(t)
-	want := readIDs(t, goldenPath)
+	want := readIDs(t, path)
 	diff, tokens := compareCorpus(t, tk, texts, want)
 	for n, i := range diff {
 		if n == 20 {

@@ -10,6 +10,10 @@ and writes gzip-compressed JSON lines {"ids": [...]} in corpus order. It also
 times encoding over the whole corpus (a single-thread encode loop, then
 encode_batch) and prints tokens per second.
 
+When the tokenizer splits with the Qwen2/Qwen3 pattern, it encodes the corpus
+a second time with the Qwen3.5 pattern put in its place (combining marks join
+letters) and writes those ids next to OUT, named *-qwen35split.jsonl.gz.
+
 The uncompressed inputs come from `go run ./scripts/corpus -unpack DIR`.
 """
 
@@ -37,6 +41,35 @@ def read_lines(path):
         return data.decode("utf-8").split("\n")  # not splitlines: U+0085 and U+2028 are not line ends here
     with open(path, encoding="utf-8") as f:
         return f.read().split("\n")  # not splitlines: U+0085 and U+2028 are not line ends here
+
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"
+                  r" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def write_ids(path, ids):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for x in ids:
+            f.write(json.dumps({"ids": x}, separators=(",", ":")) + "\n")
+
+
+def qwen35_variant(tok_path, texts, out_path):
+    doc = json.load(open(tok_path, encoding="utf-8"))
+    pre = doc.get("pre_tokenizer") or {}
+    for p in pre.get("pretokenizers", []):
+        if p.get("type") == "Split" and p.get("pattern", {}).get("Regex") == QWEN2_PATTERN:
+            p["pattern"]["Regex"] = QWEN35_PATTERN
+            break
+    else:
+        print("no Qwen2/Qwen3 split pattern: no Qwen3.5 variant")
+        return
+    tok = Tokenizer.from_str(json.dumps(doc))
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    path = out_path.replace(".jsonl.gz", "") + "-qwen35split.jsonl.gz"
+    write_ids(path, ids)
+    print(f"Qwen3.5 split variant: {sum(len(x) for x in ids)} tokens; wrote {path}")
 
 
 def main():
@@ -68,9 +101,7 @@ def main():
         batch = min(batch, time.perf_counter() - t0)
     assert [e.ids for e in out] == ids, "encode_batch differs from encode"
 
-    with gzip.open(out_path, "wt", encoding="utf-8") as f:
-        for x in ids:
-            f.write(json.dumps({"ids": x}, separators=(",", ":")) + "\n")
+    write_ids(out_path, ids)
 
     cpus = os.cpu_count()
     print(f"{ntok} tokens")
@@ -78,6 +109,7 @@ def main():
     print(f"encode, one thread, warm:       {ntok / best:,.0f} tokens/s")
     print(f"encode_batch ({cpus} CPUs), warm: {ntok / batch:,.0f} tokens/s")
     print(f"wrote {out_path}")
+    qwen35_variant(tok_path, texts, out_path)
 
 
 if __name__ == "__main__":
