@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -56,7 +57,7 @@ type fileJSON struct {
 	Normalizer   json.RawMessage `json:"normalizer"`
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 	Decoder      json.RawMessage `json:"decoder"`
-	Model        json.RawMessage `json:"model"`
+	Model        *modelJSON      `json:"model"`
 }
 
 type addedJSON struct {
@@ -339,13 +340,9 @@ func (l loader) decoder(t *Tokenizer, path string, raw json.RawMessage) error {
 	return l.unsupported(path, "decoder type %q", c.Type)
 }
 
-func (l loader) model(t *Tokenizer, raw json.RawMessage) error {
-	if isNull(raw) {
+func (l loader) model(t *Tokenizer, mj *modelJSON) error {
+	if mj == nil {
 		return l.format("model", "missing")
-	}
-	var mj modelJSON
-	if err := json.Unmarshal(raw, &mj); err != nil {
-		return l.jsonError("model", err)
 	}
 	if mj.Type != "BPE" && (mj.Type != "" || mj.Merges == nil) {
 		return l.unsupported("model.type", "model type %q (only BPE)", mj.Type)
@@ -405,7 +402,9 @@ func (l loader) model(t *Tokenizer, raw json.RawMessage) error {
 	for i, r := range mj.Merges {
 		path := fmt.Sprintf("model.merges[%d]", i)
 		r = bytes.TrimSpace(r)
-		if len(r) > 0 && r[0] == '"' {
+		if a, b, ok := plainMerge(r); ok {
+			pair = [2]string{a, b}
+		} else if len(r) > 0 && r[0] == '"' {
 			var s string
 			if err := json.Unmarshal(r, &s); err != nil {
 				return l.jsonError(path, err)
@@ -511,4 +510,37 @@ func (l loader) config(t *Tokenizer, data []byte) error {
 	}
 	t.padID = id
 	return nil
+}
+
+// plainMerge parses the common forms of a merge, "a b" and ["a","b"], when
+// they hold no escapes; other forms go through encoding/json.
+func plainMerge(r []byte) (a, b string, ok bool) {
+	if bytes.IndexByte(r, '\\') >= 0 || len(r) < 2 || !utf8.Valid(r) {
+		return "", "", false
+	}
+	if r[0] == '"' && r[len(r)-1] == '"' {
+		s := r[1 : len(r)-1]
+		i := bytes.IndexByte(s, ' ')
+		if i < 0 || bytes.IndexByte(s[i+1:], ' ') >= 0 || bytes.IndexByte(s, '"') >= 0 {
+			return "", "", false
+		}
+		return string(s[:i]), string(s[i+1:]), true
+	}
+	if r[0] != '[' || r[len(r)-1] != ']' {
+		return "", "", false
+	}
+	// ["a","b"] with optional spaces around the comma.
+	parts := bytes.Split(r[1:len(r)-1], []byte{','})
+	if len(parts) != 2 {
+		return "", "", false
+	}
+	var out [2]string
+	for k, p := range parts {
+		p = bytes.TrimSpace(p)
+		if len(p) < 2 || p[0] != '"' || p[len(p)-1] != '"' || bytes.IndexByte(p[1:len(p)-1], '"') >= 0 {
+			return "", "", false
+		}
+		out[k] = string(p[1 : len(p)-1])
+	}
+	return out[0], out[1], true
 }

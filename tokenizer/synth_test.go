@@ -314,3 +314,32 @@ func FuzzFromJSON(f *testing.F) {
 		tk.Decode([]int{-1, 0, 1 << 20})
 	})
 }
+
+// FuzzPlainMerge: whenever the fast merge parser accepts an input,
+// encoding/json reads the same pair from it.
+func FuzzPlainMerge(f *testing.F) {
+	for _, s := range []string{`"a b"`, `["a","b"]`, `[ "Ġ" , "t" ]`, `"a  b"`, `["a,b","c"]`, `"\u0120 a"`, `["a"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, r []byte) {
+		if !json.Valid(r) {
+			return // merges come out of a validated document
+		}
+		a, b, ok := plainMerge(r)
+		if !ok {
+			return
+		}
+		var s string
+		if json.Unmarshal(r, &s) == nil {
+			x, y, cut := strings.Cut(s, " ")
+			if !cut || x != a || y != b {
+				t.Fatalf("%s: plain %q %q, json %q", r, a, b, s)
+			}
+			return
+		}
+		var p [2]string
+		if err := json.Unmarshal(r, &p); err != nil || p != [2]string{a, b} {
+			t.Fatalf("%s: plain %q %q, json %q (%v)", r, a, b, p, err)
+		}
+	})
+}
