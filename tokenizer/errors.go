@@ -12,6 +12,7 @@ type FormatError struct {
 	Msg    string
 }
 
+// Error formats the error as "tokenizer: file: path: offset N: message".
 func (e *FormatError) Error() string {
 	s := "tokenizer: "
 	if e.File != "" {
@@ -35,6 +36,7 @@ type UnsupportedError struct {
 	What string // what is not supported, e.g. `normalizer type "Lowercase"`
 }
 
+// Error formats the error as "tokenizer: file: path: unsupported what".
 func (e *UnsupportedError) Error() string {
 	s := "tokenizer: "
 	if e.File != "" {
