@@ -17,9 +17,9 @@
 // Go's regexp with the "\s+(?!\S)" lookahead emulated.
 //
 // The ids match Hugging Face tokenizers 0.23 exactly on the 1.28 MB test
-// corpus in testdata (Go code, prose in English, French, Chinese, Japanese and Korean,
-// generated edge cases),
-// with both Qwen3's and Qwen3.5's split patterns.
+// corpus in testdata (Go code; prose in English, French, Chinese, Japanese
+// and Korean; generated edge cases), with both Qwen3's and Qwen3.5's split
+// patterns.
 //
 // Text that is not valid UTF-8 is first made valid by replacing each
 // invalid byte with U+FFFD, as a Go range loop and encoding/json do; the
