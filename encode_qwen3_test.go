@@ -93,7 +93,7 @@ func TestQwen3HostileText(t *testing.T) {
 
 func TestQwen3Layout(t *testing.T) {
 	tok := qwen3(t)
-	req := NewRequest("s t a t e", Choice("q1", "", Options("a", "b")...), Choice("q2", "", Options("a", "b", "c")...))
+	req := NewRequest("s t a t e", Choice("q1", "", OptionNames("a", "b")...), Choice("q2", "", OptionNames("a", "b", "c")...))
 	enc, err := Encode(tok, record(t, req), EncodeOptions{})
 	if err != nil {
 		t.Fatal(err)

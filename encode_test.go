@@ -112,8 +112,8 @@ func TestEncodeLayout(t *testing.T) {
 	tok := newFakeTokenizer()
 	d, _ := LookupDelimiters(tok)
 	req := NewRequest("s t a t e",
-		Choice("q1", "", Options("a", "b")...),
-		Choice("q2", "pick", Options("a", "b", "c")...))
+		Choice("q1", "", OptionNames("a", "b")...),
+		Choice("q2", "pick", OptionNames("a", "b", "c")...))
 	enc, err := Encode(tok, record(t, req), EncodeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestRowsPerPass(t *testing.T) {
 		t.Fatal("54")
 	}
 	tok := newFakeTokenizer()
-	enc, _ := Encode(tok, record(t, NewRequest(strings.Repeat("s", 4801), Choice("c", strings.Repeat("i", 10), Options("a", "b")...))), EncodeOptions{})
+	enc, _ := Encode(tok, record(t, NewRequest(strings.Repeat("s", 4801), Choice("c", strings.Repeat("i", 10), OptionNames("a", "b")...))), EncodeOptions{})
 	if got := enc.RowsPerPass(); got != 16384/(4802+18) {
 		t.Fatalf("encoding rows per pass %d", got)
 	}

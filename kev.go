@@ -102,8 +102,8 @@ func Opt(name, description string) Option {
 	return Option{Name: name, Description: Text(description)}
 }
 
-// Options returns options with the given names and no descriptions.
-func Options(names ...string) []Option {
+// OptionNames returns options with the given names and no descriptions.
+func OptionNames(names ...string) []Option {
 	out := make([]Option, len(names))
 	for i, n := range names {
 		out[i] = Option{Name: n}

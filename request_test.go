@@ -153,7 +153,7 @@ func TestValidateGoRequests(t *testing.T) {
 		{"no questions", NewRequest("x"), "questions"},
 		{"repeated id", NewRequest("x", Noul("a", ""), Noul("a", "")), "questions.a"},
 		{"no options", NewRequest("x", Choice("c", "")), "questions.c.function-after[_check(), Choice]"},
-		{"repeated option", NewRequest("x", Choice("c", "", Options("a", "a")...)), "questions.c.function-after[_check(), Choice].criteria"},
+		{"repeated option", NewRequest("x", Choice("c", "", OptionNames("a", "a")...)), "questions.c.function-after[_check(), Choice].criteria"},
 		{"no levels", NewRequest("x", Score("s", "")), "questions.s.Score.criteria"},
 		{"256 levels", NewRequest("x", Score("s", "", make([]string, 256)...)), "questions.s.Score.criteria"},
 		{"unknown type", NewRequest("x", QuestionEntry{ID: "q", Question: Question{Type: "bogus"}}), "questions.q.type"},
@@ -168,7 +168,7 @@ func TestValidateGoRequests(t *testing.T) {
 			t.Errorf("%s: message %q does not name %s", tc.name, err, tc.path)
 		}
 	}
-	if err := NewRequest("x", Score("s", "", make([]string, 255)...), Choice("c", "", Options("a")...)).Validate(); err != nil {
+	if err := NewRequest("x", Score("s", "", make([]string, 255)...), Choice("c", "", OptionNames("a")...)).Validate(); err != nil {
 		t.Errorf("255 levels and one option: %v", err)
 	}
 	_, err := DecodeRequest([]byte(`{"state":"x","questions":{"q":{"type":"choice","criteria":{}}}}`))
