@@ -33,15 +33,18 @@ func TestGoldenMerge(t *testing.T) {
 	for _, fx := range goldenFixtures {
 		t.Run(fx, func(t *testing.T) {
 			dir := goldenDir(t, fx)
-			n := checkGoldenMerge(t, filepath.Join(dir, "kev"), filepath.Join(dir, "base"), filepath.Join(dir, "reference", "merged.safetensors"))
+			n := checkGoldenMerge(t, filepath.Join(dir, "kev"), filepath.Join(dir, "base"), filepath.Join(dir, "reference", "merged.safetensors"), true)
 			t.Logf("%s: %d reference tensors match", fx, n)
 		})
 	}
 }
 
 // checkGoldenMerge loads kev on base in fp32 and bf16 and compares every
-// tensor of the reference file; it returns how many it checked.
-func checkGoldenMerge(t *testing.T, kev, base, refPath string) int {
+// tensor of the reference file; it returns how many it checked. strict
+// demands bit equality (the merge reproduces torch's fp32 arithmetic);
+// otherwise fp32 may differ by 1e-6 relative and bf16 by one ulp where the
+// fp32 values are that close.
+func checkGoldenMerge(t *testing.T, kev, base, refPath string, strict bool) int {
 	t.Helper()
 	f32, err := Open(kev, base, Options{DType: qwen35.F32})
 	if err != nil {
@@ -73,9 +76,9 @@ func checkGoldenMerge(t *testing.T, kev, base, refPath string) int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGoldenBF16(t, name, rt, want32, got32, bf.Weights.Tensors[canon])
+			checkGoldenBF16(t, name, rt, want32, got32, bf.Weights.Tensors[canon], strict)
 		} else {
-			checkGoldenF32(t, name, rt, got32)
+			checkGoldenF32(t, name, rt, got32, strict)
 		}
 		checked++
 	}
@@ -85,7 +88,7 @@ func checkGoldenMerge(t *testing.T, kev, base, refPath string) int {
 	return checked
 }
 
-func checkGoldenF32(t *testing.T, name string, rt *safetensors.Tensor, got *qwen35.Tensor) {
+func checkGoldenF32(t *testing.T, name string, rt *safetensors.Tensor, got *qwen35.Tensor, strict bool) {
 	t.Helper()
 	want, err := rt.Float32()
 	if err != nil {
@@ -95,6 +98,9 @@ func checkGoldenF32(t *testing.T, name string, rt *safetensors.Tensor, got *qwen
 		t.Fatalf("%s: %d values, want %d", name, len(got.F32), len(want))
 	}
 	for i, w := range want {
+		if strict && math.Float32bits(got.F32[i]) != math.Float32bits(w) {
+			t.Fatalf("%s[%d] = %v, want %v bit for bit", name, i, got.F32[i], w)
+		}
 		if !closeF32(got.F32[i], w) {
 			d := math.Abs(float64(got.F32[i])-float64(w)) / math.Abs(float64(w))
 			t.Fatalf("%s[%d] = %v, want %v (relative %.2g)", name, i, got.F32[i], w, d)
@@ -112,7 +118,7 @@ func closeF32(a, b float32) bool {
 // checkGoldenBF16 wants the bf16 weights to equal the reference exactly,
 // except one bf16 ulp where our fp32 merge and the reference's differ by at
 // most 1e-6 relative (a rounding tie decided by the last fp32 bit).
-func checkGoldenBF16(t *testing.T, name string, rt *safetensors.Tensor, want32 []float32, got32, got *qwen35.Tensor) {
+func checkGoldenBF16(t *testing.T, name string, rt *safetensors.Tensor, want32 []float32, got32, got *qwen35.Tensor, strict bool) {
 	t.Helper()
 	var want []uint16
 	var err error
@@ -141,7 +147,7 @@ func checkGoldenBF16(t *testing.T, name string, rt *safetensors.Tensor, want32 [
 		if g == w {
 			continue
 		}
-		if d := int(g) - int(w); (d == 1 || d == -1) && closeF32(got32.F32[i], want32[i]) {
+		if d := int(g) - int(w); !strict && (d == 1 || d == -1) && closeF32(got32.F32[i], want32[i]) {
 			ties++
 			continue
 		}
@@ -225,7 +231,7 @@ func TestGoldenCheckerOnSynthetic(t *testing.T) {
 	if err := safetensors.WriteFile(refPath, ts, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := checkGoldenMerge(t, kev, base, refPath); n != len(ts) {
+	if n := checkGoldenMerge(t, kev, base, refPath, false); n != len(ts) {
 		t.Fatalf("checked %d of %d", n, len(ts))
 	}
 }

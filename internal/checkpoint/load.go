@@ -383,7 +383,7 @@ func convertRange(t *safetensors.Tensor, out *qwen35.Tensor, lo, hi int) error {
 type merge struct {
 	w        *safetensors.Tensor
 	out      *qwen35.Tensor
-	a64      []float64 // A [r, in] widened
+	a64      []float64 // A [r, in], widened once
 	b        []float32 // B [out, r]
 	s        float32
 	rows, in int
@@ -427,50 +427,40 @@ func (m *merge) jobs() []func() error {
 	return jobs
 }
 
-// run merges rows [lo, hi). Each delta element is Σ_k B[o,k]·A[k,i], summed
-// in float64 (each product is exact there) and rounded once to float32, then
-// scaled by s in float32 and added to fp32(W) in float32, as an fp32 torch
-// merge does; a bf16 output rounds that sum once more.
+// run merges rows [lo, hi). Each delta element is the fp32 dot product
+// Σ_k B[o,k]·A[k,i] accumulated in k order with one fused multiply-add per
+// step (fp32 rounding after each), then scaled by s in fp32 and added to
+// fp32(W) in fp32: the arithmetic of torch's fp32 merge, which this matches
+// bit for bit on the golden fixtures. A bf16 output rounds that sum once.
 func (m *merge) run(lo, hi int) error {
 	in, r := m.in, m.r
-	acc := make([]float64, in)
+	acc := make([]float32, in)
 	wrow := make([]float32, in)
 	for o := lo; o < hi; o++ {
 		clear(acc)
 		brow := m.b[o*r : (o+1)*r]
 		k := 0
-		for ; k+8 <= r; k += 8 {
-			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
-			b4, b5, b6, b7 := float64(brow[k+4]), float64(brow[k+5]), float64(brow[k+6]), float64(brow[k+7])
-			a0 := m.a64[k*in : (k+1)*in]
-			a1 := m.a64[(k+1)*in : (k+2)*in]
-			a2 := m.a64[(k+2)*in : (k+3)*in]
-			a3 := m.a64[(k+3)*in : (k+4)*in]
-			a4 := m.a64[(k+4)*in : (k+5)*in]
-			a5 := m.a64[(k+5)*in : (k+6)*in]
-			a6 := m.a64[(k+6)*in : (k+7)*in]
-			a7 := m.a64[(k+7)*in : (k+8)*in]
-			a1, a2, a3, a4, a5, a6, a7 = a1[:len(a0)], a2[:len(a0)], a3[:len(a0)], a4[:len(a0)], a5[:len(a0)], a6[:len(a0)], a7[:len(a0)]
-			acc := acc[:len(a0)]
-			for i := range a0 {
-				acc[i] += (b0*a0[i] + b1*a1[i] + b2*a2[i] + b3*a3[i]) + (b4*a4[i] + b5*a5[i] + b6*a6[i] + b7*a7[i])
-			}
-		}
 		for ; k+4 <= r; k += 4 {
 			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
 			a0 := m.a64[k*in : (k+1)*in]
-			a1 := m.a64[(k+1)*in : (k+2)*in]
-			a2 := m.a64[(k+2)*in : (k+3)*in]
-			a3 := m.a64[(k+3)*in : (k+4)*in]
-			for i := range acc {
-				acc[i] += b0*a0[i] + b1*a1[i] + b2*a2[i] + b3*a3[i]
+			a1 := m.a64[(k+1)*in : (k+2)*in][:len(a0)]
+			a2 := m.a64[(k+2)*in : (k+3)*in][:len(a0)]
+			a3 := m.a64[(k+3)*in : (k+4)*in][:len(a0)]
+			acc := acc[:len(a0)]
+			for i := range a0 {
+				// b·a is exact in float64, so float64(b·a + x) is the
+				// fused result; rounding it to float32 is an fp32 FMA.
+				x := float32(b0*a0[i] + float64(acc[i]))
+				x = float32(b1*a1[i] + float64(x))
+				x = float32(b2*a2[i] + float64(x))
+				acc[i] = float32(b3*a3[i] + float64(x))
 			}
 		}
 		for ; k < r; k++ {
 			bk := float64(brow[k])
 			ak := m.a64[k*in : (k+1)*in]
 			for i := range acc {
-				acc[i] += bk * ak[i]
+				acc[i] = float32(bk*ak[i] + float64(acc[i]))
 			}
 		}
 		size := m.w.DType.Size()
@@ -483,12 +473,12 @@ func (m *merge) run(lo, hi int) error {
 		if m.out.DType == qwen35.F32 {
 			dst := m.out.F32[o*in : (o+1)*in]
 			for i, a := range acc {
-				dst[i] = wrow[i] + float32(float32(a)*s) // conversions forbid fusing into an FMA
+				dst[i] = wrow[i] + float32(a*s) // the conversion forbids fusing into an FMA
 			}
 		} else {
 			dst := m.out.BF16[o*in : (o+1)*in]
 			for i, a := range acc {
-				dst[i] = half.BF16FromF32(wrow[i] + float32(float32(a)*s))
+				dst[i] = half.BF16FromF32(wrow[i] + float32(a*s))
 			}
 		}
 	}
