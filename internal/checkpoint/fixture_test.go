@@ -64,7 +64,9 @@ func newFixture(t *testing.T, seed uint64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, shape := range ExpectedShapes(&cfg) {
+	shapes := ExpectedShapes(&cfg)
+	for _, name := range sortedNames(shapes) {
+		shape := shapes[name]
 		n := 1
 		for _, s := range shape {
 			n *= s
