@@ -150,6 +150,9 @@ func (a *Args) U32(v uint32) *Args {
 // F32 appends a float.
 func (a *Args) F32(v float32) *Args { return a.U32(math.Float32bits(v)) }
 
+// F64 appends a double.
+func (a *Args) F64(v float64) *Args { return a.U64(math.Float64bits(v)) }
+
 // Bytes appends a parameter passed by value with the given size and alignment (a struct, a CUtensorMap: 64-byte
 // aligned, 128 bytes).
 func (a *Args) Bytes(v []byte, align int) *Args {

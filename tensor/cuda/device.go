@@ -21,8 +21,9 @@ type Device struct {
 	info cudrv.Info
 	q    Queue
 
-	mods map[string]cu.Module
-	fns  map[string]cu.Function
+	mods   map[string]cu.Module
+	fns    map[string]cu.Function
+	shared map[string]int // dynamic shared-memory limit raised so far, per kernel
 
 	ws      Buffer // split-K partial sums
 	closeMu sync.Mutex
@@ -49,7 +50,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[string]cu.Function{}}
+	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[string]cu.Function{}, shared: map[string]int{}}
 	d.q.d = d
 	err = drv.Do(func() error {
 		var err error
@@ -101,10 +102,13 @@ func (d *Device) Close() error {
 // use. shared > 48 KiB raises the kernel's dynamic shared-memory limit.
 func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	key := mod + "." + name
-	if f, ok := d.fns[key]; ok {
+	if f, ok := d.fns[key]; ok && shared <= max(48<<10, d.shared[key]) {
 		return f, nil
 	}
 	m, ok := d.mods[mod]
+	if f, ok := d.fns[key]; ok { // loaded, but asked for more shared memory than allowed so far
+		return f, d.raiseShared(key, f, shared)
+	}
 	if !ok {
 		file := "kernels/" + mod + ".sm80.ptx"
 		if len(mod) > 6 && mod[len(mod)-6:] == "_sm90a" {
@@ -126,16 +130,26 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	if err != nil {
 		return cu.Function{}, cudrv.Wrap("cuModuleGetFunction "+key, err)
 	}
-	if shared > 48<<10 {
-		if shared > d.info.SharedOptin {
-			return cu.Function{}, fmt.Errorf("cuda: %s needs %d bytes of shared memory, the device allows %d", key, shared, d.info.SharedOptin)
-		}
-		if err := cudrv.SetMaxDynamicShared(f, shared); err != nil {
-			return cu.Function{}, err
-		}
+	if err := d.raiseShared(key, f, shared); err != nil {
+		return cu.Function{}, err
 	}
 	d.fns[key] = f
 	return f, nil
+}
+
+// raiseShared lets kernel key (function f) use shared bytes of dynamic shared memory when that is above 48 KiB.
+func (d *Device) raiseShared(key string, f cu.Function, shared int) error {
+	if shared <= 48<<10 || shared <= d.shared[key] {
+		return nil
+	}
+	if shared > d.info.SharedOptin {
+		return fmt.Errorf("cuda: %s needs %d bytes of shared memory, the device allows %d", key, shared, d.info.SharedOptin)
+	}
+	if err := cudrv.SetMaxDynamicShared(f, shared); err != nil {
+		return err
+	}
+	d.shared[key] = shared
+	return nil
 }
 
 // launch runs kernel mod.name with the parameters q.args holds.

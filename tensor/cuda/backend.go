@@ -1,0 +1,400 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/tensor"
+)
+
+// Name is the name the backend registers under.
+const Name = "cuda"
+
+func init() {
+	// The factory opens GPU 0 only when tensor.Open("cuda") is called; importing touches no GPU.
+	tensor.Register(Name, func() (tensor.Backend, error) { return New(0) })
+}
+
+// Backend is tensor.Backend on one GPU. Storage: FromHost converts F32 matrices (rank ≥ 2) to BF16 once and keeps
+// BF16 as it is; vectors and everything from FromFloat32 stay F32 (norm gains, A_log, dt_bias, the pointer head).
+// Operation results are BF16 when their main input is BF16 and F32 otherwise, except the recurrent state and the
+// delta-rule gates, always F32, and Embedding, SplitCols and the convolution state, which keep the input's type.
+// All arithmetic is fp32. Device memory comes from a size-class pool: Free hands it back for the next operation.
+//
+// Operations may be called from several goroutines; they are serialised on the goroutine that owns the device.
+type Backend struct {
+	dev  *Device
+	own  bool
+	pool pool
+	mu   sync.Mutex // guards Tensor.freed
+}
+
+// New opens GPU ordinal and returns a backend that owns it (Close releases it).
+func New(ordinal int) (*Backend, error) {
+	d, err := Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{dev: d, own: true}, nil
+}
+
+// NewOn returns a backend on an open Device, which the caller keeps and closes after the backend.
+func NewOn(d *Device) *Backend { return &Backend{dev: d} }
+
+// Name returns "cuda".
+func (b *Backend) Name() string { return Name }
+
+// Device returns the GPU the backend runs on.
+func (b *Backend) Device() *Device { return b.dev }
+
+// MemStats reports the device memory the pool holds from the driver and the part of it free for reuse.
+func (b *Backend) MemStats() (held, cached int64) { return b.pool.stats() }
+
+// Trim returns the pool's free memory to the driver.
+func (b *Backend) Trim() error {
+	return b.dev.Do(func(q *Queue) error {
+		err := q.Sync()
+		b.pool.trim()
+		return err
+	})
+}
+
+// Close waits for the device, returns the pool's free memory and, when the backend opened the device, closes it.
+// Tensors still alive must not be used afterwards.
+func (b *Backend) Close() error {
+	err := b.Trim()
+	if b.own {
+		if cerr := b.dev.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Tensor is the CUDA backend's tensor: row-major device memory.
+type Tensor struct {
+	shape []int
+	dtype tensor.DType
+	buf   Buffer
+	b     *Backend
+	freed bool
+}
+
+// Shape returns the tensor's dimensions.
+func (t *Tensor) Shape() []int { return t.shape }
+
+// DType returns the storage type.
+func (t *Tensor) DType() tensor.DType { return t.dtype }
+
+// Operand returns the tensor's storage for the Queue's kernels.
+func (t *Tensor) Operand() Operand { return Operand{t.buf, t.dtype} }
+
+// ErrFreed is returned when an operation receives a tensor passed to Free.
+var ErrFreed = errors.New("cuda: tensor used after Free")
+
+// Free hands the tensors' memory back to the pool; nil and foreign tensors are ignored, double frees are harmless.
+func (b *Backend) Free(ts ...tensor.Tensor) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range ts {
+		c, ok := t.(*Tensor)
+		if !ok || c == nil || c.b != b || c.freed {
+			continue
+		}
+		c.freed = true
+		b.pool.put(c.buf)
+		c.buf = Buffer{}
+	}
+}
+
+// act is the result type of an operation whose main input has type dt.
+func act(dt tensor.DType) tensor.DType {
+	if dt == tensor.BF16 {
+		return tensor.BF16
+	}
+	return tensor.F32
+}
+
+// scope is one round trip to the device goroutine: it allocates results and temporaries from the pool, hands the
+// temporaries back at the end, and the results too if the operation fails.
+type scope struct {
+	b     *Backend
+	q     *Queue
+	outs  []*Tensor
+	temps []Buffer
+}
+
+// run executes f on the device goroutine.
+func (b *Backend) run(f func(s *scope) error) error {
+	return b.dev.Do(func(q *Queue) error {
+		s := &scope{b: b, q: q}
+		err := f(s)
+		for _, t := range s.temps {
+			b.pool.put(t)
+		}
+		if err != nil {
+			for _, t := range s.outs {
+				b.pool.put(t.buf)
+			}
+		}
+		return err
+	})
+}
+
+// alloc takes n > 0 bytes from the pool; if the driver is out of memory, it returns the pool's free memory to the
+// driver and tries once more.
+func (s *scope) alloc(n int64) (Buffer, error) {
+	buf, err := s.b.pool.get(n)
+	if err == nil {
+		return buf, nil
+	}
+	if serr := s.q.Sync(); serr != nil {
+		return Buffer{}, serr
+	}
+	if s.b.pool.trim() == 0 {
+		return Buffer{}, err
+	}
+	return s.b.pool.get(n)
+}
+
+// out allocates a result tensor (no memory when it has no elements).
+func (s *scope) out(dt tensor.DType, shape ...int) (*Tensor, error) {
+	t := &Tensor{shape: shape, dtype: dt, b: s.b}
+	if n := int64(tensor.Numel(shape)); n > 0 {
+		var err error
+		if t.buf, err = s.alloc(n * elemSize(dt)); err != nil {
+			return nil, err
+		}
+	}
+	s.outs = append(s.outs, t)
+	return t, nil
+}
+
+// temp allocates n > 0 bytes for the duration of the round trip.
+func (s *scope) temp(n int64) (Buffer, error) {
+	buf, err := s.alloc(n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	s.temps = append(s.temps, buf)
+	return buf, nil
+}
+
+// ints uploads v (non-empty) into a temporary buffer.
+func (s *scope) ints(v []int32) (Buffer, error) {
+	buf, err := s.temp(4 * int64(len(v)))
+	if err != nil {
+		return Buffer{}, err
+	}
+	return buf, s.q.Upload(buf, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
+}
+
+func checkShape(shape []int, n int) error {
+	for _, s := range shape {
+		if s < 0 {
+			return fmt.Errorf("cuda: negative dimension in shape %v", shape)
+		}
+	}
+	if tensor.Numel(shape) != n {
+		return fmt.Errorf("cuda: shape %v holds %d elements, data has %d", shape, tensor.Numel(shape), n)
+	}
+	return nil
+}
+
+// upload copies raw element bytes into a new tensor.
+func (b *Backend) upload(dt tensor.DType, shape []int, raw []byte) (tensor.Tensor, error) {
+	shape = append([]int(nil), shape...)
+	var t *Tensor
+	err := b.run(func(s *scope) error {
+		var err error
+		if t, err = s.out(dt, shape...); err != nil || len(raw) == 0 {
+			return err
+		}
+		return s.q.Upload(t.buf, raw)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// FromHost uploads a host tensor. F32 tensors of rank 2 or more (weight matrices) are converted to BF16; F32
+// vectors stay F32; BF16 stays BF16.
+func (b *Backend) FromHost(t *qwen35.Tensor) (tensor.Tensor, error) {
+	if t == nil {
+		return nil, errors.New("cuda: FromHost: nil tensor")
+	}
+	switch t.DType {
+	case qwen35.F32:
+		if len(t.Shape) < 2 {
+			return b.FromFloat32(t.Shape, t.F32)
+		}
+		bits := make([]uint16, len(t.F32))
+		for i, v := range t.F32 {
+			bits[i] = half.BF16FromF32(v)
+		}
+		return b.FromBits(tensor.BF16, t.Shape, bits)
+	case qwen35.BF16:
+		return b.FromBits(tensor.BF16, t.Shape, t.BF16)
+	}
+	return nil, fmt.Errorf("cuda: FromHost: unsupported dtype %v", t.DType)
+}
+
+// FromFloat32 uploads data into a new F32 tensor of the given shape.
+func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error) {
+	if err := checkShape(shape, len(data)); err != nil {
+		return nil, err
+	}
+	var raw []byte
+	if len(data) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data))
+	}
+	return b.upload(tensor.F32, shape, raw)
+}
+
+// FromBits uploads 16-bit data (BF16 or F16) into a new tensor.
+func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tensor.Tensor, error) {
+	if dtype != tensor.BF16 && dtype != tensor.F16 {
+		return nil, fmt.Errorf("cuda: FromBits: dtype %v is not a 16-bit type", dtype)
+	}
+	if err := checkShape(shape, len(data)); err != nil {
+		return nil, err
+	}
+	var raw []byte
+	if len(data) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 2*len(data))
+	}
+	return b.upload(dtype, shape, raw)
+}
+
+// ToHost copies t back as float32 after the queued work has finished.
+func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
+	c, err := b.get("ToHost", "t", t)
+	if err != nil {
+		return nil, err
+	}
+	n := tensor.Numel(c.shape)
+	out := make([]float32, n)
+	if n == 0 {
+		return out, nil
+	}
+	if c.dtype == tensor.F32 {
+		err = b.run(func(s *scope) error {
+			return s.q.Download(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*n), c.buf)
+		})
+		return out, err
+	}
+	bits := make([]uint16, n)
+	if err := b.run(func(s *scope) error {
+		return s.q.Download(unsafe.Slice((*byte)(unsafe.Pointer(&bits[0])), 2*n), c.buf)
+	}); err != nil {
+		return nil, err
+	}
+	for i, h := range bits {
+		if c.dtype == tensor.BF16 {
+			out[i] = half.BF16ToF32(h)
+		} else {
+			out[i] = half.F16ToF32(h)
+		}
+	}
+	return out, nil
+}
+
+// get unwraps a tensor of this backend.
+func (b *Backend) get(op, arg string, t tensor.Tensor) (*Tensor, error) {
+	c, ok := t.(*Tensor)
+	if !ok || c == nil {
+		if t == nil || ok {
+			return nil, &tensor.ShapeError{Op: op, Arg: arg, Want: "a tensor"}
+		}
+		return nil, fmt.Errorf("cuda: %s: %s is a %T, not a cuda tensor", op, arg, t)
+	}
+	if c.b != b {
+		return nil, fmt.Errorf("cuda: %s: %s belongs to another cuda backend", op, arg)
+	}
+	b.mu.Lock()
+	freed := c.freed
+	b.mu.Unlock()
+	if freed {
+		return nil, fmt.Errorf("cuda: %s: %s: %w", op, arg, ErrFreed)
+	}
+	return c, nil
+}
+
+// matrix unwraps t and checks it is 2-D with the given dims (−1: any).
+func (b *Backend) matrix(op, arg string, t tensor.Tensor, rows, cols int) (*Tensor, error) {
+	c, err := b.get(op, arg, t)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.shape) != 2 || (rows >= 0 && c.shape[0] != rows) || (cols >= 0 && c.shape[1] != cols) {
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: dims(rows, cols)}
+	}
+	return c, nil
+}
+
+// vector unwraps t and checks it holds n elements (any shape).
+func (b *Backend) vector(op, arg string, t tensor.Tensor, n int) (*Tensor, error) {
+	c, err := b.get(op, arg, t)
+	if err != nil {
+		return nil, err
+	}
+	if tensor.Numel(c.shape) != n {
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: fmt.Sprintf("%d elements", n)}
+	}
+	return c, nil
+}
+
+func dims(ds ...int) string {
+	s := "["
+	for i, d := range ds {
+		if i > 0 {
+			s += ", "
+		}
+		if d < 0 {
+			s += "*"
+		} else {
+			s += fmt.Sprint(d)
+		}
+	}
+	return s + "]"
+}
+
+// segments checks lens against n rows and returns each segment's start and length.
+func segments(op string, lens []int, n int) (starts, ls []int32, err error) {
+	if lens == nil {
+		return []int32{0}, []int32{int32(n)}, nil
+	}
+	sum := 0
+	for i, l := range lens {
+		if l < 0 {
+			return nil, nil, fmt.Errorf("cuda: %s: lens[%d] = %d is negative", op, i, l)
+		}
+		starts = append(starts, int32(sum))
+		ls = append(ls, int32(l))
+		sum += l
+	}
+	if sum != n {
+		return nil, nil, fmt.Errorf("cuda: %s: lens sum to %d, rows are %d", op, sum, n)
+	}
+	return starts, ls, nil
+}
+
+// rowStarts returns, for each of the n rows, the first row of its segment.
+func rowStarts(starts, ls []int32, n int) []int32 {
+	out := make([]int32, n)
+	for s, s0 := range starts {
+		for t := s0; t < s0+ls[s]; t++ {
+			out[t] = s0
+		}
+	}
+	return out
+}
+
+var _ tensor.Backend = (*Backend)(nil)

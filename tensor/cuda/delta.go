@@ -1,0 +1,61 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/internal/cudrv"
+	"github.com/kevgo/kev/tensor"
+)
+
+// DeltaRule is the argument list of Queue.DeltaRule.
+type DeltaRule struct {
+	O        Operand // [N, HV·DV]
+	Final    Buffer  // fp32 [HV, DK, DV], or a zero Buffer: not stored (several segments)
+	QKV      Operand // [N, 2·HK·DK + HV·DV] = [Q | K | V]
+	G, Beta  Operand // [N, HV]: log decay and write strength
+	S0       Operand // [HV, DK, DV] initial state, or a zero Buffer: zero
+	SegStart Buffer  // int32 [Segs]: first row of each segment
+	SegLen   Buffer  // int32 [Segs]: rows of each segment
+	Segs     int
+	N        int
+	HK, HV   int
+	DK, DV   int
+}
+
+// deltaShared is the dynamic shared memory of delta_rule_rec for key dimension dk.
+func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
+
+// DeltaRule enqueues the recurrent gated delta rule (see tensor.Backend.GatedDeltaRule), every segment starting
+// from S0. One warp per (32 value columns, value head, segment).
+func (q *Queue) DeltaRule(a DeltaRule) error {
+	const op = "DeltaRule"
+	if err := positive(op, "Segs, N, HK, HV, DK, DV", a.Segs, a.N, a.HK, a.HV, a.DK, a.DV); err != nil {
+		return err
+	}
+	if a.HV%a.HK != 0 {
+		return &ArgError{op, "HV", fmt.Sprintf("%d is not a multiple of HK = %d", a.HV, a.HK)}
+	}
+	shared := deltaShared(a.DK)
+	if lim := max(48<<10, q.d.info.SharedOptin); shared > lim {
+		return &ArgError{op, "DK", fmt.Sprintf("%d needs %d bytes of shared memory, the device allows %d", a.DK, shared, lim)}
+	}
+	width := int64(2*a.HK*a.DK + a.HV*a.DV)
+	sn := int64(a.HV) * int64(a.DK) * int64(a.DV)
+	gn := int64(a.N) * int64(a.HV)
+	if err := needAll(op, operand{"O", a.O, int64(a.N) * int64(a.HV*a.DV), false},
+		operand{"Final", Operand{a.Final, tensor.F32}, sn, true}, operand{"QKV", a.QKV, int64(a.N) * width, false},
+		operand{"G", a.G, gn, false}, operand{"Beta", a.Beta, gn, false}, operand{"S0", a.S0, sn, true},
+		operand{"SegStart", Operand{a.SegStart, tensor.F32}, int64(a.Segs), false},
+		operand{"SegLen", Operand{a.SegLen, tensor.F32}, int64(a.Segs), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(a.O)
+	q.args.Ptr(a.Final.Ptr)
+	q.put(a.QKV).put(a.G).put(a.Beta).put(a.S0)
+	q.args.Ptr(a.SegStart.Ptr).Ptr(a.SegLen.Ptr).I32(int32(a.HK)).I32(int32(a.HV)).I32(int32(a.DK)).I32(int32(a.DV))
+	grid := cudrv.Dim3{X: (a.DV + 31) / 32, Y: a.HV, Z: a.Segs}
+	return q.launch("delta", "delta_rule_rec", grid, cudrv.Dim3{X: 32, Y: 1, Z: 1}, shared)
+}

@@ -1,0 +1,244 @@
+// The backend's general kernels: every operand carries its storage type (F32, BF16 or F16) as a runtime code, all
+// arithmetic is fp32, and each stored value is rounded once. Shapes are arbitrary (no alignment assumptions); the
+// bf16 fast paths for aligned shapes live in ops.cu and gemm.cu.
+#include "common.cuh"
+
+// y[t, :] = table[ids[t], :] for t < T. ids are validated by the caller.
+extern "C" __global__ void embed_any(void *y, int ydt, const void *table, int tdt, const int32_t *ids, int T, int d) {
+	const size_t n = (size_t)T * d;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / d, c = i % d;
+		st(y, ydt, i, ld(table, tdt, (size_t)ids[t] * d + c));
+	}
+}
+
+// y[r, c] = x[r, off + c] for r < M, c < w; x rows are ldx wide; both hold elements of esz bytes (2 or 4).
+extern "C" __global__ void copy_cols(void *y, const void *x, int esz, int M, int ldx, int off, int w) {
+	const size_t n = (size_t)M * w;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		size_t r = i / w, c = i % w;
+		size_t s = r * ldx + off + c;
+		if (esz == 4)
+			((uint32_t *)y)[i] = ((const uint32_t *)x)[s];
+		else
+			((uint16_t *)y)[i] = ((const uint16_t *)x)[s];
+	}
+}
+
+// One block per row of width n:
+//   s = x (+ res, rounded to sdt and stored to sum when res is set)
+//   y = s / sqrt(mean(s²) + eps) · g,  g = 1 + gain if plusOne else gain.
+extern "C" __global__ void rmsnorm_any(void *y, int ydt, void *sum, int sdt, const void *x, int xdt, const void *res,
+                                       int rdt, const void *gain, int gdt, int M, int n, float eps, int plusOne) {
+	__shared__ float scratch[32];
+	const int row = blockIdx.x;
+	if (row >= M) return;
+	const size_t base = (size_t)row * n;
+	float ss = 0.f;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		float v = ld(x, xdt, base + i);
+		if (res) {
+			v = rnd(v + ld(res, rdt, base + i), sdt);
+			st(sum, sdt, base + i, v);
+		}
+		ss += v * v;
+	}
+	ss = bsum(ss, scratch);
+	const float r = 1.f / sqrtf(ss / (float)n + eps);
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		float v = res ? ld(sum, sdt, base + i) : ld(x, xdt, base + i);
+		float g = ld(gain, gdt, i);
+		if (plusOne) g += 1.f;
+		st(y, ydt, base + i, v * r * g);
+	}
+}
+
+// y[m, f] = silu(x[m, f]) · x[m, F + f] for x [M, 2F].
+extern "C" __global__ void swiglu_any(void *y, int ydt, const void *x, int xdt, int M, int F) {
+	const size_t n = (size_t)M * F;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		size_t m = i / F, f = i % F;
+		float g = ld(x, xdt, m * 2 * F + f), u = ld(x, xdt, m * 2 * F + F + f);
+		st(y, ydt, i, g * sigm(g) * u);
+	}
+}
+
+// y = x · sigmoid(gate) over n elements.
+extern "C" __global__ void sigmoid_gate_any(void *y, int ydt, const void *x, int xdt, const void *gate, int gdt,
+                                            size_t n) {
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		st(y, ydt, i, ld(x, xdt, i) * sigm(ld(gate, gdt, i)));
+}
+
+// beta = sigmoid(b), g = −exp(aLog) · softplus(a + dtBias) (softplus(x) = x above 20), per [N, H] element; fp32 out.
+extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int bdt, const void *a, int adt,
+                                       const void *alog, int ldt, const void *dtb, int ddt, int N, int H) {
+	const size_t n = (size_t)N * H;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		int h = (int)(i % H);
+		beta[i] = sigm(ld(b, bdt, i));
+		float x = ld(a, adt, i) + ld(dtb, ddt, h);
+		float sp = x > 20.f ? x : log1pf(expf(x));
+		g[i] = -expf(ld(alog, ldt, h)) * sp;
+	}
+}
+
+// One warp per dv-wide vector v < rows: y = o / sqrt(mean(o²) + eps) · w · silu(z).
+extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int odt, const void *z, int zdt,
+                                         const void *w, int wdt, int rows, int dv, float eps) {
+	const int lane = threadIdx.x & 31;
+	const int v = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (v >= rows) return;
+	const size_t base = (size_t)v * dv;
+	float ss = 0.f;
+	for (int i = lane; i < dv; i += 32) {
+		float x = ld(o, odt, base + i);
+		ss += x * x;
+	}
+	const float r = 1.f / sqrtf(wsum(ss) / (float)dv + eps);
+	for (int i = lane; i < dv; i += 32) {
+		float zz = ld(z, zdt, base + i);
+		st(y, ydt, base + i, ld(o, odt, base + i) * r * ld(w, wdt, i) * (zz * sigm(zz)));
+	}
+}
+
+// One warp per head vector: vectors [0, T·H) are query heads, [T·H, T·(H+KV)) key heads. Each is RMS-normalised
+// with gain 1 + g, then its first R dims are rotated by φ = fp32(pos · inv_freq[j]), inv_freq[j] = fp32(θ^(−2j/R)).
+// With gated set, q rows are [H, 2D] (query | gate) and the gate half is copied to gate.
+extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt, int kodt, const void *q, int qdt,
+                                        const void *k, int kdt, const void *qg, int qgdt, const void *kg, int kgdt,
+                                        const int32_t *pos, int T, int H, int KV, int D, int R, double theta,
+                                        float eps, int gated) {
+	const int lane = threadIdx.x & 31;
+	const int vec = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (vec >= T * (H + KV)) return;
+	const void *src, *g;
+	void *dst;
+	int sdt, gdt, ddt;
+	size_t sbase, dbase;
+	int t;
+	if (vec < T * H) {
+		t = vec / H;
+		int h = vec % H;
+		src = q, sdt = qdt, g = qg, gdt = qgdt, dst = qo, ddt = odt;
+		sbase = gated ? (size_t)t * H * 2 * D + (size_t)h * 2 * D : (size_t)vec * D;
+		dbase = (size_t)vec * D;
+		if (gated)
+			for (int i = lane; i < D; i += 32) st(gate, odt, dbase + i, ld(q, qdt, sbase + D + i));
+	} else {
+		int kv = vec - T * H;
+		t = kv / KV;
+		src = k, sdt = kdt, g = kg, gdt = kgdt, dst = ko, ddt = kodt;
+		sbase = (size_t)kv * D;
+		dbase = sbase;
+	}
+	float ss = 0.f;
+	for (int i = lane; i < D; i += 32) {
+		float x = ld(src, sdt, sbase + i);
+		ss += x * x;
+	}
+	const float r = 1.f / sqrtf(wsum(ss) / (float)D + eps);
+	const int half = R / 2;
+	const float p = (float)pos[t];
+	for (int j = lane; j < half; j += 32) {
+		float inv = (float)pow(theta, -2.0 * j / (double)R);
+		float phi = p * inv;
+		float c, s;
+		sincosf(phi, &s, &c);
+		float a = ld(src, sdt, sbase + j) * r * (1.f + ld(g, gdt, j));
+		float b = ld(src, sdt, sbase + j + half) * r * (1.f + ld(g, gdt, j + half));
+		st(dst, ddt, dbase + j, a * c - b * s);
+		st(dst, ddt, dbase + j + half, b * c + a * s);
+	}
+	for (int i = R + lane; i < D; i += 32) st(dst, ddt, dbase + i, ld(src, sdt, sbase + i) * r * (1.f + ld(g, gdt, i)));
+}
+
+// Depthwise causal convolution and SiLU, one thread per (row, channel): y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]),
+// where rows before the row's segment start (segStart[t]) come from state [K−1, C] (zero when state is null).
+extern "C" __global__ void conv1d_silu(void *y, int ydt, const void *x, int xdt, const void *w, int wdt,
+                                       const void *state, int sdt, const int32_t *segStart, int N, int C, int K) {
+	const size_t n = (size_t)N * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		int t = (int)(i / C), c = (int)(i % C);
+		int s0 = segStart[t];
+		float acc = 0.f;
+		for (int j = 0; j < K; j++) {
+			int src = t - (K - 1) + j; // row in x
+			float xv;
+			if (src >= s0)
+				xv = ld(x, xdt, (size_t)src * C + c);
+			else {
+				int hr = K - 1 + (src - s0); // row in state
+				xv = state ? ld(state, sdt, (size_t)hr * C + c) : 0.f;
+			}
+			acc += ld(w, wdt, (size_t)c * K + j) * xv;
+		}
+		st(y, ydt, i, acc * sigm(acc));
+	}
+}
+
+// The convolution state after one segment: the last K−1 rows of [state; x] (state zero when null).
+extern "C" __global__ void conv_state(void *ns, int nsdt, const void *x, int xdt, const void *state, int sdt, int N,
+                                      int C, int K) {
+	const size_t n = (size_t)(K - 1) * C;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		int r = (int)(i / C), c = (int)(i % C);
+		int src = N - (K - 1) + r;
+		float v;
+		if (src >= 0)
+			v = ld(x, xdt, (size_t)src * C + c);
+		else
+			v = state ? ld(state, sdt, (size_t)(K - 1 + src) * C + c) : 0.f;
+		st(ns, nsdt, i, v);
+	}
+}
+
+// The pointer head's projections, one warp per output: out[r, i] = W·h[rows[r]] + B, with (W, B) = (Wq, Bq) for
+// r = 0 and (Wk, Bk) for r > 0. out is fp32 [nr, dp].
+extern "C" __global__ void pointer_proj(float *out, const void *h, int hdt, const int32_t *rows, int nr,
+                                        const void *wq, int wqdt, const void *bq, int bqdt, const void *wk, int wkdt,
+                                        const void *bk, int bkdt, int d, int dp) {
+	const int lane = threadIdx.x & 31;
+	const int o = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (o >= nr * dp) return;
+	const int r = o / dp, i = o % dp;
+	const void *w = r == 0 ? wq : wk;
+	const int wdt = r == 0 ? wqdt : wkdt;
+	const size_t hb = (size_t)rows[r] * d, wb = (size_t)i * d;
+	float acc = 0.f;
+	for (int j = lane; j < d; j += 32) acc += ld(w, wdt, wb + j) * ld(h, hdt, hb + j);
+	acc = wsum(acc);
+	if (lane == 0) out[o] = acc + (r == 0 ? ld(bq, bqdt, i) : ld(bk, bkdt, i));
+}
+
+// y[M, N] = x[M, K] · w[N, K]ᵀ for any storage types, fp32 accumulation: 32×32 output tiles, 256 threads each
+// computing four outputs of one column, k staged through shared memory 32 at a time.
+extern "C" __global__ void matmul_any(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, int M, int N,
+                                      int K) {
+	__shared__ float xs[32][33], ws[32][33];
+	const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5; // ty in [0, 8)
+	const int m0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+	float acc[4] = {0.f, 0.f, 0.f, 0.f};
+	for (int k0 = 0; k0 < K; k0 += 32) {
+		for (int r = ty; r < 32; r += 8) {
+			int m = m0 + r, n = n0 + r, k = k0 + tx;
+			xs[r][tx] = (m < M && k < K) ? ld(x, xdt, (size_t)m * K + k) : 0.f;
+			ws[r][tx] = (n < N && k < K) ? ld(w, wdt, (size_t)n * K + k) : 0.f;
+		}
+		__syncthreads();
+#pragma unroll 8
+		for (int kk = 0; kk < 32; kk++) {
+			float b = ws[tx][kk];
+#pragma unroll
+			for (int i = 0; i < 4; i++) acc[i] += xs[ty + 8 * i][kk] * b;
+		}
+		__syncthreads();
+	}
+	const int n = n0 + tx;
+	if (n >= N) return;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		int m = m0 + ty + 8 * i;
+		if (m < M) st(y, ydt, (size_t)m * N + n, acc[i]);
+	}
+}

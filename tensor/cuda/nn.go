@@ -1,0 +1,322 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/internal/cudrv"
+	"github.com/kevgo/kev/tensor"
+)
+
+// Operand is a device buffer together with the storage type of its elements, as the general kernels (nn.cu,
+// attn.cu, delta.cu) take them: each operand may be F32, BF16 or F16 independently, arithmetic is fp32.
+type Operand struct {
+	Buffer
+	DType tensor.DType
+}
+
+// elemSize returns the bytes per element of dt.
+func elemSize(dt tensor.DType) int64 {
+	if dt == tensor.F32 {
+		return 4
+	}
+	return 2
+}
+
+// operand names one argument for needAll: n elements required; an optional operand may be a zero Buffer.
+type operand struct {
+	name     string
+	o        Operand
+	n        int64
+	optional bool
+}
+
+// needAll checks every operand's type, alignment and size.
+func needAll(kernel string, ops ...operand) error {
+	for _, c := range ops {
+		if c.optional && c.o.Ptr == 0 {
+			continue
+		}
+		if c.o.DType > tensor.F16 {
+			return &ArgError{kernel, c.name, fmt.Sprintf("storage type %v", c.o.DType)}
+		}
+		if err := need(kernel, c.name, c.o.Buffer, c.n*elemSize(c.o.DType)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func positive(kernel, what string, vs ...int) error {
+	for _, v := range vs {
+		if v <= 0 {
+			return &ArgError{kernel, what, fmt.Sprintf("%v must all be positive", vs)}
+		}
+	}
+	return nil
+}
+
+// put appends an operand's pointer and type code.
+func (q *Queue) put(o Operand) *Queue {
+	q.args.Ptr(o.Ptr).I32(int32(o.DType))
+	return q
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var block256 = cudrv.Dim3{X: 256, Y: 1, Z: 1}
+
+// EmbedAny enqueues y[t] = table[ids[t]] for t < T, table [V, d], y [T, d], ids int32 [T] on the device. The ids
+// must lie in [0, V) (checked by the caller).
+func (q *Queue) EmbedAny(y, table Operand, ids Buffer, T, V, d int) error {
+	const op = "EmbedAny"
+	if err := positive(op, "T, V, d", T, V, d); err != nil {
+		return err
+	}
+	n := int64(T) * int64(d)
+	if err := needAll(op, operand{"y", y, n, false}, operand{"table", table, int64(V) * int64(d), false},
+		operand{"ids", Operand{ids, tensor.F32}, int64(T), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(table)
+	q.args.Ptr(ids.Ptr).I32(int32(T)).I32(int32(d))
+	return q.launch("nn", "embed_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
+// CopyCols enqueues y[r, c] = x[r, off+c] for r < M, c < w, with x rows ldx elements wide; x and y have the same
+// storage type.
+func (q *Queue) CopyCols(y, x Operand, M, ldx, off, w int) error {
+	const op = "CopyCols"
+	if err := positive(op, "M, ldx, w", M, ldx, w); err != nil {
+		return err
+	}
+	if off < 0 || off+w > ldx {
+		return &ArgError{op, "off", fmt.Sprintf("columns [%d, %d) outside rows of %d", off, off+w, ldx)}
+	}
+	if x.DType != y.DType {
+		return &ArgError{op, "y", fmt.Sprintf("type %v differs from x's %v", y.DType, x.DType)}
+	}
+	if err := needAll(op, operand{"y", y, int64(M) * int64(w), false}, operand{"x", x, int64(M) * int64(ldx), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.args.Ptr(y.Ptr).Ptr(x.Ptr).I32(int32(elemSize(x.DType))).I32(int32(M)).I32(int32(ldx)).I32(int32(off)).I32(int32(w))
+	return q.launch("nn", "copy_cols", gridFor(int64(M)*int64(w), 256, q.d.info.SMs), block256, 0)
+}
+
+// RMSNormAny enqueues, for each of the M rows of width n: s = x (+ res, rounded to sum's type and stored to sum),
+// y = s / sqrt(mean(s²) + eps) · g with g = 1 + gain if plusOne, else gain [n]. res and sum are both set or
+// both zero.
+func (q *Queue) RMSNormAny(y, sum, x, res, gain Operand, M, n int, eps float32, plusOne bool) error {
+	const op = "RMSNormAny"
+	if err := positive(op, "M, n", M, n); err != nil {
+		return err
+	}
+	if (res.Ptr == 0) != (sum.Ptr == 0) {
+		return &ArgError{op, "res, sum", "set both or neither"}
+	}
+	sz := int64(M) * int64(n)
+	if err := needAll(op, operand{"y", y, sz, false}, operand{"x", x, sz, false}, operand{"gain", gain, int64(n), false},
+		operand{"res", res, sz, true}, operand{"sum", sum, sz, true}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(sum).put(x).put(res).put(gain)
+	q.args.I32(int32(M)).I32(int32(n)).F32(eps).I32(b2i(plusOne))
+	return q.launch("nn", "rmsnorm_any", cudrv.Dim3{X: M, Y: 1, Z: 1}, block256, 0)
+}
+
+// SwiGLUAny enqueues y = silu(g) ⊙ u for x [M, 2F] = [g | u], y [M, F].
+func (q *Queue) SwiGLUAny(y, x Operand, M, F int) error {
+	const op = "SwiGLUAny"
+	if err := positive(op, "M, F", M, F); err != nil {
+		return err
+	}
+	n := int64(M) * int64(F)
+	if err := needAll(op, operand{"y", y, n, false}, operand{"x", x, 2 * n, false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(x)
+	q.args.I32(int32(M)).I32(int32(F))
+	return q.launch("nn", "swiglu_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
+// SigmoidGateAny enqueues y = x ⊙ sigmoid(gate) over n elements.
+func (q *Queue) SigmoidGateAny(y, x, gate Operand, n int64) error {
+	const op = "SigmoidGateAny"
+	if n <= 0 {
+		return &ArgError{op, "n", fmt.Sprintf("%d must be positive", n)}
+	}
+	if err := needAll(op, operand{"y", y, n, false}, operand{"x", x, n, false}, operand{"gate", gate, n, false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(x).put(gate)
+	q.args.U64(uint64(n))
+	return q.launch("nn", "sigmoid_gate_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
+// DeltaGates enqueues beta = sigmoid(b) and g = −exp(aLog)·softplus(a + dtBias) (softplus(x) = x above 20) for
+// b, a [N, H], aLog, dtBias [H]; beta and g are fp32 [N, H].
+func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H int) error {
+	const op = "DeltaGates"
+	if err := positive(op, "N, H", N, H); err != nil {
+		return err
+	}
+	n := int64(N) * int64(H)
+	if err := needAll(op, operand{"beta", Operand{beta, tensor.F32}, n, false}, operand{"g", Operand{g, tensor.F32}, n, false},
+		operand{"b", b, n, false}, operand{"a", a, n, false}, operand{"aLog", aLog, int64(H), false},
+		operand{"dtBias", dtBias, int64(H), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.args.Ptr(beta.Ptr).Ptr(g.Ptr)
+	q.put(b).put(a).put(aLog).put(dtBias)
+	q.args.I32(int32(N)).I32(int32(H))
+	return q.launch("nn", "delta_gates", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
+// GatedRMSNorm enqueues y = o / sqrt(mean(o²) + eps) · w · silu(z) over each of rows dv-wide vectors; w [dv].
+func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32) error {
+	const op = "GatedRMSNorm"
+	if err := positive(op, "rows, dv", rows, dv); err != nil {
+		return err
+	}
+	n := int64(rows) * int64(dv)
+	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false}, operand{"z", z, n, false},
+		operand{"w", w, int64(dv), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(o).put(z).put(w)
+	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps)
+	return q.launch("nn", "gated_rmsnorm", cudrv.Dim3{X: (rows + 7) / 8, Y: 1, Z: 1}, block256, 0)
+}
+
+// QKNormRope is the argument list of Queue.QKNormRope.
+type QKNormRope struct {
+	QOut, KOut, Gate Operand // [T, H·D], [T, KV·D], [T, H·D] (Gate only when Gated)
+	Q, K             Operand // [T, H·D] or [T, H·2D] when Gated; [T, KV·D]
+	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain
+	Positions        Buffer  // int32 [T]
+	T, H, KV, D, R   int
+	Theta            float64
+	Eps              float32
+	Gated            bool
+}
+
+// QKNormRope enqueues the per-head RMSNorm and partial NeoX rotation of queries and keys (see tensor.Backend).
+func (q *Queue) QKNormRope(a QKNormRope) error {
+	const op = "QKNormRope"
+	if err := positive(op, "T, H, KV, D", a.T, a.H, a.KV, a.D); err != nil {
+		return err
+	}
+	if a.R < 0 || a.R > a.D || a.R%2 != 0 {
+		return &ArgError{op, "R", fmt.Sprintf("%d must be even and in [0, D = %d]", a.R, a.D)}
+	}
+	qn, kn := int64(a.T)*int64(a.H)*int64(a.D), int64(a.T)*int64(a.KV)*int64(a.D)
+	qin := qn
+	if a.Gated {
+		qin *= 2
+	}
+	if err := needAll(op, operand{"QOut", a.QOut, qn, false}, operand{"KOut", a.KOut, kn, false},
+		operand{"Gate", a.Gate, qn, !a.Gated}, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kn, false},
+		operand{"QGain", a.QGain, int64(a.D), false}, operand{"KGain", a.KGain, int64(a.D), false},
+		operand{"Positions", Operand{a.Positions, tensor.F32}, int64(a.T), false}); err != nil {
+		return err
+	}
+	if a.Gated && a.Gate.DType != a.QOut.DType {
+		return &ArgError{op, "Gate", "must have QOut's storage type"}
+	}
+	q.args.Reset()
+	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
+	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)
+	q.args.Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
+		F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated))
+	vecs := a.T * (a.H + a.KV)
+	return q.launch("nn", "qk_norm_rope", cudrv.Dim3{X: (vecs + 7) / 8, Y: 1, Z: 1}, block256, 0)
+}
+
+// Conv1dSiLU enqueues y[t, c] = silu(Σ_j w[c, j]·x[t−K+1+j, c]) for x, y [N, C], w [C, K], taking rows before
+// segStart[t] (int32 [N], the first row of t's segment) from state [K−1, C] (zero when state is a zero Buffer).
+func (q *Queue) Conv1dSiLU(y, x, w, state Operand, segStart Buffer, N, C, K int) error {
+	const op = "Conv1dSiLU"
+	if err := positive(op, "N, C, K", N, C, K); err != nil {
+		return err
+	}
+	n := int64(N) * int64(C)
+	if err := needAll(op, operand{"y", y, n, false}, operand{"x", x, n, false}, operand{"w", w, int64(C) * int64(K), false},
+		operand{"state", state, int64(K-1) * int64(C), true}, operand{"segStart", Operand{segStart, tensor.F32}, int64(N), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(x).put(w).put(state)
+	q.args.Ptr(segStart.Ptr).I32(int32(N)).I32(int32(C)).I32(int32(K))
+	return q.launch("nn", "conv1d_silu", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
+// ConvState enqueues ns = the last K−1 rows of [state; x] for x [N, C], state and ns [K−1, C] (state zero when
+// it is a zero Buffer). K must be at least 2.
+func (q *Queue) ConvState(ns, x, state Operand, N, C, K int) error {
+	const op = "ConvState"
+	if err := positive(op, "N, C, K−1", N, C, K-1); err != nil {
+		return err
+	}
+	sn := int64(K-1) * int64(C)
+	if err := needAll(op, operand{"ns", ns, sn, false}, operand{"x", x, int64(N) * int64(C), false},
+		operand{"state", state, sn, true}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(ns).put(x).put(state)
+	q.args.I32(int32(N)).I32(int32(C)).I32(int32(K))
+	return q.launch("nn", "conv_state", gridFor(sn, 256, q.d.info.SMs), block256, 0)
+}
+
+// PointerProj enqueues the pointer head's projections: out fp32 [nr, dp], out[0] = Wq·h[rows[0]] + Bq and
+// out[r] = Wk·h[rows[r]] + Bk for r > 0; h [*, d] with every row index valid (checked by the caller), rows int32
+// [nr], Wq, Wk [dp, d], Bq, Bk [dp].
+func (q *Queue) PointerProj(out Buffer, h Operand, rows Buffer, nr, hRows int, wq, bq, wk, bk Operand, d, dp int) error {
+	const op = "PointerProj"
+	if err := positive(op, "nr, hRows, d, dp", nr, hRows, d, dp); err != nil {
+		return err
+	}
+	if err := needAll(op, operand{"out", Operand{out, tensor.F32}, int64(nr) * int64(dp), false},
+		operand{"h", h, int64(hRows) * int64(d), false}, operand{"rows", Operand{rows, tensor.F32}, int64(nr), false},
+		operand{"Wq", wq, int64(dp) * int64(d), false}, operand{"Bq", bq, int64(dp), false},
+		operand{"Wk", wk, int64(dp) * int64(d), false}, operand{"Bk", bk, int64(dp), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.args.Ptr(out.Ptr)
+	q.put(h)
+	q.args.Ptr(rows.Ptr).I32(int32(nr))
+	q.put(wq).put(bq).put(wk).put(bk)
+	q.args.I32(int32(d)).I32(int32(dp))
+	return q.launch("nn", "pointer_proj", cudrv.Dim3{X: (nr*dp + 7) / 8, Y: 1, Z: 1}, block256, 0)
+}
+
+// MatMulAny enqueues y[M, N] = x[M, K]·w[N, K]ᵀ for any storage types (fp32 accumulation on the CUDA cores);
+// the tensor-core GEMM is the fast path for bf16 operands with aligned sizes.
+func (q *Queue) MatMulAny(y, x, w Operand, M, N, K int) error {
+	const op = "MatMulAny"
+	if err := positive(op, "M, N, K", M, N, K); err != nil {
+		return err
+	}
+	if err := needAll(op, operand{"y", y, int64(M) * int64(N), false}, operand{"x", x, int64(M) * int64(K), false},
+		operand{"w", w, int64(N) * int64(K), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(x).put(w)
+	q.args.I32(int32(M)).I32(int32(N)).I32(int32(K))
+	return q.launch("nn", "matmul_any", cudrv.Dim3{X: (N + 31) / 32, Y: (M + 31) / 32, Z: 1}, block256, 0)
+}
