@@ -263,15 +263,18 @@ func (q *Queue) Conv1dSiLU(y, x, w, state Operand, segStart Buffer, N, C, K int)
 	return q.launch("nn", "conv1d_silu", gridFor(n, 256, q.d.info.SMs), block256, 0)
 }
 
-// ConvState enqueues ns = the last K−1 rows of [state; x] for x [N, C], state and ns [K−1, C] (state zero when
-// it is a zero Buffer). K must be at least 2.
+// ConvState enqueues ns = the last K−1 rows of [state; x] for x [N, C] (N ≥ 0), state and ns [K−1, C] (state
+// zero when it is a zero Buffer). K must be at least 2.
 func (q *Queue) ConvState(ns, x, state Operand, N, C, K int) error {
 	const op = "ConvState"
-	if err := positive(op, "N, C, K−1", N, C, K-1); err != nil {
+	if err := positive(op, "C, K−1", C, K-1); err != nil {
 		return err
 	}
+	if N < 0 {
+		return &ArgError{op, "N", fmt.Sprintf("%d is negative", N)}
+	}
 	sn := int64(K-1) * int64(C)
-	if err := needAll(op, operand{"ns", ns, sn, false}, operand{"x", x, int64(N) * int64(C), false},
+	if err := needAll(op, operand{"ns", ns, sn, false}, operand{"x", x, int64(N) * int64(C), N == 0},
 		operand{"state", state, sn, true}); err != nil {
 		return err
 	}

@@ -416,7 +416,11 @@ func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tenso
 		if ns, err = s.out(xt.dtype, kw-1, ch); err != nil || kw == 1 || ch == 0 {
 			return err
 		}
-		return s.q.ConvState(ns.Operand(), xt.Operand(), so, n, ch, kw)
+		xo := xt.Operand()
+		if n == 0 {
+			xo = Operand{}
+		}
+		return s.q.ConvState(ns.Operand(), xo, so, n, ch, kw)
 	})
 	if err != nil {
 		return nil, nil, err
