@@ -277,3 +277,33 @@ func TestRegistered(t *testing.T) {
 	}
 	t.Fatalf("%q not among %v", Name, tensor.Backends())
 }
+
+func TestSizeClass(t *testing.T) {
+	for _, c := range []struct{ n, want int64 }{
+		{1, 256}, {256, 256}, {257, 320}, {320, 320}, {321, 384}, {512, 512}, {513, 640}, {1000, 1024},
+		{1 << 20, 1 << 20}, {1<<20 + 1, 1<<20 + 1<<18}, {3 << 29, 3 << 29},
+	} {
+		if got := sizeClass(c.n); got != c.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+// ExampleBackend runs one operation on the GPU through the tensor.Backend interface.
+func ExampleBackend() {
+	b, err := tensor.Open("cuda")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.(*Backend).Close()
+	x, _ := b.FromFloat32([]int{1, 4}, []float32{1, -2, 3, -4})
+	g, _ := b.FromFloat32([]int{4}, []float32{0, 0, 0, 0})
+	y, err := b.RMSNorm(x, g, 1e-6, true)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	v, _ := b.ToHost(y)
+	fmt.Printf("%.4f\n", v)
+}

@@ -1,8 +1,14 @@
-// Package cuda runs the engine's kernels on NVIDIA GPUs (compute capability 8.0 or newer).
+// Package cuda runs the engine on NVIDIA GPUs (compute capability 8.0 or newer): Backend implements
+// tensor.Backend and registers itself as "cuda" when the package is imported (built with the cuda tag); the GPU
+// is opened only when tensor.Open("cuda") is called:
 //
-// Kernels are CUDA C++ sources in kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that
-// is committed and embedded; each module is loaded once per context, on first use, and the driver compiles it
-// for the GPU at hand. Every kernel has one typed Go method on Queue.
+//	import _ "github.com/kevgo/kev/tensor/cuda"
+//	b, err := tensor.Open("cuda")
+//
+// Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
+// kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
+// module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
+// has one typed Go method on Queue.
 //
 // Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
 // binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:
