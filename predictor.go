@@ -1,0 +1,525 @@
+package kev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kevgo/kev/internal/checkpoint"
+	"github.com/kevgo/kev/internal/hub"
+	"github.com/kevgo/kev/internal/prefixcache"
+	"github.com/kevgo/kev/internal/pyjson"
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/safetensors"
+	"github.com/kevgo/kev/tensor"
+	_ "github.com/kevgo/kev/tensor/cpu" // the reference backend, always available
+	"github.com/kevgo/kev/tokenizer"
+)
+
+// Options configure Load. The zero value serves a checkpoint the way Kev's server does by default on a CPU: fp32,
+// head.pt's temperature, a four-state prefix cache, strict 65,536-token states, batches of up to 64 requests.
+type Options struct {
+	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
+	Device          string  // tensor backend name: "cpu" (default); "cuda" once registered
+	DType           string  // "fp32" (cpu default) or "bf16" (default elsewhere); "float32"/"bfloat16" also read
+	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
+	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
+	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
+	PrefixMinTokens int     // default 0 (hybrid)
+	PrefixMaxTokens int     // 0 → 65536
+	TruncateStates  bool    // KEV_TRUNCATE_STATES
+	DateFacts       bool    // KEV_DATE_FACTS
+	MaxBatch        int     // 0 → 64
+	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
+	Logger          *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultPrefixCache = 4  // states the prefix cache keeps
+	DefaultMaxBatch    = 64 // requests one batch takes
+)
+
+// testBeforeTake, set by tests only, becomes the beforeTake hook of the predictors loaded after.
+var testBeforeTake func()
+
+// ErrClosed is returned by a Predictor's methods after Close.
+var ErrClosed = errors.New("kev: predictor closed")
+
+// LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
+// fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the
+// loader's own typed error.
+type LoadError struct {
+	File string
+	Err  error
+}
+
+// Error names the file and the cause.
+func (e *LoadError) Error() string {
+	msg := e.Err.Error()
+	switch {
+	case e.File == "":
+		return "kev: load: " + msg
+	case strings.Contains(msg, e.File):
+		return "kev: load: " + msg
+	}
+	return "kev: load " + e.File + ": " + msg
+}
+
+// Unwrap returns the cause.
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// OptionError reports an Options field with a value Load cannot use.
+type OptionError struct {
+	Field  string // "DType", "Device", ...
+	Value  string
+	Reason string
+}
+
+// Error names the field, its value and why it was refused.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("kev: Options.%s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// Info describes a loaded predictor, as Kev's model card does.
+type Info struct {
+	Run            string  // the checkpoint as given to Load (a path or hub name, not the resolved directory)
+	Base           string  // head.pt's base model id, e.g. "Qwen/Qwen3.5-4B-Base"
+	BaseRevision   string  // head.pt's base_revision ("" when none)
+	LoRA           int     // adapter rank; 0 for full-weight checkpoints
+	Device         string  // tensor backend name: "cpu", "cuda"
+	Backend        string  // "go"
+	DType          string  // parameter type name: "float32" or "bfloat16"
+	Temperature    float64 // the head temperature in use
+	MaxStateTokens int     // the state limit, the <state> token included
+	TruncateStates bool    // long states are cut instead of refused
+	ReleaseDate    string  // YYYY-MM-DD: the hub's last-modified date of the revision when known, else head.pt's mtime
+	WeightBytes    int64   // bytes of model and head weights held by the backend
+}
+
+// Stats are a predictor's counters, as Kev's model card reports them.
+type Stats struct {
+	PrefixCache PrefixCacheStats
+	Batches     BatchStats
+	Graphs      *GraphStats // nil when the backend captures no graphs (CPU)
+}
+
+// PrefixCacheStats are the prefix cache's bounds, contents and counters.
+type PrefixCacheStats struct {
+	Size           int // states kept at most (0: disabled)
+	MinStateTokens int // shorter states are not cached
+	MaxTokens      int // bound on the cached states' tokens in all
+	Hits, Misses   int // requests with a cacheable state whose prefix was / was not cached
+	CachedStates   int // states cached now
+	OOMRetries     int // batches that ran out of memory with states cached and ran again without them
+}
+
+// BatchStats count the batches the model has run.
+type BatchStats struct {
+	Count    int // batches run
+	Requests int // requests run in them
+	Queued   int // requests waiting now
+}
+
+// GraphStats count captured device graphs.
+type GraphStats struct {
+	Captured, Kept, Pending, Failed int
+}
+
+// Predictor answers questions about texts with a loaded Kev checkpoint. It is safe for concurrent use: requests
+// are tokenised on the caller's goroutine and queued, and one goroutine owns the model, running what waits in
+// batches.
+type Predictor struct {
+	info    Info
+	opts    Options
+	log     *slog.Logger
+	tok     *tokenizer.Tokenizer
+	backend tensor.Backend
+	model   *layers.Model
+	pointer *layers.Pointer
+	cache   *prefixcache.Cache[*layers.State]
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*call
+	closed   bool
+	done     chan struct{} // closed when the model goroutine has exited
+	batches  int
+	requests int
+
+	held map[*layers.State]bool // states the cache holds (model goroutine only)
+
+	accepted   int    // requests queued since Load
+	beforeTake func() // test hook: runs on the model goroutine before it takes a batch
+}
+
+// Load loads a Kev checkpoint, a local directory or a hub name "org/name[@revision]", and starts its model
+// goroutine. The base model is Options.Base, or head.pt's base at its base_revision; the tokenizer is the base's.
+// Files that cannot be read are reported as a *LoadError naming the file.
+func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Device == "" {
+		opts.Device = "cpu"
+	}
+	dt, dtName, err := parseDType(opts.DType, opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	switch {
+	case opts.PrefixCache == 0:
+		opts.PrefixCache = DefaultPrefixCache
+	case opts.PrefixCache < 0:
+		opts.PrefixCache = 0
+	}
+	if opts.PrefixMaxTokens <= 0 {
+		opts.PrefixMaxTokens = prefixcache.DefaultMaxTokens
+	}
+	if opts.Temperature < 0 {
+		return nil, &OptionError{Field: "Temperature", Value: fmt.Sprint(opts.Temperature), Reason: "must be > 0 (or 0 for head.pt's)"}
+	}
+	backend, err := tensor.Open(opts.Device)
+	if err != nil {
+		return nil, &OptionError{Field: "Device", Value: opts.Device, Reason: fmt.Sprintf("%v (backends: %s)", err, strings.Join(tensor.Backends(), ", "))}
+	}
+
+	runDir, runSnap, err := resolveModel(ctx, checkpointName, []string{checkpoint.HeadFile}, opts.Offline)
+	if err != nil {
+		return nil, err
+	}
+	headPath := filepath.Join(runDir, checkpoint.HeadFile)
+	head, err := checkpoint.ReadHead(headPath)
+	if err != nil {
+		return nil, loadError(headPath, err)
+	}
+	baseDir, err := resolveBase(ctx, runDir, head, opts)
+	if err != nil {
+		return nil, err
+	}
+	tokPath := filepath.Join(baseDir, "tokenizer.json")
+	tok, err := tokenizer.LoadDir(baseDir)
+	if err != nil {
+		return nil, loadError(tokPath, err)
+	}
+	if _, err := LookupDelimiters(tok); err != nil {
+		return nil, &LoadError{File: tokPath, Err: err}
+	}
+	copts := checkpoint.Options{DType: dt}
+	if opts.LoRAScale != 0 {
+		s := opts.LoRAScale
+		copts.LoRAScale = &s
+	}
+	start := time.Now()
+	ck, err := checkpoint.Open(runDir, baseDir, copts)
+	if err != nil {
+		return nil, loadError(runDir, err)
+	}
+	weightBytes := hostBytes(ck.Weights)
+	model, err := layers.New(backend, ck.Weights)
+	if err != nil {
+		return nil, &LoadError{File: runDir, Err: err}
+	}
+	temp := head.Temperature
+	if opts.Temperature > 0 {
+		temp = opts.Temperature
+	}
+	h := ck.Head
+	pointer, err := layers.NewPointer(backend, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
+	if err != nil {
+		return nil, &LoadError{File: headPath, Err: err}
+	}
+	for _, t := range []*qwen35.Tensor{h.QWeight, h.QBias, h.KWeight, h.KBias} {
+		weightBytes += int64(qwen35Numel(t)) * 4
+	}
+	ck.Weights = nil // the backend holds its own copy
+
+	p := &Predictor{
+		info: Info{
+			Run: checkpointName, Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
+			Device: opts.Device, Backend: "go", DType: dtName, Temperature: temp,
+			MaxStateTokens: MaxStateTokens, TruncateStates: opts.TruncateStates,
+			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,
+		},
+		opts: opts, log: log, tok: tok, backend: backend, model: model, pointer: pointer,
+		cache: prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
+		done:  make(chan struct{}),
+		held:  map[*layers.State]bool{},
+	}
+	p.cond = sync.NewCond(&p.mu)
+	p.beforeTake = testBeforeTake
+	log.Info("kev: loaded", "run", checkpointName, "dir", runDir, "base", baseDir, "device", opts.Device,
+		"dtype", dtName, "temperature", temp, "weight_bytes", weightBytes, "seconds", time.Since(start).Seconds())
+	go p.loop()
+	return p, nil
+}
+
+// parseDType maps Options.DType to the weights' type and its card name.
+func parseDType(s, device string) (qwen35.DType, string, error) {
+	if s == "" {
+		if device == "cpu" {
+			s = "fp32"
+		} else {
+			s = "bf16"
+		}
+	}
+	switch strings.ToLower(s) {
+	case "fp32", "float32":
+		return qwen35.F32, "float32", nil
+	case "bf16", "bfloat16":
+		return qwen35.BF16, "bfloat16", nil
+	}
+	return 0, "", &OptionError{Field: "DType", Value: s, Reason: "want fp32 or bf16"}
+}
+
+// resolveModel finds the directory of a model: a local directory as is (it must hold the required files),
+// or a hub name through the hub cache.
+func resolveModel(ctx context.Context, name string, required []string, offline bool) (string, *hub.Snapshot, error) {
+	if name == "" {
+		return "", nil, &LoadError{Err: errors.New("no checkpoint named")}
+	}
+	if fi, err := os.Stat(name); err == nil {
+		if !fi.IsDir() {
+			return "", nil, &LoadError{File: name, Err: errors.New("not a directory")}
+		}
+		for _, f := range required {
+			if _, err := os.Stat(filepath.Join(name, f)); err != nil {
+				return "", nil, &LoadError{File: filepath.Join(name, f), Err: err}
+			}
+		}
+		return name, &hub.Snapshot{Dir: name, Local: true}, nil
+	} else if looksLikePath(name) {
+		return "", nil, &LoadError{File: name, Err: fs.ErrNotExist}
+	}
+	if _, err := hub.ParseName(name); err != nil {
+		return "", nil, &LoadError{File: name, Err: fmt.Errorf("neither a directory nor a hub name: %w", err)}
+	}
+	snap, err := hub.Fetch(ctx, name, hub.Options{Offline: offline, Required: required})
+	if err != nil {
+		return "", nil, &LoadError{File: name, Err: err}
+	}
+	for _, f := range required {
+		if _, err := os.Stat(filepath.Join(snap.Dir, f)); err != nil {
+			return "", nil, &LoadError{File: name + ": " + f, Err: err}
+		}
+	}
+	return snap.Dir, snap, nil
+}
+
+// looksLikePath reports whether a name that does not exist can only have been meant as a path: a hub name is
+// "org/name" with an optional "@revision".
+func looksLikePath(name string) bool {
+	repo, _, _ := strings.Cut(name, "@")
+	return filepath.IsAbs(name) || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "~") ||
+		strings.Count(repo, "/") != 1 || strings.ContainsRune(repo, '\\')
+}
+
+// resolveBase finds the base model's directory: Options.Base, else a full-weight checkpoint's own directory when it
+// carries the tokenizer, else head.pt's base at its base_revision.
+func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts Options) (string, error) {
+	required := []string{checkpoint.ConfigFile, "tokenizer.json"}
+	if opts.Base != "" {
+		dir, _, err := resolveModel(ctx, opts.Base, required, opts.Offline)
+		return dir, err
+	}
+	if head.Weights == "full" {
+		if _, err := os.Stat(filepath.Join(runDir, "tokenizer.json")); err == nil {
+			return runDir, nil
+		}
+	}
+	if head.Base == "" {
+		return "", &LoadError{File: filepath.Join(runDir, checkpoint.HeadFile), Err: errors.New("names no base model; set Options.Base")}
+	}
+	name := head.Base
+	if head.BaseRevision != "" {
+		name += "@" + head.BaseRevision
+	}
+	dir, _, err := resolveModel(ctx, name, required, opts.Offline)
+	return dir, err
+}
+
+// loadError wraps a loader error, naming the file the loader names when it does.
+func loadError(fallback string, err error) error {
+	var ce *checkpoint.ConfigError
+	var te *checkpoint.TensorError
+	var pe *fs.PathError
+	var tf *tokenizer.FormatError
+	var sf *safetensors.FormatError
+	var sm *safetensors.MissingError
+	file := fallback
+	switch {
+	case errors.As(err, &sf) && sf.File != "":
+		file = sf.File
+	case errors.As(err, &sm) && sm.File != "":
+		file = sm.File
+	case errors.As(err, &ce) && ce.File != "":
+		file = ce.File
+	case errors.As(err, &te) && te.File != "":
+		file = te.File
+	case errors.As(err, &tf) && tf.File != "":
+		file = tf.File
+	case errors.As(err, &pe):
+		file = pe.Path
+	}
+	return &LoadError{File: file, Err: err}
+}
+
+func qwen35Numel(t *qwen35.Tensor) int { return tensor.Numel(t.Shape) }
+
+// hostBytes is the size of the weights as the backend stores them: BF16 matrices two bytes an element,
+// everything else four.
+func hostBytes(w *qwen35.Weights) int64 {
+	var n int64
+	for _, t := range w.Tensors {
+		size := int64(4)
+		if t.DType == qwen35.BF16 {
+			size = 2
+		}
+		n += int64(tensor.Numel(t.Shape)) * size
+	}
+	return n
+}
+
+// releaseDate is the hub's last-modified date of the revision when the hub was asked, else head.pt's mtime as a
+// local date.
+func releaseDate(snap *hub.Snapshot, headPath string) string {
+	if snap != nil && !snap.LastModified.IsZero() {
+		return snap.LastModified.UTC().Format(time.DateOnly)
+	}
+	if fi, err := os.Stat(headPath); err == nil {
+		return fi.ModTime().Local().Format(time.DateOnly)
+	}
+	return ""
+}
+
+// Info describes the loaded checkpoint.
+func (p *Predictor) Info() Info { return p.info }
+
+// Stats returns the prefix cache's and the batcher's counters.
+func (p *Predictor) Stats() Stats {
+	cs := p.cache.Stats()
+	p.mu.Lock()
+	b := BatchStats{Count: p.batches, Requests: p.requests, Queued: len(p.queue)}
+	p.mu.Unlock()
+	return Stats{
+		PrefixCache: PrefixCacheStats{Size: cs.Size, MinStateTokens: cs.MinTokens, MaxTokens: cs.MaxTokens,
+			Hits: cs.Hits, Misses: cs.Misses, CachedStates: cs.Entries, OOMRetries: cs.OOMRetries},
+		Batches: b,
+	}
+}
+
+// Tokenizer returns the base model's tokenizer, the one requests are encoded with.
+func (p *Predictor) Tokenizer() *tokenizer.Tokenizer { return p.tok }
+
+// Ask answers questions about a plain-text state, as a System One request with the default model name would.
+func (p *Predictor) Ask(ctx context.Context, text string, questions ...QuestionEntry) ([]AnswerEntry, error) {
+	resp, err := p.Do(ctx, NewRequest(text, questions...))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Answers, nil
+}
+
+// Do answers a System One request. The request is validated, rendered and encoded on the caller's goroutine:
+// a *ValidationError, or an admission error that AdmissionDetail recognises (*StateTooLongError,
+// *RowTooLongError), comes back before the request is queued. Otherwise it waits for the model goroutine, which
+// runs it in a batch with whatever else is waiting; the response's latency_ms is that batch's model time.
+// If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped.
+func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
+	rec, enc, r, err := p.submit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return p.respond(req, rec, enc, r)
+}
+
+// submit admits a request and waits for the model's result.
+func (p *Predictor) submit(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
+	if req == nil {
+		return nil, nil, result{}, errors.New("kev: Do: nil request")
+	}
+	if p.isClosed() {
+		return nil, nil, result{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, result{}, err
+	}
+	rec, err := ToRecord(req, RecordOptions{DateFacts: p.opts.DateFacts})
+	if err != nil {
+		return nil, nil, result{}, err
+	}
+	enc, err := Encode(p.tok, rec, EncodeOptions{Truncate: p.opts.TruncateStates})
+	if err != nil {
+		return nil, nil, result{}, err
+	}
+	c := &call{ctx: ctx, enc: enc, done: make(chan result, 1)}
+	if err := p.enqueue(c); err != nil {
+		return nil, nil, result{}, err
+	}
+	select {
+	case r := <-c.done:
+		return rec, enc, r, r.err
+	case <-ctx.Done():
+		c.cancelled.Store(true)
+		return nil, nil, result{}, ctx.Err()
+	}
+}
+
+// respond turns the model's result into the System One response.
+func (p *Predictor) respond(req *Request, rec *Record, enc *Encoding, r result) (*Response, error) {
+	answers, err := ToAnswers(rec, r.probs)
+	if err != nil {
+		return nil, err
+	}
+	resp := &Response{
+		Model:     req.ModelName(),
+		Answers:   answers,
+		Usage:     Usage{InputTokens: enc.InputTokens(), OutputTokens: OutputTokens(p.tok, answers)},
+		LatencyMS: pyjson.Round(float64(r.latency.Nanoseconds())/1e6, 1),
+	}
+	if p.opts.TruncateStates {
+		t := enc.Truncated
+		resp.Truncated = &t
+		resp.Usage.StateTokens, resp.Usage.StateTokensUsed = enc.StateTokens, enc.StateLen
+	}
+	return resp, nil
+}
+
+// Close stops taking requests, lets the model goroutine finish every request already queued, then frees the
+// model's cached states. Later calls return ErrClosed; closing again does nothing.
+func (p *Predictor) Close() error {
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	<-p.done
+	if already {
+		return nil
+	}
+	for s := range p.held {
+		s.Free()
+	}
+	p.held = nil
+	p.cache.Clear()
+	p.log.Info("kev: closed")
+	return nil
+}
+
+func (p *Predictor) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
