@@ -1,0 +1,727 @@
+package kev
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kevgo/kev/internal/pyjson"
+)
+
+// Model is what a Handler serves: it answers System One requests and describes itself for GET /v1/models.
+// Do must be safe for concurrent use; requests that arrive together may be batched inside it. Do returns admission
+// errors (see AdmissionDetail) before queueing a request.
+type Model interface {
+	Do(ctx context.Context, req *Request) (*Response, error)
+	Card() ModelCard
+}
+
+// ModelCard is the serving description GET /v1/models sends for each model name: what was loaded and how it runs,
+// plus live counters.
+type ModelCard struct {
+	Run            string  // the checkpoint as given (a hub id or a path as typed)
+	Base           string  // the base model's name, e.g. Qwen/Qwen3.5-4B-Base
+	ReleaseDate    string  // YYYY-MM-DD
+	LoRA           int     // the adapter's rank; 0 for a full-weight checkpoint
+	Device         string  // cpu, cuda
+	Backend        string  // the engine's name
+	DType          string  // parameter dtype without prefix: float32, bfloat16
+	Temperature    float64 // the pointer head's temperature
+	MaxStateTokens int     // the state limit, the <state> token included
+	TruncateStates bool    // whether over-long states are cut instead of refused
+
+	CUDAGraphs  *GraphCounts // nil: no graphs (sent as null)
+	PrefixCache PrefixCacheCounts
+	Batches     BatchCounts
+}
+
+// GraphCounts are the CUDA graph counters of a card.
+type GraphCounts struct {
+	Captured, Kept, Pending, Failed int
+}
+
+// PrefixCacheCounts are the state-prefix cache settings and counters of a card.
+type PrefixCacheCounts struct {
+	Size, MinStateTokens, MaxTokens int
+	Hits, Misses                    int64
+	CachedStates                    int
+	OOMRetries                      int64
+}
+
+// BatchCounts are the batching counters of a card: batches run, requests run in them, requests waiting now.
+type BatchCounts struct {
+	Count, Requests int64
+	Queued          int
+}
+
+// ModelNames are the names GET /v1/models lists; both serve the one loaded checkpoint. jev-latest is the TypeSafe
+// SDK's default model name, so an unconfigured client works.
+var ModelNames = []string{"kev-latest", "jev-latest"}
+
+// Description returns the card's description: "Kev pointer head on <base>, serving <run> at temperature <T>",
+// with T to 2 decimals.
+func (c *ModelCard) Description() string {
+	return "Kev pointer head on " + c.Base + ", serving " + c.Run + " at temperature " +
+		strconv.FormatFloat(c.Temperature, 'f', 2, 64)
+}
+
+// Value returns the card as Kev's JSON object for the given model name, keys in Kev's order.
+func (c *ModelCard) Value(name string) pyjson.Value {
+	graphs := pyjson.Null()
+	if g := c.CUDAGraphs; g != nil {
+		graphs = pyjson.Object(pyjson.M("captured", intv(g.Captured)), pyjson.M("kept", intv(g.Kept)),
+			pyjson.M("pending", intv(g.Pending)), pyjson.M("failed", intv(g.Failed)))
+	}
+	pc := c.PrefixCache
+	return pyjson.Object(
+		pyjson.M("name", pyjson.String(name)),
+		pyjson.M("description", pyjson.String(c.Description())),
+		pyjson.M("release_date", pyjson.String(c.ReleaseDate)),
+		pyjson.M("run", pyjson.String(c.Run)),
+		pyjson.M("base", pyjson.String(c.Base)),
+		pyjson.M("lora", intv(c.LoRA)),
+		pyjson.M("device", pyjson.String(c.Device)),
+		pyjson.M("backend", pyjson.String(c.Backend)),
+		pyjson.M("dtype", pyjson.String(c.DType)),
+		pyjson.M("temperature", pyjson.Float(c.Temperature)),
+		pyjson.M("max_state_tokens", intv(c.MaxStateTokens)),
+		pyjson.M("truncate_states", pyjson.Bool(c.TruncateStates)),
+		pyjson.M("cuda_graphs", graphs),
+		pyjson.M("prefix_cache", pyjson.Object(
+			pyjson.M("size", intv(pc.Size)), pyjson.M("min_state_tokens", intv(pc.MinStateTokens)),
+			pyjson.M("max_tokens", intv(pc.MaxTokens)), pyjson.M("hits", pyjson.Int(pc.Hits)),
+			pyjson.M("misses", pyjson.Int(pc.Misses)), pyjson.M("cached_states", intv(pc.CachedStates)),
+			pyjson.M("oom_retries", pyjson.Int(pc.OOMRetries)))),
+		pyjson.M("batches", pyjson.Object(pyjson.M("count", pyjson.Int(c.Batches.Count)),
+			pyjson.M("requests", pyjson.Int(c.Batches.Requests)), pyjson.M("queued", intv(c.Batches.Queued)))),
+	)
+}
+
+// ModelsValue returns the body of GET /v1/models: {"models": [card as kev-latest, card as jev-latest]}.
+func (c *ModelCard) ModelsValue() pyjson.Value {
+	cards := make([]pyjson.Value, len(ModelNames))
+	for i, n := range ModelNames {
+		cards[i] = c.Value(n)
+	}
+	return pyjson.Object(pyjson.M("models", pyjson.Array(cards...)))
+}
+
+func intv(i int) pyjson.Value { return pyjson.Int(int64(i)) }
+
+// DefaultMaxBodyBytes is the largest request body a Handler reads unless HandlerOptions say otherwise: room for a
+// 65,536-token state several times over.
+const DefaultMaxBodyBytes = 32 << 20
+
+// The header names the handler reads and writes.
+const (
+	RequestIDHeader    = "X-Typesafe-Request-Id" // echoed when the request sends one, else a fresh UUID4 (hex)
+	ServerTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
+)
+
+// HandlerOptions configure a Handler. The zero value serves open (no key), with a 32 MiB body limit, metrics at
+// /metrics and logs to slog.Default.
+type HandlerOptions struct {
+	// APIKey, when not empty, makes every path that starts with /v1 require the header
+	// "Authorization: Bearer <APIKey>", compared in constant time (Kev's KEV_API_KEY).
+	APIKey string
+
+	// AuthPreflight reproduces a quirk of Kev's server: with a key set, a CORS preflight (OPTIONS) to /v1 gets the
+	// 401, since browsers never send credentials on a preflight, and a browser client cannot then call it. By
+	// default preflights are answered without a key, and 401s carry the CORS headers too.
+	AuthPreflight bool
+
+	// MaxBodyBytes limits a request body; a larger one gets 413. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+
+	// Tokenizer counts output_tokens of /v1/systemone/separate, whose merged answers no single model call saw.
+	// Nil: the model's own, when it has a Tokenizer() Tokenizer method; failing that, the sum of the parts' counts.
+	Tokenizer Tokenizer
+
+	// Metrics receives the request metrics and is served at GET /metrics. Nil: a fresh Metrics.
+	Metrics *Metrics
+
+	// Logger gets one record per request and every server error. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves Kev's System One HTTP API over a Model:
+//
+//	POST /v1/systemone            a state and typed questions in, typed answers out
+//	POST /v1/systemone/permute    one choice question under n_perm option orders
+//	POST /v1/systemone/separate   each question answered alone on the same state
+//	GET  /v1/models               the model card under both model names, with serving counters
+//	GET  /openapi.json            a short OpenAPI description (never behind the key)
+//	GET  /metrics                 Prometheus text metrics (never behind the key)
+//
+// Every response carries X-Typesafe-Request-Id and Server-Timing; bodies are compact JSON. Unknown paths and
+// methods get FastAPI's 404 and 405 bodies. After Stop, the model endpoints answer 503.
+type Handler struct {
+	model   Model
+	opts    HandlerOptions
+	tok     Tokenizer
+	metrics *Metrics
+	log     *slog.Logger
+	authz   []byte // "Bearer <key>", or nil when open
+
+	stopping atomic.Bool
+	mu       sync.Mutex
+	inflight int
+	idle     chan struct{} // closed when inflight drops to 0 after Stop
+}
+
+// NewModelHandler returns a Handler serving m.
+func NewModelHandler(m Model, opts HandlerOptions) *Handler {
+	h := &Handler{model: m, opts: opts, tok: opts.Tokenizer, metrics: opts.Metrics, log: opts.Logger}
+	if h.opts.MaxBodyBytes <= 0 {
+		h.opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if h.tok == nil {
+		if t, ok := m.(interface{ Tokenizer() Tokenizer }); ok {
+			h.tok = t.Tokenizer()
+		}
+	}
+	if h.metrics == nil {
+		h.metrics = NewMetrics()
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if opts.APIKey != "" {
+		h.authz = []byte("Bearer " + opts.APIKey)
+	}
+	return h
+}
+
+// Metrics returns the metrics the handler records into.
+func (h *Handler) Metrics() *Metrics { return h.metrics }
+
+// Stop makes the model endpoints answer 503 {"detail":"the server is stopping"} from now on; requests already
+// inside run to the end. GET endpoints keep working.
+func (h *Handler) Stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping.Swap(true) {
+		return
+	}
+	h.idle = make(chan struct{})
+	if h.inflight == 0 {
+		close(h.idle)
+	}
+}
+
+// Drain calls Stop and waits until every model request that was inside has been answered, or ctx ends.
+func (h *Handler) Drain(ctx context.Context) error {
+	h.Stop()
+	h.mu.Lock()
+	idle := h.idle
+	h.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// enter admits a model request unless stopping.
+func (h *Handler) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping.Load() {
+		return false
+	}
+	h.inflight++
+	h.metrics.inflight.Add(1)
+	return true
+}
+
+func (h *Handler) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inflight--
+	h.metrics.inflight.Add(-1)
+	if h.inflight == 0 && h.idle != nil {
+		select {
+		case <-h.idle:
+		default:
+			close(h.idle)
+		}
+	}
+}
+
+// route is one endpoint.
+type route struct {
+	path    string
+	methods []string // GET routes also answer HEAD, as Starlette's do
+	model   bool     // a model endpoint: 503 once stopping
+	serve   func(h *Handler, w http.ResponseWriter, r *http.Request)
+}
+
+var routes = []route{
+	{"/v1/systemone", []string{http.MethodPost}, true, (*Handler).serveSystemOne},
+	{"/v1/systemone/permute", []string{http.MethodPost}, true, (*Handler).servePermute},
+	{"/v1/systemone/separate", []string{http.MethodPost}, true, (*Handler).serveSeparate},
+	{"/v1/models", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveModels},
+	{"/openapi.json", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveOpenAPI},
+	{"/metrics", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveMetrics},
+}
+
+func findRoute(path string) *route {
+	for i := range routes {
+		if routes[i].path == path {
+			return &routes[i]
+		}
+	}
+	return nil
+}
+
+// metricPath is the path label of a request: the route's path, or "other" (unknown paths would make labels
+// without bound).
+func metricPath(path string) string {
+	if rt := findRoute(path); rt != nil {
+		return rt.path
+	}
+	return "other"
+}
+
+// ServeHTTP answers one request: request id, CORS, auth, routing, timing, metrics and a log record.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rw := &responseWriter{ResponseWriter: w, start: time.Now(), status: http.StatusOK}
+	id := r.Header.Get(RequestIDHeader)
+	if id == "" {
+		id = NewRequestID()
+	}
+	rw.Header().Set(RequestIDHeader, id)
+	h.cors(rw, r)
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			h.log.Error("kev: panic serving request", "request_id", id, "path", r.URL.Path, "panic", fmt.Sprint(v))
+			if !rw.wrote {
+				h.internalError(rw)
+			}
+		}
+		d := time.Since(rw.start)
+		h.metrics.observeRequest(metricPath(r.URL.Path), r.Method, rw.status, d)
+		h.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("request_id", id),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", rw.status),
+			slog.Float64("ms", float64(d.Microseconds())/1000), slog.Int64("bytes", rw.bytes))
+	}()
+
+	if r.Method == http.MethodOptions && r.Header.Get("Origin") != "" && r.Header.Get("Access-Control-Request-Method") != "" {
+		if !h.opts.AuthPreflight || h.authorized(r) {
+			h.preflight(rw, r)
+			return
+		}
+	}
+	if !h.authorized(r) {
+		rw.Header().Set("Www-Authenticate", "Bearer")
+		h.detail(rw, http.StatusUnauthorized, "missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>")
+		return
+	}
+	rt := findRoute(r.URL.Path)
+	if rt == nil {
+		h.notFound(rw, r)
+		return
+	}
+	allowed := false
+	for _, m := range rt.methods {
+		allowed = allowed || m == r.Method
+	}
+	if !allowed {
+		rw.Header().Set("Allow", strings.Join(rt.methods, ", "))
+		h.detail(rw, http.StatusMethodNotAllowed, "Method Not Allowed")
+		return
+	}
+	if rt.model {
+		if !h.enter() {
+			h.detail(rw, http.StatusServiceUnavailable, "the server is stopping")
+			return
+		}
+		defer h.leave()
+	}
+	rt.serve(h, rw, r)
+}
+
+// authorized reports whether r may pass the key check: always when no key is set or the path does not start
+// with /v1; otherwise when its Authorization header is exactly "Bearer <key>".
+func (h *Handler) authorized(r *http.Request) bool {
+	if h.authz == nil || !strings.HasPrefix(r.URL.Path, "/v1") {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.authz) == 1
+}
+
+// notFound answers an unknown path: a 307 to the same path with the trailing slash toggled when that is a route
+// (Starlette's redirect_slashes), else 404.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if p != "/" {
+		alt := p + "/"
+		if strings.HasSuffix(p, "/") {
+			alt = strings.TrimSuffix(p, "/")
+		}
+		if findRoute(alt) != nil {
+			u := *r.URL
+			u.Path, u.RawPath = alt, ""
+			u.Host = r.Host
+			u.Scheme = "http"
+			if r.TLS != nil {
+				u.Scheme = "https"
+			}
+			w.Header().Set("Location", u.String())
+			w.Header().Set("Content-Length", "0")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+			return
+		}
+	}
+	h.detail(w, http.StatusNotFound, "Not Found")
+}
+
+// The methods a CORS preflight is told are allowed: Starlette's list for allow_methods=["*"].
+const corsMethods = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+
+// cors adds the simple-response CORS headers when the request has an Origin: any origin, exposing the request id
+// and timing headers.
+func (h *Handler) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return
+	}
+	if r.Header.Get("Cookie") != "" {
+		// A request with cookies must see its own origin, not "*" (Starlette does the same).
+		w.Header().Set("Access-Control-Allow-Origin", origin)
+		w.Header().Add("Vary", "Origin")
+	} else {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+	}
+	w.Header().Set("Access-Control-Expose-Headers", "x-typesafe-request-id, server-timing")
+}
+
+// preflight answers a CORS preflight: 200 "OK", any method, the requested headers, cached 10 minutes.
+func (h *Handler) preflight(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Access-Control-Allow-Methods", corsMethods)
+	hd.Set("Access-Control-Max-Age", "600")
+	if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+		hd.Set("Access-Control-Allow-Headers", req)
+	}
+	hd.Del("Access-Control-Expose-Headers")
+	hd.Set("Content-Type", "text/plain; charset=utf-8")
+	hd.Set("Content-Length", "2")
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, "OK")
+}
+
+// writeJSON sends v as compact JSON with the given status.
+func (h *Handler) writeJSON(w http.ResponseWriter, status int, v pyjson.Value) {
+	b, err := pyjson.Compact(v)
+	if err != nil {
+		h.log.Error("kev: response not encodable", "err", err)
+		h.internalError(w)
+		return
+	}
+	h.writeBytes(w, status, "application/json", b)
+}
+
+func (h *Handler) writeBytes(w http.ResponseWriter, status int, contentType string, b []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// detail sends {"detail": msg}.
+func (h *Handler) detail(w http.ResponseWriter, status int, msg string) {
+	h.writeJSON(w, status, pyjson.Object(pyjson.M("detail", pyjson.String(msg))))
+}
+
+func (h *Handler) internalError(w http.ResponseWriter) {
+	h.writeBytes(w, http.StatusInternalServerError, "text/plain; charset=utf-8", []byte("Internal Server Error"))
+}
+
+// errStopping is the error of a model call refused because the handler is stopping.
+var errStopping = errors.New("kev: the server is stopping")
+
+// fail answers err the way Kev's server does: 422 for a schema or admission error, 400 for a body Python could not
+// read as text, 413 for an oversized body, 503 when stopping, else 500 with the error logged.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ve *ValidationError
+	var pe *pyjson.ParseError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ve):
+		h.writeJSON(w, http.StatusUnprocessableEntity, ve.Detail())
+	case errors.As(err, &pe):
+		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
+	case errors.As(err, &mbe):
+		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
+	case errors.Is(err, errStopping):
+		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
+	default:
+		if msg, ok := AdmissionDetail(err); ok {
+			h.detail(w, http.StatusUnprocessableEntity, msg)
+			return
+		}
+		var de *detailError
+		if errors.As(err, &de) {
+			h.detail(w, de.status, de.msg)
+			return
+		}
+		if r.Context().Err() != nil {
+			// The client is gone; whatever is written is not read.
+			h.log.Info("kev: request cancelled", "path", r.URL.Path, "err", err)
+			h.detail(w, 499, "client closed request")
+			return
+		}
+		h.log.Error("kev: request failed", "path", r.URL.Path, "request_id", w.Header().Get(RequestIDHeader), "err", err)
+		h.internalError(w)
+	}
+}
+
+// detailError is an error answered with {"detail": msg} and a status.
+type detailError struct {
+	status int
+	msg    string
+}
+
+func (e *detailError) Error() string { return "kev: " + e.msg }
+
+// readBody reads the request body within the size limit and parses it as FastAPI does for a JSON body parameter:
+// an empty body is null; a body whose Content-Type is not JSON stays raw text (which then fails validation); JSON
+// syntax errors are json_invalid validation errors; bytes that are not text are a *pyjson.ParseError.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value, error) {
+	if r.ContentLength > h.opts.MaxBodyBytes {
+		return pyjson.Value{}, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		return pyjson.Value{}, err
+	}
+	if len(data) == 0 {
+		return pyjson.Null(), nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !jsonContentType(ct) {
+		return pyjson.String(string(data)), nil
+	}
+	v, err := pyjson.Parse(data)
+	if err != nil {
+		var se *pyjson.SyntaxError
+		if errors.As(err, &se) {
+			return pyjson.Value{}, &ValidationError{Errors: []FieldError{{
+				Type:  "json_invalid",
+				Loc:   []any{se.Pos},
+				Msg:   "JSON decode error",
+				Input: pyjson.Object(),
+				Ctx:   pyjson.Object(pyjson.M("error", pyjson.String(se.Msg))),
+			}}}
+		}
+		return pyjson.Value{}, err
+	}
+	return v, nil
+}
+
+// jsonContentType reports whether FastAPI reads a body of this Content-Type as JSON: application/json or
+// application/*+json (an unparsable type reads as text/plain, as Python's email parser has it).
+func jsonContentType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	sub, ok := strings.CutPrefix(mt, "application/")
+	return ok && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}
+
+// decodeSystemOne reads and validates a SystemOneRequest body.
+func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*Request, error) {
+	v, err := h.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	if v.IsNull() {
+		return nil, &ValidationError{Errors: []FieldError{{Type: "missing", Msg: "Field required", Input: v}}}
+	}
+	return RequestFromValue(v)
+}
+
+func (h *Handler) do(ctx context.Context, req *Request) (*Response, error) {
+	resp, err := h.model.Do(ctx, req)
+	if err == nil {
+		h.metrics.observeModel(resp.LatencyMS)
+	}
+	return resp, err
+}
+
+func (h *Handler) serveSystemOne(w http.ResponseWriter, r *http.Request) {
+	req, err := h.decodeSystemOne(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	resp, err := h.do(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeJSON(w, http.StatusOK, resp.Value())
+}
+
+func (h *Handler) serveSeparate(w http.ResponseWriter, r *http.Request) {
+	req, err := h.decodeSystemOne(w, r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	resp, err := Separate(r.Context(), h.do, req, h.tok)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeJSON(w, http.StatusOK, resp.Value())
+}
+
+// single returns req with only question q.
+func single(req *Request, q QuestionEntry) *Request {
+	return &Request{Model: req.Model, State: req.State, Questions: []QuestionEntry{q}}
+}
+
+// doAll sends the requests together (they may share batches) and returns the responses in order, or the first
+// error in order.
+func doAll(ctx context.Context, do func(context.Context, *Request) (*Response, error), reqs []*Request) ([]*Response, error) {
+	resps := make([]*Response, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() { resps[i], errs[i] = do(ctx, req) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return resps, nil
+}
+
+// Separate answers each question of req in its own request on the same state and model (Kev's
+// /v1/systemone/separate) and merges the answers in question order: input tokens and latencies add up (the sum
+// rounded to 0.1 ms), output tokens count the merged answers with tok (nil: the sum of the parts' counts), and a
+// truncating server's extras come from the first part. The parts are sent together, so they may share batches.
+func Separate(ctx context.Context, do func(context.Context, *Request) (*Response, error), req *Request, tok Tokenizer) (*Response, error) {
+	if len(req.Questions) == 0 {
+		return nil, &ValidationError{Errors: []FieldError{tooShort([]any{"questions"}, "Dictionary", pyjson.Object())}}
+	}
+	parts := make([]*Request, len(req.Questions))
+	for i, q := range req.Questions {
+		parts[i] = single(req, q)
+	}
+	resps, err := doAll(ctx, do, parts)
+	if err != nil {
+		return nil, err
+	}
+	out := &Response{Model: req.ModelName()}
+	latency, outTokens := 0.0, 0
+	for _, p := range resps {
+		out.Answers = append(out.Answers, p.Answers...)
+		out.Usage.InputTokens += p.Usage.InputTokens
+		outTokens += p.Usage.OutputTokens
+		latency += p.LatencyMS
+	}
+	if tok != nil {
+		outTokens = OutputTokens(tok, out.Answers)
+	}
+	out.Usage.OutputTokens = outTokens
+	out.LatencyMS = pyjson.Round(latency, 1)
+	if first := resps[0]; first.Truncated != nil {
+		t := *first.Truncated
+		out.Truncated = &t
+		out.Usage.StateTokens, out.Usage.StateTokensUsed = first.Usage.StateTokens, first.Usage.StateTokensUsed
+	}
+	return out, nil
+}
+
+func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
+	card := h.model.Card()
+	h.writeJSON(w, http.StatusOK, card.ModelsValue())
+}
+
+func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	card := h.model.Card()
+	var sb strings.Builder
+	h.metrics.write(&sb, &card)
+	h.writeBytes(w, http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(sb.String()))
+}
+
+func (h *Handler) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	h.writeBytes(w, http.StatusOK, "application/json", []byte(openAPI))
+}
+
+// NewRequestID returns a fresh request id: a random UUID4 as 32 lowercase hex digits, no dashes.
+func NewRequestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return hex.EncodeToString(b[:])
+}
+
+// responseWriter records the status and size, and stamps Server-Timing when the header goes out.
+type responseWriter struct {
+	http.ResponseWriter
+	start  time.Time
+	status int
+	bytes  int64
+	wrote  bool
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.status = code
+	ms := float64(time.Since(w.start).Nanoseconds()) / 1e6
+	w.Header().Set(ServerTimingHeader, "app;dur="+strconv.FormatFloat(ms, 'f', 1, 64))
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// openAPI is the document served at /openapi.json: the endpoints and their bodies in brief.
+const openAPI = `{"openapi":"3.1.0","info":{"title":"Kev System One","version":"1.0.0","description":"Calibrated answers to typed questions about a document (TypeSafe System One API)."},` +
+	`"paths":{` +
+	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping"}}}},` +
+	`"/v1/systemone/permute":{"post":{"summary":"Ask one choice question under n_perm option orders","operationId":"permute","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/PermuteRequest"}}}},"responses":{"200":{"description":"Runs, argmax stability and spread"},"422":{"description":"Validation or admission error"}}}},` +
+	`"/v1/systemone/separate":{"post":{"summary":"Answer each question in its own request","operationId":"separate","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Merged answers"},"422":{"description":"Validation or admission error"}}}},` +
+	`"/v1/models":{"get":{"summary":"Model cards and serving counters","operationId":"models","responses":{"200":{"description":"Model cards"}}}}},` +
+	`"components":{"schemas":{` +
+	`"Content":{"description":"Any JSON: text, object, array, number, boolean or null"},` +
+	`"Question":{"type":"object","required":["type"],"properties":{"type":{"enum":["noul","choice","score"]},"instructions":{"$ref":"#/components/schemas/Content"},"criteria":{"description":"noul: {\"true\": Content, \"false\": Content} or null; choice: {option: Content} with 1..255 options; score: [Content] with 1..255 levels"}}},` +
+	`"SystemOneRequest":{"type":"object","required":["state","questions"],"properties":{"state":{"$ref":"#/components/schemas/Content"},"model":{"type":"string","default":"kev-latest"},"questions":{"type":"object","minProperties":1,"additionalProperties":{"$ref":"#/components/schemas/Question"}}}},` +
+	`"PermuteRequest":{"type":"object","required":["request","question"],"properties":{"request":{"$ref":"#/components/schemas/SystemOneRequest"},"question":{"type":"string"},"n_perm":{"type":"integer","minimum":1,"maximum":64,"default":6},"seed":{"type":"integer","default":0}}}},` +
+	`"securitySchemes":{"bearer":{"type":"http","scheme":"bearer"}}},` +
+	`"security":[{"bearer":[]}]}`

@@ -1,0 +1,1260 @@
+package kev
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kevgo/kev/internal/pyjson"
+)
+
+// byteTokenizer counts one token per byte: enough to give usage figures a fake model can be checked by.
+type byteTokenizer struct{}
+
+func (byteTokenizer) Encode(text string) []int {
+	ids := make([]int, len(text))
+	for i := range text {
+		ids[i] = int(text[i])
+	}
+	return ids
+}
+
+func (byteTokenizer) TokenID(string) (int, bool) { return 0, false }
+
+// fakeModel answers like a Predictor without a network: each option's weight comes from a hash of the state and
+// the option's text (so answers do not depend on option order), or from fixed, or from the option's position
+// (positional). It blocks in Do while block is open, after signalling started.
+type fakeModel struct {
+	latency    float64
+	truncate   bool
+	fixed      map[string]float64 // option text → weight
+	positional []float64          // weight by position, overrides the rest
+	maxState   int                // state bytes past this are refused (admission); 0: no limit
+	err        error
+	panics     bool
+
+	started chan struct{}
+	block   chan struct{}
+	calls   atomic.Int64
+	card    ModelCard
+}
+
+func (f *fakeModel) Card() ModelCard { return f.card }
+
+func (f *fakeModel) Tokenizer() Tokenizer { return byteTokenizer{} }
+
+func (f *fakeModel) Do(ctx context.Context, req *Request) (*Response, error) {
+	f.calls.Add(1)
+	rec, err := ToRecord(req, RecordOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if f.maxState > 0 && len(rec.State)+1 > f.maxState {
+		return nil, &StateTooLongError{Tokens: len(rec.State) + 1, Limit: f.maxState}
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.panics {
+		panic("fake model failure")
+	}
+	if f.started != nil {
+		f.started <- struct{}{}
+	}
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	probs := make([][]float32, len(rec.Questions))
+	input := len(rec.State) + 1
+	for k, q := range rec.Questions {
+		w := make([]float64, len(q.Options))
+		sum := 0.0
+		for j, o := range q.Options {
+			switch {
+			case f.positional != nil:
+				w[j] = f.positional[j]
+			case f.fixed != nil:
+				w[j] = f.fixed[o]
+				if w[j] == 0 {
+					w[j] = 1
+				}
+			default:
+				h := fnv.New64a()
+				io.WriteString(h, rec.State+"\x00"+q.Instr+"\x00"+o)
+				w[j] = math.Exp(float64(h.Sum64()%1000) / 250)
+			}
+			sum += w[j]
+			input += len(o) + 2
+		}
+		probs[k] = make([]float32, len(w))
+		for j := range w {
+			probs[k][j] = float32(w[j] / sum)
+		}
+		input += len(q.Instr) + 2
+	}
+	answers, err := ToAnswers(rec, probs)
+	if err != nil {
+		return nil, err
+	}
+	resp := &Response{Model: req.ModelName(), Answers: answers, LatencyMS: f.latency,
+		Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(byteTokenizer{}, answers)}}
+	if f.truncate {
+		cut := len(rec.State) > 20
+		resp.Truncated = &cut
+		resp.Usage.StateTokens, resp.Usage.StateTokensUsed = len(rec.State)+1, min(len(rec.State)+1, 21)
+	}
+	return resp, nil
+}
+
+var testCard = ModelCard{
+	Run: "jaredpalmer/kev-4b", Base: "Qwen/Qwen3.5-4B-Base", ReleaseDate: "2026-10-01", LoRA: 16,
+	Device: "cpu", Backend: "go", DType: "float32", Temperature: 2.41, MaxStateTokens: MaxStateTokens,
+	PrefixCache: PrefixCacheCounts{Size: 4, MaxTokens: 65536, Hits: 3, Misses: 5, CachedStates: 2},
+	Batches:     BatchCounts{Count: 7, Requests: 9, Queued: 1},
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// serve starts a loopback server for m.
+func serve(t *testing.T, m Model, opts HandlerOptions) (*httptest.Server, *Handler) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	h := NewModelHandler(m, opts)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, h
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// call sends one request; headers come as name, value pairs.
+func httpCall(t *testing.T, c *http.Client, method, url, body string, hdr ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func post(t *testing.T, url, body string, hdr ...string) reply {
+	t.Helper()
+	return httpCall(t, nil, http.MethodPost, url, body, hdr...)
+}
+
+var (
+	requestIDPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	timingPattern    = regexp.MustCompile(`^app;dur=[0-9]+\.[0-9]$`)
+)
+
+// checkCommon checks what every response carries.
+func checkCommon(t *testing.T, r reply) {
+	t.Helper()
+	if id := r.header.Get(RequestIDHeader); id == "" {
+		t.Errorf("no request id")
+	}
+	if st := r.header.Get(ServerTimingHeader); !timingPattern.MatchString(st) {
+		t.Errorf("server-timing %q", st)
+	}
+}
+
+func TestSystemOneChoiceExactBody(t *testing.T) {
+	m := &fakeModel{latency: 12.3, fixed: map[string]float64{"a": 3, "b": 1}}
+	srv, _ := serve(t, m, HandlerOptions{})
+	r := post(t, srv.URL+"/v1/systemone",
+		`{"state":"s","model":"m","questions":{"q":{"type":"choice","instructions":"Pick","criteria":{"a":null,"b":null}}}}`)
+	checkCommon(t, r)
+	// input: state 1+1, options 2×(1+2), instruction 4+2.
+	want := `{"model":"m","answers":{"q":{"type":"choice","choice":"a","confidence":0.5,"probabilities":{"a":0.75,"b":0.25}}},"usage":{"input_tokens":14,"output_tokens":100},"latency_ms":12.3}`
+	if r.status != 200 || r.body != want {
+		t.Fatalf("%d %s\nwant %s", r.status, r.body, want)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("content-type %q", ct)
+	}
+	if !requestIDPattern.MatchString(r.header.Get(RequestIDHeader)) {
+		t.Errorf("request id %q is not 32 hex digits", r.header.Get(RequestIDHeader))
+	}
+}
+
+// TestSystemOneMatchesModel checks the body is the model's response, byte for byte, for the spec's request shapes.
+func TestSystemOneMatchesModel(t *testing.T) {
+	m := &fakeModel{latency: 3.1}
+	srv, _ := serve(t, m, HandlerOptions{})
+	for _, body := range []string{
+		conformanceChoice, conformanceNullDescriptions, conformanceStructured, conformanceObjectState,
+		`{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`,
+		`{"state":"鞋子晚了两周才送到","questions":{"部门":{"type":"choice","criteria":{"退货":"退换","账单":null}}}}`,
+	} {
+		req, err := DecodeRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := m.Do(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := resp.MarshalJSON()
+		r := post(t, srv.URL+"/v1/systemone", body)
+		checkCommon(t, r)
+		if r.status != 200 || r.body != string(want) {
+			t.Errorf("%d %s\nwant %s", r.status, r.body, want)
+		}
+	}
+}
+
+// The spec's HTTP conformance requests (kev-api.md §7.11).
+const (
+	department                  = `{"returns":"Exchanges, refunds, wrong or damaged items","shipping":"Delivery status, delays, lost packages","billing":"Charges, invoices, payment problems"}`
+	conformanceChoice           = `{"state":"My running shoes arrived in the wrong size. Can I swap them for a size 10?","model":"jev-latest","questions":{"department":{"type":"choice","instructions":"Which team should handle this?","criteria":` + department + `}}}`
+	conformanceNullDescriptions = `{"state":"This is the third time I've asked. Fix it now.","model":"jev-latest","questions":{"tone":{"type":"choice","instructions":"What is the customer's tone?","criteria":{"calm":null,"frustrated":null,"angry":null}}}}`
+	conformanceStructured       = `{"state":"I want my money back for the jacket, it ripped.","model":"jev-latest","questions":{"topic":{"type":"choice","instructions":{"question":"Which returns topic is the customer asking about?","focus":"Classify the information the customer wants."},"criteria":{"refund":{"what":"Money back","not_for":"Exchanges","examples":["refund please","give me my money"]},"exchange":{"what":"A different item","not_for":"Refunds","examples":["swap for a size 10"]}}}}}`
+	conformanceObjectState      = `{"state":{"document":"I was charged twice. Please fix this ASAP."},"model":"jev-latest","questions":{"billing":{"type":"noul","instructions":"Is this about billing?","criteria":{"true":"Explicitly about charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["can wait","this week","today"]}}}`
+	conformancePackedA          = `"a":{"type":"noul","instructions":"Is the weather described as nice?"}`
+	conformancePackedB          = `"b":{"type":"choice","instructions":"Which season is it most likely?","criteria":{"summer":null,"winter":null,"unknown":null}}`
+	conformancePackedState      = `"The weather is nice today and the park is full of people."`
+)
+
+// conformanceChecks asserts §7.11's expectations on the answers of the conformance requests.
+func conformanceChecks(t *testing.T, url string, hdr ...string) {
+	t.Helper()
+	type answer struct {
+		Type          string             `json:"type"`
+		Choice        string             `json:"choice"`
+		Noul          *float64           `json:"noul"`
+		Score         float64            `json:"score"`
+		Confidence    float64            `json:"confidence"`
+		Probabilities map[string]float64 `json:"probabilities"`
+		Legend        map[string]string  `json:"legend"`
+	}
+	type response struct {
+		Model   string            `json:"model"`
+		Answers map[string]answer `json:"answers"`
+		Usage   map[string]int    `json:"usage"`
+	}
+	get := func(body string) (response, reply) {
+		r := post(t, url+"/v1/systemone", body, hdr...)
+		checkCommon(t, r)
+		if r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		var resp response
+		if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+			t.Fatal(err)
+		}
+		if resp.Usage["input_tokens"] <= 0 || resp.Usage["output_tokens"] <= 0 {
+			t.Errorf("usage %v", resp.Usage)
+		}
+		return resp, r
+	}
+	checkChoice := func(a answer, keys ...string) {
+		t.Helper()
+		if !slices.Contains(keys, a.Choice) {
+			t.Errorf("choice %q not in %v", a.Choice, keys)
+		}
+		sum, best := 0.0, ""
+		for _, k := range keys {
+			p, ok := a.Probabilities[k]
+			if !ok {
+				t.Errorf("no probability for %q", k)
+			}
+			sum += p
+			if best == "" || p > a.Probabilities[best] {
+				best = k
+			}
+		}
+		if len(a.Probabilities) != len(keys) || math.Abs(sum-1) > 0.03 {
+			t.Errorf("probabilities %v", a.Probabilities)
+		}
+		if a.Probabilities[a.Choice] != a.Probabilities[best] {
+			t.Errorf("choice %q is not the argmax of %v", a.Choice, a.Probabilities)
+		}
+		if a.Confidence < 0 || a.Confidence > 1 {
+			t.Errorf("confidence %v", a.Confidence)
+		}
+	}
+
+	resp, _ := get(conformanceChoice)
+	if resp.Model != "jev-latest" {
+		t.Errorf("model %q", resp.Model)
+	}
+	checkChoice(resp.Answers["department"], "returns", "shipping", "billing")
+
+	resp, _ = get(conformanceNullDescriptions)
+	checkChoice(resp.Answers["tone"], "calm", "frustrated", "angry")
+
+	resp, _ = get(conformanceStructured)
+	checkChoice(resp.Answers["topic"], "refund", "exchange")
+
+	resp, r := get(conformanceObjectState)
+	var raw struct {
+		Answers map[string]json.RawMessage `json:"answers"`
+	}
+	json.Unmarshal([]byte(r.body), &raw)
+	if !regexp.MustCompile(`^\{"type":"noul","noul":[0-9.e-]+\}$`).Match(raw.Answers["billing"]) {
+		t.Errorf("noul answer %s", raw.Answers["billing"])
+	}
+	if n := resp.Answers["billing"].Noul; n == nil || *n < 0 || *n > 1 {
+		t.Errorf("noul %v", n)
+	}
+	u := resp.Answers["urgency"]
+	if fmt.Sprint(u.Legend) != "map[0:can wait 1:this week 2:today]" || len(u.Probabilities) != 3 {
+		t.Errorf("score answer %+v", u)
+	}
+	exp := 0.0
+	for k, p := range u.Probabilities {
+		exp += float64(k[0]-'0') * p
+	}
+	if math.Abs(u.Score-exp) > 0.05 {
+		t.Errorf("score %v, Σ k·p_k %v", u.Score, exp)
+	}
+
+	// Packed equals separate: b asked with a, and alone.
+	both, _ := get(`{"state":` + conformancePackedState + `,"questions":{` + conformancePackedA + `,` + conformancePackedB + `}}`)
+	alone, _ := get(`{"state":` + conformancePackedState + `,"questions":{` + conformancePackedB + `}}`)
+	for k, p := range both.Answers["b"].Probabilities {
+		if math.Abs(p-alone.Answers["b"].Probabilities[k]) > 0.011 {
+			t.Errorf("b[%s]: %v packed, %v alone", k, p, alone.Answers["b"].Probabilities[k])
+		}
+	}
+	if len(both.Answers["b"].Probabilities) != 3 {
+		t.Errorf("b %v", both.Answers["b"])
+	}
+}
+
+func TestConformanceFake(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	conformanceChecks(t, srv.URL)
+}
+
+func TestAcceptedNoInstructionsAndOneLevelScore(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	r := post(t, srv.URL+"/v1/systemone", `{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	want := `"urgency":{"type":"score","score":0.0,"legend":{"0":"today"},"probabilities":{"0":1.0},"confidence":1.0}`
+	if !strings.Contains(r.body, want) {
+		t.Fatalf("%s\nwant it to contain %s", r.body, want)
+	}
+}
+
+// TestValidation422 sends every body of testdata/validation.json (pydantic's verdicts) over HTTP.
+func TestValidation422(t *testing.T) {
+	b, err := os.ReadFile("testdata/validation.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Cases []struct {
+			Body   json.RawMessage `json:"body"`
+			OK     bool            `json:"ok"`
+			Detail json.RawMessage `json:"detail"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	for _, c := range file.Cases {
+		r := post(t, srv.URL+"/v1/systemone", string(c.Body))
+		checkCommon(t, r)
+		if c.OK {
+			if r.status != 200 {
+				t.Errorf("%.100s: %d %.300s", c.Body, r.status, r.body)
+			}
+			continue
+		}
+		if r.status != 422 {
+			t.Errorf("%.100s: %d, want 422", c.Body, r.status)
+			continue
+		}
+		got, err := pyjson.Parse([]byte(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := pyjson.Object(pyjson.M("detail", parse(t, string(c.Detail))))
+		if string(c.Body) == "null" {
+			want = parse(t, `{"detail":[{"type":"missing","loc":["body"],"msg":"Field required","input":null}]}`)
+		}
+		if !pyjson.Equal(got, want) {
+			t.Errorf("%.100s:\n got %.400s\nwant %.400s", c.Body, r.body, pyjson.Dumps(want))
+		}
+	}
+}
+
+func TestSpecRejections(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	opts := make([]string, 256)
+	for i := range opts {
+		opts[i] = fmt.Sprintf(`"o%d":null`, i)
+	}
+	for _, qs := range []string{
+		`{"q":{"type":"score","instructions":"i","criteria":[]}}`,
+		`{"q":{"type":"bogus","instructions":"i"}}`,
+		`{"q":{"type":"choice","instructions":"i","criteria":{` + strings.Join(opts, ",") + `}}}`,
+		`{}`,
+	} {
+		for _, path := range []string{"/v1/systemone", "/v1/systemone/separate"} {
+			r := post(t, srv.URL+path, `{"state":"x","model":"m","questions":`+qs+`}`)
+			if r.status != 422 || !strings.HasPrefix(r.body, `{"detail":[{"type":`) {
+				t.Errorf("%s %.60s: %d %.200s", path, qs, r.status, r.body)
+			}
+		}
+	}
+}
+
+func TestBodyErrors(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{MaxBodyBytes: 1000})
+	url := srv.URL + "/v1/systemone"
+	cases := []struct {
+		name, body, ctype string
+		status            int
+		want              string
+	}{
+		{"malformed", `{"state": "x", "questions": {"q": {"type": "noul",}}}`, "application/json", 422,
+			`{"detail":[{"type":"json_invalid","loc":["body",50],"msg":"JSON decode error","input":{},"ctx":{"error":"Expecting property name enclosed in double quotes"}}]}`},
+		{"not utf-8", "{\"state\": \"\xff\", \"questions\": {}}", "application/json", 400,
+			`{"detail":"There was an error parsing the body"}`},
+		{"empty", "", "application/json", 422, `{"detail":[{"type":"missing","loc":["body"],"msg":"Field required","input":null}]}`},
+		{"null", "null", "application/json", 422, `{"detail":[{"type":"missing","loc":["body"],"msg":"Field required","input":null}]}`},
+		{"text body", `{"state":"x"}`, "text/plain", 422,
+			`{"detail":[{"type":"model_type","loc":["body"],"msg":"Input should be a valid dictionary or instance of SystemOneRequest","input":"{\"state\":\"x\"}","ctx":{"class_name":"SystemOneRequest"}}]}`},
+		{"json suffix type", `[1]`, "application/vnd.api+json; charset=utf-8", 422,
+			`{"detail":[{"type":"model_type","loc":["body"],"msg":"Input should be a valid dictionary or instance of SystemOneRequest","input":[1],"ctx":{"class_name":"SystemOneRequest"}}]}`},
+		{"oversized", `{"state":"` + strings.Repeat("x", 2000) + `"}`, "application/json", 413,
+			`{"detail":"request body is over the 1000-byte limit"}`},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", c.ctype)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || string(b) != c.want {
+			t.Errorf("%s: %d %s\nwant %d %s", c.name, resp.StatusCode, b, c.status, c.want)
+		}
+		if resp.Header.Get(RequestIDHeader) == "" {
+			t.Errorf("%s: no request id", c.name)
+		}
+	}
+	// A body without a length, over the limit: the reader stops it.
+	pr, pw := io.Pipe()
+	go func() {
+		for range 100 {
+			if _, err := pw.Write([]byte(strings.Repeat(" ", 100))); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, url, pr)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	pr.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("chunked oversized: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestAdmissionAndServerErrors(t *testing.T) {
+	m := &fakeModel{latency: 1, maxState: 10}
+	srv, _ := serve(t, m, HandlerOptions{})
+	r := post(t, srv.URL+"/v1/systemone", `{"state":"a state that is too long","questions":{"q":{"type":"noul"}}}`)
+	want := `{"detail":"state is 25 tokens, over the 10-token limit (the <state> token included): shorten the document or split it across requests; or start the server with KEV_TRUNCATE_STATES=1 to read only its first 10 tokens (responses then say truncated: true)"}`
+	if r.status != 422 || r.body != want {
+		t.Errorf("admission: %d %s", r.status, r.body)
+	}
+	for _, path := range []string{"/v1/systemone/separate", "/v1/systemone/permute"} {
+		body := `{"state":"a state that is too long","questions":{"q":{"type":"choice","criteria":{"a":null}}}}`
+		if strings.HasSuffix(path, "permute") {
+			body = `{"request":` + body + `,"question":"q"}`
+		}
+		if r := post(t, srv.URL+path, body); r.status != 422 || r.body != want {
+			t.Errorf("%s admission: %d %s", path, r.status, r.body)
+		}
+	}
+
+	m2 := &fakeModel{err: errors.New("device lost")}
+	srv2, _ := serve(t, m2, HandlerOptions{})
+	r = post(t, srv2.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
+	if r.status != 500 || r.body != "Internal Server Error" || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Errorf("error: %d %q %q", r.status, r.body, r.header.Get("Content-Type"))
+	}
+	checkCommon(t, r)
+
+	srv3, _ := serve(t, &fakeModel{panics: true}, HandlerOptions{})
+	r = post(t, srv3.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
+	if r.status != 500 || r.body != "Internal Server Error" {
+		t.Errorf("panic: %d %q", r.status, r.body)
+	}
+}
+
+func TestModelsCard(t *testing.T) {
+	m := &fakeModel{card: testCard}
+	srv, _ := serve(t, m, HandlerOptions{})
+	r := httpCall(t, nil, http.MethodGet, srv.URL+"/v1/models", "")
+	checkCommon(t, r)
+	card := `"description":"Kev pointer head on Qwen/Qwen3.5-4B-Base, serving jaredpalmer/kev-4b at temperature 2.41",` +
+		`"release_date":"2026-10-01","run":"jaredpalmer/kev-4b","base":"Qwen/Qwen3.5-4B-Base","lora":16,"device":"cpu",` +
+		`"backend":"go","dtype":"float32","temperature":2.41,"max_state_tokens":65536,"truncate_states":false,` +
+		`"cuda_graphs":null,"prefix_cache":{"size":4,"min_state_tokens":0,"max_tokens":65536,"hits":3,"misses":5,` +
+		`"cached_states":2,"oom_retries":0},"batches":{"count":7,"requests":9,"queued":1}}`
+	want := `{"models":[{"name":"kev-latest",` + card + `,{"name":"jev-latest",` + card + `]}`
+	if r.status != 200 || r.body != want {
+		t.Fatalf("%d %s\nwant %s", r.status, r.body, want)
+	}
+
+	c := testCard
+	c.Temperature = 2.405 // .2f rounds the binary value: 2.40
+	c.CUDAGraphs = &GraphCounts{Captured: 5, Kept: 4, Pending: 1, Failed: 0}
+	c.TruncateStates = true
+	m.card = c
+	r = httpCall(t, nil, http.MethodGet, srv.URL+"/v1/models", "")
+	for _, s := range []string{`at temperature 2.40"`, `"temperature":2.405,`, `"truncate_states":true,`,
+		`"cuda_graphs":{"captured":5,"kept":4,"pending":1,"failed":0},`} {
+		if !strings.Contains(r.body, s) {
+			t.Errorf("card lacks %s: %s", s, r.body)
+		}
+	}
+	r = httpCall(t, nil, http.MethodHead, srv.URL+"/v1/models", "")
+	if r.status != 200 || r.body != "" {
+		t.Errorf("HEAD: %d %q", r.status, r.body)
+	}
+}
+
+func TestRoutingDefaults(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cases := []struct {
+		method, path string
+		status       int
+		body, allow  string
+	}{
+		{"GET", "/nope", 404, `{"detail":"Not Found"}`, ""},
+		{"GET", "/v1/nope", 404, `{"detail":"Not Found"}`, ""},
+		{"POST", "/v1/models", 405, `{"detail":"Method Not Allowed"}`, "GET, HEAD"},
+		{"GET", "/v1/systemone", 405, `{"detail":"Method Not Allowed"}`, "POST"},
+		{"PUT", "/v1/systemone/permute", 405, `{"detail":"Method Not Allowed"}`, "POST"},
+		{"DELETE", "/v1/systemone/separate", 405, `{"detail":"Method Not Allowed"}`, "POST"},
+		{"OPTIONS", "/v1/systemone", 405, `{"detail":"Method Not Allowed"}`, "POST"}, // not a preflight: no Origin
+		{"GET", "/openapi.json/", 307, "", ""},
+	}
+	for _, c := range cases {
+		r := httpCall(t, noRedirect, c.method, srv.URL+c.path, "")
+		checkCommon(t, r)
+		if r.status != c.status || r.body != c.body || r.header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d %q allow %q", c.method, c.path, r.status, r.body, r.header.Get("Allow"))
+		}
+		if c.status == 307 && r.header.Get("Location") != srv.URL+"/openapi.json" {
+			t.Errorf("redirect to %q", r.header.Get("Location"))
+		}
+	}
+	r := httpCall(t, nil, "GET", srv.URL+"/openapi.json", "")
+	var doc map[string]any
+	if r.status != 200 || json.Unmarshal([]byte(r.body), &doc) != nil || doc["openapi"] != "3.1.0" {
+		t.Errorf("openapi: %d %.100s", r.status, r.body)
+	}
+	paths, _ := doc["paths"].(map[string]any)
+	for _, p := range []string{"/v1/systemone", "/v1/systemone/permute", "/v1/systemone/separate", "/v1/models"} {
+		if paths[p] == nil {
+			t.Errorf("openapi lacks %s", p)
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	m := &fakeModel{latency: 1, card: testCard}
+	srv, _ := serve(t, m, HandlerOptions{APIKey: "secret"})
+	const unauthorized = `{"detail":"missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>"}`
+	body := `{"state":"s","questions":{"q":{"type":"noul"}}}`
+	cases := []struct {
+		method, path, authz string
+		status              int
+	}{
+		{"GET", "/v1/models", "", 401},
+		{"GET", "/v1/models", "Bearer wrong", 401},
+		{"GET", "/v1/models", "bearer secret", 401},
+		{"GET", "/v1/models", "Bearer  secret", 401},
+		{"GET", "/v1/models", "Bearer secre", 401},
+		{"GET", "/v1/models", "Bearer secret", 200},
+		{"POST", "/v1/systemone", "", 401},
+		{"POST", "/v1/systemone", "Bearer secret", 200},
+		{"GET", "/v1/unknown", "", 401},
+		{"GET", "/v1/unknown", "Bearer secret", 404},
+		{"GET", "/v1", "", 401},
+		{"GET", "/v1beta", "", 401}, // the gate covers every path that starts with /v1
+		{"GET", "/openapi.json", "", 200},
+		{"GET", "/metrics", "", 200},
+		{"GET", "/other", "", 404},
+	}
+	for _, c := range cases {
+		b := ""
+		if c.method == "POST" {
+			b = body
+		}
+		r := httpCall(t, nil, c.method, srv.URL+c.path, b, "Authorization", c.authz)
+		checkCommon(t, r)
+		if r.status != c.status {
+			t.Errorf("%s %s %q: %d %s", c.method, c.path, c.authz, r.status, r.body)
+		}
+		if c.status == 401 && (r.body != unauthorized || r.header.Get("Www-Authenticate") != "Bearer") {
+			t.Errorf("%s %s: 401 body %s, www-authenticate %q", c.method, c.path, r.body, r.header.Get("Www-Authenticate"))
+		}
+	}
+	if n := m.calls.Load(); n != 1 {
+		t.Errorf("the model ran %d times, want 1 (only the authorized request)", n)
+	}
+
+	open, _ := serve(t, m, HandlerOptions{})
+	if r := httpCall(t, nil, "GET", open.URL+"/v1/models", "", "Authorization", "Bearer anything"); r.status != 200 {
+		t.Errorf("open server: %d", r.status)
+	}
+	if r := httpCall(t, nil, "GET", open.URL+"/openapi.json", ""); r.header.Get(RequestIDHeader) == "" {
+		t.Error("openapi.json has no request id")
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{APIKey: "k"})
+	seen := map[string]bool{}
+	for range 20 {
+		r := httpCall(t, nil, "GET", srv.URL+"/v1/models", "")
+		id := r.header.Get(RequestIDHeader)
+		if !requestIDPattern.MatchString(id) || id[12] != '4' || !strings.ContainsRune("89ab", rune(id[16])) || seen[id] {
+			t.Fatalf("request id %q is not a fresh UUID4", id)
+		}
+		seen[id] = true
+	}
+	for _, id := range []string{"abc", "client-id-123", "Ünïcode ok?"} {
+		for _, path := range []string{"/v1/models", "/nope", "/openapi.json"} {
+			r := httpCall(t, nil, "GET", srv.URL+path, "", RequestIDHeader, id)
+			if got := r.header.Get(RequestIDHeader); got != id {
+				t.Errorf("%s: echoed %q, want %q", path, got, id)
+			}
+		}
+	}
+}
+
+func TestCORS(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1, card: testCard}, HandlerOptions{APIKey: "secret"})
+	pre := []string{"Origin", "https://app.example", "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "authorization, content-type"}
+	r := httpCall(t, nil, "OPTIONS", srv.URL+"/v1/systemone", "", pre...)
+	if r.status != 200 || r.body != "OK" ||
+		r.header.Get("Access-Control-Allow-Origin") != "*" ||
+		r.header.Get("Access-Control-Allow-Methods") != corsMethods ||
+		r.header.Get("Access-Control-Allow-Headers") != "authorization, content-type" ||
+		r.header.Get("Access-Control-Max-Age") != "600" {
+		t.Errorf("preflight: %d %q %v", r.status, r.body, r.header)
+	}
+	checkCommon(t, r)
+
+	r = httpCall(t, nil, "GET", srv.URL+"/v1/models", "", "Origin", "https://app.example", "Authorization", "Bearer secret")
+	if r.status != 200 || r.header.Get("Access-Control-Allow-Origin") != "*" ||
+		r.header.Get("Access-Control-Expose-Headers") != "x-typesafe-request-id, server-timing" {
+		t.Errorf("simple request: %d %v", r.status, r.header)
+	}
+	r = httpCall(t, nil, "GET", srv.URL+"/v1/models", "", "Origin", "https://app.example")
+	if r.status != 401 || r.header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("a 401 a browser can read: %d %v", r.status, r.header)
+	}
+	r = httpCall(t, nil, "GET", srv.URL+"/openapi.json", "", "Origin", "https://app.example", "Cookie", "a=b")
+	if r.header.Get("Access-Control-Allow-Origin") != "https://app.example" || r.header.Get("Vary") != "Origin" {
+		t.Errorf("with cookie: %v", r.header)
+	}
+	r = httpCall(t, nil, "GET", srv.URL+"/openapi.json", "")
+	if r.header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("no Origin, yet CORS headers: %v", r.header)
+	}
+
+	quirk, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{APIKey: "secret", AuthPreflight: true})
+	if r := httpCall(t, nil, "OPTIONS", quirk.URL+"/v1/systemone", "", pre...); r.status != 401 {
+		t.Errorf("AuthPreflight: %d", r.status)
+	}
+	if r := httpCall(t, nil, "OPTIONS", quirk.URL+"/openapi.json", "", pre...); r.status != 200 {
+		t.Errorf("AuthPreflight outside /v1: %d", r.status)
+	}
+}
+
+const permuteRequest = `{"state":"s","questions":{"q":{"type":"choice","instructions":"Pick","criteria":{"a":null,"b":null}}}}`
+
+func TestPermuteBounds(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 2.5, fixed: map[string]float64{"a": 3, "b": 1}}, HandlerOptions{})
+	for _, n := range []int{0, -1, 65} {
+		r := post(t, srv.URL+"/v1/systemone/permute", fmt.Sprintf(`{"request":%s,"question":"q","n_perm":%d}`, permuteRequest, n))
+		if r.status != 422 || !strings.Contains(r.body, `"loc":["body","n_perm"]`) {
+			t.Errorf("n_perm %d: %d %s", n, r.status, r.body)
+		}
+	}
+	for _, n := range []int{1, 64, 6} {
+		body := fmt.Sprintf(`{"request":%s,"question":"q","n_perm":%d}`, permuteRequest, n)
+		if n == 6 {
+			body = fmt.Sprintf(`{"request":%s,"question":"q"}`, permuteRequest) // the default
+		}
+		r := post(t, srv.URL+"/v1/systemone/permute", body)
+		var out struct {
+			Runs []struct {
+				Order         []string           `json:"order"`
+				Probabilities map[string]float64 `json:"probabilities"`
+				Choice        string             `json:"choice"`
+				LatencyMS     float64            `json:"latency_ms"`
+			} `json:"runs"`
+			ArgmaxStable bool               `json:"argmax_stable"`
+			Spread       map[string]float64 `json:"spread"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &out) != nil {
+			t.Fatalf("n_perm %d: %d %s", n, r.status, r.body)
+		}
+		if len(out.Runs) != n || !out.ArgmaxStable || out.Spread["a"] != 0 || out.Spread["b"] != 0 {
+			t.Errorf("n_perm %d: %d runs, stable %v, spread %v", n, len(out.Runs), out.ArgmaxStable, out.Spread)
+		}
+		for _, run := range out.Runs {
+			if run.Choice != "a" || run.Probabilities["a"] != 0.75 || run.LatencyMS != 2.5 {
+				t.Errorf("run %+v", run)
+			}
+		}
+	}
+	if r := post(t, srv.URL+"/v1/systemone/permute", `{"request":{"state":"s","questions":{"q":{"type":"noul"}}},"question":"q"}`); r.status != 422 || r.body != `{"detail":"question must be an existing choice question"}` {
+		t.Errorf("noul: %d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"missing"}`); r.status != 422 || r.body != `{"detail":"question must be an existing choice question"}` {
+		t.Errorf("missing: %d %s", r.status, r.body)
+	}
+}
+
+// TestPermuteValidation sends every body of testdata/handler/permute_validation.json (pydantic's verdicts). A
+// detail that holds NaN cannot be sent as JSON: FastAPI answers those with a 500, and so does the handler.
+func TestPermuteValidation(t *testing.T) {
+	file := loadPermuteFixture(t)
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	for _, c := range file.Cases {
+		r := post(t, srv.URL+"/v1/systemone/permute", c.Body)
+		if r.status != c.Status {
+			t.Errorf("%s: %d, want %d: %s", c.Body, r.status, c.Status, r.body)
+			continue
+		}
+		if c.Status == 500 {
+			if r.body != "Internal Server Error" {
+				t.Errorf("%s: %s", c.Body, r.body)
+			}
+			continue
+		}
+		if c.Status == 422 {
+			want := pyjson.Object(pyjson.M("detail", parse(t, string(c.Detail))))
+			got := parse(t, r.body)
+			if !pyjson.Equal(got, want) {
+				t.Errorf("%s:\n got %s\nwant %s", c.Body, r.body, pyjson.Dumps(want))
+			}
+			continue
+		}
+		var out struct{ Runs []json.RawMessage }
+		json.Unmarshal([]byte(r.body), &out)
+		if len(out.Runs) != c.NPerm {
+			t.Errorf("%s: %d runs, want %d", c.Body, len(out.Runs), c.NPerm)
+		}
+		v := parse(t, c.Body)
+		pr, err := PermuteRequestFromValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pr.Seed.String() != c.Seed || pr.NPerm != c.NPerm {
+			t.Errorf("%s: seed %s n %d, want %s %d", c.Body, pr.Seed, pr.NPerm, c.Seed, c.NPerm)
+		}
+	}
+}
+
+type permuteFixture struct {
+	Cases []struct {
+		Body   string          `json:"body"`
+		Status int             `json:"status"`
+		NPerm  int             `json:"n_perm"`
+		Seed   string          `json:"seed"`
+		Detail json.RawMessage `json:"detail"`
+	} `json:"cases"`
+	Orders []struct {
+		Seed string     `json:"seed"`
+		Keys []string   `json:"keys"`
+		Runs [][]string `json:"runs"`
+	} `json:"orders"`
+}
+
+func loadPermuteFixture(t *testing.T) permuteFixture {
+	t.Helper()
+	b, err := os.ReadFile("testdata/handler/permute_validation.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f permuteFixture
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Cases) < 40 || len(f.Orders) < 5 {
+		t.Fatalf("fixture has %d cases, %d orders", len(f.Cases), len(f.Orders))
+	}
+	return f
+}
+
+// TestPermuteOrdersMatchCPython checks the served orders against random.Random(seed).shuffle, and that the same
+// seed gives the same orders twice.
+func TestPermuteOrdersMatchCPython(t *testing.T) {
+	file := loadPermuteFixture(t)
+	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	for _, o := range file.Orders {
+		crit := make([]string, len(o.Keys))
+		for i, k := range o.Keys {
+			crit[i] = fmt.Sprintf("%q:%q", k, "about "+k)
+		}
+		body := fmt.Sprintf(`{"request":{"state":"s","questions":{"q":{"type":"choice","criteria":{%s}}}},"question":"q","n_perm":%d,"seed":%s}`,
+			strings.Join(crit, ","), len(o.Runs), o.Seed)
+		var first string
+		for try := range 2 {
+			r := post(t, srv.URL+"/v1/systemone/permute", body)
+			var out struct {
+				Runs []struct {
+					Order         []string        `json:"order"`
+					Probabilities json.RawMessage `json:"probabilities"`
+				} `json:"runs"`
+			}
+			if r.status != 200 || json.Unmarshal([]byte(r.body), &out) != nil {
+				t.Fatalf("seed %s: %d %s", o.Seed, r.status, r.body)
+			}
+			for i, run := range out.Runs {
+				if !slices.Equal(run.Order, o.Runs[i]) {
+					t.Errorf("seed %s run %d: %v, CPython %v", o.Seed, i, run.Order, o.Runs[i])
+				}
+				// The probabilities object lists the keys in the run's order.
+				var keys []string
+				for _, m := range parse(t, string(run.Probabilities)).Members() {
+					keys = append(keys, m.Key)
+				}
+				if !slices.Equal(keys, o.Runs[i]) {
+					t.Errorf("seed %s run %d: probability keys %v", o.Seed, i, keys)
+				}
+			}
+			if try == 0 {
+				first = r.body
+			} else if r.body != first {
+				t.Errorf("seed %s: two runs differ", o.Seed)
+			}
+		}
+		seed, _ := new(big.Int).SetString(o.Seed, 10)
+		if got := PermuteOrders(o.Keys, len(o.Runs), seed); !slices.EqualFunc(got, o.Runs, slices.Equal) {
+			t.Errorf("PermuteOrders seed %s: %v", o.Seed, got)
+		}
+	}
+}
+
+// TestPermuteSpreadNotRounded uses answers that follow the option's position, so the spread is 0.65 − 0.35,
+// which Python prints as 0.30000000000000004.
+func TestPermuteSpreadNotRounded(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1, positional: []float64{0.35, 0.65}}, HandlerOptions{})
+	orders := PermuteOrders([]string{"a", "b"}, 6, big.NewInt(0))
+	flipped := slices.ContainsFunc(orders, func(o []string) bool { return o[0] == "b" })
+	if !flipped {
+		t.Fatal("seed 0 never flips two keys in 6 runs; pick another seed")
+	}
+	r := post(t, srv.URL+"/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q"}`)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if !strings.HasSuffix(r.body, `"argmax_stable":false,"spread":{"a":0.30000000000000004,"b":0.30000000000000004}}`) {
+		t.Errorf("%s", r.body)
+	}
+	if !strings.HasPrefix(r.body, `{"runs":[{"order":["a","b"],"probabilities":{"a":0.35,"b":0.65},"choice":"b","latency_ms":1.0},`) {
+		t.Errorf("%s", r.body)
+	}
+}
+
+func TestTruncateModeExtras(t *testing.T) {
+	m := &fakeModel{latency: 1.25, truncate: true, fixed: map[string]float64{"a": 1, "b": 1}}
+	srv, _ := serve(t, m, HandlerOptions{Tokenizer: byteTokenizer{}})
+	long := strings.Repeat("x", 40)
+	r := post(t, srv.URL+"/v1/systemone/permute", `{"request":{"state":"`+long+`","questions":{"q":{"type":"choice","criteria":{"a":null,"b":null}}}},"question":"q","n_perm":2}`)
+	if !strings.HasSuffix(r.body, `"spread":{"a":0.0,"b":0.0},"truncated":true,"usage":{"state_tokens":41,"state_tokens_used":21}}`) {
+		t.Errorf("permute: %s", r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone/separate", `{"state":"short","questions":{"x":{"type":"noul"},"y":{"type":"choice","criteria":{"a":null,"b":null}}}}`)
+	if !strings.HasSuffix(r.body, `"state_tokens":6,"state_tokens_used":6},"latency_ms":2.5,"truncated":false}`) {
+		t.Errorf("separate: %s", r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone", `{"state":"short","questions":{"x":{"type":"noul"}}}`)
+	if !strings.HasSuffix(r.body, `"state_tokens":6,"state_tokens_used":6},"latency_ms":1.25,"truncated":false}`) {
+		t.Errorf("systemone: %s", r.body)
+	}
+}
+
+func TestSeparate(t *testing.T) {
+	m := &fakeModel{latency: 0.15}
+	srv, _ := serve(t, m, HandlerOptions{})
+	body := `{"state":"The weather is nice today.","model":"jev-latest","questions":{"a":{"type":"noul","instructions":"Nice?"},"b":{"type":"choice","instructions":"Season?","criteria":{"summer":null,"winter":null}},"c":{"type":"score","criteria":["low","high"]}}}`
+	r := post(t, srv.URL+"/v1/systemone/separate", body)
+	checkCommon(t, r)
+	req, _ := DecodeRequest([]byte(body))
+	var answers []AnswerEntry
+	input := 0
+	for _, q := range req.Questions {
+		resp, err := m.Do(context.Background(), single(req, q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, resp.Answers...)
+		input += resp.Usage.InputTokens
+	}
+	// 0.15 + 0.15 + 0.15 = 0.44999999999999996 in float64; Python's round(x, 1) gives 0.4.
+	want := &Response{Model: "jev-latest", Answers: answers, LatencyMS: 0.4,
+		Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(byteTokenizer{}, answers)}}
+	if r.status != 200 || r.body != want.String() {
+		t.Fatalf("%d %s\nwant %s", r.status, r.body, want)
+	}
+}
+
+func TestStopAnswers503AndDrains(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 16), block: make(chan struct{})}
+	srv, h := serve(t, m, HandlerOptions{})
+	const n = 4
+	results := make(chan reply, n)
+	for range n {
+		go func() { results <- post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`) }()
+	}
+	for range n {
+		<-m.started
+	}
+	h.Stop()
+	r := post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
+	if r.status != 503 || r.body != `{"detail":"the server is stopping"}` {
+		t.Errorf("after Stop: %d %s", r.status, r.body)
+	}
+	if r := httpCall(t, nil, "GET", srv.URL+"/v1/models", ""); r.status != 200 {
+		t.Errorf("models after Stop: %d", r.status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	if err := h.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain with requests inside: %v", err)
+	}
+	cancel()
+	close(m.block)
+	for range n {
+		if r := <-results; r.status != 200 {
+			t.Errorf("in-flight request: %d %s", r.status, r.body)
+		}
+	}
+	if err := h.Drain(context.Background()); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestShutdownLosesNothing runs a real listener, shuts it down with requests inside the model, and checks every
+// one of them is answered while the listener takes no more.
+func TestShutdownLosesNothing(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 64), block: make(chan struct{})}
+	h := NewModelHandler(m, HandlerOptions{Logger: quietLogger()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	const n = 16
+	results := make(chan int, n)
+	for i := range n {
+		go func() {
+			body := fmt.Sprintf(`{"state":"state %d","questions":{"q":{"type":"choice","criteria":{"a":null,"b":null}}}}`, i)
+			if i%2 == 0 {
+				body = fmt.Sprintf(`{"request":%s,"question":"q","n_perm":3}`, body)
+				results <- post(t, url+"/v1/systemone/permute", body).status
+				return
+			}
+			results <- post(t, url+"/v1/systemone", body).status
+		}()
+	}
+	for range n/2 + 3*n/2 {
+		<-m.started
+	}
+	h.Stop()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Error("the listener still accepts after Shutdown")
+	}
+	close(m.block)
+	for range n {
+		if s := <-results; s != 200 {
+			t.Errorf("in-flight request answered %d", s)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentClientsNoLeaks(t *testing.T) {
+	before := runtime.NumGoroutine()
+	m := &fakeModel{latency: 1}
+	h := NewModelHandler(m, HandlerOptions{Logger: quietLogger()})
+	srv := httptest.NewServer(h)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	bodies := []string{conformanceChoice, conformanceObjectState, conformanceStructured}
+	want := make([]string, len(bodies))
+	for i, b := range bodies {
+		req, _ := DecodeRequest([]byte(b))
+		resp, _ := m.Do(context.Background(), req)
+		want[i] = resp.String()
+	}
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for c := range 32 {
+		wg.Go(func() {
+			for i := range 10 {
+				k := (c + i) % len(bodies)
+				r := httpCall(t, client, "POST", srv.URL+"/v1/systemone", bodies[k])
+				if r.status != 200 || r.body != want[k] {
+					bad.Add(1)
+				}
+				if i%5 == 0 {
+					httpCall(t, client, "GET", srv.URL+"/v1/models", "")
+					httpCall(t, client, "GET", srv.URL+"/metrics", "")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Errorf("%d wrong answers", bad.Load())
+	}
+	if got := h.Metrics().Requests("/v1/systemone", "POST", 200); got != 320 {
+		t.Errorf("metrics count %d requests, want 320", got)
+	}
+	client.CloseIdleConnections()
+	srv.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > before+2 {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after:\n%s", before, g, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	c := testCard
+	c.CUDAGraphs = &GraphCounts{Captured: 2, Kept: 2}
+	srv, h := serve(t, &fakeModel{latency: 7, card: c}, HandlerOptions{})
+	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
+	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{}}`)
+	httpCall(t, nil, "GET", srv.URL+"/nope/"+strings.Repeat("x", 10), "")
+	h.Metrics().ObserveBatch(3)
+	r := httpCall(t, nil, "GET", srv.URL+"/metrics", "")
+	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("%d %v", r.status, r.header)
+	}
+	for _, line := range []string{
+		`kev_http_requests_total{path="/v1/systemone",method="POST",status="200"} 1`,
+		`kev_http_requests_total{path="/v1/systemone",method="POST",status="422"} 1`,
+		`kev_http_requests_total{path="other",method="GET",status="404"} 1`,
+		`kev_http_request_duration_seconds_count{path="/v1/systemone"} 2`,
+		`kev_model_latency_ms_bucket{le="5"} 0`,
+		`kev_model_latency_ms_bucket{le="10"} 1`,
+		`kev_model_latency_ms_sum 7`,
+		`kev_batch_size_bucket{le="4"} 1`,
+		`kev_batches_total 7`,
+		`kev_batched_requests_total 9`,
+		`kev_queue_depth 1`,
+		`kev_prefix_cache_hits_total 3`,
+		`kev_prefix_cache_misses_total 5`,
+		`kev_prefix_cache_states 2`,
+		`kev_cuda_graphs_captured_total 2`,
+		`kev_http_requests_in_flight 0`,
+		`# TYPE kev_http_request_duration_seconds histogram`,
+		`kev_model_info{run="jaredpalmer/kev-4b",base="Qwen/Qwen3.5-4B-Base",device="cpu",backend="go",dtype="float32"} 1`,
+	} {
+		if !strings.Contains(r.body, line+"\n") {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
+	checkExposition(t, r.body)
+}
+
+// checkExposition checks every line is a comment or "name{labels} value" with a parsable value.
+func checkExposition(t *testing.T, text string) {
+	t.Helper()
+	line := regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (\+Inf|-Inf|NaN|[-+0-9.eE]+)$`)
+	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if strings.HasPrefix(l, "# HELP ") || strings.HasPrefix(l, "# TYPE ") {
+			continue
+		}
+		if !line.MatchString(l) {
+			t.Errorf("bad exposition line %q", l)
+		}
+	}
+}
+
+func TestMetricsLabelEscaping(t *testing.T) {
+	got := labels("a", `x"y\z`+"\n")
+	if got != `a="x\"y\\z\n"` {
+		t.Errorf("%s", got)
+	}
+	m := NewMetrics()
+	var sb strings.Builder
+	if _, err := m.WriteTo(&sb); err != nil {
+		t.Fatal(err)
+	}
+	checkExposition(t, sb.String())
+}
+
+func TestLaxInt(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string // "" for an error
+	}{
+		{`6`, "6"}, {`-5`, "-5"}, {`true`, "1"}, {`false`, "0"}, {`6.0`, "6"}, {`1e3`, "1000"}, {`6.5`, ""},
+		{`"6"`, "6"}, {`" 7\n"`, "7"}, {`"1_000"`, "1000"}, {`"6.00"`, "6"}, {`"-6.0"`, "-6"}, {`"6."`, ""},
+		{`"1__0"`, ""}, {`"_1"`, ""}, {`"0x10"`, ""}, {`"6e0"`, ""}, {`""`, ""}, {`null`, ""}, {`[]`, ""},
+		{`NaN`, ""}, {`123456789012345678901234567890`, "123456789012345678901234567890"},
+	} {
+		n, fe := laxInt(parse(t, c.in), "f")
+		switch {
+		case c.want == "" && fe == nil:
+			t.Errorf("%s: accepted as %s", c.in, n)
+		case c.want != "" && (fe != nil || n.String() != c.want):
+			t.Errorf("%s: %v %v, want %s", c.in, n, fe, c.want)
+		}
+	}
+}
+
+func TestPermuteDirect(t *testing.T) {
+	m := &fakeModel{latency: 1}
+	req := NewRequest("s", Choice("q", "Pick", OptionNames("x", "y", "z")...), Noul("n", "Other?"))
+	out, err := Permute(context.Background(), m.Do, &PermuteRequest{Request: req, Question: "q", NPerm: 5, Seed: big.NewInt(42)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Runs) != 5 || !out.ArgmaxStable {
+		t.Fatalf("%+v", out)
+	}
+	if _, err := Permute(context.Background(), m.Do, &PermuteRequest{Request: req, Question: "n", NPerm: 1}); err == nil || err.Error() != "kev: question must be an existing choice question" {
+		t.Errorf("noul question: %v", err)
+	}
+}
+
+func TestNewRequestID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewRequestID()
+		if !requestIDPattern.MatchString(id) || id[12] != '4' || seen[id] {
+			t.Fatalf("id %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func FuzzPermuteRequest(f *testing.F) {
+	f.Add(`{"request":` + permuteRequest + `,"question":"q","n_perm":3,"seed":"7"}`)
+	f.Add(`{"request":` + permuteRequest + `,"question":"q","n_perm":1e400,"seed":-1e2}`)
+	f.Add(`{"request":[],"question":null,"n_perm":"1_0","seed":true}`)
+	f.Add(`[1,2]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		v, err := pyjson.Parse([]byte(body))
+		if err != nil {
+			return
+		}
+		pr, err := PermuteRequestFromValue(v)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || len(ve.Errors) == 0 {
+				t.Fatalf("%v", err)
+			}
+			return
+		}
+		if pr.NPerm < MinPermutations || pr.NPerm > MaxPermutations || pr.Seed == nil || pr.Request == nil {
+			t.Fatalf("accepted %+v", pr)
+		}
+	})
+}
+
+func ExamplePermuteOrders() {
+	// Python: r = random.Random(0); then for each run after the first, r.shuffle(a fresh copy of the keys).
+	for _, o := range PermuteOrders([]string{"returns", "shipping", "billing"}, 3, big.NewInt(0)) {
+		fmt.Println(o)
+	}
+	// Output:
+	// [returns shipping billing]
+	// [returns billing shipping]
+	// [billing shipping returns]
+}
+
+func ExampleModelCard_Description() {
+	c := ModelCard{Base: "Qwen/Qwen3.5-4B-Base", Run: "jaredpalmer/kev-4b", Temperature: 2.41}
+	fmt.Println(c.Description())
+	// Output: Kev pointer head on Qwen/Qwen3.5-4B-Base, serving jaredpalmer/kev-4b at temperature 2.41
+}
