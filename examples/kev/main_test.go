@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/kevgo/kev"
+)
+
+// runCmd runs a command line in-process with the given standard input and returns its status and output.
+func runCmd(t *testing.T, in string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	stdin, stdout, stderr = strings.NewReader(in), &out, &errOut
+	t.Cleanup(func() { stdin, stdout, stderr = os.Stdin, os.Stdout, os.Stderr })
+	code := run(args)
+	return code, out.String(), errOut.String()
+}
+
+var latency = regexp.MustCompile(`"latency_ms":[0-9.e+-]+`)
+
+// TestAsk runs the README's first command, kev ask on the bundled request with no flags, and checks its output
+// against the library's answer to the same request.
+func TestAsk(t *testing.T) {
+	req, err := os.ReadFile(filepath.Join("testdata", "request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, string(req), "ask")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "float32 weights on cpu: ") || !strings.Contains(errOut, " MiB") {
+		t.Errorf("stderr %q does not report the weights' memory", errOut)
+	}
+	if !strings.HasSuffix(out, "}\n") || !latency.MatchString(out) {
+		t.Fatalf("output %q", out)
+	}
+
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kev.Load(context.Background(), filepath.Join(root, bundledRun), kev.Options{Base: filepath.Join(root, bundledBase)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r, err := kev.DecodeRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := p.Do(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := resp.MarshalJSON()
+	got := latency.ReplaceAllString(strings.TrimSuffix(out, "\n"), `"latency_ms":0`)
+	if w := latency.ReplaceAllString(string(want), `"latency_ms":0`); got != w {
+		t.Errorf("kev ask printed\n%s\nthe library answers\n%s", got, w)
+	}
+	for _, s := range []string{`"billing":{"type":"noul"`, `"department":{"type":"choice"`, `"urgency":{"type":"score"`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %s", s)
+		}
+	}
+}
+
+func TestAskFlags(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := os.ReadFile(filepath.Join("testdata", "request.json"))
+	code, out, errOut := runCmd(t, string(req), "ask", "-checkpoint", filepath.Join(root, "testdata", "golden", "tiny-a", "kev-full"), "-dtype", "bf16")
+	if code != 0 || !strings.Contains(errOut, "bfloat16 weights on cpu") || !strings.Contains(out, `"answers":{"billing"`) {
+		t.Errorf("kev-full bf16: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		args     []string
+		code     int
+		stderr   string
+	}{
+		{"no command", "", nil, 2, "Commands:"},
+		{"unknown command", "", []string{"fly"}, 2, `unknown command "fly"`},
+		{"help", "", []string{"help"}, 0, ""},
+		{"command help", "", []string{"ask", "-h"}, 0, "-checkpoint"},
+		{"bad flag", "", []string{"ask", "-x"}, 2, "flag provided but not defined: -x"},
+		{"stray argument", "", []string{"ask", "request.json"}, 2, `unexpected argument "request.json"`},
+		{"bad json", "{", []string{"ask"}, 1, `"type":"json_invalid"`},
+		{"no questions", `{"state": "x"}`, []string{"ask"}, 1, `"loc":["body","questions"]`},
+		{"missing checkpoint", `{"state": "x", "questions": {"q": {"type": "noul"}}}`, []string{"ask", "-checkpoint", "/no/such/kev"}, 1, "/no/such/kev"},
+		{"bad dtype", `{"state": "x", "questions": {"q": {"type": "noul"}}}`, []string{"ask", "-dtype", "int8"}, 1, "Options.DType"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := runCmd(t, c.in, c.args...)
+			if code != c.code || !strings.Contains(errOut, c.stderr) {
+				t.Errorf("exit %d, want %d; stderr %q, want it to contain %q", code, c.code, errOut, c.stderr)
+			}
+		})
+	}
+}
