@@ -71,7 +71,8 @@ SHARD_BYTES = 4_000_000_000  # three shards of the ~8.4 GB base
 # Standard deviations (FORMAT.md "kev-4b").
 LINEAR_GAIN = 0.5  # linear weights: N(0, (0.5/sqrt(fan_in))^2)
 NORM_SIGMA = 0.05  # (1 + w) norms: w ~ N(0, 0.05^2); gated norm: 1 + N(0, 0.05^2)
-DT_BIAS_SIGMA = 0.5
+DT_BIAS_MEAN, DT_BIAS_SIGMA = -4.0, 0.5  # softplus(a + dt_bias) ~ 0.02: per-token decays mostly 0.6..0.99,
+# so the DeltaNet state carries across 64-token chunks and into the question rows
 CONV_SIGMA = 0.3
 EMBED_SIGMA = 1.0
 VISION_SIGMA = 0.02
@@ -91,7 +92,7 @@ def fill_text(tm, gen):
             if name.endswith("linear_attn.A_log"):
                 v = torch.empty(shape, device=dev, dtype=torch.float32).uniform_(1.0, 16.0, generator=gen).log()
             elif name.endswith("linear_attn.dt_bias"):
-                v = DT_BIAS_SIGMA * randn()
+                v = DT_BIAS_MEAN + DT_BIAS_SIGMA * randn()
             elif name.endswith("linear_attn.norm.weight"):
                 v = 1.0 + NORM_SIGMA * randn()  # plain gain
             elif name.endswith("norm.weight"):
