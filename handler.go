@@ -181,6 +181,41 @@ type Handler struct {
 	idle     chan struct{} // closed when inflight drops to 0 after Stop
 }
 
+// NewHandler returns a Handler serving p: the card comes from p.Info and p.Stats, and separate's output_tokens
+// from p's tokenizer unless opts name another.
+func NewHandler(p *Predictor, opts HandlerOptions) *Handler {
+	if opts.Tokenizer == nil {
+		if tok := p.Tokenizer(); tok != nil {
+			opts.Tokenizer = tok
+		}
+	}
+	return NewModelHandler(predictorModel{p}, opts)
+}
+
+// predictorModel serves a Predictor as a Model.
+type predictorModel struct{ p *Predictor }
+
+func (m predictorModel) Do(ctx context.Context, req *Request) (*Response, error) { return m.p.Do(ctx, req) }
+
+func (m predictorModel) Card() ModelCard { return CardOf(m.p.Info(), m.p.Stats()) }
+
+// CardOf returns the model card of a predictor's Info and Stats.
+func CardOf(info Info, st Stats) ModelCard {
+	c := ModelCard{
+		Run: info.Run, Base: info.Base, ReleaseDate: info.ReleaseDate, LoRA: info.LoRA, Device: info.Device,
+		Backend: info.Backend, DType: info.DType, Temperature: info.Temperature, MaxStateTokens: info.MaxStateTokens,
+		TruncateStates: info.TruncateStates,
+		PrefixCache: PrefixCacheCounts{Size: st.PrefixCache.Size, MinStateTokens: st.PrefixCache.MinStateTokens,
+			MaxTokens: st.PrefixCache.MaxTokens, Hits: int64(st.PrefixCache.Hits), Misses: int64(st.PrefixCache.Misses),
+			CachedStates: st.PrefixCache.CachedStates, OOMRetries: int64(st.PrefixCache.OOMRetries)},
+		Batches: BatchCounts{Count: int64(st.Batches.Count), Requests: int64(st.Batches.Requests), Queued: st.Batches.Queued},
+	}
+	if g := st.Graphs; g != nil {
+		c.CUDAGraphs = &GraphCounts{Captured: g.Captured, Kept: g.Kept, Pending: g.Pending, Failed: g.Failed}
+	}
+	return c
+}
+
 // NewModelHandler returns a Handler serving m.
 func NewModelHandler(m Model, opts HandlerOptions) *Handler {
 	h := &Handler{model: m, opts: opts, tok: opts.Tokenizer, metrics: opts.Metrics, log: opts.Logger}
@@ -470,7 +505,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
-	case errors.Is(err, errStopping):
+	case errors.Is(err, errStopping), errors.Is(err, ErrClosed):
 		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
 	default:
 		if msg, ok := AdmissionDetail(err); ok {

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/big"
 	"net"
@@ -1257,4 +1258,237 @@ func ExampleModelCard_Description() {
 	c := ModelCard{Base: "Qwen/Qwen3.5-4B-Base", Run: "jaredpalmer/kev-4b", Temperature: 2.41}
 	fmt.Println(c.Description())
 	// Output: Kev pointer head on Qwen/Qwen3.5-4B-Base, serving jaredpalmer/kev-4b at temperature 2.41
+}
+
+// goldenPredictor loads the tiny-a fixture (LoRA checkpoint and its base) on the CPU, or skips without it.
+func goldenPredictor(t testing.TB, opts Options) (*Predictor, string) {
+	t.Helper()
+	kevDir := "testdata/golden/tiny-a/kev"
+	if _, err := os.Stat(kevDir + "/head.pt"); err != nil {
+		t.Skip("golden fixture tiny-a not present")
+	}
+	opts.Base = "testdata/golden/tiny-a/base"
+	opts.Offline = true
+	p, err := Load(context.Background(), kevDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, kevDir
+}
+
+func servePredictor(t *testing.T, p *Predictor, opts HandlerOptions) *httptest.Server {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	srv := httptest.NewServer(NewHandler(p, opts))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestPredictorConformance runs the spec's HTTP conformance requests (§7.3, §7.11) against the real model on the
+// tiny fixture: choice basic, null descriptions, structured instructions and criteria, object state with noul and
+// score, packed vs alone within 0.011, the accepted one-level score.
+func TestPredictorConformance(t *testing.T) {
+	p, _ := goldenPredictor(t, Options{})
+	srv := servePredictor(t, p, HandlerOptions{APIKey: "local"})
+	conformanceChecks(t, srv.URL, "Authorization", "Bearer local")
+	r := post(t, srv.URL+"/v1/systemone", `{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`,
+		"Authorization", "Bearer local")
+	want := `"urgency":{"type":"score","score":0.0,"legend":{"0":"today"},"probabilities":{"0":1.0},"confidence":1.0}`
+	if r.status != 200 || !strings.Contains(r.body, want) || !strings.HasPrefix(r.body, `{"model":"jev-latest","answers":{"billing":{"type":"noul","noul":`) {
+		t.Errorf("%d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone", conformanceChoice); r.status != 401 {
+		t.Errorf("no key: %d", r.status)
+	}
+}
+
+// withoutLatency drops latency_ms (each batch's own model time) from a response body.
+func withoutLatency(t *testing.T, body string) string {
+	t.Helper()
+	v := parse(t, body)
+	var ms []pyjson.Member
+	for _, m := range v.Members() {
+		if m.Key != "latency_ms" {
+			ms = append(ms, m)
+		}
+	}
+	return pyjson.Dumps(pyjson.Object(ms...))
+}
+
+// TestPredictorGoldenCases sends the reference requests over HTTP: the body is what Do gives (latency aside), and
+// the token counts are the reference's.
+func TestPredictorGoldenCases(t *testing.T) {
+	p, _ := goldenPredictor(t, Options{})
+	srv := servePredictor(t, p, HandlerOptions{})
+	data, err := os.ReadFile("testdata/golden/tiny-a/reference/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Cases []struct {
+			Name         string          `json:"name"`
+			Request      json.RawMessage `json:"request"`
+			InputTokens  int             `json:"input_tokens"`
+			OutputTokens int             `json:"output_tokens"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	if len(file.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	for _, c := range file.Cases {
+		r := post(t, srv.URL+"/v1/systemone", string(c.Request))
+		checkCommon(t, r)
+		if r.status != 200 {
+			t.Errorf("%s: %d %s", c.Name, r.status, r.body)
+			continue
+		}
+		req, err := DecodeRequest(c.Request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := p.Do(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := withoutLatency(t, r.body), withoutLatency(t, resp.String()); got != want {
+			t.Errorf("%s:\n http %s\n   do %s", c.Name, got, want)
+		}
+		var out struct {
+			Usage struct {
+				InputTokens  int `json:"input_tokens"`
+				OutputTokens int `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		json.Unmarshal([]byte(r.body), &out)
+		if out.Usage.InputTokens != c.InputTokens || (c.OutputTokens > 0 && out.Usage.OutputTokens != c.OutputTokens) {
+			t.Errorf("%s: usage %+v, reference %d/%d", c.Name, out.Usage, c.InputTokens, c.OutputTokens)
+		}
+	}
+}
+
+// TestPredictorSeparateAndPermute checks separate against each question asked alone, and permute's runs against
+// the same question asked in each run's order, on the real model.
+func TestPredictorSeparateAndPermute(t *testing.T) {
+	p, _ := goldenPredictor(t, Options{})
+	srv := servePredictor(t, p, HandlerOptions{})
+	body := `{"state":` + conformancePackedState + `,"model":"m","questions":{` + conformancePackedA + `,` + conformancePackedB +
+		`,"c":{"type":"score","instructions":"How busy?","criteria":["empty","some","full"]}}}`
+	r := post(t, srv.URL+"/v1/systemone/separate", body)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	req, _ := DecodeRequest([]byte(body))
+	var answers []AnswerEntry
+	input := 0
+	for _, q := range req.Questions {
+		resp, err := p.Do(context.Background(), single(req, q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, resp.Answers...)
+		input += resp.Usage.InputTokens
+	}
+	want := &Response{Model: "m", Answers: answers, Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(p.Tokenizer(), answers)}}
+	if got := withoutLatency(t, r.body); got != withoutLatency(t, want.String()) {
+		t.Errorf("separate:\n got %s\nwant %s", got, withoutLatency(t, want.String()))
+	}
+
+	pbody := `{"request":{"state":"My running shoes arrived in the wrong size.","questions":{"department":{"type":"choice","instructions":"Which team should handle this?","criteria":` +
+		department + `}}},"question":"department","n_perm":6,"seed":42}`
+	r = post(t, srv.URL+"/v1/systemone/permute", pbody)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var out struct {
+		Runs []struct {
+			Order         []string           `json:"order"`
+			Probabilities map[string]float64 `json:"probabilities"`
+			Choice        string             `json:"choice"`
+		} `json:"runs"`
+		ArgmaxStable bool               `json:"argmax_stable"`
+		Spread       map[string]float64 `json:"spread"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &out); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"returns", "shipping", "billing"}
+	orders := PermuteOrders(keys, 6, big.NewInt(42))
+	if len(out.Runs) != 6 {
+		t.Fatalf("%d runs", len(out.Runs))
+	}
+	stable := true
+	for i, run := range out.Runs {
+		if !slices.Equal(run.Order, orders[i]) {
+			t.Errorf("run %d order %v, want %v", i, run.Order, orders[i])
+		}
+		crit := make([]string, len(run.Order))
+		for j, k := range run.Order {
+			d, _ := parse(t, department).Get(k)
+			crit[j] = fmt.Sprintf("%q:%q", k, d.AsString())
+		}
+		alone := post(t, srv.URL+"/v1/systemone", `{"state":"My running shoes arrived in the wrong size.","questions":{"department":{"type":"choice","instructions":"Which team should handle this?","criteria":{`+strings.Join(crit, ",")+`}}}}`)
+		var a struct {
+			Answers map[string]struct {
+				Choice        string             `json:"choice"`
+				Probabilities map[string]float64 `json:"probabilities"`
+			} `json:"answers"`
+		}
+		json.Unmarshal([]byte(alone.body), &a)
+		if !maps.Equal(a.Answers["department"].Probabilities, run.Probabilities) || a.Answers["department"].Choice != run.Choice {
+			t.Errorf("run %d: %v, alone %v", i, run.Probabilities, a.Answers["department"])
+		}
+		stable = stable && run.Choice == out.Runs[0].Choice
+	}
+	if stable != out.ArgmaxStable {
+		t.Errorf("argmax_stable %v", out.ArgmaxStable)
+	}
+	for _, k := range keys {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, run := range out.Runs {
+			lo, hi = math.Min(lo, run.Probabilities[k]), math.Max(hi, run.Probabilities[k])
+		}
+		if out.Spread[k] != hi-lo {
+			t.Errorf("spread[%s] %v, want %v", k, out.Spread[k], hi-lo)
+		}
+	}
+}
+
+// TestPredictorCard checks the card of the loaded fixture and that its counters move.
+func TestPredictorCard(t *testing.T) {
+	p, kevDir := goldenPredictor(t, Options{})
+	srv := servePredictor(t, p, HandlerOptions{})
+	post(t, srv.URL+"/v1/systemone", conformanceChoice)
+	r := httpCall(t, nil, "GET", srv.URL+"/v1/models", "")
+	info := p.Info()
+	prefix := fmt.Sprintf(`{"models":[{"name":"kev-latest","description":"Kev pointer head on %s, serving %s at temperature 2.41","release_date":"%s","run":"%s","base":"%s","lora":8,"device":"cpu","backend":"%s","dtype":"float32","temperature":%s,"max_state_tokens":65536,"truncate_states":false,"cuda_graphs":null,"prefix_cache":{"size":4,`,
+		info.Base, kevDir, info.ReleaseDate, kevDir, info.Base, info.Backend, pyjson.FormatFloat(info.Temperature))
+	if r.status != 200 || !strings.HasPrefix(r.body, prefix) || !strings.Contains(r.body, `{"name":"jev-latest","description":"Kev pointer head on`) {
+		t.Errorf("%d %s\nwant prefix %s", r.status, r.body, prefix)
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\d$`).MatchString(info.ReleaseDate) {
+		t.Errorf("release date %q", info.ReleaseDate)
+	}
+	if !strings.Contains(r.body, `"batches":{"count":1,"requests":1,"queued":0}}`) {
+		t.Errorf("batches: %s", r.body)
+	}
+}
+
+// TestPredictorTruncateMode checks a truncating server's extras on the real model.
+func TestPredictorTruncateMode(t *testing.T) {
+	p, _ := goldenPredictor(t, Options{TruncateStates: true})
+	srv := servePredictor(t, p, HandlerOptions{})
+	r := post(t, srv.URL+"/v1/systemone", conformanceObjectState)
+	if r.status != 200 || !strings.HasSuffix(r.body, `,"truncated":false}`) || !strings.Contains(r.body, `"state_tokens":`) {
+		t.Errorf("%d %s", r.status, r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":`+conformanceChoice+`,"question":"department","n_perm":2}`)
+	if r.status != 200 || !regexp.MustCompile(`,"truncated":false,"usage":\{"state_tokens":(\d+),"state_tokens_used":(\d+)\}\}$`).MatchString(r.body) {
+		t.Errorf("%d %s", r.status, r.body)
+	}
 }
