@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kevgo/kev/internal/loadtest"
 	"github.com/kevgo/kev/internal/pyjson"
 )
 
@@ -1490,5 +1491,42 @@ func TestPredictorTruncateMode(t *testing.T) {
 	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":`+conformanceChoice+`,"question":"department","n_perm":2}`)
 	if r.status != 200 || !regexp.MustCompile(`,"truncated":false,"usage":\{"state_tokens":(\d+),"state_tokens_used":(\d+)\}\}$`).MatchString(r.body) {
 		t.Errorf("%d %s", r.status, r.body)
+	}
+}
+
+// TestPredictorLoad is a CI-sized loopback load test on the tiny fixture: 1, 32 and 64 concurrent clients, each
+// sending at most two requests within half a second, with the key set. It writes the bench report (to $KEV_HTTP_BENCH_OUT when set) and
+// checks no request failed, the protocol checks held and every answer to a body was the same.
+func TestPredictorLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	p, _ := goldenPredictor(t, Options{})
+	srv := servePredictor(t, p, HandlerOptions{APIKey: "bench"})
+	bodies := [][]byte{[]byte(conformanceChoice), []byte(`{"state":"Shoes arrived late.","questions":{"escalate":{"type":"noul","instructions":"Urgent?"}}}`),
+		[]byte(conformanceNullDescriptions), []byte(`{"state":"Charged twice.","questions":{"tone":{"type":"score","criteria":["calm","angry"]}}}`)}
+	rep, err := loadtest.Run(context.Background(), loadtest.Config{URL: srv.URL, APIKey: "bench", Bodies: bodies,
+		Levels: []int{1, 32, 64}, Duration: 500 * time.Millisecond, PerClient: 2, Warmup: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := os.Getenv("KEV_HTTP_BENCH_OUT")
+	if out == "" {
+		out = t.TempDir() + "/http-bench.json"
+	}
+	if err := os.WriteFile(out, rep.JSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", rep.JSON())
+	if !rep.Protocol.OK || rep.Protocol.Unauthorized != 401 || rep.Protocol.Invalid != 422 || !rep.AnswersEqual {
+		t.Errorf("protocol %+v, answers equal %v (%d mismatches)", rep.Protocol, rep.AnswersEqual, rep.Mismatches)
+	}
+	for _, lv := range rep.Levels {
+		if lv.Requests == 0 || lv.Errors != 0 || lv.ModelP50 <= 0 || lv.ProcessP50 <= 0 {
+			t.Errorf("level %+v", lv)
+		}
+	}
+	if st := p.Stats(); st.Batches.Requests <= st.Batches.Count && rep.Levels[2].Requests > 64 {
+		t.Logf("no batch held more than one request (%d batches, %d requests)", st.Batches.Count, st.Batches.Requests)
 	}
 }
