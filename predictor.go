@@ -514,6 +514,7 @@ func (p *Predictor) Close() error {
 	}
 	p.held = nil
 	p.cache.Clear()
+	p.model, p.pointer = nil, nil
 	p.log.Info("kev: closed")
 	return nil
 }
