@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestServeConfig(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	cfg, err := serveConfigFrom(nil, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != "127.0.0.1:8008" || !strings.HasSuffix(cfg.run, bundledRun) || cfg.hopts.APIKey != "" ||
+		cfg.opts.PrefixCache != 0 || cfg.opts.TruncateStates || cfg.opts.DateFacts || cfg.drain != time.Minute {
+		t.Errorf("defaults: %+v", cfg)
+	}
+
+	cfg, err = serveConfigFrom(nil, env("KEV_ADDR", "0.0.0.0:9000", "KEV_RUN", "org/kev@v1", "KEV_API_KEY", "k",
+		"KEV_PREFIX_CACHE", "0", "KEV_PREFIX_MIN_TOKENS", "16", "KEV_PREFIX_MAX_TOKENS", "4096", "KEV_DATE_FACTS", "1",
+		"KEV_TRUNCATE_STATES", "1", "KEV_TEMPERATURE", "1.5", "KEV_LORA_SCALE", "0.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.opts
+	if cfg.addr != "0.0.0.0:9000" || cfg.run != "org/kev@v1" || cfg.hopts.APIKey != "k" || o.PrefixCache != -1 ||
+		o.PrefixMinTokens != 16 || o.PrefixMaxTokens != 4096 || !o.DateFacts || !o.TruncateStates ||
+		o.Temperature != 1.5 || o.LoRAScale != 0.5 {
+		t.Errorf("from the environment: %+v", cfg)
+	}
+
+	cfg, err = serveConfigFrom([]string{"-addr", "127.0.0.1:0", "-checkpoint", "/x/kev", "-base", "/x/base", "-dtype", "bf16", "-drain", "5s"},
+		env("KEV_ADDR", "0.0.0.0:9000", "KEV_RUN", "org/kev", "KEV_PREFIX_CACHE", "8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != "127.0.0.1:0" || cfg.run != "/x/kev" || cfg.opts.Base != "/x/base" || cfg.opts.DType != "bf16" ||
+		cfg.drain != 5*time.Second || cfg.opts.PrefixCache != 8 {
+		t.Errorf("flags over the environment: %+v", cfg)
+	}
+
+	for _, bad := range [][]string{
+		{"KEV_PREFIX_CACHE", "four"}, {"KEV_PREFIX_MAX_TOKENS", "-1"}, {"KEV_DATE_FACTS", "maybe"},
+		{"KEV_TEMPERATURE", "hot"}, {"KEV_LORA_SCALE", "-2"},
+	} {
+		_, err := serveConfigFrom(nil, env(bad...))
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+	}
+	if _, err := serveConfigFrom([]string{"extra"}, env()); err == nil {
+		t.Error("a stray argument was accepted")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's log writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs start in the background on the bundled checkpoint and returns the address once it listens.
+func startServe(t *testing.T, start func() error) (string, <-chan error, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	stderr = logs
+	ready := make(chan string, 1)
+	serveReady = func(addr string) { ready <- addr }
+	t.Cleanup(func() { stderr, serveReady = os.Stderr, nil })
+	done := make(chan error, 1)
+	go func() { done <- start() }()
+	select {
+	case addr := <-ready:
+		return addr, done, logs
+	case err := <-done:
+		t.Fatalf("serve returned before listening: %v\n%s", err, logs)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("serve did not start")
+	}
+	return "", nil, nil
+}
+
+func postJSON(c *http.Client, url, body, key string) (int, string, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+var inFlight = regexp.MustCompile(`(?m)^kev_http_requests_in_flight (\d+)$`)
+
+// TestServeShutdownDrains serves the bundled checkpoint, starts requests, shuts down while they are inside, and
+// checks every one of them is answered; the listener takes nothing after.
+func TestServeShutdownDrains(t *testing.T) {
+	cfg, err := serveConfigFrom([]string{"-addr", "127.0.0.1:0"}, func(k string) string {
+		if k == "KEV_API_KEY" {
+			return "secret"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, done, logs := startServe(t, func() error { return serve(ctx, cfg) })
+	url := "http://" + addr
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	defer c.CloseIdleConnections()
+
+	req := `{"state":"My running shoes arrived in the wrong size.","model":"jev-latest","questions":{"department":{"type":"choice","instructions":"Which team should handle this?","criteria":{"returns":"Exchanges, refunds","shipping":"Delivery","billing":"Charges"}}}}`
+	if code, body, err := postJSON(c, url+"/v1/systemone", req, "secret"); err != nil || code != 200 || !strings.HasPrefix(body, `{"model":"jev-latest","answers":{"department":{"type":"choice","choice":"`) {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	if code, _, _ := postJSON(c, url+"/v1/systemone", req, ""); code != 401 {
+		t.Errorf("no key: %d", code)
+	}
+
+	const n = 12
+	type result struct {
+		code int
+		err  error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			body := fmt.Sprintf(`{"request":%s,"question":"department","n_perm":8,"seed":%d}`, req, i)
+			code, _, err := postJSON(c, url+"/v1/systemone/permute", body, "secret")
+			results <- result{code, err}
+		}()
+	}
+	// Wait until requests are inside the model, then stop as a signal would.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := c.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := inFlight.FindSubmatch(b)
+		if m != nil && string(m[1]) != "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no request ever got inside")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	answered, refused := 0, 0
+	for range n {
+		r := <-results
+		switch {
+		case r.err == nil && r.code == 200:
+			answered++
+		case r.err == nil && r.code == 503:
+			refused++ // arrived after the stop began, on an open connection
+		case r.err != nil && strings.Contains(r.err.Error(), "connection refused"):
+			refused++ // arrived after the listener closed
+		default:
+			t.Errorf("request lost: %d %v", r.code, r.err)
+		}
+	}
+	if answered == 0 {
+		t.Error("no request in flight was answered")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, logs)
+	}
+	if _, _, err := postJSON(&http.Client{}, url+"/v1/systemone", req, "secret"); err == nil {
+		t.Error("the server still answers after it stopped")
+	}
+	for _, s := range []string{"kev: serving", "KEV_API_KEY required", "kev: stopping", "kev: stopped"} {
+		if !strings.Contains(logs.String(), s) {
+			t.Errorf("log lacks %q:\n%s", s, logs)
+		}
+	}
+	t.Logf("%d answered, %d refused after the stop", answered, refused)
+}
+
+// TestServeSignal runs the command itself and stops it with SIGTERM.
+func TestServeSignal(t *testing.T) {
+	addr, done, logs := startServe(t, func() error {
+		return serveCommand([]string{"-addr", "127.0.0.1:0", "-drain", "10s"})
+	})
+	resp, err := http.Get("http://" + addr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(b), `{"models":[{"name":"kev-latest","description":"Kev pointer head on `) {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%v\n%s", err, logs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("SIGTERM did not stop the server")
+	}
+	if !strings.Contains(logs.String(), "kev: stopped") {
+		t.Errorf("log:\n%s", logs)
+	}
+}
+
+func TestServeBadAddress(t *testing.T) {
+	stderr = io.Discard
+	t.Cleanup(func() { stderr = os.Stderr })
+	cfg, err := serveConfigFrom([]string{"-addr", "256.0.0.1:" + strconv.Itoa(1)}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(context.Background(), cfg); err == nil {
+		t.Fatal("listening on a bad address succeeded")
+	}
+}

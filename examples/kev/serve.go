@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/kevgo/kev"
+)
+
+func init() {
+	commands["serve"] = serveCommand
+	summaries["serve"] = "serve Kev's System One HTTP API (POST /v1/systemone, GET /v1/models, ...)"
+}
+
+// serveConfig is everything serve needs: the model to load, where to listen, and the handler's options.
+type serveConfig struct {
+	run   string
+	opts  kev.Options
+	addr  string
+	drain time.Duration
+	hopts kev.HandlerOptions
+}
+
+// serveReady, when set, is told the listening address once the server accepts requests (tests use it).
+var serveReady func(addr string)
+
+// The signals that stop the server gracefully.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+func serveCommand(args []string) error {
+	cfg, err := serveConfigFrom(args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
+	defer stop()
+	return serve(ctx, cfg)
+}
+
+// serveConfigFrom reads the flags and the KEV_* environment (flags win where both exist).
+func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, error) {
+	fs := newFlags("serve", "[-addr HOST:PORT] [-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu] [-dtype fp32]")
+	var mf modelFlags
+	mf.register(fs)
+	cfg := serveConfig{}
+	addr := getenv("KEV_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:8008"
+	}
+	fs.StringVar(&cfg.addr, "addr", addr, "listen address (KEV_ADDR)")
+	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, the longest wait for requests in flight")
+	if err := parseFlags(fs, args); err != nil {
+		return cfg, err
+	}
+	if mf.checkpoint == "" {
+		mf.checkpoint = getenv("KEV_RUN")
+	}
+	run, opts, err := mf.options()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.run = run
+	env := envReader{getenv: getenv}
+	if n, ok := env.int("KEV_PREFIX_CACHE"); ok {
+		opts.PrefixCache = n
+		if n == 0 {
+			opts.PrefixCache = -1 // Kev's 0 disables the cache; Options' 0 is the default
+		}
+	}
+	opts.PrefixMinTokens, _ = env.int("KEV_PREFIX_MIN_TOKENS")
+	opts.PrefixMaxTokens, _ = env.int("KEV_PREFIX_MAX_TOKENS")
+	opts.DateFacts = env.bool("KEV_DATE_FACTS")
+	opts.TruncateStates = env.bool("KEV_TRUNCATE_STATES")
+	opts.Temperature = env.float("KEV_TEMPERATURE")
+	opts.LoRAScale = env.float("KEV_LORA_SCALE")
+	if env.err != nil {
+		return cfg, env.err
+	}
+	cfg.opts = opts
+	cfg.hopts.APIKey = getenv("KEV_API_KEY")
+	return cfg, nil
+}
+
+// envReader parses KEV_* variables, keeping the first error.
+type envReader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (e *envReader) fail(name, v, want string) {
+	if e.err == nil {
+		e.err = usagef("%s=%q: want %s", name, v, want)
+	}
+}
+
+func (e *envReader) int(name string) (int, bool) {
+	v := e.getenv(name)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		e.fail(name, v, "a whole number ≥ 0")
+		return 0, false
+	}
+	return n, true
+}
+
+func (e *envReader) bool(name string) bool {
+	switch v := e.getenv(name); v {
+	case "", "0", "false", "no", "off":
+		return false
+	case "1", "true", "yes", "on":
+		return true
+	default:
+		e.fail(name, v, "1 or 0")
+		return false
+	}
+}
+
+func (e *envReader) float(name string) float64 {
+	v := e.getenv(name)
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		e.fail(name, v, "a number > 0")
+		return 0
+	}
+	return f
+}
+
+// serve loads the model, serves it until ctx ends, then shuts down gracefully: the model endpoints answer 503 to
+// new requests from then on, the listener closes, every request already inside is answered (within cfg.drain),
+// and the model finishes what it queued before it is closed.
+func serve(ctx context.Context, cfg serveConfig) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg.opts.Logger = log
+	p, err := kev.Load(ctx, cfg.run, cfg.opts)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	cfg.hopts.Logger = log
+	h := kev.NewHandler(p, cfg.hopts)
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	info := p.Info()
+	auth := "open"
+	if cfg.hopts.APIKey != "" {
+		auth = "KEV_API_KEY required"
+	}
+	log.Info("kev: serving", "run", info.Run, "base", info.Base, "device", info.Device, "dtype", info.DType,
+		"url", "http://"+ln.Addr().String(), "auth", auth)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if serveReady != nil {
+		serveReady(ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("kev: stopping: answering 503 to new requests, finishing those in flight")
+	h.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.drain)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	log.Info("kev: stopped")
+	return nil
+}
