@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kevgo/kev/internal/checkpoint"
+	"github.com/kevgo/kev/internal/hub"
 	"github.com/kevgo/kev/internal/pyjson"
 )
 
@@ -623,6 +624,7 @@ func TestLoadErrors(t *testing.T) {
 	copyDir(s.kev, badAdapter)
 	os.WriteFile(filepath.Join(badAdapter, "adapter_config.json"), []byte(`{"r": "eight"}`), 0o644)
 
+	t.Setenv("HF_HUB_CACHE", filepath.Join(tmp, "hub"))
 	missing := filepath.Join(tmp, "missing")
 	for _, c := range []struct {
 		name, kev, base, file string
@@ -636,6 +638,8 @@ func TestLoadErrors(t *testing.T) {
 		{"base without tokenizer", kev, noTok, filepath.Join(noTok, "tokenizer.json")},
 		{"bad shard", kev, badShard, shards[0]},
 		{"bad adapter config", badAdapter, base, filepath.Join(badAdapter, "adapter_config.json")},
+		{"hub name not cached", "someorg/some-kev@main", base, "someorg/some-kev@main"},
+		{"hub base not cached", kev, "someorg/some-base", "someorg/some-base"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := Load(ctx, c.kev, Options{Base: c.base, Offline: true})
@@ -651,6 +655,9 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("error %q names %q, want %q", err, le.File, c.file)
 			}
 		})
+	}
+	if _, err := Load(ctx, "someorg/some-kev", Options{Offline: true}); !errors.Is(err, hub.ErrNotCached) {
+		t.Errorf("uncached hub name offline: %v, want hub.ErrNotCached", err)
 	}
 	var ce *checkpoint.ConfigError
 	if _, err := Load(ctx, badAdapter, Options{Base: base}); !errors.As(err, &ce) {
