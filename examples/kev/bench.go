@@ -1,0 +1,791 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kevgo/kev"
+)
+
+func init() {
+	commands["bench"] = benchCommand
+	summaries["bench"] = "time Kev's serving cases (new and cached state) and concurrent clients; JSON report"
+}
+
+// benchCasesFile is the default cases file, relative to the repository root: Kev's serving benchmark shapes.
+var benchCasesFile = filepath.Join("scripts", "golden", "bench-cases.json")
+
+// defaultSweepCase is the case the concurrency sweep sends, when the cases file has it.
+const defaultSweepCase = "6 questions, short state"
+
+// sweepTicketBase numbers the sweep's tickets past any the latency runs use, so that every sweep request is a new
+// state.
+const sweepTicketBase = 1_000_000
+
+// The report kev bench writes (-out FILE, else standard output), a superset of what Kev's serving_bench reports
+// for one configuration. Times are milliseconds, memory bytes unless the key says otherwise; objects keyed by case
+// name keep the cases file's order.
+//
+//	{"command": "kev bench", "run": checkpoint, "base": base, "device": "cpu"|"cuda", "dtype": "float32"|"bfloat16",
+//	 "backend": "go", "go": version, "gomaxprocs": n, "temperature": t, "load_seconds": s,
+//	 "memory": {"kind": "device"|"go_heap", "resident_bytes": n, "resident_gb": x, "free_bytes": n,
+//	            "weight_bytes": n, "process_rss_bytes": n},      after load (device: the backend's pool; cpu: heap in use)
+//	 "runs": n, "warmup": n, "cases_file": path,
+//	 "latency": {case: {"tokens": input tokens, "state_tokens": n, "questions": n, "first_ms": model ms of the first
+//	             request (i = 0), "first_hit": whether it hit the cache, "new_ms": median, "cached_ms": median,
+//	             "new":    {"runs": n, "hits": n, "model_ms": dist, "wall_ms": dist, "tokenize_ms": dist},
+//	             "cached": {...}}},
+//	 "probabilities": {case: {"state_text": the i = 0 state, "probabilities": [[p, ...], ...] per question in order,
+//	                   unrounded (each float32 printed as the float64 it widens to), "answers": Kev's answers object}},
+//	 "concurrency": [{"clients", "duration_s", "requests", "errors", "first_error", "rps", "p50_ms", "p99_ms",
+//	                  "model_p50_ms", "model_p99_ms", "batches", "mean_batch", "prefix_hits", "prefix_misses"}],
+//	 "graphs": null | {"captured", "kept", "pending", "failed"},
+//	 "prefix_cache": {"size", "min_state_tokens", "max_tokens", "hits", "misses", "cached_states", "oom_retries"},
+//	 "batches": {"count", "requests", "queued"},
+//	 "memory_after": {...}, "notes": [...], "interrupted": bool, "seconds": s}
+//
+// where dist is {"median", "p10", "p90", "min", "max", "mean", "runs", "all": [...]} (percentiles interpolated
+// linearly between closest ranks, as Python's statistics.quantiles(method="inclusive")). model_ms is
+// Response.LatencyMS, the model time of the batch (0.1 ms steps); wall_ms is the time Do took; tokenize_ms is the
+// time rendering and encoding the same request took, measured apart. "new" requests have the state
+// "Ticket <i>. " + the case's state (i = 1, 2, ...), so every one misses the prefix cache; "cached" ones repeat the
+// case's own state (i = 0) and hit it. The first warmup runs of each kind are not counted.
+
+// benchConfig holds kev bench's measurement flags.
+type benchConfig struct {
+	runs, warmup int
+	clients      []int
+	duration     time.Duration
+	budget       time.Duration // 0: none
+	sweepCase    string
+}
+
+func benchCommand(args []string) error {
+	start := time.Now()
+	fs := newFlags("bench", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda] [-dtype fp32|bf16] [-cases FILE] "+
+		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE]")
+	var mf modelFlags
+	mf.register(fs)
+	var cfg benchConfig
+	casesPath := fs.String("cases", "", "the cases file, {\"cases\": {name: request}} (default: the repository's "+benchCasesFile+")")
+	fs.IntVar(&cfg.runs, "runs", 20, "timed requests of each kind per case")
+	fs.IntVar(&cfg.warmup, "warmup", 3, "requests of each kind per case run first and not counted")
+	clients := fs.String("clients", "1,32,64", "concurrency levels: clients calling Do at once, comma-separated (\"\" or 0: no sweep)")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "time each concurrency level runs")
+	fs.DurationVar(&cfg.budget, "budget", 0, "wall-clock budget of the whole command, load included; runs and levels shrink to fit it (0: none)")
+	fs.StringVar(&cfg.sweepCase, "sweep-case", defaultSweepCase, "the case the concurrent clients send (the first case when the file lacks it)")
+	out := fs.String("out", "", "write the JSON report to this file (default: standard output, before the table)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.clients, err = parseClients(*clients); err != nil {
+		return usagef("-clients: %v", err)
+	}
+	switch {
+	case cfg.runs < 1:
+		return usagef("-runs %d: want at least 1", cfg.runs)
+	case cfg.warmup < 0:
+		return usagef("-warmup %d: want 0 or more", cfg.warmup)
+	case cfg.duration <= 0 && len(cfg.clients) > 0:
+		return usagef("-duration %v: want a positive duration", cfg.duration)
+	case cfg.budget < 0:
+		return usagef("-budget %v: want 0 (none) or a positive duration", cfg.budget)
+	}
+	path := *casesPath
+	if path == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return fmt.Errorf("no -cases given and no repository found: %w", err)
+		}
+		path = filepath.Join(root, benchCasesFile)
+	}
+	cases, err := readCases(path)
+	if err != nil {
+		return err
+	}
+	run, opts, err := mf.options()
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	loadStart := time.Now()
+	p, err := kev.Load(ctx, run, opts)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	info := p.Info()
+	b := &bench{p: p, cfg: cfg, start: start, ctx: ctx}
+	rep := &b.report
+	rep.set("command", "kev bench")
+	rep.set("run", run)
+	rep.set("base", opts.Base)
+	rep.set("device", info.Device)
+	rep.set("dtype", info.DType)
+	rep.set("backend", info.Backend)
+	rep.set("go", runtime.Version())
+	rep.set("gomaxprocs", runtime.GOMAXPROCS(0))
+	rep.set("temperature", info.Temperature)
+	rep.set("load_seconds", round(time.Since(loadStart).Seconds(), 2))
+	mem := memoryReport(p)
+	rep.set("memory", mem)
+	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s) in %.1f s; %s\n", run, info.DType, info.Device,
+		time.Since(loadStart).Seconds(), mem.describe())
+	rep.set("runs", cfg.runs)
+	rep.set("warmup", cfg.warmup)
+	rep.set("cases_file", path)
+
+	b.run(cases)
+
+	st := p.Stats()
+	if st.Graphs != nil {
+		rep.set("graphs", map[string]int{"captured": st.Graphs.Captured, "kept": st.Graphs.Kept,
+			"pending": st.Graphs.Pending, "failed": st.Graphs.Failed})
+	} else {
+		rep.set("graphs", nil)
+	}
+	pc := st.PrefixCache
+	rep.set("prefix_cache", map[string]int{"size": pc.Size, "min_state_tokens": pc.MinStateTokens,
+		"max_tokens": pc.MaxTokens, "hits": pc.Hits, "misses": pc.Misses, "cached_states": pc.CachedStates,
+		"oom_retries": pc.OOMRetries})
+	rep.set("batches", map[string]int{"count": st.Batches.Count, "requests": st.Batches.Requests, "queued": st.Batches.Queued})
+	rep.set("memory_after", memoryReport(p))
+	if b.notes == nil {
+		b.notes = []string{}
+	}
+	rep.set("notes", b.notes)
+	rep.set("interrupted", b.interrupted)
+	rep.set("seconds", round(time.Since(start).Seconds(), 1))
+
+	data, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if *out != "" {
+		if err := os.WriteFile(*out, data, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "kev bench: report written to %s\n", *out)
+	} else if _, err := stdout.Write(data); err != nil {
+		return err
+	}
+	b.printTable(stdout)
+	if b.interrupted {
+		return errors.New("interrupted: the report holds what was measured before")
+	}
+	return nil
+}
+
+// parseClients reads a comma-separated list of client counts; "" and "0" mean none.
+func parseClients(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number of clients", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchCase is one request shape of the cases file.
+type benchCase struct {
+	name  string
+	state string // the state text; new-state requests prefix it
+	req   *kev.Request
+}
+
+// request returns the case's request number i: its own state for i = 0, else "Ticket <i>. " + state.
+func (c benchCase) request(i int) *kev.Request {
+	r := *c.req
+	if i > 0 {
+		r.State = kev.Text(fmt.Sprintf("Ticket %d. %s", i, c.state))
+	}
+	return &r
+}
+
+// CasesError reports a cases file kev bench cannot use: the file, the case (empty for the file as a whole) and why.
+type CasesError struct {
+	File, Case string
+	Err        error
+}
+
+// Error names the file, the case and the cause.
+func (e *CasesError) Error() string {
+	if e.Case == "" {
+		return "cases file " + e.File + ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("cases file %s: case %q: %v", e.File, e.Case, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *CasesError) Unwrap() error { return e.Err }
+
+// readCases reads a cases file.
+func readCases(path string) ([]benchCase, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &CasesError{File: path, Err: err}
+	}
+	return parseCases(path, data)
+}
+
+// parseCases reads {"cases": {name: {"state": text, "questions": {...}}, ...}} in order, with Python's json
+// semantics (a repeated name keeps its first position and its last value); every case must be a valid System One
+// request whose state is a non-empty string.
+func parseCases(file string, data []byte) ([]benchCase, error) {
+	v, err := kev.ParseContent(data)
+	if err != nil {
+		return nil, &CasesError{File: file, Err: err}
+	}
+	cs, ok := v.Get("cases")
+	if !ok || cs.Len() == 0 || len(cs.Members()) == 0 {
+		return nil, &CasesError{File: file, Err: errors.New(`want an object {"cases": {name: request, ...}} with at least one case`)}
+	}
+	var out []benchCase
+	for _, m := range cs.Members() {
+		req, err := kev.RequestFromValue(m.Value)
+		if err != nil {
+			return nil, &CasesError{File: file, Case: m.Key, Err: err}
+		}
+		state := req.State.AsString()
+		if state == "" {
+			return nil, &CasesError{File: file, Case: m.Key, Err: errors.New(`"state" must be a non-empty string (new-state requests prefix it)`)}
+		}
+		out = append(out, benchCase{name: m.Key, state: state, req: req})
+	}
+	return out, nil
+}
+
+// bench runs the measurements of one predictor and collects the report.
+type bench struct {
+	p     *kev.Predictor
+	cfg   benchConfig
+	start time.Time
+	ctx   context.Context
+
+	report      ordered
+	notes       []string
+	interrupted bool
+
+	table []caseRow
+	sweep []levelResult
+}
+
+// caseRow is one line of the printed table.
+type caseRow struct {
+	name                 string
+	tokens, runs         int
+	first                float64
+	newMS, cachedMS      dist
+	newWall, newTokenize dist
+}
+
+// note records a remark in the report and on standard error.
+func (b *bench) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.notes = append(b.notes, msg)
+	fmt.Fprintln(stderr, "kev bench: "+msg)
+}
+
+// deadline is when the budget ends (zero time: no budget).
+func (b *bench) deadline() time.Time {
+	if b.cfg.budget <= 0 {
+		return time.Time{}
+	}
+	return b.start.Add(b.cfg.budget)
+}
+
+func (b *bench) stopped() bool {
+	if b.ctx.Err() != nil {
+		b.interrupted = true
+		return true
+	}
+	return false
+}
+
+// run measures every case, then the concurrency levels.
+func (b *bench) run(cases []benchCase) {
+	latency, probs := ordered{}, ordered{}
+	// The sweep's share of the budget, kept back while the cases run.
+	sweepTime := time.Duration(len(b.cfg.clients)) * (b.cfg.duration + 2*time.Second)
+	for ci, c := range cases {
+		if b.stopped() {
+			break
+		}
+		var caseEnd time.Time
+		if d := b.deadline(); !d.IsZero() {
+			caseEnd = time.Now().Add(time.Until(d.Add(-sweepTime)) / time.Duration(len(cases)-ci))
+		}
+		lat, pr, err := b.runCase(c, caseEnd)
+		if lat != nil {
+			latency.set(c.name, lat)
+		}
+		if pr != nil {
+			probs.set(c.name, pr)
+		}
+		if err != nil {
+			if b.stopped() {
+				break
+			}
+			b.note("%s: %v", c.name, err)
+		}
+	}
+	b.report.set("latency", latency)
+	b.report.set("probabilities", probs)
+
+	sweep := cases[0]
+	for _, c := range cases {
+		if c.name == b.cfg.sweepCase {
+			sweep = c
+			break
+		}
+	}
+	var levels []levelResult
+	for li, n := range b.cfg.clients {
+		if b.stopped() {
+			break
+		}
+		dur := b.cfg.duration
+		if d := b.deadline(); !d.IsZero() {
+			share := time.Until(d)/time.Duration(len(b.cfg.clients)-li) - 2*time.Second
+			if share < dur {
+				if share < 500*time.Millisecond {
+					b.note("concurrency %d and above skipped: the time budget is spent", n)
+					break
+				}
+				b.note("concurrency %d runs %v, not %v (time budget)", n, share.Round(time.Millisecond), dur)
+				dur = share
+			}
+		}
+		levels = append(levels, b.level(sweep, n, dur))
+	}
+	if levels == nil {
+		levels = []levelResult{}
+	}
+	b.sweep = levels
+	b.report.set("concurrency", levels)
+}
+
+// sample is one timed request.
+type sample struct {
+	model, wall, tokenize float64 // ms
+	hit                   bool
+}
+
+// measure tokenises req (timed apart), then runs it through Do.
+func (b *bench) measure(req *kev.Request) (sample, *kev.Response, error) {
+	t0 := time.Now()
+	rec, err := kev.ToRecord(req, kev.RecordOptions{})
+	if err != nil {
+		return sample{}, nil, err
+	}
+	if _, err := kev.Encode(b.p.Tokenizer(), rec, kev.EncodeOptions{}); err != nil {
+		return sample{}, nil, err
+	}
+	tok := time.Since(t0)
+	hits := b.p.Stats().PrefixCache.Hits
+	t1 := time.Now()
+	resp, err := b.p.Do(b.ctx, req)
+	wall := time.Since(t1)
+	if err != nil {
+		return sample{}, nil, err
+	}
+	return sample{model: resp.LatencyMS, wall: ms(wall), tokenize: ms(tok), hit: b.p.Stats().PrefixCache.Hits > hits}, resp, nil
+}
+
+// runCase measures one case: its first request, its probabilities, then new and cached states.
+func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err error) {
+	req0 := c.request(0)
+	rec, err := kev.ToRecord(req0, kev.RecordOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	enc, err := kev.Encode(b.p.Tokenizer(), rec, kev.EncodeOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	first, resp, err := b.measure(req0)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := b.p.Probabilities(b.ctx, req0)
+	if err != nil {
+		return nil, nil, err
+	}
+	answers, err := json.Marshal(kev.AnswersValue(resp.Answers))
+	if err != nil {
+		return nil, nil, err
+	}
+	probs = ordered{}
+	probs.set("state_text", c.state)
+	wide, finite := widen(p)
+	if !finite {
+		b.note("%s: probabilities that are not finite numbers are written as null", c.name)
+	}
+	probs.set("probabilities", wide)
+	probs.set("answers", json.RawMessage(answers))
+
+	lat = ordered{}
+	lat.set("tokens", resp.Usage.InputTokens)
+	lat.set("state_tokens", enc.StateLen)
+	lat.set("questions", len(c.req.Questions))
+	lat.set("first_ms", first.model)
+	lat.set("first_hit", first.hit)
+
+	var news, cached []sample
+	for i := 1; i <= b.cfg.warmup; i++ {
+		s, _, err := b.measure(c.request(i))
+		if err != nil {
+			return lat, probs, err
+		}
+		news = append(news, s)
+	}
+	for range b.cfg.warmup {
+		s, _, err := b.measure(req0)
+		if err != nil {
+			return lat, probs, err
+		}
+		cached = append(cached, s)
+	}
+	runs := b.cfg.runs
+	if !end.IsZero() {
+		per := time.Duration(float64(time.Millisecond) * (lastWall(news, first) + lastWall(cached, first)))
+		if left := time.Until(end); per > 0 && time.Duration(runs)*per > left {
+			runs = max(3, int(left/per))
+			if runs < b.cfg.runs {
+				b.note("%s: %d timed runs of each kind, not %d (time budget; one run ~%.0f ms new, %.0f ms cached)",
+					c.name, runs, b.cfg.runs, lastWall(news, first), lastWall(cached, first))
+			}
+		}
+	}
+	news, cached = news[:0], cached[:0]
+	for i := b.cfg.warmup + 1; i <= b.cfg.warmup+runs; i++ {
+		s, _, err := b.measure(c.request(i))
+		if err != nil {
+			return lat, probs, err
+		}
+		news = append(news, s)
+	}
+	for range runs {
+		s, _, err := b.measure(req0)
+		if err != nil {
+			return lat, probs, err
+		}
+		cached = append(cached, s)
+	}
+	row := caseRow{name: c.name, tokens: resp.Usage.InputTokens, runs: runs, first: first.model}
+	newStats, newModel := kindStats(news)
+	cachedStats, cachedModel := kindStats(cached)
+	row.newMS, row.cachedMS = newModel, cachedModel
+	row.newWall = summarize(field(news, func(s sample) float64 { return s.wall }))
+	row.newTokenize = summarize(field(news, func(s sample) float64 { return s.tokenize }))
+	lat.set("new_ms", newModel.Median)
+	lat.set("cached_ms", cachedModel.Median)
+	lat.set("new", newStats)
+	lat.set("cached", cachedStats)
+	b.table = append(b.table, row)
+	fmt.Fprintf(stderr, "kev bench: %s: %d tokens, new %.1f ms (p10 %.1f, p90 %.1f), cached %.1f ms, %d runs each\n",
+		c.name, row.tokens, newModel.Median, newModel.P10, newModel.P90, cachedModel.Median, runs)
+	return lat, probs, nil
+}
+
+// lastWall is the wall time of the last sample, or of first when there is none.
+func lastWall(s []sample, first sample) float64 {
+	if len(s) == 0 {
+		return first.wall
+	}
+	return s[len(s)-1].wall
+}
+
+// kindStats summarises the timed requests of one kind.
+func kindStats(s []sample) (ordered, dist) {
+	hits := 0
+	for _, x := range s {
+		if x.hit {
+			hits++
+		}
+	}
+	model := summarize(field(s, func(s sample) float64 { return s.model }))
+	o := ordered{}
+	o.set("runs", len(s))
+	o.set("hits", hits)
+	o.set("model_ms", model)
+	o.set("wall_ms", summarize(field(s, func(s sample) float64 { return s.wall })))
+	o.set("tokenize_ms", summarize(field(s, func(s sample) float64 { return s.tokenize })))
+	return o, model
+}
+
+func field(s []sample, f func(sample) float64) []float64 {
+	out := make([]float64, len(s))
+	for i, x := range s {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// levelResult is one concurrency level.
+type levelResult struct {
+	Clients      int     `json:"clients"`
+	DurationS    float64 `json:"duration_s"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+	RPS          float64 `json:"rps"`
+	P50MS        float64 `json:"p50_ms"`
+	P99MS        float64 `json:"p99_ms"`
+	ModelP50MS   float64 `json:"model_p50_ms"`
+	ModelP99MS   float64 `json:"model_p99_ms"`
+	Batches      int     `json:"batches"`
+	MeanBatch    float64 `json:"mean_batch"`
+	PrefixHits   int     `json:"prefix_hits"`
+	PrefixMisses int     `json:"prefix_misses"`
+}
+
+// sweepTickets numbers the concurrent clients' tickets.
+var sweepTickets atomic.Int64
+
+// level runs n clients calling Do in a loop, each request a new ticket of case c, for d.
+func (b *bench) level(c benchCase, n int, d time.Duration) levelResult {
+	before := b.p.Stats()
+	var (
+		mu           sync.Mutex
+		walls, model []float64
+		errs         int
+		firstErr     string
+		wg           sync.WaitGroup
+	)
+	start := time.Now()
+	stop := start.Add(d)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) && b.ctx.Err() == nil {
+				req := c.request(sweepTicketBase + int(sweepTickets.Add(1)))
+				t := time.Now()
+				resp, err := b.p.Do(b.ctx, req)
+				w := ms(time.Since(t))
+				mu.Lock()
+				if err != nil {
+					if b.ctx.Err() == nil {
+						errs++
+						if firstErr == "" {
+							firstErr = err.Error()
+						}
+					}
+				} else {
+					walls = append(walls, w)
+					model = append(model, resp.LatencyMS)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	after := b.p.Stats()
+	r := levelResult{Clients: n, DurationS: round(elapsed.Seconds(), 3), Requests: len(walls) + errs, Errors: errs,
+		FirstError: firstErr, RPS: round(float64(len(walls))/elapsed.Seconds(), 2),
+		P50MS: round(percentile(walls, 0.5), 3), P99MS: round(percentile(walls, 0.99), 3),
+		ModelP50MS: round(percentile(model, 0.5), 3), ModelP99MS: round(percentile(model, 0.99), 3),
+		Batches:    after.Batches.Count - before.Batches.Count,
+		PrefixHits: after.PrefixCache.Hits - before.PrefixCache.Hits, PrefixMisses: after.PrefixCache.Misses - before.PrefixCache.Misses}
+	if r.Batches > 0 {
+		r.MeanBatch = round(float64(after.Batches.Requests-before.Batches.Requests)/float64(r.Batches), 2)
+	}
+	fmt.Fprintf(stderr, "kev bench: %d clients: %d requests, %d errors, %.1f rps, p50 %.1f ms, p99 %.1f ms, model p50 %.1f ms, mean batch %.1f\n",
+		n, r.Requests, r.Errors, r.RPS, r.P50MS, r.P99MS, r.ModelP50MS, r.MeanBatch)
+	return r
+}
+
+// memReport is the memory in use after load (or at the end).
+type memReport struct {
+	Kind          string  `json:"kind"` // "device": the backend's device memory; "go_heap": the Go heap in use
+	ResidentBytes int64   `json:"resident_bytes"`
+	ResidentGB    float64 `json:"resident_gb"` // 1e9 bytes, as Kev reports it
+	FreeBytes     int64   `json:"free_bytes"`  // device: part of resident kept for reuse
+	WeightBytes   int64   `json:"weight_bytes"`
+	ProcessRSS    int64   `json:"process_rss_bytes"`
+}
+
+func memoryReport(p *kev.Predictor) memReport {
+	m := memReport{WeightBytes: p.Info().WeightBytes, ProcessRSS: residentBytes()}
+	if held, free, ok := p.DeviceMemory(); ok {
+		m.Kind, m.ResidentBytes, m.FreeBytes = "device", held, free
+	} else {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		m.Kind, m.ResidentBytes = "go_heap", int64(ms.HeapInuse)
+	}
+	m.ResidentGB = round(float64(m.ResidentBytes)/1e9, 2)
+	return m
+}
+
+func (m memReport) describe() string {
+	s := fmt.Sprintf("resident %s (%s", mib(m.ResidentBytes), strings.ReplaceAll(m.Kind, "_", " "))
+	if m.Kind == "device" {
+		s += fmt.Sprintf(" memory, %s of it free for reuse", mib(m.FreeBytes))
+	} else {
+		s += " in use"
+	}
+	s += fmt.Sprintf("); weights %s", mib(m.WeightBytes))
+	if m.ProcessRSS > 0 {
+		s += fmt.Sprintf("; process resident %s", mib(m.ProcessRSS))
+	}
+	return s
+}
+
+// printTable prints the cases and the concurrency levels.
+func (b *bench) printTable(w io.Writer) {
+	fmt.Fprintf(w, "\n%-32s %6s %9s %9s %15s %9s %15s %8s %7s %5s\n", "case", "tokens", "first ms", "new ms",
+		"p10-p90", "cached ms", "p10-p90", "new wall", "tok ms", "runs")
+	for _, r := range b.table {
+		fmt.Fprintf(w, "%-32s %6d %9.1f %9.1f %15s %9.1f %15s %8.1f %7.2f %5d\n", r.name, r.tokens, r.first,
+			r.newMS.Median, fmt.Sprintf("%.1f-%.1f", r.newMS.P10, r.newMS.P90), r.cachedMS.Median,
+			fmt.Sprintf("%.1f-%.1f", r.cachedMS.P10, r.cachedMS.P90), r.newWall.Median, r.newTokenize.Median, r.runs)
+	}
+	if len(b.sweep) > 0 {
+		fmt.Fprintf(w, "\n%7s %8s %6s %8s %8s %8s %12s %10s\n", "clients", "requests", "errors", "rps", "p50 ms",
+			"p99 ms", "model p50 ms", "mean batch")
+		for _, l := range b.sweep {
+			fmt.Fprintf(w, "%7d %8d %6d %8.1f %8.1f %8.1f %12.1f %10.1f\n", l.Clients, l.Requests, l.Errors, l.RPS,
+				l.P50MS, l.P99MS, l.ModelP50MS, l.MeanBatch)
+		}
+	}
+}
+
+// dist summarises a series of times.
+type dist struct {
+	Median float64   `json:"median"`
+	P10    float64   `json:"p10"`
+	P90    float64   `json:"p90"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Mean   float64   `json:"mean"`
+	Runs   int       `json:"runs"`
+	All    []float64 `json:"all"`
+}
+
+func summarize(xs []float64) dist {
+	d := dist{Runs: len(xs), All: make([]float64, len(xs))}
+	if len(xs) == 0 {
+		return d
+	}
+	var sum float64
+	for i, x := range xs {
+		d.All[i] = round(x, 3)
+		sum += x
+	}
+	d.Median = round(percentile(xs, 0.5), 3)
+	d.P10 = round(percentile(xs, 0.1), 3)
+	d.P90 = round(percentile(xs, 0.9), 3)
+	d.Min = round(slices.Min(xs), 3)
+	d.Max = round(slices.Max(xs), 3)
+	d.Mean = round(sum/float64(len(xs)), 3)
+	return d
+}
+
+// percentile returns the q-quantile (0..1) of xs, interpolating linearly between closest ranks; 0 for none.
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	if lo >= len(s)-1 {
+		return s[len(s)-1]
+	}
+	return s[lo] + (pos-float64(lo))*(s[lo+1]-s[lo])
+}
+
+// widen returns the probabilities as float64, each float32 exactly, so that JSON prints the value it holds; a
+// value that is not finite becomes nil (JSON null), and finite reports whether all were.
+func widen(p [][]float32) (out [][]any, finite bool) {
+	finite = true
+	out = make([][]any, len(p))
+	for i, q := range p {
+		out[i] = make([]any, len(q))
+		for j, v := range q {
+			f := float64(v)
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				finite = false
+				continue
+			}
+			out[i][j] = f
+		}
+	}
+	return out, finite
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+// ordered is a JSON object that keeps its keys in insertion order.
+type ordered []member
+
+type member struct {
+	key   string
+	value any
+}
+
+// set adds key, or replaces its value in place.
+func (o *ordered) set(key string, value any) {
+	for i := range *o {
+		if (*o)[i].key == key {
+			(*o)[i].value = value
+			return
+		}
+	}
+	*o = append(*o, member{key, value})
+}
+
+// MarshalJSON writes the members in order.
+func (o ordered) MarshalJSON() ([]byte, error) {
+	buf := []byte{'{'}
+	for i, m := range o {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		k, err := json.Marshal(m.key)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(m.value)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.key, err)
+		}
+		buf = append(append(append(buf, k...), ':'), v...)
+	}
+	return append(buf, '}'), nil
+}
