@@ -207,13 +207,19 @@ func randomIDs(r *rand.Rand, n, vocab int) []int32 {
 
 // TestModelMatchesCPU runs the same random bf16 model on "cpu" (fp32 activations) and "cuda" (bf16 activations):
 // a prefill, then three rows continuing its state, comparing the final hidden states.
+//
+// The bound is 2e-2 relative (RMS of the difference over RMS of the reference); the odd model gets 3e-2: its rows
+// are 24 wide, so the relative error of the bf16 residual stream (one rounding, 2⁻⁹ relative, per add and per
+// stored activation) averages over few elements and fluctuates more (0.0206 seen on an H200 with exact fp32
+// kernels, against 0.0125 for the 256-wide model).
 func TestModelMatchesCPU(t *testing.T) {
-	const tol = 2e-2
+	tols := map[string]float64{"odd": 3e-2, "aligned": 2e-2}
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
 	cb := cpu.New()
 	for name, c := range modelConfigs() {
+		tol := tols[name]
 		t.Run(name, func(t *testing.T) {
 			w := modelWeights(r, c)
 			mc, err := layers.New(cb, w)

@@ -22,13 +22,20 @@ type DeltaRule struct {
 	N        int
 	HK, HV   int
 	DK, DV   int
+
+	simple bool // tests: force the one-warp kernel delta_rule_rec
 }
 
 // deltaShared is the dynamic shared memory of delta_rule_rec for key dimension dk.
 func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
 
+// deltaRegShared is the dynamic shared memory of delta_rule_reg_dk* for key dimension dk (64-token chunks).
+func deltaRegShared(dk int) int { return (2*64*dk + 2*64*32 + 2*64) * 4 }
+
 // DeltaRule enqueues the recurrent gated delta rule (see tensor.Backend.GatedDeltaRule), every segment starting
-// from S0. One warp per (32 value columns, value head, segment).
+// from S0, which is only read. For DK ∈ {32, 64, 128} the state lives in registers: 8 warps per (32 value
+// columns, value head, segment) with 64-token chunks of normalised q/k staged in shared memory
+// (delta_rule_reg_dk*); other sizes run one warp per (32 columns, head, segment) with the state in shared memory.
 func (q *Queue) DeltaRule(a DeltaRule) error {
 	const op = "DeltaRule"
 	if err := positive(op, "Segs, N, HK, HV, DK, DV", a.Segs, a.N, a.HK, a.HV, a.DK, a.DV); err != nil {
@@ -50,6 +57,16 @@ func (q *Queue) DeltaRule(a DeltaRule) error {
 		operand{"SegStart", Operand{a.SegStart, tensor.F32}, int64(a.Segs), false},
 		operand{"SegLen", Operand{a.SegLen, tensor.F32}, int64(a.Segs), false}); err != nil {
 		return err
+	}
+	if (a.DK == 32 || a.DK == 64 || a.DK == 128) && !a.simple {
+		vec := a.QKV.DType == tensor.BF16 && width%8 == 0 && a.QKV.Ptr%16 == 0
+		q.args.Reset()
+		q.put(a.O)
+		q.args.Ptr(a.Final.Ptr)
+		q.put(a.QKV).put(a.G).put(a.Beta).put(a.S0)
+		q.args.Ptr(a.SegStart.Ptr).Ptr(a.SegLen.Ptr).I32(int32(a.HK)).I32(int32(a.HV)).I32(int32(a.DV)).I32(b2i(vec))
+		grid := cudrv.Dim3{X: (a.DV + 31) / 32, Y: a.HV, Z: a.Segs}
+		return q.launch("delta", fmt.Sprintf("delta_rule_reg_dk%d", a.DK), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, deltaRegShared(a.DK))
 	}
 	q.args.Reset()
 	q.put(a.O)

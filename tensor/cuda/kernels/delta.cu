@@ -61,3 +61,173 @@ extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const 
 	if (final && on)
 		for (int i = 0; i < dk; i++) final[((size_t)h * dk + i) * dv + col] = S[i * 32 + lane];
 }
+
+// The same recurrence with the state in registers (delta_rule_reg_dkN, d_k = N ∈ {32, 64, 128}). A block of 8
+// warps owns 32 value columns of one value head of one segment; lane l of warp w holds column 4w + (l & 3) and
+// state rows 8·RPT-blocks (l >> 2)·RPT … +RPT−1, so the two dot products of a token (Sᵀk̂ and Sᵀq̂) are register
+// FMAs plus three shuffles. Tokens go in chunks of DR_TC: the block loads the chunk's q and k rows (16-byte loads
+// when the input is bf16 and vec is set), normalises them once into shared memory with v, exp(g) and β, runs the
+// chunk and writes the outputs coalesced. With vec, the next chunk's q/k loads are issued before the current chunk
+// runs. The cached state S0 is only read (rows continuing one state never write it back); final is written when
+// not null. Grid (ceil(dv/32), hv, segments), 256 threads, deltaRegShared(dk) bytes of dynamic shared memory.
+#define DR_TC 64
+#define DR_NW 8
+
+template <int RPT>
+__device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
+                                          int gdt, const void *beta, int bdt, const void *s0, int sdt,
+                                          const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv,
+                                          int vec) {
+	constexpr int DK = 8 * RPT;
+	constexpr int PER = (DR_TC * 2 * DK / 8 + 32 * DR_NW - 1) / (32 * DR_NW); // 16-byte pieces per thread
+	extern __shared__ __align__(16) float smd[];
+	float *qs = smd;                 // [TC][DK] q̂·dk^−½
+	float *ks = qs + DR_TC * DK;     // [TC][DK] k̂
+	float *vs = ks + DR_TC * DK;     // [TC][32]
+	float *os = vs + DR_TC * 32;     // [TC][32]
+	float *as = os + DR_TC * 32;     // [TC] exp(g)
+	float *bs = as + DR_TC;          // [TC] β
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int cl = warp * 4 + (lane & 3), rg = lane >> 2;
+	const int col = blockIdx.x * 32 + cl;
+	const int h = blockIdx.y, seg = blockIdx.z;
+	const int kh = h / (hv / hk);
+	const bool on = col < dv;
+	const size_t width = 2 * (size_t)hk * DK + (size_t)hv * dv;
+	const size_t ow = (size_t)hv * dv;
+	float S[RPT];
+#pragma unroll
+	for (int r = 0; r < RPT; r++)
+		S[r] = (s0 && on) ? ld(s0, sdt, ((size_t)h * DK + rg * RPT + r) * dv + col) : 0.f;
+	const int t0 = segStart[seg], len = segLen[seg];
+	const float qscale = rsqrtf((float)DK);
+	uint4 pre[PER];
+	// issue loads the raw q/k of the chunk starting at c0 into pre (vec path)
+	auto fetch = [&](int c0) {
+		const int nt = min(DR_TC, len - c0);
+#pragma unroll
+		for (int p = 0; p < PER; p++) {
+			const int idx = tid + p * 32 * DR_NW; // piece: token idx / (2·DK/8), then q or k, then 8 dims
+			const int tt = idx / (2 * DK / 8), rem = idx % (2 * DK / 8);
+			const int which = rem / (DK / 8), d8 = (rem % (DK / 8)) * 8;
+			pre[p] = make_uint4(0, 0, 0, 0);
+			if (tt < nt) {
+				const size_t off = (size_t)(t0 + c0 + tt) * width + (size_t)which * hk * DK + (size_t)kh * DK + d8;
+				pre[p] = *(const uint4 *)((const __nv_bfloat16 *)qkv + off);
+			}
+		}
+	};
+	if (vec && len > 0) fetch(0);
+	for (int c0 = 0; c0 < len; c0 += DR_TC) {
+		const int nt = min(DR_TC, len - c0);
+		__syncthreads(); // the previous chunk's shared memory is no longer read
+		if (vec) {
+#pragma unroll
+			for (int p = 0; p < PER; p++) {
+				const int idx = tid + p * 32 * DR_NW;
+				const int tt = idx / (2 * DK / 8), rem = idx % (2 * DK / 8);
+				const int which = rem / (DK / 8), d8 = (rem % (DK / 8)) * 8;
+				if (tt < DR_TC) {
+					float *dst = (which ? ks : qs) + tt * DK + d8;
+					const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&pre[p];
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float2 f = __bfloat1622float2(b2[e]);
+						dst[2 * e] = f.x;
+						dst[2 * e + 1] = f.y;
+					}
+				}
+			}
+		} else {
+			for (int idx = tid; idx < nt * 2 * DK; idx += 32 * DR_NW) {
+				const int tt = idx / (2 * DK), rem = idx % (2 * DK);
+				const int which = rem / DK, i = rem % DK;
+				const size_t off = (size_t)(t0 + c0 + tt) * width + (size_t)which * hk * DK + (size_t)kh * DK + i;
+				(which ? ks : qs)[tt * DK + i] = ld(qkv, xdt, off);
+			}
+		}
+		for (int idx = tid; idx < nt * 32; idx += 32 * DR_NW) {
+			const int tt = idx >> 5, c = idx & 31, cg = blockIdx.x * 32 + c;
+			vs[idx] = cg < dv ? ld(qkv, xdt, (size_t)(t0 + c0 + tt) * width + 2 * (size_t)hk * DK + (size_t)h * dv + cg) : 0.f;
+		}
+		if (tid < nt) {
+			const size_t gi = (size_t)(t0 + c0 + tid) * hv + h;
+			as[tid] = expf(ld(g, gdt, gi));
+			bs[tid] = ld(beta, bdt, gi);
+		}
+		__syncthreads();
+		for (int tt = warp; tt < nt; tt += DR_NW) { // normalise q and k
+			float sq = 0.f, sk = 0.f;
+			for (int i = lane; i < DK; i += 32) {
+				float a = qs[tt * DK + i], b = ks[tt * DK + i];
+				sq += a * a;
+				sk += b * b;
+			}
+			sq = wsum(sq);
+			sk = wsum(sk);
+			const float rq = qscale / sqrtf(sq + 1e-6f), rk = 1.f / sqrtf(sk + 1e-6f);
+			for (int i = lane; i < DK; i += 32) {
+				qs[tt * DK + i] *= rq;
+				ks[tt * DK + i] *= rk;
+			}
+		}
+		__syncthreads();
+		if (vec && c0 + DR_TC < len) fetch(c0 + DR_TC);
+		for (int tt = 0; tt < nt; tt++) {
+			const float4 *k4 = (const float4 *)(ks + tt * DK + rg * RPT);
+			const float4 *q4 = (const float4 *)(qs + tt * DK + rg * RPT);
+			float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+			for (int r = 0; r < RPT / 4; r++) {
+				const float4 kv = k4[r];
+				p0 = fmaf(S[4 * r], kv.x, p0);
+				p1 = fmaf(S[4 * r + 1], kv.y, p1);
+				p0 = fmaf(S[4 * r + 2], kv.z, p0);
+				p1 = fmaf(S[4 * r + 3], kv.w, p1);
+			}
+			float p = p0 + p1;
+			p += __shfl_xor_sync(0xffffffffu, p, 4);
+			p += __shfl_xor_sync(0xffffffffu, p, 8);
+			p += __shfl_xor_sync(0xffffffffu, p, 16);
+			const float a = as[tt];
+			const float d = bs[tt] * (vs[tt * 32 + cl] - a * p);
+			float o0 = 0.f, o1 = 0.f;
+#pragma unroll
+			for (int r = 0; r < RPT / 4; r++) {
+				const float4 kv = k4[r], qv = q4[r];
+				S[4 * r] = fmaf(a, S[4 * r], kv.x * d);
+				S[4 * r + 1] = fmaf(a, S[4 * r + 1], kv.y * d);
+				S[4 * r + 2] = fmaf(a, S[4 * r + 2], kv.z * d);
+				S[4 * r + 3] = fmaf(a, S[4 * r + 3], kv.w * d);
+				o0 = fmaf(S[4 * r], qv.x, o0);
+				o1 = fmaf(S[4 * r + 1], qv.y, o1);
+				o0 = fmaf(S[4 * r + 2], qv.z, o0);
+				o1 = fmaf(S[4 * r + 3], qv.w, o1);
+			}
+			float ov = o0 + o1;
+			ov += __shfl_xor_sync(0xffffffffu, ov, 4);
+			ov += __shfl_xor_sync(0xffffffffu, ov, 8);
+			ov += __shfl_xor_sync(0xffffffffu, ov, 16);
+			if (rg == 0) os[tt * 32 + cl] = ov;
+		}
+		__syncthreads();
+		for (int idx = tid; idx < nt * 32; idx += 32 * DR_NW) {
+			const int tt = idx >> 5, c = idx & 31, cg = blockIdx.x * 32 + c;
+			if (cg < dv) st(o, odt, (size_t)(t0 + c0 + tt) * ow + (size_t)h * dv + cg, os[idx]);
+		}
+	}
+	if (final && on) {
+#pragma unroll
+		for (int r = 0; r < RPT; r++) final[((size_t)h * DK + rg * RPT + r) * dv + col] = S[r];
+	}
+}
+
+#define DELTA_REG(NAME, RPT)                                                                                          \
+	extern "C" __global__ void __launch_bounds__(256) NAME(                                                      \
+	    void *o, int odt, float *final, const void *qkv, int xdt, const void *g, int gdt, const void *beta, int bdt, \
+	    const void *s0, int sdt, const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv, int vec) {    \
+		delta_reg<RPT>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart, segLen, hk, hv, dv, vec); \
+	}
+DELTA_REG(delta_rule_reg_dk32, 4)
+DELTA_REG(delta_rule_reg_dk64, 8)
+DELTA_REG(delta_rule_reg_dk128, 16)

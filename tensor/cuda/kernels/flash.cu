@@ -1,0 +1,259 @@
+// Tiled causal grouped-query attention on tensor cores (flash_attn_dN, head dimension N ∈ {64, 128, 256}, bf16 q,
+// k, v and prefix): mma.sync m16n8k16 with bf16 operands and fp32 accumulation for S = Q·Kᵀ and O = P·V, an fp32
+// online softmax in base 2, and the probabilities rounded to bf16 for P·V (as flash attention does).
+//
+// A block of 4 warps takes 64 consecutive query rows of one query head (16 rows per warp); the key tiles (32 keys)
+// are the P prefix rows, then the new rows from the segment start of the block's first row up to its last row,
+// double-buffered through cp.async. Row t sees every prefix key and the new keys segStart[t] … t. Query heads of a
+// group read the same K/V tiles, which stay in L2.
+//
+// Split over keys (blockIdx.z of splits): each split takes a contiguous range of the block's key tiles and, when
+// splits > 1, writes its normalised partial output (fp32 [splits, N, H, D]) and (m, l) (fp32 [splits, N, H, 2]);
+// attn_combine merges them. Shared memory: (64 + 4·32)·(D + 8)·2 bytes (rows padded by 16 bytes: no bank conflicts).
+#include "common.cuh"
+
+#define FA_BQ 64
+#define FA_BK 32
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+	const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
+	const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(s));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+template <int D>
+__device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q,
+                                           const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *kp,
+                                           const __nv_bfloat16 *vp, const int32_t *segStart, int N, int P, int H,
+                                           int KV, float scale2, int splits) {
+	constexpr int STR = D + 8; // shared row stride in elements
+	constexpr int NT = D / 8;  // 8-wide output tiles per row
+	extern __shared__ __align__(16) unsigned char fsm[];
+	__nv_bfloat16 *Qs = (__nv_bfloat16 *)fsm;  // [BQ][STR]
+	__nv_bfloat16 *Ks = Qs + FA_BQ * STR;      // [2][BK][STR]
+	__nv_bfloat16 *Vs = Ks + 2 * FA_BK * STR;  // [2][BK][STR]
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+	const int h = blockIdx.y, z = blockIdx.z;
+	const int kh = h / (H / KV);
+	const int tq0 = blockIdx.x * FA_BQ;
+	const int tmax = min(tq0 + FA_BQ - 1, N - 1);
+	const int s0 = segStart[tq0];
+	const int nPre = (P + FA_BK - 1) / FA_BK;
+	const int nt = nPre + (tmax - s0) / FA_BK + 1;
+	const int per = (nt + splits - 1) / splits;
+	const int ta = min(nt, z * per), tb = min(nt, ta + per);
+	const size_t qw = (size_t)H * D, kvw = (size_t)KV * D;
+
+	for (int c = tid; c < FA_BQ * D / 8; c += 128) {
+		const int r = c / (D / 8), cc = (c % (D / 8)) * 8;
+		uint4 val = make_uint4(0, 0, 0, 0);
+		if (tq0 + r < N) val = *(const uint4 *)(q + (size_t)(tq0 + r) * qw + (size_t)h * D + cc);
+		*(uint4 *)(Qs + r * STR + cc) = val;
+	}
+	auto load = [&](int i, int buf) {
+		const __nv_bfloat16 *kb = k, *vb = v;
+		int base = s0 + (i - nPre) * FA_BK, lim = tmax + 1;
+		if (i < nPre) kb = kp, vb = vp, base = i * FA_BK, lim = P;
+		for (int c = tid; c < FA_BK * D / 8; c += 128) {
+			const int r = c / (D / 8), cc = (c % (D / 8)) * 8;
+			const int j = base + r;
+			__nv_bfloat16 *kd = Ks + (buf * FA_BK + r) * STR + cc, *vd = Vs + (buf * FA_BK + r) * STR + cc;
+			if (j < lim) {
+				cp_async16(kd, kb + (size_t)j * kvw + (size_t)kh * D + cc);
+				cp_async16(vd, vb + (size_t)j * kvw + (size_t)kh * D + cc);
+			} else {
+				*(uint4 *)kd = make_uint4(0, 0, 0, 0);
+				*(uint4 *)vd = make_uint4(0, 0, 0, 0);
+			}
+		}
+		cp_async_commit();
+	};
+
+	// This thread's two rows: warp·16 + g and + 8.
+	const int t0 = tq0 + warp * 16 + g, t1 = t0 + 8;
+	const int ss0 = t0 < N ? segStart[t0] : 0x7fffffff, ss1 = t1 < N ? segStart[t1] : 0x7fffffff;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+	float acc[NT][4];
+#pragma unroll
+	for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+	if (ta < tb) load(ta, 0);
+	for (int i = ta; i < tb; i++) {
+		const int buf = (i - ta) & 1;
+		if (i + 1 < tb) {
+			load(i + 1, buf ^ 1);
+			cp_async_wait<1>();
+		} else {
+			cp_async_wait<0>();
+		}
+		__syncthreads();
+		const __nv_bfloat16 *Kt = Ks + buf * FA_BK * STR, *Vt = Vs + buf * FA_BK * STR;
+		float s[4][4];
+#pragma unroll
+		for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+		const __nv_bfloat16 *qa = Qs + (warp * 16 + g) * STR + 2 * tig;
+#pragma unroll
+		for (int kk = 0; kk < D / 16; kk++) {
+			uint32_t a[4];
+			a[0] = *(const uint32_t *)(qa + kk * 16);
+			a[1] = *(const uint32_t *)(qa + 8 * STR + kk * 16);
+			a[2] = *(const uint32_t *)(qa + kk * 16 + 8);
+			a[3] = *(const uint32_t *)(qa + 8 * STR + kk * 16 + 8);
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+				const __nv_bfloat16 *kb = Kt + (n * 8 + g) * STR + kk * 16 + 2 * tig;
+				mma16816(s[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
+			}
+		}
+		const bool pre = i < nPre;
+		const int base = pre ? i * FA_BK : s0 + (i - nPre) * FA_BK;
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int j = base + n * 8 + 2 * tig + (e & 1);
+				const bool ok = pre ? j < P : (e < 2 ? (j >= ss0 && j <= t0) : (j >= ss1 && j <= t1));
+				s[n][e] = ok ? s[n][e] * scale2 : -INFINITY;
+				if (e < 2)
+					mx0 = fmaxf(mx0, s[n][e]);
+				else
+					mx1 = fmaxf(mx1, s[n][e]);
+			}
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+		mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+		mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		// Rows with nothing visible yet keep m = −inf: their probabilities are 0 and nothing is rescaled.
+		const float c0 = mn0 == -INFINITY ? 1.f : exp2f(m0 - mn0), c1 = mn1 == -INFINITY ? 1.f : exp2f(m1 - mn1);
+		const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
+		float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+		for (int n = 0; n < 4; n++) {
+			s[n][0] = exp2f(s[n][0] - b0);
+			s[n][1] = exp2f(s[n][1] - b0);
+			s[n][2] = exp2f(s[n][2] - b1);
+			s[n][3] = exp2f(s[n][3] - b1);
+			ps0 += s[n][0] + s[n][1];
+			ps1 += s[n][2] + s[n][3];
+		}
+		l0 = l0 * c0 + ps0;
+		l1 = l1 * c1 + ps1;
+		m0 = mn0;
+		m1 = mn1;
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			acc[n][0] *= c0;
+			acc[n][1] *= c0;
+			acc[n][2] *= c1;
+			acc[n][3] *= c1;
+		}
+#pragma unroll
+		for (int kk = 0; kk < 2; kk++) {
+			uint32_t a[4];
+			a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+			a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+			a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+			a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+			const __nv_bfloat16 *vrow = Vt + (kk * 16 + (lane & 15)) * STR + (lane >> 4) * 8;
+#pragma unroll
+			for (int dn = 0; dn < D / 16; dn++) {
+				uint32_t b[4];
+				ldsm_x4_trans(b, vrow + dn * 16);
+				mma16816(acc[2 * dn], a, b[0], b[1]);
+				mma16816(acc[2 * dn + 1], a, b[2], b[3]);
+			}
+		}
+		__syncthreads(); // every warp is done with buf before the next iteration loads into it
+	}
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+	l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+	l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+	const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+	if (splits == 1) {
+#pragma unroll
+		for (int n = 0; n < NT; n++) {
+			const int c = n * 8 + 2 * tig;
+			if (t0 < N) {
+				const size_t r = (size_t)t0 * qw + (size_t)h * D + c;
+				st(o, odt, r, acc[n][0] * i0);
+				st(o, odt, r + 1, acc[n][1] * i0);
+			}
+			if (t1 < N) {
+				const size_t r = (size_t)t1 * qw + (size_t)h * D + c;
+				st(o, odt, r, acc[n][2] * i1);
+				st(o, odt, r + 1, acc[n][3] * i1);
+			}
+		}
+		return;
+	}
+	const size_t zoff = (size_t)z * N * qw;
+#pragma unroll
+	for (int n = 0; n < NT; n++) {
+		const int c = n * 8 + 2 * tig;
+		if (t0 < N) *(float2 *)(opart + zoff + (size_t)t0 * qw + (size_t)h * D + c) = make_float2(acc[n][0] * i0, acc[n][1] * i0);
+		if (t1 < N) *(float2 *)(opart + zoff + (size_t)t1 * qw + (size_t)h * D + c) = make_float2(acc[n][2] * i1, acc[n][3] * i1);
+	}
+	if (tig == 0) {
+		const size_t mz = (size_t)z * N * H;
+		if (t0 < N) *(float2 *)(ml + 2 * (mz + (size_t)t0 * H + h)) = make_float2(m0, l0);
+		if (t1 < N) *(float2 *)(ml + 2 * (mz + (size_t)t1 * H + h)) = make_float2(m1, l1);
+	}
+}
+
+#define FLASH(NAME, D)                                                                                               \
+	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
+	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
+	    const __nv_bfloat16 *v, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, const int32_t *segStart, int N,   \
+	    int P, int H, int KV, float scale2, int splits) {                                                           \
+		flash_attn<D>(o, odt, opart, ml, q, k, v, kp, vp, segStart, N, P, H, KV, scale2, splits);                \
+	}
+FLASH(flash_attn_d64, 64)
+FLASH(flash_attn_d128, 128)
+FLASH(flash_attn_d256, 256)
+
+// attn_combine merges the splits' partial outputs: with M = max m_s and w_s = l_s·2^(m_s − M),
+// o = Σ w_s·O_s / Σ w_s. One block of 64 threads per (row, head); opart [splits, N, H, D], ml [splits, N, H, 2].
+extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, const float *ml, int N, int H, int D,
+                                        int splits) {
+	const int t = blockIdx.x, h = blockIdx.y;
+	float M = -INFINITY;
+	for (int z = 0; z < splits; z++) M = fmaxf(M, ml[2 * (((size_t)z * N + t) * H + h)]);
+	float wsum = 0.f;
+	for (int z = 0; z < splits; z++) {
+		const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
+		if (p[1] > 0.f) wsum += p[1] * exp2f(p[0] - M);
+	}
+	const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+	const size_t qw = (size_t)H * D;
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float acc = 0.f;
+		for (int z = 0; z < splits; z++) {
+			const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
+			if (p[1] > 0.f) acc += p[1] * exp2f(p[0] - M) * opart[(size_t)z * N * qw + (size_t)t * qw + (size_t)h * D + d];
+		}
+		st(o, odt, (size_t)t * qw + (size_t)h * D + d, acc * inv);
+	}
+}
