@@ -1530,3 +1530,70 @@ func TestPredictorLoad(t *testing.T) {
 		t.Logf("no batch held more than one request (%d batches, %d requests)", st.Batches.Count, st.Batches.Requests)
 	}
 }
+
+// nonFinite matches JSON that Python reads as NaN or an infinity.
+var nonFinite = regexp.MustCompile(`NaN|Infinity|[0-9.][eE][+-]?0*[0-9]{3}`)
+
+// FuzzHandler sends arbitrary bodies to the three model endpoints: every answer is 200, a 4xx with a JSON detail,
+// or (for a detail that would hold NaN or an infinity, which JSON cannot carry) the 500 FastAPI gives.
+func FuzzHandler(f *testing.F) {
+	f.Add("/v1/systemone", conformanceObjectState)
+	f.Add("/v1/systemone/separate", conformanceChoice)
+	f.Add("/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q","n_perm":"3","seed":-7}`)
+	f.Add("/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q","n_perm":NaN}`)
+	f.Add("/v1/systemone", `{"state": [1, 2.5, {"a": null}], "questions": {"q": {"type": "score", "criteria": [true]}}}`)
+	f.Add("/v1/systemone", "\xff\xfe")
+	h := NewModelHandler(&fakeModel{latency: 1}, HandlerOptions{Logger: quietLogger(), MaxBodyBytes: 1 << 16})
+	f.Fuzz(func(t *testing.T, path, body string) {
+		switch path {
+		case "/v1/systemone", "/v1/systemone/separate", "/v1/systemone/permute":
+		default:
+			return
+		}
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(w, req)
+		switch c := w.Code; {
+		case c == 200, c == 400, c == 413, c == 422:
+			if !json.Valid(w.Body.Bytes()) {
+				t.Fatalf("%d body is not JSON: %q", c, w.Body.String())
+			}
+		case c == 500 && nonFinite.MatchString(body):
+		default:
+			t.Fatalf("%s %q: %d %s", path, body, c, w.Body.String())
+		}
+	})
+}
+
+// ExampleNewHandler serves the small test checkpoint over loopback HTTP and asks it one question.
+func ExampleNewHandler() {
+	p, err := Load(context.Background(), "testdata/golden/tiny-a/kev",
+		Options{Base: "testdata/golden/tiny-a/base", Offline: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer p.Close()
+	srv := httptest.NewServer(NewHandler(p, HandlerOptions{APIKey: "local", Logger: slog.New(slog.DiscardHandler)}))
+	defer srv.Close()
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/systemone",
+		strings.NewReader(`{"state":"I was charged twice.","questions":{"billing":{"type":"noul","instructions":"About billing?"}}}`))
+	req.Header.Set("Authorization", "Bearer local")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Model   string `json:"model"`
+		Answers map[string]struct {
+			Type string `json:"type"`
+		} `json:"answers"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	fmt.Println(resp.StatusCode, out.Model, out.Answers["billing"].Type)
+	// Output: 200 kev-latest noul
+}
