@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"gorgonia.org/cu"
 
@@ -26,6 +27,8 @@ type Device struct {
 	shared map[string]int // dynamic shared-memory limit raised so far, per kernel
 
 	ws      Buffer // split-K partial sums
+	stage   []byte // pinned staging ring for small uploads (allocated on first use)
+	stageAt int    // next free offset in stage
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -90,6 +93,10 @@ func (d *Device) Close() error {
 		err := cudrv.Wrap("cuStreamSynchronize", d.q.s.Synchronize())
 		if d.ws.Ptr != 0 {
 			cu.MemFree(d.ws.Ptr)
+		}
+		if d.stage != nil {
+			cudrv.HostFree(d.stage)
+			d.stage = nil
 		}
 		d.q.s.Destroy()
 		return err
@@ -193,13 +200,43 @@ func (q *Queue) Free(b Buffer) error {
 	return cudrv.Wrap("cuMemFree", cu.MemFree(b.Ptr))
 }
 
-// Upload copies src into dst (synchronously, from pageable memory).
+// Staging ring for small uploads: index arrays go through page-locked memory with an asynchronous copy, so
+// that an operation's upload does not wait for the work queued before it.
+const (
+	stageBytes = 4 << 20  // ring size
+	stageMax   = 64 << 10 // largest upload that goes through the ring
+)
+
+// Upload copies src into dst in stream order; src may be reused as soon as Upload returns. Copies of up to
+// 64 KiB are staged in a pinned ring and copied asynchronously (when the ring wraps, Upload first waits for the
+// queued work, so no staged bytes are overwritten before their copy ran); larger ones wait for the queued work
+// and copy synchronously from pageable memory.
 func (q *Queue) Upload(dst Buffer, src []byte) error {
 	if int64(len(src)) > dst.Bytes {
 		return fmt.Errorf("cuda: Upload of %d bytes into a %d-byte buffer", len(src), dst.Bytes)
 	}
 	if len(src) == 0 {
 		return nil
+	}
+	d := q.d
+	if len(src) <= stageMax {
+		if d.stage == nil {
+			if b, err := cudrv.HostAlloc(stageBytes); err == nil {
+				d.stage, d.stageAt = b, 0
+			}
+		}
+		if d.stage != nil {
+			if d.stageAt+len(src) > len(d.stage) {
+				if err := q.Sync(); err != nil {
+					return err
+				}
+				d.stageAt = 0
+			}
+			at := d.stageAt
+			copy(d.stage[at:], src)
+			d.stageAt = (at + len(src) + 15) &^ 15
+			return cudrv.Wrap("cuMemcpyHtoDAsync", cu.MemcpyHtoDAsync(dst.Ptr, unsafe.Pointer(&d.stage[at]), int64(len(src)), q.s))
+		}
 	}
 	if err := q.Sync(); err != nil {
 		return err
