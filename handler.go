@@ -641,7 +641,14 @@ func doAll(ctx context.Context, do func(context.Context, *Request) (*Response, e
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
-		wg.Go(func() { resps[i], errs[i] = do(ctx, req) })
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					errs[i] = fmt.Errorf("kev: panic answering a request: %v", v)
+				}
+			}()
+			resps[i], errs[i] = do(ctx, req)
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

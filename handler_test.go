@@ -548,9 +548,15 @@ func TestAdmissionAndServerErrors(t *testing.T) {
 	checkCommon(t, r)
 
 	srv3, _ := serve(t, &fakeModel{panics: true}, HandlerOptions{})
-	r = post(t, srv3.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
-	if r.status != 500 || r.body != "Internal Server Error" {
-		t.Errorf("panic: %d %q", r.status, r.body)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`},
+		{"/v1/systemone/separate", `{"state":"s","questions":{"q":{"type":"noul"},"r":{"type":"noul"}}}`},
+		{"/v1/systemone/permute", `{"request":` + permuteRequest + `,"question":"q"}`},
+	} {
+		r = post(t, srv3.URL+c.path, c.body)
+		if r.status != 500 || r.body != "Internal Server Error" {
+			t.Errorf("%s panic: %d %q", c.path, r.status, r.body)
+		}
 	}
 }
 
