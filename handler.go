@@ -195,7 +195,9 @@ func NewHandler(p *Predictor, opts HandlerOptions) *Handler {
 // predictorModel serves a Predictor as a Model.
 type predictorModel struct{ p *Predictor }
 
-func (m predictorModel) Do(ctx context.Context, req *Request) (*Response, error) { return m.p.Do(ctx, req) }
+func (m predictorModel) Do(ctx context.Context, req *Request) (*Response, error) {
+	return m.p.Do(ctx, req)
+}
 
 func (m predictorModel) Card() ModelCard { return CardOf(m.p.Info(), m.p.Stats()) }
 
@@ -340,6 +342,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set(RequestIDHeader, id)
 	h.cors(rw, r)
+	if h.stopping.Load() {
+		// Clients should not send more on this connection: it closes after this response.
+		rw.Header().Set("Connection", "close")
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {

@@ -155,6 +155,7 @@ type reply struct {
 	status int
 	header http.Header
 	body   string
+	close  bool // the server closes the connection after this response
 }
 
 // call sends one request; headers come as name, value pairs.
@@ -190,7 +191,7 @@ func httpCall(t *testing.T, c *http.Client, method, url, body string, hdr ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reply{resp.StatusCode, resp.Header, string(b)}
+	return reply{resp.StatusCode, resp.Header, string(b), resp.Close}
 }
 
 func post(t *testing.T, url, body string, hdr ...string) reply {
@@ -992,8 +993,8 @@ func TestStopAnswers503AndDrains(t *testing.T) {
 	}
 	h.Stop()
 	r := post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
-	if r.status != 503 || r.body != `{"detail":"the server is stopping"}` {
-		t.Errorf("after Stop: %d %s", r.status, r.body)
+	if r.status != 503 || r.body != `{"detail":"the server is stopping"}` || !r.close {
+		t.Errorf("after Stop: %d %s %v", r.status, r.body, r.header)
 	}
 	if r := httpCall(t, nil, "GET", srv.URL+"/v1/models", ""); r.status != 200 {
 		t.Errorf("models after Stop: %d", r.status)

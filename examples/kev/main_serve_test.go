@@ -126,7 +126,10 @@ func postJSON(c *http.Client, url, body, key string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-var inFlight = regexp.MustCompile(`(?m)^kev_http_requests_in_flight (\d+)$`)
+var (
+	inFlight  = regexp.MustCompile(`(?m)^kev_http_requests_in_flight (\d+)$`)
+	received1 = regexp.MustCompile(`(?m)^kev_http_requests_total\{path="/v1/systemone/permute",method="POST",status="\d+"\} (\d+)$`)
+)
 
 // TestServeShutdownDrains serves the bundled checkpoint, starts requests, shuts down while they are inside, and
 // checks every one of them is answered; the listener takes nothing after.
@@ -168,7 +171,8 @@ func TestServeShutdownDrains(t *testing.T) {
 			results <- result{code, err}
 		}()
 	}
-	// Wait until requests are inside the model, then stop as a signal would.
+	// Wait until the server has received every request (inside or answered), then stop as a signal would. A
+	// request still on its way could meet a closing keep-alive connection, which no server can answer.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := c.Get(url + "/metrics")
@@ -177,32 +181,29 @@ func TestServeShutdownDrains(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		m := inFlight.FindSubmatch(b)
-		if m != nil && string(m[1]) != "0" {
+		received := 0
+		for _, m := range received1.FindAllSubmatch(b, -1) {
+			k, _ := strconv.Atoi(string(m[1]))
+			received += k
+		}
+		inside := 0
+		if m := inFlight.FindSubmatch(b); m != nil {
+			inside, _ = strconv.Atoi(string(m[1]))
+		}
+		if received+inside >= n {
+			t.Logf("stopping with %d of %d requests inside", inside, n)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no request ever got inside")
+			t.Fatal("the requests never all arrived")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	answered, refused := 0, 0
 	for range n {
-		r := <-results
-		switch {
-		case r.err == nil && r.code == 200:
-			answered++
-		case r.err == nil && r.code == 503:
-			refused++ // arrived after the stop began, on an open connection
-		case r.err != nil && strings.Contains(r.err.Error(), "connection refused"):
-			refused++ // arrived after the listener closed
-		default:
+		if r := <-results; r.err != nil || r.code != 200 {
 			t.Errorf("request lost: %d %v", r.code, r.err)
 		}
-	}
-	if answered == 0 {
-		t.Error("no request in flight was answered")
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v\n%s", err, logs)
@@ -215,7 +216,6 @@ func TestServeShutdownDrains(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", s, logs)
 		}
 	}
-	t.Logf("%d answered, %d refused after the stop", answered, refused)
 }
 
 // TestServeSignal runs the command itself and stops it with SIGTERM.
