@@ -195,10 +195,12 @@ func NewHandler(p *Predictor, opts HandlerOptions) *Handler {
 // predictorModel serves a Predictor as a Model.
 type predictorModel struct{ p *Predictor }
 
+// Do answers through the predictor's queue.
 func (m predictorModel) Do(ctx context.Context, req *Request) (*Response, error) {
 	return m.p.Do(ctx, req)
 }
 
+// Card builds the card from the predictor's Info and Stats at this moment.
 func (m predictorModel) Card() ModelCard { return CardOf(m.p.Info(), m.p.Stats()) }
 
 // CardOf returns the model card of a predictor's Info and Stats.
@@ -736,6 +738,7 @@ type responseWriter struct {
 	wrote  bool
 }
 
+// WriteHeader stamps Server-Timing and sends the header once.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.wrote {
 		return
@@ -747,6 +750,7 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write sends body bytes, the header first if it has not gone out.
 func (w *responseWriter) Write(b []byte) (int, error) {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
