@@ -51,7 +51,8 @@ const sweepTicketBase = 1_000_000
 //	             "new":    {"runs": n, "hits": n, "model_ms": dist, "wall_ms": dist, "tokenize_ms": dist},
 //	             "cached": {...}}},
 //	 "probabilities": {case: {"state_text": the i = 0 state, "probabilities": [[p, ...], ...] per question in order,
-//	                   unrounded (each float32 printed as the float64 it widens to), "answers": Kev's answers object}},
+//	                   unrounded (each float32 printed as the float64 it widens to), "answers": Kev's answers object,
+//	                   "new_state_example": {"state_text": "Ticket 1. " + state, "state_tokens", "probabilities"}}},
 //	 "concurrency": [{"clients", "duration_s", "requests", "errors", "first_error", "rps", "p50_ms", "p99_ms",
 //	                  "model_p50_ms", "model_p99_ms", "batches", "mean_batch", "prefix_hits", "prefix_misses"}],
 //	 "graphs": null | {"captured", "kept", "pending", "failed"},
@@ -498,6 +499,30 @@ func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err err
 		}
 		cached = append(cached, s)
 	}
+	// The first new state's probabilities, asked last so that no timed request finds it cached.
+	req1 := c.request(1)
+	p1, err := b.p.Probabilities(b.ctx, req1)
+	if err != nil {
+		return lat, probs, err
+	}
+	rec1, err := kev.ToRecord(req1, kev.RecordOptions{})
+	if err != nil {
+		return lat, probs, err
+	}
+	enc1, err := kev.Encode(b.p.Tokenizer(), rec1, kev.EncodeOptions{})
+	if err != nil {
+		return lat, probs, err
+	}
+	wide1, finite1 := widen(p1)
+	if !finite1 {
+		b.note("%s: new-state probabilities that are not finite numbers are written as null", c.name)
+	}
+	example := ordered{}
+	example.set("state_text", req1.State.AsString())
+	example.set("state_tokens", enc1.StateLen)
+	example.set("probabilities", wide1)
+	probs.set("new_state_example", example)
+
 	row := caseRow{name: c.name, tokens: resp.Usage.InputTokens, runs: runs, first: first.model}
 	newStats, newModel := kindStats(news)
 	cachedStats, cachedModel := kindStats(cached)

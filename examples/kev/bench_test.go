@@ -41,6 +41,12 @@ type benchReport struct {
 		StateText     string          `json:"state_text"`
 		Probabilities [][]float64     `json:"probabilities"`
 		Answers       json.RawMessage `json:"answers"`
+
+		NewStateExample struct {
+			StateText     string      `json:"state_text"`
+			StateTokens   int         `json:"state_tokens"`
+			Probabilities [][]float64 `json:"probabilities"`
+		} `json:"new_state_example"`
 	} `json:"probabilities"`
 	Concurrency []levelResult   `json:"concurrency"`
 	Graphs      json.RawMessage `json:"graphs"`
@@ -155,6 +161,21 @@ func TestBench(t *testing.T) {
 			for k, v := range pr.Probabilities[q] {
 				if float64(float32(v)) != v || math.Float32bits(float32(v)) != math.Float32bits(want[q][k]) {
 					t.Errorf("%s question %d option %d: reported %v, the library gives %v", c.name, q, k, v, want[q][k])
+				}
+			}
+		}
+		ex := pr.NewStateExample
+		want1, err := p.Probabilities(context.Background(), c.request(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.StateText != "Ticket 1. "+c.state || ex.StateTokens <= l.StateTokens || len(ex.Probabilities) != len(want1) {
+			t.Fatalf("%s: new-state example %q, %d tokens, %d lists", c.name, ex.StateText, ex.StateTokens, len(ex.Probabilities))
+		}
+		for q := range want1 {
+			for k, v := range ex.Probabilities[q] {
+				if math.Float32bits(float32(v)) != math.Float32bits(want1[q][k]) {
+					t.Errorf("%s new state, question %d option %d: reported %v, the library gives %v", c.name, q, k, v, want1[q][k])
 				}
 			}
 		}
