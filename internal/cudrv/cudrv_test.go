@@ -93,3 +93,28 @@ func TestDevice(t *testing.T) {
 		t.Error("Open(huge ordinal) succeeded")
 	}
 }
+
+func TestEncodeTiled2DErrors(t *testing.T) {
+	ok := Tile2D{Addr: 0x10000, Rows: 300, Cols: 2560, Stride: 5120, BoxRows: 128, BoxCols: 64, Swizzle128: true}
+	cases := []struct {
+		field string
+		edit  func(*Tile2D)
+	}{
+		{"Addr", func(t *Tile2D) { t.Addr = 0x10008 }},
+		{"Rows, Cols", func(t *Tile2D) { t.Rows = 0 }},
+		{"Stride", func(t *Tile2D) { t.Stride = 5128 }},
+		{"Stride", func(t *Tile2D) { t.Stride = 4096 }},
+		{"BoxRows, BoxCols", func(t *Tile2D) { t.BoxRows = 257 }},
+		{"BoxRows, BoxCols", func(t *Tile2D) { t.BoxCols = 4 }},
+		{"BoxCols", func(t *Tile2D) { t.BoxCols = 128 }},
+	}
+	for _, c := range cases {
+		d := ok
+		c.edit(&d)
+		_, err := EncodeTiled2D(d)
+		var e *TensorMapError
+		if !errors.As(err, &e) || e.Field != c.field {
+			t.Errorf("%+v: error %v, want a TensorMapError on %s", d, err, c.field)
+		}
+	}
+}

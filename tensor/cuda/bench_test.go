@@ -75,7 +75,8 @@ func benchGEMM(b *testing.B, M, N, K int) {
 	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	var t float64
-	tile, splits, _ := dev.gemmPlan(&GEMM{M: M, N: N, K: K})
+	p := dev.plan(&GEMM{M: M, N: N, K: K})
+	splits := p.splits
 	err := dev.Do(func(q *Queue) error {
 		var bufs []Buffer
 		defer func() {
@@ -124,7 +125,7 @@ func benchGEMM(b *testing.B, M, N, K int) {
 	b.ReportMetric(t*1e6, "us/gemm")
 	b.ReportMetric(gbs, "GB/s")
 	b.ReportMetric(tfs, "TFLOP/s")
-	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d tile=%d splits=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, tile, splits, t*1e6, gbs, tfs)
+	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d tile=%v-%dx%d splits=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, p.kern, p.bm, p.bn, splits, t*1e6, gbs, tfs)
 }
 
 // BenchmarkCopy measures a device-to-device copy of 1 GiB, the bandwidth ceiling (bytes read + written).

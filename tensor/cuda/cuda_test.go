@@ -163,6 +163,7 @@ func TestGEMM(t *testing.T) {
 	cases := []struct {
 		M, N, K        int
 		tile, splits   int
+		kern           gemmKernel
 		f32, res, self bool // fp32 output, residual, residual is Y itself
 		ldx, ldy       int
 	}{
@@ -176,11 +177,25 @@ func TestGEMM(t *testing.T) {
 		{M: 300, N: 384, K: 2560},
 		{M: 1024, N: 1024, K: 256, tile: 128},
 		{M: 77, N: 64, K: 8, tile: 128, splits: 1},
+		{M: 1, N: 2568, K: 2560, kern: gemmWG256, res: true},
+		{M: 24, N: 392, K: 1000, kern: gemmWG128, splits: 3, ldx: 1016, f32: true},
+		{M: 64, N: 1032, K: 4096, ldy: 1040, res: true, self: true},
+		{M: 65, N: 264, K: 520, kern: gemmWG256, splits: 2, res: true},
+		{M: 257, N: 1032, K: 1000, kern: gemmWG256, splits: 1, ldx: 1008, ldy: 1040, res: true},
+		{M: 130, N: 264, K: 392, kern: gemmWG256, splits: 1, f32: true, res: true},
+		{M: 300, N: 520, K: 2560, kern: gemmWG256, splits: 3},
+		{M: 2048, N: 520, K: 136, kern: gemmWG256},
+		{M: 100, N: 2568, K: 2504, kern: gemmWG128, splits: 5, res: true},
+		{M: 513, N: 392, K: 1000, kern: gemmWG128, splits: 1, ldx: 1016, f32: true},
+		{M: 256, N: 520, K: 9216},
 	}
 	r := newRand(t)
 	for _, c := range cases {
-		name := fmt.Sprintf("M=%d/N=%d/K=%d/tile=%d/splits=%d/f32=%v/res=%v/self=%v", c.M, c.N, c.K, c.tile, c.splits, c.f32, c.res, c.self)
+		name := fmt.Sprintf("M=%d/N=%d/K=%d/tile=%d/kern=%v/splits=%d/f32=%v/res=%v/self=%v", c.M, c.N, c.K, c.tile, c.kern, c.splits, c.f32, c.res, c.self)
 		t.Run(name, func(t *testing.T) {
+			if (c.kern == gemmWG128 || c.kern == gemmWG256) && !dev.hopper() {
+				t.Skipf("%v needs compute capability 9.0", c.kern)
+			}
 			ldx, ldy := max(c.ldx, c.K), max(c.ldy, c.N)
 			x := randBF16(r, (c.M-1)*ldx+c.K, 1)
 			w := randBF16(r, c.N*c.K, 1/math.Sqrt(float64(c.K)))
@@ -229,14 +244,14 @@ func TestGEMM(t *testing.T) {
 						q.Free(R)
 					}
 				}()
-				if err := q.GEMM(GEMM{Y: Y, X: X, W: W, R: R, M: c.M, N: c.N, K: c.K, LdX: ldx, LdY: ldy, F32Out: c.f32, tile: c.tile, splits: c.splits}); err != nil {
+				if err := q.GEMM(GEMM{Y: Y, X: X, W: W, R: R, M: c.M, N: c.N, K: c.K, LdX: ldx, LdY: ldy, F32Out: c.f32, tile: c.tile, splits: c.splits, kern: c.kern}); err != nil {
 					return err
 				}
 				out = download(t, q, Y, ny*ysz+64)
 				return nil
 			})
-			tile, splits, _ := dev.gemmPlan(&GEMM{M: c.M, N: c.N, K: c.K, tile: c.tile, splits: c.splits})
-			t.Logf("tile %d, splits %d", tile, splits)
+			p := dev.plan(&GEMM{M: c.M, N: c.N, K: c.K, tile: c.tile, splits: c.splits, kern: c.kern})
+			t.Logf("kernel %v %dx%d, splits %d", p.kern, p.bm, p.bn, p.splits)
 			var got []float64
 			if c.f32 {
 				for _, v := range from32(out) {

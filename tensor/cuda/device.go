@@ -27,6 +27,7 @@ type Device struct {
 	shared map[string]int // dynamic shared-memory limit raised so far, per kernel
 
 	ws      Buffer // split-K partial sums
+	cnt     Buffer // split-K tile counters (maxGEMMTiles uint32, zero between GEMMs)
 	stage   []byte // pinned staging ring for small uploads (allocated on first use)
 	stageAt int    // next free offset in stage
 	closeMu sync.Mutex
@@ -93,6 +94,9 @@ func (d *Device) Close() error {
 		err := cudrv.Wrap("cuStreamSynchronize", d.q.s.Synchronize())
 		if d.ws.Ptr != 0 {
 			cu.MemFree(d.ws.Ptr)
+		}
+		if d.cnt.Ptr != 0 {
+			cu.MemFree(d.cnt.Ptr)
 		}
 		if d.stage != nil {
 			cudrv.HostFree(d.stage)
@@ -266,10 +270,21 @@ func (q *Queue) Memset16(b Buffer, v uint16, n int64) error {
 	return cudrv.Wrap("cuMemsetD16Async", cu.MemsetD16Async(b.Ptr, v, n, q.s))
 }
 
-// ReserveWorkspace makes sure the split-K workspace holds at least n bytes, so that no allocation happens later
-// (for instance during stream capture).
+// ReserveWorkspace makes sure the split-K workspace holds at least n bytes and the split-K tile counters exist, so
+// that no allocation happens later (for instance during stream capture).
 func (q *Queue) ReserveWorkspace(n int64) error {
 	d := q.d
+	if d.cnt.Ptr == 0 {
+		b, err := q.Alloc(4 * maxGEMMTiles)
+		if err != nil {
+			return err
+		}
+		if err := q.Memset16(b, 0, 2*maxGEMMTiles); err != nil {
+			q.Free(b)
+			return err
+		}
+		d.cnt = b
+	}
 	if d.ws.Bytes >= n {
 		return nil
 	}

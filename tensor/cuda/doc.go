@@ -8,7 +8,8 @@
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
-// has one typed Go method on Queue.
+// has one typed Go method on Queue. On compute capability 9.0 the GEMM runs a warp-specialised wgmma kernel fed by
+// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a); elsewhere an mma.sync kernel.
 //
 // Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
 // binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:

@@ -44,38 +44,152 @@ type GEMM struct {
 	LdY     int // elements between Y (and R) rows; 0 means N
 	F32Out  bool
 
-	tile   int // 0: choose; 64 or 128 (tests)
-	splits int // 0: choose; ≥ 1 (tests)
+	kern   gemmKernel // 0: choose (tests force one)
+	tile   int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
+	splits int        // 0: choose; ≥ 1 (tests)
 }
 
-// gemmTile and gemmSplits choose the kernel: the 128×128 tile when it fills the GPU several times over, otherwise
-// the 64×64 tile with enough k splits for about four blocks per multiprocessor (weight streaming at small M).
-func (d *Device) gemmPlan(g *GEMM) (tile, splits, tps int) {
-	kTiles := (g.K + 31) / 32
-	sms := d.info.SMs
-	if sms <= 0 {
-		sms = 132
+// gemmKernel names a GEMM kernel family.
+type gemmKernel int
+
+const (
+	gemmAuto   gemmKernel = iota
+	gemmMMA64             // mma.sync, 64×64 tiles, 4 stages (compute_80)
+	gemmMMA128            // mma.sync, 128×128 tiles, 4 stages (compute_80)
+	gemmWG128             // wgmma + TMA, 128×128 tiles, 6 stages, warp-specialised (sm_90a)
+	gemmWG256             // wgmma + TMA, 128×256 tiles, 4 stages, warp-specialised (sm_90a)
+)
+
+// String returns the kernel's short name, as the benchmarks print it.
+func (k gemmKernel) String() string {
+	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256"}[k]
+}
+
+// gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
+type gemmPlan struct {
+	kern          gemmKernel
+	mod, fn       string
+	bm, bn, bk    int
+	threads       int
+	shared        int // dynamic shared memory, bytes
+	splits, tps   int // gridDim.z and k tiles (of bk) per split
+	blocksM, blkN int
+}
+
+// maxGEMMTiles bounds the output tiles of one split-K GEMM (the in-kernel tile counters).
+const maxGEMMTiles = 1 << 16
+
+// hopper reports whether the sm_90a kernels run here (compute capability exactly 9.0).
+func (d *Device) hopper() bool { return d.info.Major == 9 && d.info.Minor == 0 }
+
+func (d *Device) sms() int {
+	if d.info.SMs <= 0 {
+		return 132
 	}
-	tile = g.tile
-	if tile == 0 {
-		big := ((g.M + 127) / 128) * ((g.N + 127) / 128)
-		tile = 64
-		if big >= 4*sms {
-			tile = 128
+	return d.info.SMs
+}
+
+// plan chooses the kernel for g. On Hopper: the wgmma kernel whose tile width and split count minimise a simple
+// model — waves × k tiles per split × tile time, plus the partial sums' traffic; the tile time is the tensor-core
+// time of its live rows or, for M ≤ 128, the time to stream its W tile at 40 GB/s per multiprocessor, whichever is
+// longer, and the whole call takes at least W's bytes at 4 TB/s. Elsewhere: the 128×128 mma.sync tile when it
+// fills the GPU four times over, else 64×64 with split-K.
+func (d *Device) plan(g *GEMM) gemmPlan {
+	sms := d.sms()
+	kern := g.kern
+	switch {
+	case kern != gemmAuto:
+	case g.tile == 64:
+		kern = gemmMMA64
+	case g.tile == 128:
+		kern = gemmMMA128
+	case d.hopper():
+		kern = gemmWG256 // or gemmWG128: decided below with the splits
+	default:
+		kern = gemmMMA64
+		if ((g.M+127)/128)*((g.N+127)/128) >= 4*sms {
+			kern = gemmMMA128
 		}
 	}
-	blocks := ((g.M + tile - 1) / tile) * ((g.N + tile - 1) / tile)
-	splits = g.splits
-	if splits == 0 {
-		splits = 1
-		if tile == 64 && blocks < 4*sms {
-			splits = (4*sms + blocks - 1) / blocks
+	var p gemmPlan
+	fix := func(splits, kTiles int) {
+		splits = max(1, min(splits, kTiles))
+		p.tps = (kTiles + splits - 1) / splits
+		p.splits = (kTiles + p.tps - 1) / p.tps
+	}
+	switch kern {
+	case gemmMMA64, gemmMMA128:
+		p.mod, p.bk, p.threads = "gemm", 32, 128
+		p.bm, p.bn, p.fn = 64, 64, "gemm_bf16_64x64"
+		if kern == gemmMMA128 {
+			p.bm, p.bn, p.fn, p.threads = 128, 128, "gemm_bf16_128x128", 256
+		}
+		p.shared = 4 * (p.bm + p.bn) * p.bk * 2
+		kTiles := (g.K + p.bk - 1) / p.bk
+		blocks := ((g.M + p.bm - 1) / p.bm) * ((g.N + p.bn - 1) / p.bn)
+		splits := g.splits
+		if splits == 0 {
+			splits = 1
+			if kern == gemmMMA64 && blocks < 4*sms {
+				splits = (4*sms + blocks - 1) / blocks
+			}
+		}
+		fix(splits, kTiles)
+	default:
+		kTiles := (g.K + 63) / 64
+		best := -1.0
+		for _, k := range []gemmKernel{gemmWG256, gemmWG128} {
+			if g.kern != gemmAuto && k != g.kern {
+				continue
+			}
+			bn, tileUS := 256, 0.92 // µs per 128×bn×64 tile at ~600 TFLOP/s per GPU
+			if k == gemmWG128 {
+				bn, tileUS = 128, 0.52
+			}
+			blocks := ((g.M + 127) / 128) * ((g.N + bn - 1) / bn)
+			live := float64((min(g.M, 128)+63)/64) / 2 // consumers with rows, of 2 (per m tile, M ≤ 128)
+			if g.M > 128 {
+				live = 1
+			}
+			tile := tileUS * live
+			if g.M <= 128 {
+				tile = max(tile, float64(bn*128)/40e3) // W tile bytes at 40 GB/s per multiprocessor
+			}
+			floor := float64(g.N) * float64(g.K) * 2 / 4e6 // W at 4 TB/s, µs
+			lo, hi := 1, 16
+			if g.splits > 0 {
+				lo, hi = g.splits, g.splits
+			}
+			for s := lo; s <= hi; s++ {
+				tps := (kTiles + s - 1) / s
+				sp := (kTiles + tps - 1) / tps
+				if sp != s || (s > 1 && g.splits == 0 && tps < 4) {
+					continue
+				}
+				waves := (blocks*sp + sms - 1) / sms
+				t := max(float64(waves*tps)*tile, floor)
+				if sp > 1 {
+					t += float64(g.M) * float64(g.N) * 8 * float64(sp) / 3e6
+				}
+				if best < 0 || t < best {
+					best, kern = t, k
+					p.splits, p.tps = sp, tps
+				}
+			}
+		}
+		if best < 0 { // forced split count beyond the k tiles
+			fix(g.splits, kTiles)
+		}
+		p.mod, p.bm, p.bk, p.threads = "gemm_sm90a", 128, 64, 384
+		if kern == gemmWG128 {
+			p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
+		} else {
+			p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
 		}
 	}
-	splits = max(1, min(splits, kTiles))
-	tps = (kTiles + splits - 1) / splits
-	splits = (kTiles + tps - 1) / tps
-	return tile, splits, tps
+	p.kern = kern
+	p.blocksM, p.blkN = (g.M+p.bm-1)/p.bm, (g.N+p.bn-1)/p.bn
+	return p
 }
 
 // GEMM enqueues g. Requirements: K and N multiples of 8, LdX a multiple of 8, LdY even, buffers 16-byte aligned.
@@ -122,9 +236,15 @@ func (q *Queue) GEMM(g GEMM) error {
 		return &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
 	}
 	d := q.d
-	tile, splits, tps := d.gemmPlan(&g)
-	if splits > 1 {
-		if err := q.ReserveWorkspace(4 * int64(splits) * int64(g.M) * int64(g.N)); err != nil {
+	if (g.kern == gemmWG128 || g.kern == gemmWG256) && !d.hopper() {
+		return &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
+	}
+	p := d.plan(&g)
+	if p.splits > 1 {
+		if p.blocksM*p.blkN > maxGEMMTiles {
+			return &ArgError{op, "M, N", fmt.Sprintf("%d output tiles exceed the %d split-K tile counters", p.blocksM*p.blkN, maxGEMMTiles)}
+		}
+		if err := q.ReserveWorkspace(4 * int64(p.splits) * int64(g.M) * int64(g.N)); err != nil {
 			return err
 		}
 	}
@@ -134,21 +254,25 @@ func (q *Queue) GEMM(g GEMM) error {
 	}
 	a := &q.args
 	a.Reset()
-	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).
-		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(tps))
-	grid := cudrv.Dim3{X: (g.M + tile - 1) / tile, Y: (g.N + tile - 1) / tile, Z: splits}
-	var err error
-	if tile == 128 {
-		err = q.launch("gemm", "gemm_bf16_128x128", grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 4*(128+128)*64)
+	if p.mod == "gemm_sm90a" {
+		tmX, err := cudrv.EncodeTiled2D(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: 2 * g.LdX,
+			BoxRows: p.bm, BoxCols: p.bk, Swizzle128: true})
+		if err != nil {
+			return fmt.Errorf("cuda: GEMM: X: %w", err)
+		}
+		tmW, err := cudrv.EncodeTiled2D(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
+			BoxRows: p.bn, BoxCols: p.bk, Swizzle128: true})
+		if err != nil {
+			return fmt.Errorf("cuda: GEMM: W: %w", err)
+		}
+		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).
+			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 	} else {
-		err = q.launch("gemm", "gemm_bf16_64x64", grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 4*(64+64)*64)
+		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).
+			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 	}
-	if err != nil || splits == 1 {
-		return err
-	}
-	a.Reset()
-	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).I32(int32(splits)).I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.LdY)).I32(yF32)
-	return q.launch("gemm", "gemm_splitk_reduce", gridFor(int64(g.M)*int64(g.N)/4, 256, d.info.SMs), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+	grid := cudrv.Dim3{X: p.blocksM, Y: p.blkN, Z: p.splits}
+	return q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared)
 }
 
 // gridFor sizes a grid-stride loop over n items: enough blocks to cover n, at most 8 per multiprocessor.

@@ -8,9 +8,9 @@
 // aligned. Rows past M, columns past N and k past the split's end are zero-filled on load and skipped on store.
 //
 // Split-K: blockIdx.z selects k tiles [z·tps, (z+1)·tps). With gridDim.z > 1 each split writes fp32 partial sums to
-// ws[z][M][N] and gemm_splitk_reduce adds them in split order (deterministic), then the residual, then stores Y.
-#include <cuda_bf16.h>
-#include <stdint.h>
+// ws[z][M][N]; the split that finishes a tile last adds them in split order (deterministic), then the residual, and
+// stores Y (gemm_splitk_finish, one tile counter per output tile in cnt).
+#include "gemm.cuh"
 
 #define BK 32
 
@@ -43,31 +43,10 @@ __device__ __forceinline__ void mma_bf16_16816(float *c, const uint32_t *a, cons
 // Byte offset of 16-byte chunk c (0..3) of row r in a [rows][BK] bf16 tile.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
 
-// Stores two adjacent outputs (col, col+1) of row, adding the residual when R is set.
-__device__ __forceinline__ void store2(void *Y, const void *R, int ldy, int yF32, int row, int col, float v0,
-                                       float v1) {
-	size_t i = (size_t)row * ldy + col;
-	if (yF32) {
-		if (R) {
-			float2 r = *(const float2 *)((const float *)R + i);
-			v0 += r.x;
-			v1 += r.y;
-		}
-		*(float2 *)((float *)Y + i) = make_float2(v0, v1);
-	} else {
-		if (R) {
-			__nv_bfloat162 r = *(const __nv_bfloat162 *)((const __nv_bfloat16 *)R + i);
-			v0 += __bfloat162float(r.x);
-			v1 += __bfloat162float(r.y);
-		}
-		*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + i) = __floats2bfloat162_rn(v0, v1);
-	}
-}
-
 // Block tile BM×BN, warps arranged WARPS_M×WARPS_N, each warp computing (BM/WARPS_M)×(BN/WARPS_N).
 template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
 __device__ __forceinline__ void gemm_body(void *__restrict__ Y, const void *__restrict__ R, float *__restrict__ ws,
-                                          const __nv_bfloat16 *__restrict__ X, const __nv_bfloat16 *__restrict__ W,
+                                          unsigned *cnt, const __nv_bfloat16 *__restrict__ X, const __nv_bfloat16 *__restrict__ W,
                                           int M, int N, int K, int ldx, int ldy, int yF32, int tps) {
 	constexpr int NT = WARPS_M * WARPS_N * 32;
 	constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
@@ -168,45 +147,25 @@ __device__ __forceinline__ void gemm_body(void *__restrict__ Y, const void *__re
 				if (split)
 					*(float2 *)(part + (size_t)row * N + col) = make_float2(v0, v1);
 				else
-					store2(Y, R, ldy, yF32, row, col, v0, v1);
+					gemm_store2(Y, R, ldy, yF32, row, col, v0, v1);
 			}
 		}
 	}
+	if (split) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, tid, NT, 0);
 }
+
+#define GEMM_PARAMS                                                                                              \
+	void *Y, const void *R, float *ws, unsigned *cnt, const __nv_bfloat16 *X, const __nv_bfloat16 *W, int M, int N, \
+	    int K, int ldx, int ldy, int yF32, int tps
+#define GEMM_ARGS Y, R, ws, cnt, X, W, M, N, K, ldx, ldy, yF32, tps
 
 // 128×128 tiles, 8 warps (2×4, 64×32 each), 4 stages: 64 KiB of dynamic shared memory. For M ≳ 512.
-extern "C" __global__ void __launch_bounds__(256) gemm_bf16_128x128(void *Y, const void *R, float *ws,
-                                                                    const __nv_bfloat16 *X,
-                                                                    const __nv_bfloat16 *W, int M, int N, int K,
-                                                                    int ldx, int ldy, int yF32, int tps) {
-	gemm_body<128, 128, 2, 4, 4>(Y, R, ws, X, W, M, N, K, ldx, ldy, yF32, tps);
+extern "C" __global__ void __launch_bounds__(256) gemm_bf16_128x128(GEMM_PARAMS) {
+	gemm_body<128, 128, 2, 4, 4>(GEMM_ARGS);
 }
 
-// 64×64 tiles, 4 warps (2×2, 32×32 each), 4 stages: 32 KiB. For small M (weight streaming, with split-K).
-extern "C" __global__ void __launch_bounds__(128) gemm_bf16_64x64(void *Y, const void *R, float *ws,
-                                                                  const __nv_bfloat16 *X, const __nv_bfloat16 *W,
-                                                                  int M, int N, int K, int ldx, int ldy, int yF32,
-                                                                  int tps) {
-	gemm_body<64, 64, 2, 2, 4>(Y, R, ws, X, W, M, N, K, ldx, ldy, yF32, tps);
+// 64×64 tiles, 4 warps (2×2, 32×32 each), 4 stages: 32 KiB.
+extern "C" __global__ void __launch_bounds__(128) gemm_bf16_64x64(GEMM_PARAMS) {
+	gemm_body<64, 64, 2, 2, 4>(GEMM_ARGS);
 }
 
-// Y[m, n] = Σ_z ws[z][m][n] (+ R[m, n]), four columns per thread, summed in split order.
-extern "C" __global__ void gemm_splitk_reduce(void *Y, const void *R, const float *__restrict__ ws, int splits,
-                                              int M, int N, int ldy, int yF32) {
-	const int q = N / 4;
-	const size_t total = (size_t)M * q, plane = (size_t)M * N;
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-		int row = (int)(i / q), col = (int)(i % q) * 4;
-		const float *p = ws + (size_t)row * N + col;
-		float4 s = *(const float4 *)p;
-		for (int z = 1; z < splits; z++) {
-			float4 v = *(const float4 *)(p + z * plane);
-			s.x += v.x;
-			s.y += v.y;
-			s.z += v.z;
-			s.w += v.w;
-		}
-		store2(Y, R, ldy, yF32, row, col, s.x, s.y);
-		store2(Y, R, ldy, yF32, row, col + 2, s.z, s.w);
-	}
-}

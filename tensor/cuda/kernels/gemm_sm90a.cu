@@ -1,0 +1,193 @@
+// bf16 GEMM for Hopper (sm_90a): Y[M,N] = X[M,K] · W[N,K]ᵀ (+ R[M,N]), fp32 accumulation, for M ≳ 128.
+//
+// Tiles of 128 rows × BN columns (BN = 256 or 128), k in steps of 64. Three warpgroups: warpgroup 0 is the
+// producer — one thread issues bulk tensor copies (TMA) of the X tile (128×64) and the W tile (BN×64) into a
+// STAGES-deep ring, each stage completing on its "full" mbarrier; warpgroups 1 and 2 are consumers, each owning 64
+// rows of the tile: wgmma m64nBNk16 four times per stage from shared memory, then an arrive on the stage's "empty"
+// mbarrier hands it back to the producer. Registers are moved from the producer to the consumers (setmaxnreg).
+//
+// The tensor maps use the 128-byte swizzle: a tile row is 64 bf16 = 128 bytes, 16-byte chunk c of row r lands at
+// chunk c ^ (r & 7), and the wgmma descriptors name the same swizzle (8-row groups 1024 bytes apart); the k step of
+// 16 elements advances the descriptor's start address by 32 bytes. Rows, columns and k outside the matrices are
+// zero-filled by the copy engine; the epilogue skips rows ≥ M and columns ≥ N.
+//
+// Split-K as in gemm.cu: blockIdx.z owns k tiles [z·tps, (z+1)·tps), partial sums go to ws and the last split of
+// a tile finishes it (gemm_splitk_finish).
+#include "gemm.cuh"
+
+// TensorMap is a CUtensorMap passed by value (__grid_constant__).
+struct __align__(64) TensorMap {
+	unsigned long long v[16];
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// desc_sw128 is the wgmma matrix descriptor of a K-major tile with 128-byte rows and the 128-byte swizzle, starting
+// at shared address a (the tile 1024-byte aligned; a may add the 32-byte k offsets).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t a) {
+	uint64_t d = (uint64_t)((a & 0x3FFFF) >> 4);
+	d |= (uint64_t)1 << 16;           // leading-dimension byte offset (unused with this swizzle), encoded 16 B
+	d |= (uint64_t)(1024 >> 4) << 32; // stride-dimension byte offset: 8 rows × 128 B
+	d |= (uint64_t)1 << 62;           // swizzle mode 1: 128 B
+	return d;
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
+	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+	             "r"(bytes)
+	             : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+	unsigned done;
+	do {
+		asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+		             : "=r"(done)
+		             : "r"(bar), "r"(parity)
+		             : "memory");
+	} while (!done);
+}
+
+// tma_load2d copies the box at (c0 = column, c1 = row) of the tensor map into shared dst, completing on bar.
+__device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, int c0, int c1, uint32_t bar) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+	             "%3}], [%4];\n" ::"r"(dst),
+	             "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+	             : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// wgmma_m64n256: d[64×256] = A[64×16] · B[256×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n256(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+// wgmma_m64n128: d[64×128] = A[64×16] · B[128×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n128(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t da, uint64_t db, int acc) {
+	if constexpr (BN == 256)
+		wgmma_m64n256(d, da, db, acc);
+	else
+		wgmma_m64n128(d, da, db, acc);
+}
+
+template <int BN, int STAGES>
+__device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
+                                           float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
+                                           int tps) {
+	constexpr int BM = 128, BK = 64;
+	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+	extern __shared__ unsigned char smem_raw[];
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+
+	const int wg = threadIdx.x >> 7;
+	const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+	const int kTiles = (K + BK - 1) / BK;
+	const int kt0 = blockIdx.z * tps;
+	const int nk = max(0, min(kTiles, kt0 + tps) - kt0);
+
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+
+	if (wg == 0) {
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		if (threadIdx.x == 0) {
+			for (int kt = 0; kt < nk; kt++) {
+				const int s = kt % STAGES;
+				if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
+				const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+				mbar_expect_tx(full, STAGE_BYTES);
+				const int k = (kt0 + kt) * BK;
+				tma_load2d(sa, tmX, k, m0, full);
+				tma_load2d(sa + A_BYTES, tmW, k, n0, full);
+			}
+		}
+		return;
+	}
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	const int c = wg - 1, t = threadIdx.x - 128;
+	const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
+	float d[BN / 2];
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
+	for (int kt = 0; kt < nk; kt++) {
+		const int s = kt % STAGES;
+		mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+		const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
+		if (live) {
+			wgmma_fence();
+#pragma unroll
+			for (int kk = 0; kk < BK / 16; kk++)
+				wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), 1);
+			wgmma_commit();
+			wgmma_wait0();
+		}
+		mbar_arrive(bars + 8 * (STAGES + s));
+	}
+
+	// Accumulator layout (per warp w of the warpgroup, lane l): d[4j + h·2 + e] is row 16w + l/4 + 8h, column
+	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
+	const int w = (t >> 5) & 3, l = t & 31;
+	const bool split = gridDim.z > 1;
+	float *part = ws + (size_t)blockIdx.z * M * N;
+#pragma unroll
+	for (int j = 0; j < BN / 8; j++) {
+		const int col = n0 + 8 * j + 2 * (l & 3);
+		if (col >= N) continue;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+			if (row >= M) continue;
+			const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+			if (split)
+				*(float2 *)(part + (size_t)row * N + col) = make_float2(v0, v1);
+			else
+				gemm_store2(Y, R, ldy, yF32, row, col, v0, v1);
+		}
+	}
+	if (split) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
+}
+
+#define WG_PARAMS                                                                                                \
+	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
+	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps
+#define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps
+
+// 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads.
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAMS) {
+	gemm_wgmma<256, 4>(WG_ARGS);
+}
+
+// 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly.
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
+	gemm_wgmma<128, 6>(WG_ARGS);
+}
