@@ -4,8 +4,10 @@ package cudrv
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestArgsLayout(t *testing.T) {
@@ -117,4 +119,102 @@ func TestEncodeTiled2DErrors(t *testing.T) {
 			t.Errorf("%+v: error %v, want a TensorMapError on %s", d, err, c.field)
 		}
 	}
+}
+
+// TestDoNested checks that Do inside Do runs at once on the owning thread (no deadlock, no hand-over), that a
+// panic there comes back from the outermost Do, and that other goroutines still wait their turn meanwhile.
+func TestDoNested(t *testing.T) {
+	d, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.OnOwner() {
+		t.Fatal("OnOwner true on the test goroutine")
+	}
+	before := d.Stats()
+	var owner, nestedOwner bool
+	var inner Info
+	started := make(chan struct{})
+	other := make(chan error, 1)
+	go func() {
+		<-started
+		other <- d.Do(func() error { return nil })
+	}()
+	err = d.Do(func() error {
+		owner = d.OnOwner()
+		close(started)
+		for i := 0; i < 100; i++ {
+			if err := d.Do(func() error {
+				nestedOwner = d.OnOwner()
+				var err error
+				inner, err = d.Info() // driver calls work: the context is current here
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+		select {
+		case err := <-other:
+			return fmt.Errorf("another goroutine's Do ran during this one: %v", err)
+		default:
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("the other goroutine's Do: %v", err)
+	}
+	if !owner || !nestedOwner {
+		t.Errorf("OnOwner inside Do = %v, nested = %v; want true", owner, nestedOwner)
+	}
+	if inner.SMs <= 0 {
+		t.Errorf("nested Info = %+v", inner)
+	}
+	got := d.Stats()
+	if hops, inl := got.Hops-before.Hops, got.Inline-before.Inline; hops != 2 || inl != 100 {
+		t.Errorf("Stats: %d hops and %d inline calls, want 2 and 100", hops, inl)
+	}
+	err = d.Do(func() error { return d.Do(func() error { panic("nested boom") }) })
+	if err == nil || !strings.Contains(err.Error(), "nested boom") {
+		t.Errorf("nested panic returned %v", err)
+	}
+	if err := d.Do(func() error { return nil }); err != nil {
+		t.Errorf("Do after a nested panic: %v", err)
+	}
+}
+
+// BenchmarkDo times one hand-over to the owning goroutine (Hop) and one nested call on it (Inline).
+func BenchmarkDo(b *testing.B) {
+	d, err := Open(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	nop := func() error { return nil }
+	b.Run("Hop", func(b *testing.B) {
+		t0 := time.Now()
+		for range b.N {
+			d.Do(nop)
+		}
+		ns := float64(time.Since(t0).Nanoseconds()) / float64(b.N)
+		fmt.Printf("KEVBENCH do hop ns=%.0f\n", ns)
+	})
+	b.Run("Inline", func(b *testing.B) {
+		const n = 1 << 16
+		var el time.Duration
+		for range b.N {
+			d.Do(func() error {
+				t0 := time.Now()
+				for range n {
+					d.Do(nop)
+				}
+				el = time.Since(t0)
+				return nil
+			})
+		}
+		fmt.Printf("KEVBENCH do inline ns=%.1f\n", float64(el.Nanoseconds())/n)
+	})
 }

@@ -2,24 +2,48 @@
 
 package cudrv
 
+/*
+#include <stdint.h>
+
+// The owning thread of each Device carries the Device's id in a thread-local word, so that Do can tell, with
+// one cheap call, whether it already runs there.
+static __thread uint64_t kev_owner;
+static void kev_set_owner(uint64_t id) { kev_owner = id; }
+static uint64_t kev_get_owner(void) { return kev_owner; }
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 
 	"gorgonia.org/cu"
 )
 
 // Device owns one CUDA context on one goroutine locked to its OS thread. Every driver call for this device must
-// run inside Do (or, for code already running inside Do, directly): CUDA contexts are current per OS thread.
+// run inside Do: CUDA contexts are current per OS thread. Do called from inside Do (on the owning thread) runs
+// its function at once, so code that makes many calls saves the hand-over per call by wrapping them all in one Do.
 type Device struct {
 	Ordinal int
 	Dev     cu.Device
 	Ctx     cu.CUContext
 
-	work chan func()
-	done chan struct{}
+	id     uint64 // ≠ 0, unique in the process: the owning thread's mark
+	work   chan func()
+	done   chan struct{}
+	hops   atomic.Int64
+	inline atomic.Int64
 }
+
+// Stats counts Do calls: Hops were handed to the owning goroutine (a channel send and a thread wake-up each),
+// Inline ran at once because they were made on the owning thread.
+type Stats struct {
+	Hops, Inline int64
+}
+
+var lastID atomic.Uint64
 
 // Info describes a device.
 type Info struct {
@@ -38,7 +62,7 @@ var ErrClosed = errors.New("cudrv: device is closed")
 
 // Open creates a context on device ordinal and starts the goroutine that owns it.
 func Open(ordinal int) (*Device, error) {
-	d := &Device{Ordinal: ordinal, work: make(chan func()), done: make(chan struct{})}
+	d := &Device{Ordinal: ordinal, id: lastID.Add(1), work: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go d.loop(ready)
 	if err := <-ready; err != nil {
@@ -49,6 +73,7 @@ func Open(ordinal int) (*Device, error) {
 
 func (d *Device) loop(ready chan<- error) {
 	runtime.LockOSThread() // never unlocked: the thread dies with the goroutine when the context is gone
+	C.kev_set_owner(C.uint64_t(d.id))
 	n, err := cu.NumDevices()
 	if err != nil {
 		ready <- Wrap("cuDeviceGetCount", err)
@@ -75,10 +100,23 @@ func (d *Device) loop(ready chan<- error) {
 	close(d.done)
 }
 
+// OnOwner reports whether the caller runs on the OS thread that owns the context (inside Do).
+func (d *Device) OnOwner() bool { return uint64(C.kev_get_owner()) == d.id }
+
+// Stats returns the Do counters so far.
+func (d *Device) Stats() Stats { return Stats{Hops: d.hops.Load(), Inline: d.inline.Load()} }
+
 // Do runs f on the goroutine that owns the context and returns its error. Calls from several goroutines are
-// serialised. f must not call Do (it would deadlock) nor runtime.Goexit (testing's Fatal: it would end the owning
-// goroutine); it may call the driver directly. A panic in f comes back as an error.
+// serialised. Called from inside Do, it runs f at once on the same goroutine (nested calls cost no hand-over).
+// f must not call runtime.Goexit (testing's Fatal: it would end the owning goroutine) nor wait for another
+// goroutine that calls Do (it would deadlock); it may call the driver directly. A panic in f comes back as an
+// error from the outermost Do.
 func (d *Device) Do(f func() error) (err error) {
+	if d.OnOwner() {
+		d.inline.Add(1)
+		return f()
+	}
+	d.hops.Add(1)
 	res := make(chan error, 1)
 	defer func() {
 		if recover() != nil { // send on closed channel
