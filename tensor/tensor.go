@@ -221,3 +221,115 @@ type ShapeError struct {
 func (e *ShapeError) Error() string {
 	return fmt.Sprintf("tensor: %s: %s has shape %v, want %s", e.Op, e.Arg, e.Shape, e.Want)
 }
+
+// SegmentFrom says where a segment of a batched operation starts from.
+type SegmentFrom uint8
+
+const (
+	// FromZero starts the segment from nothing: no prefix keys and values,
+	// zero convolution history, zero recurrent state.
+	FromZero SegmentFrom = iota
+	// FromPrefix continues prefix Index of the call's prefix list (cached
+	// keys and values, or a cached convolution or recurrent state).
+	FromPrefix
+	// FromSegment continues segment Index of the same call, which must start
+	// FromZero: attention sees that segment's keys and values whole before
+	// its own; the convolution and the delta rule start from the state that
+	// segment ends with.
+	FromSegment
+)
+
+// String returns "FromZero", "FromPrefix" or "FromSegment".
+func (f SegmentFrom) String() string {
+	switch f {
+	case FromZero:
+		return "FromZero"
+	case FromPrefix:
+		return "FromPrefix"
+	case FromSegment:
+		return "FromSegment"
+	}
+	return fmt.Sprintf("SegmentFrom(%d)", uint8(f))
+}
+
+// Segment is one causal run of consecutive rows in a batched operation. The
+// segments of a call cover its rows in order; each starts at position 0 of
+// its own causal sequence after whatever it continues.
+type Segment struct {
+	Len   int         // rows, ≥ 0
+	From  SegmentFrom // what the segment continues
+	Index int         // the prefix (FromPrefix) or the segment (FromSegment) continued
+	// Keep asks the convolution and the delta rule to return the state after
+	// the segment's last row (attention ignores it).
+	Keep bool
+}
+
+// PointerQuery is one question of a batched pointer head call: the rows of
+// its <decide> token and of its </opt> tokens, in option order.
+type PointerQuery struct {
+	Decide int
+	Opts   []int
+}
+
+// Batched is implemented by backends that run, in one call, segments that
+// continue different prefixes: the rows of several requests (new states
+// computed from nothing, and question rows continuing either a cached state
+// or a state computed by an earlier segment of the same call) go through
+// each operation together, so a pass reads every weight once. Callers detect
+// it with a type assertion and fall back to the Backend's single-prefix
+// operations when it is missing.
+//
+// Every method validates segs: lengths sum to the row count, Index is in
+// range, and a FromSegment segment names a segment that starts FromZero.
+// Results equal the single-prefix operations run segment by segment.
+type Batched interface {
+	// AttentionSegments is Attention with per-segment prefixes: a FromPrefix
+	// segment sees kPrefixes[Index], vPrefixes[Index] ([P_i, KV·D]) before
+	// its own rows, a FromSegment segment sees the rows of segment Index, a
+	// FromZero segment only its own rows. q [N, H·D]; k, v [N, KV·D].
+	// Returns [N, H·D].
+	AttentionSegments(q, k, v Tensor, kPrefixes, vPrefixes []Tensor, segs []Segment, c AttentionConfig) (Tensor, error)
+	// CausalConv1dSiLUSegments is CausalConv1dSiLU with per-segment
+	// histories: states[Index] ([K−1, C]) for FromPrefix, the last K−1
+	// inputs of segment Index (zero-padded) for FromSegment, zeros for
+	// FromZero. kept has one entry per segment: the segment's final
+	// [K−1, C] history when Keep, else nil.
+	CausalConv1dSiLUSegments(x, w Tensor, states []Tensor, segs []Segment) (y Tensor, kept []Tensor, err error)
+	// GatedDeltaRuleSegments is GatedDeltaRule with per-segment initial
+	// states: states[Index] ([H_v, d_k, d_v] fp32) for FromPrefix, the final
+	// state of segment Index for FromSegment, zero for FromZero. kept has one
+	// entry per segment: the final state when Keep, else nil.
+	GatedDeltaRuleSegments(qkv, g, beta Tensor, states []Tensor, segs []Segment, c DeltaConfig) (o Tensor, kept []Tensor, err error)
+	// SliceRows returns a copy of rows [lo, hi) of a matrix x.
+	SliceRows(x Tensor, lo, hi int) (Tensor, error)
+	// Pointers runs Pointer for each query over the same hidden states h
+	// [N, d] and returns their probabilities in order.
+	Pointers(h Tensor, p *PointerHead, qs []PointerQuery) ([][]float32, error)
+}
+
+// Trimmer is implemented by backends that keep freed memory pooled for
+// reuse: Trim returns what the pool holds beyond the live tensors to the
+// device. Callers call it when they go idle.
+type Trimmer interface {
+	Trim()
+}
+
+// Runner is implemented by backends whose operations are cheaper when many
+// of them run inside one call: a GPU backend whose device belongs to one OS
+// thread runs f there, so the operations f makes skip the hand-over to that
+// thread each would otherwise pay. Run returns f's error, or the backend's
+// if f could not run. f must not wait for other goroutines that use the
+// backend (they wait for f), and must not call runtime.Goexit (testing's
+// Fatal). Operations from other goroutines wait until f returns.
+type Runner interface {
+	Run(f func() error) error
+}
+
+// Run runs f through b's Runner when b implements it, and calls f directly
+// otherwise. Wrap a whole model pass in it.
+func Run(b Backend, f func() error) error {
+	if r, ok := b.(Runner); ok {
+		return r.Run(f)
+	}
+	return f()
+}
