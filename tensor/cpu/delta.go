@@ -19,49 +19,28 @@ func l2Scale(dst, v []float32, scale float32) {
 	}
 }
 
-// GatedDeltaRule runs the gated delta rule, chunked or recurrent.
-func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, c tensor.DeltaConfig) (tensor.Tensor, tensor.Tensor, error) {
-	const op = "GatedDeltaRule"
+// deltaOperands validates a delta rule call's config and row operands and
+// prepares its inputs: normalised q (scaled) and k per token and key head.
+func deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.DeltaConfig) (*deltaInput, error) {
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
-		return nil, nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
 	}
 	hk, hv, dk, dv := c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim
 	width := 2*hk*dk + hv*dv
 	xt, err := matrix(op, "qkv", qkv, -1, width)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	n := xt.shape[0]
 	gt, err := matrix(op, "g", g, n, hv)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	bt, err := matrix(op, "beta", beta, n, hv)
 	if err != nil {
-		return nil, nil, err
-	}
-	var s0 []float32
-	if state != nil {
-		st, err := get(op, "state", state)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(st.shape) != 3 || st.shape[0] != hv || st.shape[1] != dk || st.shape[2] != dv {
-			return nil, nil, &tensor.ShapeError{Op: op, Arg: "state", Shape: st.shape, Want: dims(hv, dk, dv)}
-		}
-		s0 = st.float32s()
-	}
-	starts, ls, err := segments(op, lens, n)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	xs, gs, bs := xt.float32s(), gt.float32s(), bt.float32s()
-	out := newF32(n, hv*dv)
-	var final *Tensor
-	if len(starts) == 1 {
-		final = newF32(hv, dk, dv)
-	}
-	// Normalised q (scaled) and k, per token and key head.
 	qn, kn := make([]float32, n*hk*dk), make([]float32, n*hk*dk)
 	qscale := float32(1 / math.Sqrt(float64(dk)))
 	for t := 0; t < n; t++ {
@@ -70,7 +49,45 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 			l2Scale(kn[(t*hk+h)*dk:(t*hk+h+1)*dk], xs[t*width+hk*dk+h*dk:t*width+hk*dk+(h+1)*dk], 1)
 		}
 	}
-	in := deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, q: qn, k: kn, x: xs, width: width, g: gs, beta: bs}
+	return &deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, q: qn, k: kn, x: xs, width: width, g: gs, beta: bs}, nil
+}
+
+// deltaState unwraps a recurrent state [H_v, d_k, d_v] as float32s.
+func deltaState(op, arg string, state tensor.Tensor, c tensor.DeltaConfig) ([]float32, error) {
+	st, err := get(op, arg, state)
+	if err != nil {
+		return nil, err
+	}
+	hv, dk, dv := c.ValueHeads, c.KeyDim, c.ValueDim
+	if len(st.shape) != 3 || st.shape[0] != hv || st.shape[1] != dk || st.shape[2] != dv {
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: st.shape, Want: dims(hv, dk, dv)}
+	}
+	return st.float32s(), nil
+}
+
+// GatedDeltaRule runs the gated delta rule, chunked or recurrent.
+func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, c tensor.DeltaConfig) (tensor.Tensor, tensor.Tensor, error) {
+	const op = "GatedDeltaRule"
+	in, err := deltaOperands(op, qkv, g, beta, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	var s0 []float32
+	if state != nil {
+		if s0, err = deltaState(op, "state", state, c); err != nil {
+			return nil, nil, err
+		}
+	}
+	n, hv, dk, dv := in.n, in.hv, in.dk, in.dv
+	starts, ls, err := segments(op, lens, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := newF32(n, hv*dv)
+	var final *Tensor
+	if len(starts) == 1 {
+		final = newF32(hv, dk, dv)
+	}
 	jobs := len(starts) * hv
 	b.parallel(jobs, 1, func(lo, hi int) {
 		S := make([]float32, dk*dv)
@@ -81,11 +98,7 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 			} else {
 				clear(S)
 			}
-			if c.Chunk == 0 {
-				in.recurrent(S, h, starts[seg], ls[seg], out.f32)
-			} else {
-				in.chunked(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
-			}
+			in.run(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
 			if final != nil {
 				copy(final.f32[h*dk*dv:(h+1)*dk*dv], S)
 			}
@@ -103,6 +116,16 @@ type deltaInput struct {
 	q, k                     []float32 // [n, hk, dk], q already scaled
 	x                        []float32 // raw qkv rows; v at column 2·hk·dk
 	g, beta                  []float32 // [n, hv]
+}
+
+// run advances S [dk, dv] of value head h over rows [s0, s0+l), in the
+// recurrent form (chunk 0) or the chunked one.
+func (in *deltaInput) run(S []float32, h, s0, l, chunk int, out []float32) {
+	if chunk == 0 {
+		in.recurrent(S, h, s0, l, out)
+	} else {
+		in.chunked(S, h, s0, l, chunk, out)
+	}
 }
 
 func (in *deltaInput) qRow(t, h int) []float32 {

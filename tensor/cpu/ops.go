@@ -305,60 +305,11 @@ func (b *Backend) Attention(q, k, v, kPrefix, vPrefix tensor.Tensor, lens []int,
 	if err != nil {
 		return nil, err
 	}
-	qs, ks, vs := qt.float32s(), kt.float32s(), vt.float32s()
-	out := newF32(n, c.Heads*d)
-	group := c.Heads / c.KVHeads
-	rowStart := make([]int, n)
-	for s, s0 := range starts {
-		for t := s0; t < s0+ls[s]; t++ {
-			rowStart[t] = s0
-		}
+	segs := make([]attnSeg, len(starts))
+	for i, s0 := range starts {
+		segs[i] = attnSeg{start: s0, n: ls[i], kp: kp, vp: vp, p: p}
 	}
-	// One job per (query row, head).
-	b.parallel(n*c.Heads, 1, func(lo, hi int) {
-		scores := make([]float32, p+n)
-		for job := lo; job < hi; job++ {
-			t, h := job/c.Heads, job%c.Heads
-			s0 := rowStart[t]
-			kh := h / group
-			qv := qs[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			nk := p + t - s0 + 1
-			sc := scores[:nk]
-			maxv := float32(math.Inf(-1))
-			for j := range sc {
-				var kv []float32
-				if j < p {
-					kv = kp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					kv = ks[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				sc[j] = dot(qv, kv) * c.Scale
-				maxv = max(maxv, sc[j])
-			}
-			var sum float32
-			for j, s := range sc {
-				e := float32(math.Exp(float64(s - maxv)))
-				sc[j] = e
-				sum += e
-			}
-			o := out.f32[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			for j, w := range sc {
-				var vv []float32
-				if j < p {
-					vv = vp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					vv = vs[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				w /= sum
-				for i := range o {
-					o[i] += w * vv[i]
-				}
-			}
-		}
-	})
-	return out, nil
+	return b.attend(qt.float32s(), kt.float32s(), vt.float32s(), n, segs, c), nil
 }
 
 // CausalConv1dSiLU is the depthwise causal convolution with SiLU.
@@ -390,41 +341,15 @@ func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tenso
 		return nil, nil, err
 	}
 	xs, ws := xt.float32s(), wt.float32s()
-	y := newF32(n, ch)
-	b.parallel(ch, 16, func(lo, hi int) {
-		for s, s0 := range starts {
-			for t := s0; t < s0+ls[s]; t++ {
-				for c := lo; c < hi; c++ {
-					var acc float32
-					for j := 0; j < kw; j++ {
-						src := t - s0 - (kw - 1) + j // index within the segment
-						var xv float32
-						if src >= 0 {
-							xv = xs[(s0+src)*ch+c]
-						} else {
-							xv = hist[(kw-1+src)*ch+c]
-						}
-						acc += ws[c*kw+j] * xv
-					}
-					y.f32[t*ch+c] = silu(acc)
-				}
-			}
-		}
-	})
+	hists := make([][]float32, len(starts))
+	for i := range hists {
+		hists[i] = hist
+	}
+	y := b.convolve(xs, ws, n, ch, kw, starts, ls, hists)
 	if len(starts) != 1 {
 		return y, nil, nil
 	}
-	ns := newF32(kw-1, ch)
-	// The last K−1 rows of [history; x].
-	for r := 0; r < kw-1; r++ {
-		src := n - (kw - 1) + r
-		if src >= 0 {
-			copy(ns.f32[r*ch:(r+1)*ch], xs[src*ch:(src+1)*ch])
-		} else {
-			copy(ns.f32[r*ch:(r+1)*ch], hist[(kw-1+src)*ch:(kw+src)*ch])
-		}
-	}
-	return y, ns, nil
+	return y, &Tensor{shape: []int{kw - 1, ch}, dtype: tensor.F32, f32: lastInputs(hist, xs, kw, ch)}, nil
 }
 
 func softplus(x float32) float32 {

@@ -1,0 +1,371 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kevgo/kev/tensor"
+)
+
+// The CPU backend implements tensor.Batched with the same kernels as the
+// single-prefix operations, so a segment gives bit for bit what the
+// single-prefix operation gives for it alone.
+var _ tensor.Batched = (*Backend)(nil)
+
+// attnSeg is one segment of an attention call: its rows and the prefix keys
+// and values ([p, KV·D]) it sees before them.
+type attnSeg struct {
+	start, n int
+	kp, vp   []float32
+	p        int
+}
+
+// attend runs causal grouped-query attention over segments, one job per
+// (query row, head). Scores, their sum and the weighted values run in key
+// order: the prefix first, then the segment's own rows.
+func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
+	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
+	out := newF32(n, c.Heads*d)
+	group := c.Heads / c.KVHeads
+	rowSeg := make([]int32, n)
+	maxKeys := 0
+	for i, s := range segs {
+		for t := s.start; t < s.start+s.n; t++ {
+			rowSeg[t] = int32(i)
+		}
+		maxKeys = max(maxKeys, s.p+s.n)
+	}
+	b.parallel(n*c.Heads, 1, func(lo, hi int) {
+		scores := make([]float32, maxKeys)
+		for job := lo; job < hi; job++ {
+			t, h := job/c.Heads, job%c.Heads
+			sg := &segs[rowSeg[t]]
+			s0, p, kp, vp := sg.start, sg.p, sg.kp, sg.vp
+			kh := h / group
+			qv := qs[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
+			nk := p + t - s0 + 1
+			sc := scores[:nk]
+			maxv := float32(math.Inf(-1))
+			for j := range sc {
+				var kv []float32
+				if j < p {
+					kv = kp[j*kvw+kh*d : j*kvw+(kh+1)*d]
+				} else {
+					r := s0 + j - p
+					kv = ks[r*kvw+kh*d : r*kvw+(kh+1)*d]
+				}
+				sc[j] = dot(qv, kv) * c.Scale
+				maxv = max(maxv, sc[j])
+			}
+			var sum float32
+			for j, s := range sc {
+				e := float32(math.Exp(float64(s - maxv)))
+				sc[j] = e
+				sum += e
+			}
+			o := out.f32[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
+			for j, w := range sc {
+				var vv []float32
+				if j < p {
+					vv = vp[j*kvw+kh*d : j*kvw+(kh+1)*d]
+				} else {
+					r := s0 + j - p
+					vv = vs[r*kvw+kh*d : r*kvw+(kh+1)*d]
+				}
+				w /= sum
+				for i := range o {
+					o[i] += w * vv[i]
+				}
+			}
+		}
+	})
+	return out
+}
+
+// convolve runs the depthwise causal convolution with SiLU; segment s reads
+// hists[s] ([K−1, C], oldest first) before its first row.
+func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hists [][]float32) *Tensor {
+	y := newF32(n, ch)
+	b.parallel(ch, 16, func(lo, hi int) {
+		for s, s0 := range starts {
+			hist := hists[s]
+			for t := s0; t < s0+ls[s]; t++ {
+				for c := lo; c < hi; c++ {
+					var acc float32
+					for j := 0; j < kw; j++ {
+						src := t - s0 - (kw - 1) + j // index within the segment
+						var xv float32
+						if src >= 0 {
+							xv = xs[(s0+src)*ch+c]
+						} else {
+							xv = hist[(kw-1+src)*ch+c]
+						}
+						acc += ws[c*kw+j] * xv
+					}
+					y.f32[t*ch+c] = silu(acc)
+				}
+			}
+		}
+	})
+	return y
+}
+
+// lastInputs returns the last K−1 rows of [hist; x] for a history
+// [K−1, C] and rows x [*, C].
+func lastInputs(hist, x []float32, kw, ch int) []float32 {
+	n := len(x) / ch
+	out := make([]float32, (kw-1)*ch)
+	for r := 0; r < kw-1; r++ {
+		src := n - (kw - 1) + r
+		if src >= 0 {
+			copy(out[r*ch:(r+1)*ch], x[src*ch:(src+1)*ch])
+		} else {
+			copy(out[r*ch:(r+1)*ch], hist[(kw-1+src)*ch:(kw+src)*ch])
+		}
+	}
+	return out
+}
+
+// checkSegments validates segments against n rows and nPrefix prefixes and
+// returns their start rows and lengths.
+func checkSegments(op string, segs []tensor.Segment, n, nPrefix int) ([]int, []int, error) {
+	starts, ls := make([]int, len(segs)), make([]int, len(segs))
+	sum := 0
+	for i, s := range segs {
+		if s.Len < 0 {
+			return nil, nil, fmt.Errorf("cpu: %s: segs[%d].Len = %d is negative", op, i, s.Len)
+		}
+		switch s.From {
+		case tensor.FromZero:
+		case tensor.FromPrefix:
+			if s.Index < 0 || s.Index >= nPrefix {
+				return nil, nil, fmt.Errorf("cpu: %s: segs[%d] continues prefix %d of %d", op, i, s.Index, nPrefix)
+			}
+		case tensor.FromSegment:
+			if s.Index < 0 || s.Index >= len(segs) {
+				return nil, nil, fmt.Errorf("cpu: %s: segs[%d] continues segment %d of %d", op, i, s.Index, len(segs))
+			}
+			if segs[s.Index].From != tensor.FromZero {
+				return nil, nil, fmt.Errorf("cpu: %s: segs[%d] continues segment %d, which starts %v, not FromZero", op, i, s.Index, segs[s.Index].From)
+			}
+		default:
+			return nil, nil, fmt.Errorf("cpu: %s: segs[%d].From = %v", op, i, s.From)
+		}
+		starts[i], ls[i] = sum, s.Len
+		sum += s.Len
+	}
+	if sum != n {
+		return nil, nil, fmt.Errorf("cpu: %s: segments hold %d rows, the input %d", op, sum, n)
+	}
+	return starts, ls, nil
+}
+
+// AttentionSegments is causal grouped-query attention whose segments each
+// continue their own prefix.
+func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, c tensor.AttentionConfig) (tensor.Tensor, error) {
+	const op = "AttentionSegments"
+	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
+		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+	}
+	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
+	qt, err := matrix(op, "q", q, -1, c.Heads*d)
+	if err != nil {
+		return nil, err
+	}
+	n := qt.shape[0]
+	kt, err := matrix(op, "k", k, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	vt, err := matrix(op, "v", v, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	if len(kPrefixes) != len(vPrefixes) {
+		return nil, fmt.Errorf("cpu: %s: %d key prefixes, %d value prefixes", op, len(kPrefixes), len(vPrefixes))
+	}
+	starts, ls, err := checkSegments(op, segs, n, len(kPrefixes))
+	if err != nil {
+		return nil, err
+	}
+	kps, vps := make([][]float32, len(kPrefixes)), make([][]float32, len(kPrefixes))
+	for i := range kPrefixes {
+		kpt, err := matrix(op, fmt.Sprintf("kPrefixes[%d]", i), kPrefixes[i], -1, kvw)
+		if err != nil {
+			return nil, err
+		}
+		vpt, err := matrix(op, fmt.Sprintf("vPrefixes[%d]", i), vPrefixes[i], kpt.shape[0], kvw)
+		if err != nil {
+			return nil, err
+		}
+		kps[i], vps[i] = kpt.float32s(), vpt.float32s()
+	}
+	ks, vs := kt.float32s(), vt.float32s()
+	as := make([]attnSeg, len(segs))
+	for i, s := range segs {
+		as[i] = attnSeg{start: starts[i], n: ls[i]}
+		switch s.From {
+		case tensor.FromPrefix:
+			as[i].kp, as[i].vp = kps[s.Index], vps[s.Index]
+			as[i].p = len(kps[s.Index]) / kvw
+		case tensor.FromSegment:
+			j := s.Index
+			as[i].kp, as[i].vp = ks[starts[j]*kvw:(starts[j]+ls[j])*kvw], vs[starts[j]*kvw:(starts[j]+ls[j])*kvw]
+			as[i].p = ls[j]
+		}
+	}
+	return b.attend(qt.float32s(), ks, vs, n, as, c), nil
+}
+
+// CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU
+// whose segments each continue their own history.
+func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment) (tensor.Tensor, []tensor.Tensor, error) {
+	const op = "CausalConv1dSiLUSegments"
+	xt, err := matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, ch := xt.shape[0], xt.shape[1]
+	wt, err := matrix(op, "w", w, ch, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	kw := wt.shape[1]
+	if kw < 1 {
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+	}
+	starts, ls, err := checkSegments(op, segs, n, len(states))
+	if err != nil {
+		return nil, nil, err
+	}
+	prev := make([][]float32, len(states))
+	for i, st := range states {
+		t, err := matrix(op, fmt.Sprintf("states[%d]", i), st, kw-1, ch)
+		if err != nil {
+			return nil, nil, err
+		}
+		prev[i] = t.float32s()
+	}
+	xs, ws := xt.float32s(), wt.float32s()
+	zero := make([]float32, (kw-1)*ch)
+	hists := make([][]float32, len(segs))
+	for i, s := range segs {
+		switch s.From {
+		case tensor.FromZero:
+			hists[i] = zero
+		case tensor.FromPrefix:
+			hists[i] = prev[s.Index]
+		case tensor.FromSegment:
+			j := s.Index
+			hists[i] = lastInputs(zero, xs[starts[j]*ch:(starts[j]+ls[j])*ch], kw, ch)
+		}
+	}
+	y := b.convolve(xs, ws, n, ch, kw, starts, ls, hists)
+	kept := make([]tensor.Tensor, len(segs))
+	for i, s := range segs {
+		if s.Keep {
+			kept[i] = &Tensor{shape: []int{kw - 1, ch}, dtype: tensor.F32,
+				f32: lastInputs(hists[i], xs[starts[i]*ch:(starts[i]+ls[i])*ch], kw, ch)}
+		}
+	}
+	return y, kept, nil
+}
+
+// GatedDeltaRuleSegments runs the gated delta rule over segments that each
+// start from their own state: first those starting from nothing or from a
+// prefix, then those continuing another segment of the call.
+func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
+	const op = "GatedDeltaRuleSegments"
+	in, err := deltaOperands(op, qkv, g, beta, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	starts, ls, err := checkSegments(op, segs, in.n, len(states))
+	if err != nil {
+		return nil, nil, err
+	}
+	prev := make([][]float32, len(states))
+	for i, st := range states {
+		if prev[i], err = deltaState(op, fmt.Sprintf("states[%d]", i), st, c); err != nil {
+			return nil, nil, err
+		}
+	}
+	hv, dk, dv := in.hv, in.dk, in.dv
+	size := hv * dk * dv
+	finals := make([][]float32, len(segs))
+	for i, s := range segs {
+		if s.Keep && finals[i] == nil {
+			finals[i] = make([]float32, size)
+		}
+		if s.From == tensor.FromSegment && finals[s.Index] == nil {
+			finals[s.Index] = make([]float32, size)
+		}
+	}
+	out := newF32(in.n, hv*dv)
+	for _, second := range []bool{false, true} {
+		var list []int
+		for i, s := range segs {
+			if (s.From == tensor.FromSegment) == second {
+				list = append(list, i)
+			}
+		}
+		b.parallel(len(list)*hv, 1, func(lo, hi int) {
+			S := make([]float32, dk*dv)
+			for job := lo; job < hi; job++ {
+				seg, h := list[job/hv], job%hv
+				s := segs[seg]
+				switch s.From {
+				case tensor.FromZero:
+					clear(S)
+				case tensor.FromPrefix:
+					copy(S, prev[s.Index][h*dk*dv:(h+1)*dk*dv])
+				case tensor.FromSegment:
+					copy(S, finals[s.Index][h*dk*dv:(h+1)*dk*dv])
+				}
+				in.run(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
+				if finals[seg] != nil {
+					copy(finals[seg][h*dk*dv:(h+1)*dk*dv], S)
+				}
+			}
+		})
+	}
+	kept := make([]tensor.Tensor, len(segs))
+	for i, s := range segs {
+		if s.Keep {
+			kept[i] = &Tensor{shape: []int{hv, dk, dv}, dtype: tensor.F32, f32: finals[i]}
+		}
+	}
+	return out, kept, nil
+}
+
+// SliceRows copies rows [lo, hi) of a matrix, keeping its type.
+func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) {
+	const op = "SliceRows"
+	xt, err := matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	m, w := xt.shape[0], xt.shape[1]
+	if lo < 0 || hi < lo || hi > m {
+		return nil, fmt.Errorf("cpu: %s: rows [%d, %d) outside the %d rows of x", op, lo, hi, m)
+	}
+	out := &Tensor{shape: []int{hi - lo, w}, dtype: xt.dtype}
+	if xt.dtype == tensor.F32 {
+		out.f32 = append([]float32(nil), xt.f32[lo*w:hi*w]...)
+	} else {
+		out.bits = append([]uint16(nil), xt.bits[lo*w:hi*w]...)
+	}
+	return out, nil
+}
+
+// Pointers runs the pointer head for each query.
+func (b *Backend) Pointers(h tensor.Tensor, p *tensor.PointerHead, qs []tensor.PointerQuery) ([][]float32, error) {
+	out := make([][]float32, len(qs))
+	for i, q := range qs {
+		var err error
+		if out[i], err = b.Pointer(h, p, q.Decide, q.Opts); err != nil {
+			return nil, fmt.Errorf("cpu: Pointers: query %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
