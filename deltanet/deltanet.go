@@ -170,6 +170,77 @@ func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.T
 	return out, next, nil
 }
 
+// ForwardSegments mixes u [N, d] whose rows form segs (see tensor.Segment):
+// a FromPrefix segment continues states[Index], a FromSegment segment the
+// state another segment of the call ends with, a FromZero segment starts
+// from the zero state. It returns the output and, per segment, the State
+// after its last row when the segment has Keep (nil otherwise). The backend
+// must implement tensor.Batched; states are not modified.
+func (l *Layer) ForwardSegments(u tensor.Tensor, states []*State, segs []tensor.Segment) (out tensor.Tensor, kept []*State, err error) {
+	b, c := l.b, l.cfg
+	bb, ok := b.(tensor.Batched)
+	if !ok {
+		return nil, nil, fmt.Errorf("deltanet: ForwardSegments: backend %s does not run segments", b.Name())
+	}
+	convStates, recStates := make([]tensor.Tensor, len(states)), make([]tensor.Tensor, len(states))
+	for i, s := range states {
+		if s == nil {
+			return nil, nil, fmt.Errorf("deltanet: ForwardSegments: states[%d] is nil", i)
+		}
+		convStates[i], recStates[i] = s.Conv, s.Rec
+	}
+	proj, err := b.MatMul(u, l.inProj)
+	if err != nil {
+		return nil, nil, err
+	}
+	conv := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
+	parts, err := b.SplitCols(proj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
+	b.Free(proj)
+	if err != nil {
+		return nil, nil, err
+	}
+	x, z, bl, a := parts[0], parts[1], parts[2], parts[3]
+	defer b.Free(x, z, bl, a)
+	y, keptConv, err := bb.CausalConv1dSiLUSegments(x, l.conv, convStates, segs)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer b.Free(y)
+	dropConv := func() { b.Free(keptConv...) }
+	beta, g, err := b.DeltaGates(bl, a, l.aLog, l.dtBias)
+	if err != nil {
+		dropConv()
+		return nil, nil, err
+	}
+	defer b.Free(beta, g)
+	c.Chunk = l.Chunk
+	o, keptRec, err := bb.GatedDeltaRuleSegments(y, g, beta, recStates, segs, c)
+	if err != nil {
+		dropConv()
+		return nil, nil, err
+	}
+	drop := func() { dropConv(); b.Free(keptRec...) }
+	n, err := b.GatedRMSNorm(o, z, l.norm, l.eps)
+	b.Free(o)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	out, err = b.MatMul(n, l.out)
+	b.Free(n)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	kept = make([]*State, len(segs))
+	for i, s := range segs {
+		if s.Keep && i < len(keptConv) && i < len(keptRec) {
+			kept[i] = &State{Conv: keptConv[i], Rec: keptRec[i]}
+		}
+	}
+	return out, kept, nil
+}
+
 // fetch returns the tensor called name, checking its shape.
 func fetch(w *qwen35.Weights, name string, shape ...int) (*qwen35.Tensor, error) {
 	t, ok := w.Tensors[name]

@@ -44,6 +44,22 @@ func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
 // It returns the output and this call's keys (post-norm, post-rotary) and
 // values, which become the cache of a prefill.
 func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix tensor.Tensor, lens []int) (out, k, v tensor.Tensor, err error) {
+	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
+		return a.b.Attention(q, k, v, kPrefix, vPrefix, lens, a.attn)
+	})
+}
+
+// forwardSegments is forward over segments that each continue their own
+// prefix (see tensor.Batched.AttentionSegments).
+func (a *Attention) forwardSegments(bb tensor.Batched, u tensor.Tensor, positions []int32, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment) (out, k, v tensor.Tensor, err error) {
+	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
+		return bb.AttentionSegments(q, k, v, kPrefixes, vPrefixes, segs, a.attn)
+	})
+}
+
+// mix projects u, prepares queries and keys, runs attend, gates its output
+// and projects it back; it returns the output, keys and values.
+func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (out, k, v tensor.Tensor, err error) {
 	b := a.b
 	proj, err := b.MatMul(u, a.qkv)
 	if err != nil {
@@ -65,7 +81,7 @@ func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix
 		b.Free(v)
 		return nil, nil, nil, err
 	}
-	att, err := b.Attention(q, k, v, kPrefix, vPrefix, lens, a.attn)
+	att, err := attend(q, k, v)
 	b.Free(q)
 	if err != nil {
 		b.Free(k, v, gate)

@@ -186,7 +186,7 @@ func (m *Model) ContinueRows(s *State, rows [][]int32) (tensor.Tensor, error) {
 // forward runs ids (segments lens, nil: one) continuing prefix (nil: none).
 // It returns a state only for a pass without prefix.
 func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.Tensor, error) {
-	b, c := m.b, &m.Config
+	b := m.b
 	start := 0
 	if prefix != nil {
 		start = prefix.Len
@@ -209,74 +209,93 @@ func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.
 	if prefix == nil {
 		next = &State{Len: len(ids), b: b, layers: make([]layerState, len(m.layers))}
 	}
-	fail := func(err error, ts ...tensor.Tensor) (*State, tensor.Tensor, error) {
-		b.Free(ts...)
-		next.Free()
-		return nil, nil, err
-	}
-	h, err := b.Embedding(m.embed, ids)
-	if err != nil {
-		return fail(err)
-	}
-	m.observe(0, h)
-	u, err := b.RMSNorm(h, m.layers[0].inNorm, m.eps, true)
-	if err != nil {
-		return fail(err, h)
-	}
-	for i, l := range m.layers {
-		var mix tensor.Tensor
+	u, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, error) {
 		if l.attn != nil {
 			var kp, vp tensor.Tensor
 			if prefix != nil {
 				kp, vp = prefix.layers[i].k, prefix.layers[i].v
 			}
-			var k, v tensor.Tensor
-			mix, k, v, err = l.attn.forward(u, positions, kp, vp, lens)
-			if err == nil {
-				if next != nil {
-					next.layers[i].k, next.layers[i].v = k, v
-				} else {
-					b.Free(k, v)
-				}
+			mix, k, v, err := l.attn.forward(u, positions, kp, vp, lens)
+			if err != nil {
+				return nil, err
 			}
-		} else {
-			var ds *deltanet.State
-			if prefix != nil {
-				ds = prefix.layers[i].delta
+			if next != nil {
+				next.layers[i].k, next.layers[i].v = k, v
+			} else {
+				b.Free(k, v)
 			}
-			var nds *deltanet.State
-			mix, nds, err = l.delta.Forward(u, ds, lens)
-			if err == nil {
-				if next != nil {
-					next.layers[i].delta = nds
-				} else {
-					nds.Free(b)
-				}
-			}
+			return mix, nil
 		}
+		var ds *deltanet.State
+		if prefix != nil {
+			ds = prefix.layers[i].delta
+		}
+		mix, nds, err := l.delta.Forward(u, ds, lens)
+		if err != nil {
+			return nil, err
+		}
+		if next != nil {
+			next.layers[i].delta = nds
+		} else {
+			nds.Free(b)
+		}
+		return mix, nil
+	})
+	if err != nil {
+		next.Free()
+		return nil, nil, err
+	}
+	return next, u, nil
+}
+
+// mixer runs decoder layer i's token mixer on its normed input u and
+// returns the mixer's output. It does not free u.
+type mixer func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, error)
+
+// pass runs ids through the embedding, every decoder layer (its mixer given
+// by mix, then the MLP) and the final norm, and returns the final hidden
+// states.
+func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
+	b, c := m.b, &m.Config
+	h, err := b.Embedding(m.embed, ids)
+	if err != nil {
+		return nil, err
+	}
+	m.observe(0, h)
+	u, err := b.RMSNorm(h, m.layers[0].inNorm, m.eps, true)
+	if err != nil {
+		b.Free(h)
+		return nil, err
+	}
+	for i, l := range m.layers {
+		out, err := mix(i, l, u)
 		b.Free(u)
 		if err != nil {
-			return fail(err, h)
+			b.Free(h)
+			return nil, err
 		}
-		h2, v, err := b.AddRMSNorm(mix, h, l.postNorm, m.eps, true)
-		b.Free(mix, h)
+		h2, v, err := b.AddRMSNorm(out, h, l.postNorm, m.eps, true)
+		b.Free(out, h)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		gu, err := b.MatMul(v, l.gateUp)
 		b.Free(v)
 		if err != nil {
-			return fail(err, h2)
+			b.Free(h2)
+			return nil, err
 		}
 		act, err := b.SwiGLU(gu)
 		b.Free(gu)
 		if err != nil {
-			return fail(err, h2)
+			b.Free(h2)
+			return nil, err
 		}
 		f, err := b.MatMul(act, l.down)
 		b.Free(act)
 		if err != nil {
-			return fail(err, h2)
+			b.Free(h2)
+			return nil, err
 		}
 		gain := m.norm
 		if i+1 < len(m.layers) {
@@ -285,13 +304,13 @@ func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.
 		h, u, err = b.AddRMSNorm(f, h2, gain, m.eps, true)
 		b.Free(f, h2)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		m.observe(i+1, h)
 	}
 	b.Free(h)
 	m.observe(c.NumLayers+1, u)
-	return next, u, nil
+	return u, nil
 }
 
 func (m *Model) observe(point int, h tensor.Tensor) {

@@ -54,3 +54,20 @@ func NewPointer(b tensor.Backend, wq, bq, wk, bk *qwen35.Tensor, temperature flo
 func (p *Pointer) Probabilities(h tensor.Tensor, decide int, opts []int) ([]float32, error) {
 	return p.b.Pointer(h, &p.head, decide, opts)
 }
+
+// ProbabilitiesBatch returns the option probabilities of several questions
+// over the same hidden states h, in order: in one backend call when the
+// backend implements tensor.Batched.
+func (p *Pointer) ProbabilitiesBatch(h tensor.Tensor, qs []tensor.PointerQuery) ([][]float32, error) {
+	if bb, ok := p.b.(tensor.Batched); ok {
+		return bb.Pointers(h, &p.head, qs)
+	}
+	out := make([][]float32, len(qs))
+	for i, q := range qs {
+		var err error
+		if out[i], err = p.b.Pointer(h, &p.head, q.Decide, q.Opts); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
