@@ -10,6 +10,7 @@ import (
 
 	"github.com/kevgo/kev/internal/prefixcache"
 	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/tensor"
 )
 
 // call is one queued request: its encoding, and where the model goroutine sends the result.
@@ -94,6 +95,22 @@ func (p *Predictor) loop() {
 			return
 		}
 		p.runBatch(batch)
+		p.trimWhenIdle()
+	}
+}
+
+// trimWhenIdle hands the backend's pooled memory back when no request waits, so memory after a burst returns to
+// what the weights and the cached states hold.
+func (p *Predictor) trimWhenIdle() {
+	t, ok := p.backend.(tensor.Trimmer)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	idle := len(p.queue) == 0
+	p.mu.Unlock()
+	if idle {
+		t.Trim()
 	}
 }
 
@@ -113,13 +130,7 @@ func (p *Predictor) runBatch(batch []*call) {
 				err = fmt.Errorf("kev: model pass panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
-		local := map[string]*layers.State{}
-		for i, c := range batch {
-			if probs[i], err = p.answer(c, &pl.Slots[i], local, &created); err != nil {
-				return err
-			}
-		}
-		return nil
+		return p.runPasses(batch, pl.Slots, probs, &created)
 	}, isOOM)
 	elapsed := time.Since(start)
 	p.sweep(created)
@@ -140,58 +151,152 @@ func (p *Predictor) runBatch(batch []*call) {
 	}
 }
 
-// answer runs one request: its state from the cache, from an earlier request of the batch with the same state,
-// or by a Prefill; then its question rows continuing that state, RowsPerPass rows a pass, and the pointer head
-// on each row.
-func (p *Predictor) answer(c *call, slot *prefixcache.Slot[*layers.State], local map[string]*layers.State, created *[]*layers.State) ([][]float32, error) {
-	ids := c.enc.StateIDs()
-	key := idsKey(ids)
-	st := local[key]
-	switch {
-	case slot.Hit:
-		st = slot.Cached
-	case st == nil:
-		s, h, err := p.model.Prefill(int32s(ids))
-		if err != nil {
-			return nil, err
-		}
-		p.backend.Free(h)
-		*created = append(*created, s)
-		st = s
-	}
-	local[key] = st
-	if slot.Hit || slot.Keep {
-		slot.SetPrefix(st)
-	}
-	rows := c.enc.Rows()
-	per := c.enc.RowsPerPass()
-	out := make([][]float32, len(rows))
-	for lo := 0; lo < len(rows); lo += per {
-		hi := min(lo+per, len(rows))
-		chunk := make([][]int32, hi-lo)
-		for k := lo; k < hi; k++ {
-			chunk[k-lo] = int32s(rows[k].IDs)
-		}
-		h, err := p.model.ContinueRows(st, chunk)
-		if err != nil {
-			return nil, err
-		}
-		off := 0
-		for k := lo; k < hi; k++ {
-			r := rows[k]
-			opts := make([]int, len(r.Opts))
-			for j, o := range r.Opts {
-				opts[j] = off + o
+// newRef is a state a batch computes: the pass and position in that pass's Batch.New, and its State once that
+// pass has returned it (when kept for the cache or for rows of a later pass).
+type newRef struct {
+	pass, idx int
+	st        *layers.State
+}
+
+// rowRef is a question row of a pass: the request and question it answers, and the new state of an earlier pass
+// it continues (nil when it continues a cached state or one of its own pass).
+type rowRef struct {
+	req, q int
+	after  *newRef
+}
+
+// passPlan is one model pass of a batch.
+type passPlan struct {
+	batch layers.Batch
+	rows  []rowRef  // one per batch.Rows entry
+	news  []*newRef // one per batch.New entry
+}
+
+// planPasses splits a batch into passes of at most budget tokens (new state tokens plus row tokens; a pass takes
+// at least one row, so a longer state or row runs in a pass of its own). Requests are taken in order; a new state
+// runs once per batch, in the pass of the first row that needs it, and rows of later passes continue it as a kept
+// State. It returns the passes and, by state key, the states the batch computes.
+func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget int) ([]*passPlan, map[string]*newRef) {
+	news := map[string]*newRef{}
+	passes := []*passPlan{{}}
+	tokens := 0
+	for i, c := range batch {
+		slot := &slots[i]
+		ids := c.enc.StateIDs()
+		key := idsKey(ids)
+		needState := func() bool { return !slot.Hit && news[key] == nil }
+		place := func(cost int) *passPlan {
+			if tokens > 0 && tokens+cost > budget {
+				passes = append(passes, &passPlan{})
+				tokens = 0
 			}
-			if out[k], err = p.pointer.Probabilities(h, off+r.Decide, opts); err != nil {
-				p.backend.Free(h)
-				return nil, err
+			cur := passes[len(passes)-1]
+			if needState() {
+				ref := &newRef{pass: len(passes) - 1, idx: len(cur.batch.New)}
+				cur.batch.New = append(cur.batch.New, layers.NewState{IDs: int32s(ids), Keep: slot.Keep})
+				cur.news = append(cur.news, ref)
+				news[key] = ref
+				tokens += len(ids)
 			}
-			off += len(r.IDs)
+			return cur
 		}
-		p.backend.Free(h)
+		rows := c.enc.Rows()
+		if len(rows) == 0 && needState() {
+			place(len(ids))
+		}
+		for q, r := range rows {
+			cost := len(r.IDs)
+			if needState() {
+				cost += len(ids)
+			}
+			cur := place(cost)
+			row := layers.Row{IDs: int32s(r.IDs)}
+			ref := rowRef{req: i, q: q}
+			if slot.Hit {
+				row.Cached = slot.Cached
+			} else if nr := news[key]; nr.pass == len(passes)-1 {
+				row.New = nr.idx
+			} else {
+				passes[nr.pass].batch.New[nr.idx].Keep = true
+				ref.after = nr
+			}
+			cur.batch.Rows = append(cur.batch.Rows, row)
+			cur.rows = append(cur.rows, ref)
+			tokens += len(r.IDs)
+		}
 	}
-	return out, nil
+	return passes, news
+}
+
+// runPasses answers a batch: its passes in order, the pointer head on every row of a pass in one call, then the
+// prefixes for the cache (a hit's own, the kept new states). Every State a pass returns is appended to created.
+func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.State], probs [][][]float32, created *[]*layers.State) error {
+	passes, news := planPasses(batch, slots, RowPassTokens)
+	rows := make([][]Row, len(batch))
+	for i, c := range batch {
+		rows[i] = c.enc.Rows()
+		probs[i] = make([][]float32, len(rows[i]))
+	}
+	for _, ps := range passes {
+		for k, rr := range ps.rows {
+			if rr.after != nil {
+				ps.batch.Rows[k].Cached = rr.after.st
+			}
+		}
+		out, err := p.model.Forward(&ps.batch)
+		if err != nil {
+			return err
+		}
+		for k, st := range out.States {
+			if st != nil {
+				ps.news[k].st = st
+				*created = append(*created, st)
+			}
+		}
+		err = p.point(out, ps, rows, probs)
+		out.Free()
+		if err != nil {
+			return err
+		}
+	}
+	for i := range slots {
+		slot := &slots[i]
+		switch {
+		case slot.Hit:
+			slot.SetPrefix(slot.Cached)
+		case slot.Keep:
+			slot.SetPrefix(news[idsKey(batch[i].enc.StateIDs())].st)
+		}
+	}
+	return nil
+}
+
+// point runs the pointer head on a pass's rows, one call per part of its hidden states.
+func (p *Predictor) point(out *layers.Output, ps *passPlan, rows [][]Row, probs [][][]float32) error {
+	qs := make([][]tensor.PointerQuery, len(out.Hidden))
+	refs := make([][]rowRef, len(out.Hidden))
+	for k, rr := range ps.rows {
+		r, at := rows[rr.req][rr.q], out.At[k]
+		opts := make([]int, len(r.Opts))
+		for j, o := range r.Opts {
+			opts[j] = at.Off + o
+		}
+		qs[at.Part] = append(qs[at.Part], tensor.PointerQuery{Decide: at.Off + r.Decide, Opts: opts})
+		refs[at.Part] = append(refs[at.Part], rr)
+	}
+	for part, h := range out.Hidden {
+		if len(qs[part]) == 0 {
+			continue
+		}
+		ps, err := p.pointer.ProbabilitiesBatch(h, qs[part])
+		if err != nil {
+			return err
+		}
+		for k, rr := range refs[part] {
+			probs[rr.req][rr.q] = ps[k]
+		}
+	}
+	return nil
 }
 
 // sweep frees every state that the cache no longer holds: those made in this batch and not stored, and those
