@@ -28,6 +28,9 @@ func init() {
 // All arithmetic is fp32. Device memory comes from a size-class pool: Free hands it back for the next operation.
 //
 // Operations may be called from several goroutines; they are serialised on the goroutine that owns the device.
+// Each one called from outside is handed over to that goroutine (a channel send and an OS thread wake-up, several
+// microseconds); inside Run they are called there directly. Operations enqueue work and return: only ToHost and
+// Pointer wait for the device.
 type Backend struct {
 	dev  *Device
 	own  bool
@@ -52,6 +55,18 @@ func (b *Backend) Name() string { return Name }
 
 // Device returns the GPU the backend runs on.
 func (b *Backend) Device() *Device { return b.dev }
+
+// Run runs f on the goroutine that owns the device (tensor.Runner): the operations f calls skip the hand-over.
+// Wrap a whole model pass in it. f must not wait for other goroutines that use the backend (they wait for f) nor
+// call runtime.Goexit; a panic in f comes back as an error.
+func (b *Backend) Run(f func() error) error { return b.dev.Run(f) }
+
+// Stats returns the device's counters with the pool's allocations from the driver.
+func (b *Backend) Stats() Stats {
+	s := b.dev.Stats()
+	s.DriverAllocs = b.pool.driverAllocs()
+	return s
+}
 
 // MemStats reports the device memory the pool holds from the driver and the part of it free for reuse.
 func (b *Backend) MemStats() (held, cached int64) { return b.pool.stats() }
@@ -397,4 +412,7 @@ func rowStarts(starts, ls []int32, n int) []int32 {
 	return out
 }
 
-var _ tensor.Backend = (*Backend)(nil)
+var (
+	_ tensor.Backend = (*Backend)(nil)
+	_ tensor.Runner  = (*Backend)(nil)
+)

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -23,15 +24,47 @@ type Device struct {
 	q    Queue
 
 	mods   map[string]cu.Module
-	fns    map[string]cu.Function
-	shared map[string]int // dynamic shared-memory limit raised so far, per kernel
+	fns    map[fnKey]cu.Function
+	shared map[fnKey]int                    // dynamic shared-memory limit raised so far, per kernel
+	maps   map[cudrv.Tile2D]cudrv.TensorMap // encoded tensor maps (a pure function of their description)
 
-	ws      Buffer // split-K partial sums
-	cnt     Buffer // split-K tile counters (maxGEMMTiles uint32, zero between GEMMs)
-	stage   []byte // pinned staging ring for small uploads (allocated on first use)
-	stageAt int    // next free offset in stage
-	closeMu sync.Mutex
-	closed  bool
+	ws        Buffer      // split-K partial sums
+	cnt       Buffer      // split-K tile counters (maxGEMMTiles uint32, zero between GEMMs)
+	stage     []byte      // pinned staging ring for small uploads (allocated on first use), two halves
+	stageAt   int         // next free offset in stage
+	stageHalf int         // the half stageAt is in
+	stageEv   [2]cu.Event // recorded on the stream when the ring leaves half i
+	stageOK   [2]bool     // stageEv[i] has been recorded
+	closeMu   sync.Mutex
+	closed    bool
+
+	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
+}
+
+// fnKey names a kernel: module and function.
+type fnKey struct{ mod, name string }
+
+// Stats counts what a Device has done since it was opened: hand-overs to the goroutine that owns the context and
+// calls made on it directly (see Run), kernel launches, waits for the stream (Sync, Download, large uploads),
+// small uploads staged asynchronously, larger ones copied synchronously, waits of the staging ring for a copy
+// still queued, GEMM tensor maps encoded by the driver or reused, and (from Backend.Stats) the memory pool's
+// allocations from the driver.
+type Stats struct {
+	Hops, Inline    int64
+	Launches, Syncs int64
+	Staged, Direct  int64
+	StageStalls     int64
+	MapsEncoded     int64
+	MapsReused      int64
+	DriverAllocs    int64
+}
+
+// Stats returns the counters so far. Safe on any goroutine.
+func (d *Device) Stats() Stats {
+	ds := d.drv.Stats()
+	return Stats{Hops: ds.Hops, Inline: ds.Inline, Launches: d.launches.Load(), Syncs: d.syncs.Load(),
+		Staged: d.staged.Load(), Direct: d.direct.Load(), StageStalls: d.stalls.Load(),
+		MapsEncoded: d.encoded.Load(), MapsReused: d.reused.Load()}
 }
 
 // Queue issues work to a Device's stream. It is valid only inside the Device.Do call that handed it out; its
@@ -54,7 +87,8 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[string]cu.Function{}, shared: map[string]int{}}
+	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[fnKey]cu.Function{}, shared: map[fnKey]int{},
+		maps: map[cudrv.Tile2D]cudrv.TensorMap{}}
 	d.q.d = d
 	err = drv.Do(func() error {
 		var err error
@@ -77,10 +111,17 @@ func Open(ordinal int) (*Device, error) {
 // Info describes the GPU.
 func (d *Device) Info() cudrv.Info { return d.info }
 
-// Do runs f on the goroutine that owns the context, with the Device's queue. Calls are serialised.
+// Do runs f on the goroutine that owns the context, with the Device's queue. Calls are serialised; a Do made
+// inside Do or Run runs f at once.
 func (d *Device) Do(f func(q *Queue) error) error {
 	return d.drv.Do(func() error { return f(&d.q) })
 }
+
+// Run runs f on the goroutine that owns the context. Every Do (every Backend operation) that f makes runs at
+// once on that goroutine instead of being handed over to it: wrap a whole model pass in one Run. f must not wait
+// for other goroutines that use the device (they wait for f) nor call runtime.Goexit; a panic in f comes back as
+// an error.
+func (d *Device) Run(f func() error) error { return d.drv.Do(f) }
 
 // Close waits for queued work, frees the workspace and destroys the context.
 func (d *Device) Close() error {
@@ -101,6 +142,9 @@ func (d *Device) Close() error {
 		if d.stage != nil {
 			cudrv.HostFree(d.stage)
 			d.stage = nil
+			for i := range d.stageEv {
+				cu.DestroyEvent(&d.stageEv[i])
+			}
 		}
 		d.q.s.Destroy()
 		return err
@@ -112,7 +156,7 @@ func (d *Device) Close() error {
 // function returns kernel name of module mod ("gemm" loads kernels/gemm.sm80.ptx), loading the module on first
 // use. shared > 48 KiB raises the kernel's dynamic shared-memory limit.
 func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
-	key := mod + "." + name
+	key := fnKey{mod, name}
 	if f, ok := d.fns[key]; ok && shared <= max(48<<10, d.shared[key]) {
 		return f, nil
 	}
@@ -139,7 +183,7 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	}
 	f, err := m.Function(name)
 	if err != nil {
-		return cu.Function{}, cudrv.Wrap("cuModuleGetFunction "+key, err)
+		return cu.Function{}, cudrv.Wrap("cuModuleGetFunction "+mod+"."+name, err)
 	}
 	if err := d.raiseShared(key, f, shared); err != nil {
 		return cu.Function{}, err
@@ -149,12 +193,12 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 }
 
 // raiseShared lets kernel key (function f) use shared bytes of dynamic shared memory when that is above 48 KiB.
-func (d *Device) raiseShared(key string, f cu.Function, shared int) error {
+func (d *Device) raiseShared(key fnKey, f cu.Function, shared int) error {
 	if shared <= 48<<10 || shared <= d.shared[key] {
 		return nil
 	}
 	if shared > d.info.SharedOptin {
-		return fmt.Errorf("cuda: %s needs %d bytes of shared memory, the device allows %d", key, shared, d.info.SharedOptin)
+		return fmt.Errorf("cuda: %s.%s needs %d bytes of shared memory, the device allows %d", key.mod, key.name, shared, d.info.SharedOptin)
 	}
 	if err := cudrv.SetMaxDynamicShared(f, shared); err != nil {
 		return err
@@ -172,8 +216,31 @@ func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) err
 	if err := cudrv.Launch(f, grid, block, shared, q.s, &q.args); err != nil {
 		return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", mod, name, grid, block, err)
 	}
+	q.d.launches.Add(1)
 	return nil
 }
+
+// tensorMap returns t encoded, from the cache when the same description was encoded before (at most
+// maxTensorMaps are kept; the cache starts over when full).
+func (d *Device) tensorMap(t cudrv.Tile2D) (cudrv.TensorMap, error) {
+	if m, ok := d.maps[t]; ok {
+		d.reused.Add(1)
+		return m, nil
+	}
+	m, err := cudrv.EncodeTiled2D(t)
+	if err != nil {
+		return m, err
+	}
+	if len(d.maps) >= maxTensorMaps {
+		clear(d.maps)
+	}
+	d.maps[t] = m
+	d.encoded.Add(1)
+	return m, nil
+}
+
+// maxTensorMaps bounds the tensor-map cache (128 bytes each).
+const maxTensorMaps = 4096
 
 // Stream returns the queue's stream, for use with gorgonia.org/cu and cudrv (events, capture).
 func (q *Queue) Stream() cu.Stream { return q.s }
@@ -182,7 +249,10 @@ func (q *Queue) Stream() cu.Stream { return q.s }
 func (q *Queue) Device() *Device { return q.d }
 
 // Sync waits until all queued work has finished and reports the first asynchronous error.
-func (q *Queue) Sync() error { return cudrv.Wrap("cuStreamSynchronize", q.s.Synchronize()) }
+func (q *Queue) Sync() error {
+	q.d.syncs.Add(1)
+	return cudrv.Wrap("cuStreamSynchronize", q.s.Synchronize())
+}
 
 // Alloc allocates n bytes of device memory (synchronous; not allowed during stream capture).
 func (q *Queue) Alloc(n int64) (Buffer, error) {
@@ -207,14 +277,57 @@ func (q *Queue) Free(b Buffer) error {
 // Staging ring for small uploads: index arrays go through page-locked memory with an asynchronous copy, so
 // that an operation's upload does not wait for the work queued before it.
 const (
-	stageBytes = 4 << 20  // ring size
+	stageBytes = 4 << 20  // ring size: two halves of 2 MiB
 	stageMax   = 64 << 10 // largest upload that goes through the ring
 )
 
+// stageAlloc returns the offset of n ≤ stageMax free bytes in the staging ring (allocating the ring on first
+// use; ok false when page-locked memory is not available). The ring has two halves: when it moves into one
+// half, it records an event after the copies staged in the other, and waits for the event recorded when it last
+// left the half it enters, so no staged bytes are overwritten before their copy ran, and the stream is waited
+// for only when the copies are more than a half (2 MiB of uploads) behind.
+func (q *Queue) stageAlloc(n int) (at int, ok bool, err error) {
+	d := q.d
+	if d.stage == nil {
+		b, err := cudrv.HostAlloc(stageBytes)
+		if err != nil {
+			return 0, false, nil
+		}
+		for i := range d.stageEv {
+			if d.stageEv[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
+				for j := 0; j < i; j++ {
+					cu.DestroyEvent(&d.stageEv[j])
+				}
+				cudrv.HostFree(b)
+				return 0, false, cudrv.Wrap("cuEventCreate", err)
+			}
+		}
+		d.stage, d.stageAt, d.stageHalf, d.stageOK = b, 0, 0, [2]bool{}
+	}
+	half := len(d.stage) / 2
+	cur := d.stageHalf
+	at = d.stageAt
+	if at+n > (cur+1)*half { // does not fit in the current half: move into the other one
+		enter := 1 - cur
+		if err := d.stageEv[cur].Record(q.s); err != nil {
+			return 0, false, cudrv.Wrap("cuEventRecord", err)
+		}
+		d.stageOK[cur] = true
+		if d.stageOK[enter] && d.stageEv[enter].Query() != nil {
+			d.stalls.Add(1)
+			if err := d.stageEv[enter].Synchronize(); err != nil {
+				return 0, false, cudrv.Wrap("cuEventSynchronize", err)
+			}
+		}
+		d.stageHalf, at = enter, enter*half
+	}
+	d.stageAt = (at + n + 15) &^ 15
+	return at, true, nil
+}
+
 // Upload copies src into dst in stream order; src may be reused as soon as Upload returns. Copies of up to
-// 64 KiB are staged in a pinned ring and copied asynchronously (when the ring wraps, Upload first waits for the
-// queued work, so no staged bytes are overwritten before their copy ran); larger ones wait for the queued work
-// and copy synchronously from pageable memory.
+// 64 KiB are staged in a pinned ring and copied asynchronously (see stageAlloc); larger ones wait for the queued
+// work and copy synchronously from pageable memory.
 func (q *Queue) Upload(dst Buffer, src []byte) error {
 	if int64(len(src)) > dst.Bytes {
 		return fmt.Errorf("cuda: Upload of %d bytes into a %d-byte buffer", len(src), dst.Bytes)
@@ -224,24 +337,17 @@ func (q *Queue) Upload(dst Buffer, src []byte) error {
 	}
 	d := q.d
 	if len(src) <= stageMax {
-		if d.stage == nil {
-			if b, err := cudrv.HostAlloc(stageBytes); err == nil {
-				d.stage, d.stageAt = b, 0
-			}
+		at, ok, err := q.stageAlloc(len(src))
+		if err != nil {
+			return err
 		}
-		if d.stage != nil {
-			if d.stageAt+len(src) > len(d.stage) {
-				if err := q.Sync(); err != nil {
-					return err
-				}
-				d.stageAt = 0
-			}
-			at := d.stageAt
+		if ok {
 			copy(d.stage[at:], src)
-			d.stageAt = (at + len(src) + 15) &^ 15
+			d.staged.Add(1)
 			return cudrv.Wrap("cuMemcpyHtoDAsync", cu.MemcpyHtoDAsync(dst.Ptr, unsafe.Pointer(&d.stage[at]), int64(len(src)), q.s))
 		}
 	}
+	d.direct.Add(1)
 	if err := q.Sync(); err != nil {
 		return err
 	}

@@ -255,12 +255,12 @@ func (q *Queue) GEMM(g GEMM) error {
 	a := &q.args
 	a.Reset()
 	if p.mod == "gemm_sm90a" {
-		tmX, err := cudrv.EncodeTiled2D(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: 2 * g.LdX,
+		tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: 2 * g.LdX,
 			BoxRows: p.bm, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
 			return fmt.Errorf("cuda: GEMM: X: %w", err)
 		}
-		tmW, err := cudrv.EncodeTiled2D(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
+		tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
 			BoxRows: p.bn, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
 			return fmt.Errorf("cuda: GEMM: W: %w", err)

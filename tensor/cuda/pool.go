@@ -21,6 +21,7 @@ type pool struct {
 	free   map[int64][]cu.DevicePtr
 	cached int64 // bytes on the free lists
 	held   int64 // bytes obtained from the driver and not yet returned to it
+	allocs int64 // cuMemAlloc calls
 }
 
 // sizeClass rounds n up to its class.
@@ -52,6 +53,7 @@ func (p *pool) get(n int64) (Buffer, error) {
 	}
 	p.mu.Lock()
 	p.held += c
+	p.allocs++
 	p.mu.Unlock()
 	return Buffer{ptr, c}, nil
 }
@@ -93,4 +95,11 @@ func (p *pool) stats() (held, cached int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.held, p.cached
+}
+
+// driverAllocs reports the allocations made from the driver so far.
+func (p *pool) driverAllocs() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allocs
 }
