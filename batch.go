@@ -231,7 +231,7 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 // runPasses answers a batch: its passes in order, the pointer head on every row of a pass in one call, then the
 // prefixes for the cache (a hit's own, the kept new states). Every State a pass returns is appended to created.
 func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.State], probs [][][]float32, created *[]*layers.State) error {
-	passes, news := planPasses(batch, slots, RowPassTokens)
+	passes, news := planPasses(batch, slots, p.passTokens)
 	rows := make([][]Row, len(batch))
 	for i, c := range batch {
 		rows[i] = c.enc.Rows()

@@ -155,7 +155,8 @@ type Predictor struct {
 	batches  int
 	requests int
 
-	held map[*layers.State]bool // states the cache holds (model goroutine only)
+	held       map[*layers.State]bool // states the cache holds (model goroutine only)
+	passTokens int                    // token budget of one model pass (RowPassTokens)
 
 	accepted   int    // requests queued since Load
 	beforeTake func() // test hook: runs on the model goroutine before it takes a batch
@@ -257,6 +258,8 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		cache: prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
 		done:  make(chan struct{}),
 		held:  map[*layers.State]bool{},
+
+		passTokens: RowPassTokens,
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.beforeTake = testBeforeTake
