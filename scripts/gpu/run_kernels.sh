@@ -9,8 +9,9 @@
 #
 # Steps, each with its own time limit so that the whole run stays under six minutes:
 #   1. every bin/NAME.test: the tests (-test.v)                           -> $OUT/NAME.log
-#   2. every bin/NAME.test: the benchmarks (-test.benchtime 1x; each benchmark takes its own median)
-#                                                                         -> $OUT/NAME.bench.log
+#   2. every bin/NAME.test: the benchmarks (-test.benchtime 1x; each benchmark takes its own median; for cuda
+#      BenchmarkPass splits a Kev-4B pass's wall, issue and device time and writes CPU profiles of its 6-row
+#      case)                                                              -> $OUT/NAME.bench.log, $OUT/pass-rows6-{hop,run}.prof
 #   3. compute-sanitizer memcheck on the tests (for cuda a subset: the backend conformance suite, the bf16
 #      paths, the small model and the kernel tests)                       -> $OUT/NAME.memcheck.log
 #   4. with KEV_TORCH=1 and torch present: the GEMM shapes through torch (cuBLAS) -> $OUT/torch_gemm.log
@@ -44,7 +45,7 @@ bins=(bin/*.test)
 if [ ${#bins[@]} -eq 0 ]; then echo "no bin/*.test: build them first (see the top of this script)"; exit 2; fi
 memcheck_run() {
   case "$1" in
-    cuda) echo 'TestConformance|TestBF16Ops|TestModelMatchesCPU|TestGEMM$|TestRMSNorm|TestEmbedding|TestSwiGLU|TestSigmoidGate|TestGEMMArgErrors|TestDeltaRuleFast|TestFlashAttention' ;;
+    cuda) echo 'TestConformance|TestBF16Ops|TestModelMatchesCPU|TestRun$|TestRunExclusive|TestGEMM$|TestRMSNorm|TestEmbedding|TestSwiGLU|TestSigmoidGate|TestGEMMArgErrors|TestDeltaRuleFast|TestFlashAttention' ;;
     *) echo . ;;
   esac
 }
@@ -65,7 +66,7 @@ for b in "${bins[@]}"; do
   exe="$root/$b"; [ -x "$exe" ] || exe="/tmp/$name.test"
   dir=$(pkgdir "$name")
   echo "== $name: benchmarks"
-  (cd "$dir" && timeout 130 "$exe" -test.run '^$' -test.bench . -test.benchtime 1x -test.timeout 120s) > "$OUT/$name.bench.log" 2>&1
+  (cd "$dir" && KEV_PASS_PROFILE="$OUT" timeout 130 "$exe" -test.run '^$' -test.bench . -test.benchtime 1x -test.timeout 120s) > "$OUT/$name.bench.log" 2>&1
   brc=$?
   result[$name]+=" bench_rc=$brc"
   [ $brc -eq 0 ] || { echo "-- $name benchmarks exited $brc; last lines:"; tail -20 "$OUT/$name.bench.log"; }
