@@ -5,6 +5,10 @@
 //	import _ "github.com/kevgo/kev/tensor/cuda"
 //	b, err := tensor.Open("cuda")
 //
+// The GPU's context belongs to one goroutine locked to its OS thread; an operation called from elsewhere is handed
+// over to it (tens of microseconds). Run a whole model pass inside Backend.Run (tensor.Run) to call every
+// operation there directly: a pass then costs about its device time.
+//
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
