@@ -8,6 +8,10 @@
 // Before each operation the suite uploads and frees NaN-filled tensors, so a
 // backend that recycles memory and forgets to write part of an output fails.
 //
+// A backend that implements tensor.Batched is also checked on its segment
+// operations (prefixes of different lengths, segments continuing prefixes,
+// new segments and each other); the Batched subtests skip other backends.
+//
 // Errors are measured relative to the reference's largest magnitude:
 // max|got − want| / max|want|.
 package backendtest
@@ -75,6 +79,12 @@ func RunAll(t *testing.T, b tensor.Backend, tol Tolerance) {
 		{"GatedRMSNorm", s.testGatedRMSNorm},
 		{"Pointer", s.testPointer},
 		{"Errors", s.testErrors},
+		{"Batched/AttentionSegments", s.testAttentionSegments},
+		{"Batched/CausalConv1dSiLUSegments", s.testConvSegments},
+		{"Batched/GatedDeltaRuleSegments", s.testDeltaRuleSegments},
+		{"Batched/SliceRows", s.testSliceRows},
+		{"Batched/Pointers", s.testPointers},
+		{"Batched/Errors", s.testSegmentErrors},
 	} {
 		t.Run(c.name, c.f)
 	}
