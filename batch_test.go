@@ -179,3 +179,32 @@ func TestPlanPasses(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPredictorConcurrent has 32 clients send the golden requests with the cache off (every state new), on
+// the batched CPU backend and on the per-state path.
+func BenchmarkPredictorConcurrent(b *testing.B) {
+	s := goldenSets(b)[0]
+	reqs := smallRequests(b, s)
+	for _, device := range []string{"cpu", eachName} {
+		b.Run(device, func(b *testing.B) {
+			p := loadGolden(b, s, Options{PrefixCache: -1, Device: device, DType: "fp32"})
+			const clients = 32
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for c := range clients {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := p.Do(b.Context(), reqs[c%len(reqs)]); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			st := p.Stats().Batches
+			b.ReportMetric(float64(b.N*clients)/b.Elapsed().Seconds(), "requests/s")
+			b.ReportMetric(float64(st.Requests)/float64(st.Count), "requests/batch")
+		})
+	}
+}
