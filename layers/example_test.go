@@ -32,3 +32,38 @@ func ExampleModel() {
 	fmt.Println("state tokens:", state.Len, "row hidden states:", h.Shape())
 	// Output: state tokens: 5 row hidden states: [5 24]
 }
+
+// ExampleModel_Forward runs two requests in one pass: a new state with two
+// question rows (its state kept for later), and a row continuing a cached
+// state.
+func ExampleModel_Forward() {
+	b, err := tensor.Open("cpu")
+	if err != nil {
+		panic(err)
+	}
+	m, err := New(b, randomWeights(rand.New(rand.NewPCG(1, 2)), smallConfig(), true))
+	if err != nil {
+		panic(err)
+	}
+	cached, h, err := m.Prefill([]int32{3, 14, 15})
+	if err != nil {
+		panic(err)
+	}
+	b.Free(h)
+	defer cached.Free()
+	out, err := m.Forward(&Batch{
+		New: []NewState{{IDs: []int32{2, 7, 1, 8}, Keep: true}},
+		Rows: []Row{
+			{IDs: []int32{5, 35, 8}, New: 0},
+			{IDs: []int32{9, 7}, New: 0},
+			{IDs: []int32{4, 4}, Cached: cached},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer out.Free()
+	defer out.States[0].Free()
+	fmt.Println("row offsets:", out.At, "kept state tokens:", out.States[0].Len)
+	// Output: row offsets: [{0 4} {0 7} {0 9}] kept state tokens: 4
+}
