@@ -110,7 +110,9 @@ func (p *Predictor) trimWhenIdle() {
 	idle := len(p.queue) == 0
 	p.mu.Unlock()
 	if idle {
-		t.Trim()
+		if err := t.Trim(); err != nil {
+			p.log.Warn("kev: trim", "error", err)
+		}
 	}
 }
 
@@ -228,8 +230,9 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 	return passes, news
 }
 
-// runPasses answers a batch: its passes in order, the pointer head on every row of a pass in one call, then the
-// prefixes for the cache (a hit's own, the kept new states). Every State a pass returns is appended to created.
+// runPasses answers a batch: its passes in order, each inside tensor.Run, with the pointer head on every row of a
+// pass in one call; then the prefixes for the cache (a hit's own, the kept new states). Every State a pass returns
+// is appended to created.
 func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.State], probs [][][]float32, created *[]*layers.State) error {
 	passes, news := planPasses(batch, slots, p.passTokens)
 	rows := make([][]Row, len(batch))
@@ -243,18 +246,21 @@ func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.St
 				ps.batch.Rows[k].Cached = rr.after.st
 			}
 		}
-		out, err := p.model.Forward(&ps.batch)
-		if err != nil {
-			return err
-		}
-		for k, st := range out.States {
-			if st != nil {
-				ps.news[k].st = st
-				*created = append(*created, st)
+		err := tensor.Run(p.backend, func() error {
+			out, err := p.model.Forward(&ps.batch)
+			if err != nil {
+				return err
 			}
-		}
-		err = p.point(out, ps, rows, probs)
-		out.Free()
+			for k, st := range out.States {
+				if st != nil {
+					ps.news[k].st = st
+					*created = append(*created, st)
+				}
+			}
+			err = p.point(out, ps, rows, probs)
+			out.Free()
+			return err
+		})
 		if err != nil {
 			return err
 		}

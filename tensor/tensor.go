@@ -311,7 +311,7 @@ type Batched interface {
 // reuse: Trim returns what the pool holds beyond the live tensors to the
 // device. Callers call it when they go idle.
 type Trimmer interface {
-	Trim()
+	Trim() error
 }
 
 // Runner is implemented by backends whose operations are cheaper when many
