@@ -18,7 +18,6 @@ package deltanet
 import (
 	"fmt"
 
-	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/tensor"
 )
@@ -66,7 +65,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 			c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel, c.HiddenSize)
 	}
 	d, hv, conv, vd := c.HiddenSize, c.LinearNumValueHeads, c.ConvDim(), c.LinearValueDim()
-	get := func(name string, shape ...int) (*qwen35.Tensor, error) { return fetch(w, prefix+name, shape...) }
+	get := func(name string, shape ...int) (*qwen35.Tensor, error) { return w.Lookup(prefix+name, shape...) }
 	var parts [4]*qwen35.Tensor
 	var err error
 	for i, p := range []struct {
@@ -79,14 +78,14 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	}
 	l := &Layer{Chunk: DefaultChunk, b: b, eps: float32(c.RMSNormEps), cfg: tensor.DeltaConfig{
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: hv, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
-	if l.inProj, err = b.FromHost(concatRows(parts[:]...)); err != nil {
+	if l.inProj, err = b.FromHost(qwen35.ConcatRows(parts[:]...)); err != nil {
 		return nil, err
 	}
 	cw, err := get("conv1d.weight", conv, 1, c.LinearConvKernel)
 	if err != nil {
 		return nil, err
 	}
-	if l.conv, err = b.FromFloat32([]int{conv, c.LinearConvKernel}, floats(cw)); err != nil {
+	if l.conv, err = b.FromFloat32([]int{conv, c.LinearConvKernel}, cw.Float32s()); err != nil {
 		return nil, err
 	}
 	small := []struct {
@@ -99,7 +98,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 		if err != nil {
 			return nil, err
 		}
-		if *s.dst, err = b.FromFloat32([]int{s.n}, floats(t)); err != nil {
+		if *s.dst, err = b.FromFloat32([]int{s.n}, t.Float32s()); err != nil {
 			return nil, err
 		}
 	}
@@ -239,59 +238,4 @@ func (l *Layer) ForwardSegments(u tensor.Tensor, states []*State, segs []tensor.
 		}
 	}
 	return out, kept, nil
-}
-
-// fetch returns the tensor called name, checking its shape.
-func fetch(w *qwen35.Weights, name string, shape ...int) (*qwen35.Tensor, error) {
-	t, ok := w.Tensors[name]
-	if !ok || t == nil {
-		return nil, fmt.Errorf("deltanet: tensor %q missing", name)
-	}
-	if len(t.Shape) != len(shape) {
-		return nil, fmt.Errorf("deltanet: tensor %q has shape %v, want %v", name, t.Shape, shape)
-	}
-	for i := range shape {
-		if t.Shape[i] != shape[i] {
-			return nil, fmt.Errorf("deltanet: tensor %q has shape %v, want %v", name, t.Shape, shape)
-		}
-	}
-	if (t.DType == qwen35.F32 && len(t.F32) != t.Len()) || (t.DType == qwen35.BF16 && len(t.BF16) != t.Len()) ||
-		(t.DType != qwen35.F32 && t.DType != qwen35.BF16) {
-		return nil, fmt.Errorf("deltanet: tensor %q: %v data does not match shape %v", name, t.DType, t.Shape)
-	}
-	return t, nil
-}
-
-// floats returns t's values as float32.
-func floats(t *qwen35.Tensor) []float32 {
-	if t.DType == qwen35.F32 {
-		return t.F32
-	}
-	out := make([]float32, len(t.BF16))
-	for i, h := range t.BF16 {
-		out[i] = half.BF16ToF32(h)
-	}
-	return out
-}
-
-// concatRows stacks 2-D tensors with equal column counts; BF16 if all are.
-func concatRows(ts ...*qwen35.Tensor) *qwen35.Tensor {
-	rows, cols, allBF16 := 0, ts[0].Shape[1], true
-	for _, t := range ts {
-		rows += t.Shape[0]
-		allBF16 = allBF16 && t.DType == qwen35.BF16
-	}
-	out := &qwen35.Tensor{Shape: []int{rows, cols}}
-	if allBF16 {
-		out.DType = qwen35.BF16
-		for _, t := range ts {
-			out.BF16 = append(out.BF16, t.BF16...)
-		}
-		return out
-	}
-	out.DType = qwen35.F32
-	for _, t := range ts {
-		out.F32 = append(out.F32, floats(t)...)
-	}
-	return out
 }

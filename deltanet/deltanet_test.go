@@ -1,6 +1,7 @@
 package deltanet
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -64,7 +65,7 @@ func randomWeights(r *rand.Rand, c qwen35.Config, prefix string, bf16 bool) *qwe
 }
 
 func vals64(t *qwen35.Tensor) []float64 {
-	f := floats(t)
+	f := t.Float32s()
 	out := make([]float64, len(f))
 	for i, v := range f {
 		out[i] = float64(v)
@@ -358,7 +359,8 @@ func TestNewErrors(t *testing.T) {
 	c := testConfig()
 	w := randomWeights(r, c, "x.", false)
 	delete(w.Tensors, "x.A_log")
-	if _, err := New(cpu.New(), w, "x."); err == nil || !strings.Contains(err.Error(), `"x.A_log" missing`) {
+	var te *qwen35.TensorError
+	if _, err := New(cpu.New(), w, "x."); !errors.As(err, &te) || te.Name != "x.A_log" || te.Reason != "missing" {
 		t.Errorf("missing A_log: error %v", err)
 	}
 	w = randomWeights(r, c, "x.", false)

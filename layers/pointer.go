@@ -37,11 +37,11 @@ func NewPointer(b tensor.Backend, wq, bq, wk, bk *qwen35.Tensor, temperature flo
 		name  string
 		shape []int
 	}{{&p.head.Wq, "q.weight", []int{dp, d}}, {&p.head.Bq, "q.bias", []int{dp}}, {&p.head.Wk, "k.weight", []int{dp, d}}, {&p.head.Bk, "k.bias", []int{dp}}} {
-		t, err := fetch(w, s.name, s.shape...)
+		t, err := w.Lookup(s.name, s.shape...)
 		if err != nil {
 			return nil, fmt.Errorf("layers: pointer head: %w", err)
 		}
-		if *s.dst, err = b.FromFloat32(s.shape, floats(t)); err != nil {
+		if *s.dst, err = b.FromFloat32(s.shape, t.Float32s()); err != nil {
 			return nil, err
 		}
 	}

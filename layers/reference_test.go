@@ -13,7 +13,7 @@ import (
 func referenceModel(w *qwen35.Weights, ids []int32) map[int][]float64 {
 	c := w.Config
 	d, T := c.HiddenSize, len(ids)
-	get := func(name string) []float64 { return f64(floats(w.Tensors[name])) }
+	get := func(name string) []float64 { return f64(w.Tensors[name].Float32s()) }
 	lin := func(wt []float64, x []float64) []float64 {
 		y := make([]float64, len(wt)/len(x))
 		for i := range y {
@@ -94,7 +94,7 @@ type linFn func(w, x []float64) []float64
 
 func refAttention(w *qwen35.Weights, p string, u [][]float64, lin linFn, rms func(x, g []float64, plusOne bool) []float64, sig func(float64) float64) [][]float64 {
 	c := w.Config
-	get := func(name string) []float64 { return f64(floats(w.Tensors[p+name])) }
+	get := func(name string) []float64 { return f64(w.Tensors[p+name].Float32s()) }
 	H, KV, D, R := c.NumHeads, c.NumKVHeads, c.HeadDim, c.RotaryDim()
 	rope := func(x []float64, pos int) {
 		for j := 0; j < R/2; j++ {
@@ -156,7 +156,7 @@ func refAttention(w *qwen35.Weights, p string, u [][]float64, lin linFn, rms fun
 
 func refDelta(w *qwen35.Weights, p string, u [][]float64, lin linFn, sig func(float64) float64) [][]float64 {
 	c := w.Config
-	get := func(name string) []float64 { return f64(floats(w.Tensors[p+name])) }
+	get := func(name string) []float64 { return f64(w.Tensors[p+name].Float32s()) }
 	hk, hv, dk, dv, kw, conv := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel, c.ConvDim()
 	cw, aLog, dtb, nw := get("conv1d.weight"), get("A_log"), get("dt_bias"), get("norm.weight")
 	hist := make([]float64, (kw-1)*conv)

@@ -7,7 +7,10 @@
 // "layers.3.self_attn.q_proj.weight", "layers.0.linear_attn.A_log", ...
 package qwen35
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // LayerType says which token mixer a decoder layer uses.
 type LayerType uint8
@@ -112,4 +115,75 @@ func (t *Tensor) Len() int {
 type Weights struct {
 	Config  Config
 	Tensors map[string]*Tensor
+}
+
+// TensorError says a named tensor is missing or does not have the shape or
+// data the model expects.
+type TensorError struct {
+	Name   string
+	Shape  []int // the tensor's shape (nil when missing)
+	Want   []int // the expected shape
+	Reason string
+}
+
+// Error names the tensor and says what is wrong with it.
+func (e *TensorError) Error() string {
+	return fmt.Sprintf("tensor %q: %s", e.Name, e.Reason)
+}
+
+// Lookup returns the tensor called name, checking that it has exactly the
+// given shape and that its data matches its dtype and shape.
+func (w *Weights) Lookup(name string, shape ...int) (*Tensor, error) {
+	t, ok := w.Tensors[name]
+	if !ok || t == nil {
+		return nil, &TensorError{Name: name, Want: shape, Reason: "missing"}
+	}
+	same := len(t.Shape) == len(shape)
+	for i := 0; same && i < len(shape); i++ {
+		same = t.Shape[i] == shape[i]
+	}
+	if !same {
+		return nil, &TensorError{Name: name, Shape: t.Shape, Want: shape, Reason: fmt.Sprintf("has shape %v, want %v", t.Shape, shape)}
+	}
+	if (t.DType == F32 && len(t.F32) != t.Len()) || (t.DType == BF16 && len(t.BF16) != t.Len()) ||
+		(t.DType != F32 && t.DType != BF16) {
+		return nil, &TensorError{Name: name, Shape: t.Shape, Want: shape, Reason: fmt.Sprintf("%v data does not match shape %v", t.DType, t.Shape)}
+	}
+	return t, nil
+}
+
+// Float32s returns t's values as float32: F32 data itself, BF16 widened exactly
+// into a new slice.
+func (t *Tensor) Float32s() []float32 {
+	if t.DType == F32 {
+		return t.F32
+	}
+	out := make([]float32, len(t.BF16))
+	for i, h := range t.BF16 {
+		out[i] = math.Float32frombits(uint32(h) << 16)
+	}
+	return out
+}
+
+// ConcatRows stacks 2-D tensors with equal column counts, in order: BF16 when
+// all of them are, F32 otherwise.
+func ConcatRows(ts ...*Tensor) *Tensor {
+	rows, cols, allBF16 := 0, ts[0].Shape[1], true
+	for _, t := range ts {
+		rows += t.Shape[0]
+		allBF16 = allBF16 && t.DType == BF16
+	}
+	out := &Tensor{Shape: []int{rows, cols}}
+	if allBF16 {
+		out.DType = BF16
+		for _, t := range ts {
+			out.BF16 = append(out.BF16, t.BF16...)
+		}
+		return out
+	}
+	out.DType = F32
+	for _, t := range ts {
+		out.F32 = append(out.F32, t.Float32s()...)
+	}
+	return out
 }
