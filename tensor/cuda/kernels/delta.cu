@@ -3,29 +3,38 @@
 // and keeps them in shared memory, with thread j holding column j's updates.
 #include "common.cuh"
 
+// SegDesc describes one segment of a batched call (the layout of segDesc in batched.go): rows start … start+len−1;
+// attention: p prefix rows at a (keys, storage type dt) and b (values, type dtb); convolution: history row r is row
+// p + r of a (type dt) when r ≥ first, zero otherwise (a null: all zero); delta rule: initial state a (type dt,
+// null: zero) and final state b (fp32, null: not stored).
+struct __align__(8) SegDesc {
+	int32_t start, len, p, dt, first, dtb;
+	const void *a;
+	void *b;
+};
+
 // Per token t of the segment (rows segStart[z] … segStart[z]+segLen[z]−1), value head h (key head h/(hv/hk)):
 //   q̂ = q/sqrt(Σq² + 1e-6)/sqrt(dk), k̂ = k/sqrt(Σk² + 1e-6), a = exp(g[t, h])
 //   r_j = a·Σ_i S[i, j] k̂_i,  δ_j = β[t, h](v_j − r_j),  S[i, j] ← a·S[i, j] + k̂_i δ_j,  o_j = Σ_i S[i, j] q̂_i.
 // qkv [N, 2·hk·dk + hv·dv] = [Q | K | V]; g, beta [N, hv]; s0 [hv, dk, dv] (null: zero); o [N, hv·dv];
 // final [hv, dk, dv] fp32 (null: not stored). Grid (ceil(dv/32), hv, segments), 32 threads, shared
 // (32·dk + 2·dk)·4 bytes.
-extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
-                                          int gdt, const void *beta, int bdt, const void *s0, int sdt,
-                                          const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dk,
-                                          int dv) {
+__device__ __forceinline__ void delta_rec(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
+                                          int gdt, const void *beta, int bdt, const void *s0, int sdt, int t0,
+                                          int len, int hk, int hv, int dk, int dv) {
 	extern __shared__ float sm[];
 	float *S = sm;             // [dk][32]
 	float *qs = sm + 32 * dk;  // [dk]
 	float *ks = qs + dk;       // [dk]
 	const int lane = threadIdx.x;
 	const int col = blockIdx.x * 32 + lane;
-	const int h = blockIdx.y, seg = blockIdx.z;
+	const int h = blockIdx.y;
 	const int kh = h / (hv / hk);
 	const bool on = col < dv;
 	const size_t width = 2 * (size_t)hk * dk + (size_t)hv * dv;
 	for (int i = 0; i < dk; i++) S[i * 32 + lane] = (s0 && on) ? ld(s0, sdt, ((size_t)h * dk + i) * dv + col) : 0.f;
 	const float qscale = rsqrtf((float)dk);
-	const int t0 = segStart[seg], t1 = t0 + segLen[seg];
+	const int t1 = t0 + len;
 	for (int t = t0; t < t1; t++) {
 		const size_t row = (size_t)t * width;
 		float sq = 0.f, sk = 0.f;
@@ -62,6 +71,23 @@ extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const 
 		for (int i = 0; i < dk; i++) final[((size_t)h * dk + i) * dv + col] = S[i * 32 + lane];
 }
 
+extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
+                                          int gdt, const void *beta, int bdt, const void *s0, int sdt,
+                                          const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dk,
+                                          int dv) {
+	delta_rec(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z], segLen[blockIdx.z], hk, hv,
+	          dk, dv);
+}
+
+// delta_rule_segs_rec is delta_rule_rec with segment z = blockIdx.z described by desc[z]: initial state desc.a
+// (type desc.dt, null: zero), final state desc.b (null: not stored).
+extern "C" __global__ void delta_rule_segs_rec(void *o, int odt, const void *qkv, int xdt, const void *g, int gdt,
+                                               const void *beta, int bdt, const SegDesc *desc, int hk, int hv,
+                                               int dk, int dv) {
+	const SegDesc sd = desc[blockIdx.z];
+	delta_rec(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, hv, dk, dv);
+}
+
 // The same recurrence with the state in registers (delta_rule_reg_dkN, d_k = N ∈ {32, 64, 128}). A block of 8
 // warps owns 32 value columns of one value head of one segment; lane l of warp w holds column 4w + (l & 3) and
 // state rows 8·RPT-blocks (l >> 2)·RPT … +RPT−1, so the two dot products of a token (Sᵀk̂ and Sᵀq̂) are register
@@ -75,9 +101,8 @@ extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const 
 
 template <int RPT>
 __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
-                                          int gdt, const void *beta, int bdt, const void *s0, int sdt,
-                                          const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv,
-                                          int vec) {
+                                          int gdt, const void *beta, int bdt, const void *s0, int sdt, int t0,
+                                          int len, int hk, int hv, int dv, int vec) {
 	constexpr int DK = 8 * RPT;
 	constexpr int PER = (DR_TC * 2 * DK / 8 + 32 * DR_NW - 1) / (32 * DR_NW); // 16-byte pieces per thread
 	extern __shared__ __align__(16) float smd[];
@@ -90,7 +115,7 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int cl = warp * 4 + (lane & 3), rg = lane >> 2;
 	const int col = blockIdx.x * 32 + cl;
-	const int h = blockIdx.y, seg = blockIdx.z;
+	const int h = blockIdx.y;
 	const int kh = h / (hv / hk);
 	const bool on = col < dv;
 	const size_t width = 2 * (size_t)hk * DK + (size_t)hv * dv;
@@ -99,7 +124,6 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 #pragma unroll
 	for (int r = 0; r < RPT; r++)
 		S[r] = (s0 && on) ? ld(s0, sdt, ((size_t)h * DK + rg * RPT + r) * dv + col) : 0.f;
-	const int t0 = segStart[seg], len = segLen[seg];
 	const float qscale = rsqrtf((float)DK);
 	uint4 pre[PER];
 	// issue loads the raw q/k of the chunk starting at c0 into pre (vec path)
@@ -226,8 +250,23 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 	extern "C" __global__ void __launch_bounds__(256) NAME(                                                      \
 	    void *o, int odt, float *final, const void *qkv, int xdt, const void *g, int gdt, const void *beta, int bdt, \
 	    const void *s0, int sdt, const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv, int vec) {    \
-		delta_reg<RPT>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart, segLen, hk, hv, dv, vec); \
+		delta_reg<RPT>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z],               \
+		               segLen[blockIdx.z], hk, hv, dv, vec);                                                     \
 	}
 DELTA_REG(delta_rule_reg_dk32, 4)
 DELTA_REG(delta_rule_reg_dk64, 8)
 DELTA_REG(delta_rule_reg_dk128, 16)
+
+// delta_rule_segs_reg_dkN: the register-state kernel with segment z = blockIdx.z described by desc[z] (initial
+// state desc.a of type desc.dt, null: zero; final state desc.b, null: not stored). The states are read in place.
+#define DELTA_SEGS_REG(NAME, RPT)                                                                                     \
+	extern "C" __global__ void __launch_bounds__(256) NAME(void *o, int odt, const void *qkv, int xdt, const void *g, \
+	                                                       int gdt, const void *beta, int bdt, const SegDesc *desc,  \
+	                                                       int hk, int hv, int dv, int vec) {                        \
+		const SegDesc sd = desc[blockIdx.z];                                                                   \
+		delta_reg<RPT>(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, hv,   \
+		               dv, vec);                                                                                 \
+	}
+DELTA_SEGS_REG(delta_rule_segs_reg_dk32, 4)
+DELTA_SEGS_REG(delta_rule_segs_reg_dk64, 8)
+DELTA_SEGS_REG(delta_rule_segs_reg_dk128, 16)

@@ -12,6 +12,16 @@
 // attn_combine merges them. Shared memory: (64 + 4·32)·(D + 8)·2 bytes (rows padded by 16 bytes: no bank conflicts).
 #include "common.cuh"
 
+// SegDesc describes one segment of a batched call (the layout of segDesc in batched.go): rows start … start+len−1;
+// attention: p prefix rows at a (keys, storage type dt) and b (values, type dtb); convolution: history row r is row
+// p + r of a (type dt) when r ≥ first, zero otherwise (a null: all zero); delta rule: initial state a (type dt,
+// null: zero) and final state b (fp32, null: not stored).
+struct __align__(8) SegDesc {
+	int32_t start, len, p, dt, first, dtb;
+	const void *a;
+	void *b;
+};
+
 #define FA_BQ 64
 #define FA_BK 32
 
@@ -41,11 +51,13 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 	return *(uint32_t *)&v;
 }
 
+// flash_attn runs one block: query rows tq0 … min(tq0 + 63, rowEnd − 1), which see the P rows of kp/vp and their
+// own new keys from s0 on. segStart (per row, may be null: s0 for every row) masks the new keys of each row.
 template <int D>
 __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q,
                                            const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *kp,
-                                           const __nv_bfloat16 *vp, const int32_t *segStart, int N, int P, int H,
-                                           int KV, float scale2, int splits) {
+                                           const __nv_bfloat16 *vp, const int32_t *segStart, int tq0, int rowEnd,
+                                           int s0, int N, int P, int H, int KV, float scale2, int splits) {
 	constexpr int STR = D + 8; // shared row stride in elements
 	constexpr int NT = D / 8;  // 8-wide output tiles per row
 	extern __shared__ __align__(16) unsigned char fsm[];
@@ -55,9 +67,7 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
 	const int h = blockIdx.y, z = blockIdx.z;
 	const int kh = h / (H / KV);
-	const int tq0 = blockIdx.x * FA_BQ;
-	const int tmax = min(tq0 + FA_BQ - 1, N - 1);
-	const int s0 = segStart[tq0];
+	const int tmax = min(tq0 + FA_BQ - 1, rowEnd - 1);
 	const int nPre = (P + FA_BK - 1) / FA_BK;
 	const int nt = nPre + (tmax - s0) / FA_BK + 1;
 	const int per = (nt + splits - 1) / splits;
@@ -67,7 +77,7 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	for (int c = tid; c < FA_BQ * D / 8; c += 128) {
 		const int r = c / (D / 8), cc = (c % (D / 8)) * 8;
 		uint4 val = make_uint4(0, 0, 0, 0);
-		if (tq0 + r < N) val = *(const uint4 *)(q + (size_t)(tq0 + r) * qw + (size_t)h * D + cc);
+		if (tq0 + r < rowEnd) val = *(const uint4 *)(q + (size_t)(tq0 + r) * qw + (size_t)h * D + cc);
 		*(uint4 *)(Qs + r * STR + cc) = val;
 	}
 	auto load = [&](int i, int buf) {
@@ -91,7 +101,8 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 
 	// This thread's two rows: warp·16 + g and + 8.
 	const int t0 = tq0 + warp * 16 + g, t1 = t0 + 8;
-	const int ss0 = t0 < N ? segStart[t0] : 0x7fffffff, ss1 = t1 < N ? segStart[t1] : 0x7fffffff;
+	const int ss0 = t0 < rowEnd ? (segStart ? segStart[t0] : s0) : 0x7fffffff;
+	const int ss1 = t1 < rowEnd ? (segStart ? segStart[t1] : s0) : 0x7fffffff;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 	float acc[NT][4];
 #pragma unroll
@@ -196,12 +207,12 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 #pragma unroll
 		for (int n = 0; n < NT; n++) {
 			const int c = n * 8 + 2 * tig;
-			if (t0 < N) {
+			if (t0 < rowEnd) {
 				const size_t r = (size_t)t0 * qw + (size_t)h * D + c;
 				st(o, odt, r, acc[n][0] * i0);
 				st(o, odt, r + 1, acc[n][1] * i0);
 			}
-			if (t1 < N) {
+			if (t1 < rowEnd) {
 				const size_t r = (size_t)t1 * qw + (size_t)h * D + c;
 				st(o, odt, r, acc[n][2] * i1);
 				st(o, odt, r + 1, acc[n][3] * i1);
@@ -213,13 +224,13 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 #pragma unroll
 	for (int n = 0; n < NT; n++) {
 		const int c = n * 8 + 2 * tig;
-		if (t0 < N) *(float2 *)(opart + zoff + (size_t)t0 * qw + (size_t)h * D + c) = make_float2(acc[n][0] * i0, acc[n][1] * i0);
-		if (t1 < N) *(float2 *)(opart + zoff + (size_t)t1 * qw + (size_t)h * D + c) = make_float2(acc[n][2] * i1, acc[n][3] * i1);
+		if (t0 < rowEnd) *(float2 *)(opart + zoff + (size_t)t0 * qw + (size_t)h * D + c) = make_float2(acc[n][0] * i0, acc[n][1] * i0);
+		if (t1 < rowEnd) *(float2 *)(opart + zoff + (size_t)t1 * qw + (size_t)h * D + c) = make_float2(acc[n][2] * i1, acc[n][3] * i1);
 	}
 	if (tig == 0) {
 		const size_t mz = (size_t)z * N * H;
-		if (t0 < N) *(float2 *)(ml + 2 * (mz + (size_t)t0 * H + h)) = make_float2(m0, l0);
-		if (t1 < N) *(float2 *)(ml + 2 * (mz + (size_t)t1 * H + h)) = make_float2(m1, l1);
+		if (t0 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t0 * H + h)) = make_float2(m0, l0);
+		if (t1 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t1 * H + h)) = make_float2(m1, l1);
 	}
 }
 
@@ -228,11 +239,31 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
 	    const __nv_bfloat16 *v, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, const int32_t *segStart, int N,   \
 	    int P, int H, int KV, float scale2, int splits) {                                                           \
-		flash_attn<D>(o, odt, opart, ml, q, k, v, kp, vp, segStart, N, P, H, KV, scale2, splits);                \
+		const int tq0 = blockIdx.x * FA_BQ;                                                                   \
+		flash_attn<D>(o, odt, opart, ml, q, k, v, kp, vp, segStart, tq0, N, segStart[tq0], N, P, H, KV, scale2,  \
+		              splits);                                                                                   \
 	}
 FLASH(flash_attn_d64, 64)
 FLASH(flash_attn_d128, 128)
 FLASH(flash_attn_d256, 256)
+
+// Segments with their own prefixes (flash_attn_segs_dN): desc[s] describes segment s (see SegDesc), blocks[b] =
+// (segment, 64-row tile) for blockIdx.x = b; each block's rows lie in one segment, so they share its prefix
+// (desc.a, desc.b: bf16 [desc.p, KV·D], null when desc.p = 0) and its first row.
+#define FLASH_SEGS(NAME, D)                                                                                          \
+	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
+	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
+	    const __nv_bfloat16 *v, const SegDesc *desc, const int2 *blocks, int N, int H, int KV, float scale2,         \
+	    int splits) {                                                                                             \
+		const int2 bl = blocks[blockIdx.x];                                                                   \
+		const SegDesc sd = desc[bl.x];                                                                         \
+		flash_attn<D>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b,    \
+		              nullptr, sd.start + bl.y * FA_BQ, sd.start + sd.len, sd.start, N, sd.p, H, KV, scale2,     \
+		              splits);                                                                                   \
+	}
+FLASH_SEGS(flash_attn_segs_d64, 64)
+FLASH_SEGS(flash_attn_segs_d128, 128)
+FLASH_SEGS(flash_attn_segs_d256, 256)
 
 // attn_combine merges the splits' partial outputs: with M = max m_s and w_s = l_s·2^(m_s − M),
 // o = Σ w_s·O_s / Σ w_s. One block of 64 threads per (row, head); opart [splits, N, H, D], ml [splits, N, H, 2].

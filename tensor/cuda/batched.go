@@ -1,0 +1,586 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/kevgo/kev/internal/cudrv"
+	"github.com/kevgo/kev/tensor"
+)
+
+// The backend runs a batch of segments continuing different prefixes as one launch per operation (two for the
+// delta rule: segments continuing another segment of the call run after it). Each segment is described to the
+// kernels by a segDesc in a small device array uploaded with the call; prefixes, histories and recurrent states
+// are read in place through the pointers it holds, never copied per row.
+var _ tensor.Batched = (*Backend)(nil)
+
+// segDesc is the kernels' SegDesc (kernels/segs.cu): start, len, p, dt, first, dtb, then the pointers a and b,
+// each as two int32 halves (little-endian).
+type segDesc [10]int32
+
+func (d *segDesc) set(start, n, p int, dt tensor.DType, first int, dtb tensor.DType, a, b cu.DevicePtr) {
+	*d = segDesc{int32(start), int32(n), int32(p), int32(dt), int32(first), int32(dtb),
+		int32(uint32(a)), int32(uint32(uint64(a) >> 32)), int32(uint32(b)), int32(uint32(uint64(b) >> 32))}
+}
+
+// flat returns the descriptors as one int32 slice for upload.
+func flat(ds []segDesc) []int32 {
+	out := make([]int32, 0, 10*len(ds))
+	for _, d := range ds {
+		out = append(out, d[:]...)
+	}
+	return out
+}
+
+// checkSegs validates segments against n rows and nPrefix prefixes and returns their start rows.
+func checkSegs(op string, segs []tensor.Segment, n, nPrefix int) ([]int, error) {
+	starts := make([]int, len(segs))
+	sum := 0
+	for i, s := range segs {
+		if s.Len < 0 {
+			return nil, fmt.Errorf("cuda: %s: segs[%d].Len = %d is negative", op, i, s.Len)
+		}
+		switch s.From {
+		case tensor.FromZero:
+		case tensor.FromPrefix:
+			if s.Index < 0 || s.Index >= nPrefix {
+				return nil, fmt.Errorf("cuda: %s: segs[%d] continues prefix %d of %d", op, i, s.Index, nPrefix)
+			}
+		case tensor.FromSegment:
+			if s.Index < 0 || s.Index >= len(segs) {
+				return nil, fmt.Errorf("cuda: %s: segs[%d] continues segment %d of %d", op, i, s.Index, len(segs))
+			}
+			if segs[s.Index].From != tensor.FromZero {
+				return nil, fmt.Errorf("cuda: %s: segs[%d] continues segment %d, which starts %v, not FromZero", op, i, s.Index, segs[s.Index].From)
+			}
+		default:
+			return nil, fmt.Errorf("cuda: %s: segs[%d].From = %v", op, i, s.From)
+		}
+		starts[i] = sum
+		sum += s.Len
+	}
+	if sum != n {
+		return nil, fmt.Errorf("cuda: %s: segments hold %d rows, the input %d", op, sum, n)
+	}
+	return starts, nil
+}
+
+// rowSegs returns, for each row, the index of its segment.
+func rowSegs(segs []tensor.Segment, n int) []int32 {
+	out := make([]int32, 0, n)
+	for i, s := range segs {
+		for range s.Len {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// rowPtr returns the address of row r of a matrix of width w stored as dt.
+func rowPtr(t *Tensor, r, w int) cu.DevicePtr {
+	return t.buf.Ptr + cu.DevicePtr(int64(r)*int64(w)*elemSize(t.dtype))
+}
+
+// AttentionSegments is causal grouped-query attention whose segments each continue their own prefix: a
+// FromSegment segment reads the keys and values of the segment it continues in place. Bf16 operands with head
+// dimension 64, 128 or 256 take the tiled tensor-core kernel (every 64-row block lies in one segment and shares
+// its prefix; long prefixes are split over blocks as in Attention); other cases one warp per (row, head) in fp32.
+func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, c tensor.AttentionConfig) (tensor.Tensor, error) {
+	const op = "AttentionSegments"
+	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 || c.HeadDim > MaxAttentionHeadDim {
+		return nil, fmt.Errorf("cuda: %s: bad config %+v (head dimension at most %d)", op, c, MaxAttentionHeadDim)
+	}
+	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
+	qt, err := b.matrix(op, "q", q, -1, c.Heads*d)
+	if err != nil {
+		return nil, err
+	}
+	n := qt.shape[0]
+	kt, err := b.matrix(op, "k", k, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	vt, err := b.matrix(op, "v", v, n, kvw)
+	if err != nil {
+		return nil, err
+	}
+	if len(kPrefixes) != len(vPrefixes) {
+		return nil, fmt.Errorf("cuda: %s: %d key prefixes, %d value prefixes", op, len(kPrefixes), len(vPrefixes))
+	}
+	starts, err := checkSegs(op, segs, n, len(kPrefixes))
+	if err != nil {
+		return nil, err
+	}
+	kps, vps := make([]*Tensor, len(kPrefixes)), make([]*Tensor, len(kPrefixes))
+	for i := range kPrefixes {
+		if kps[i], err = b.matrix(op, fmt.Sprintf("kPrefixes[%d]", i), kPrefixes[i], -1, kvw); err != nil {
+			return nil, err
+		}
+		if vps[i], err = b.matrix(op, fmt.Sprintf("vPrefixes[%d]", i), vPrefixes[i], kps[i].shape[0], kvw); err != nil {
+			return nil, err
+		}
+	}
+	descs := make([]segDesc, len(segs))
+	fast := (d == 64 || d == 128 || d == 256) && qt.dtype == tensor.BF16 && kt.dtype == tensor.BF16 && vt.dtype == tensor.BF16
+	maxP := 0
+	for i, s := range segs {
+		var p int
+		var dt, dtb tensor.DType
+		var pa, pb cu.DevicePtr
+		switch s.From {
+		case tensor.FromPrefix:
+			kp, vp := kps[s.Index], vps[s.Index]
+			p, dt, dtb, pa, pb = kp.shape[0], kp.dtype, vp.dtype, kp.buf.Ptr, vp.buf.Ptr
+		case tensor.FromSegment:
+			j := s.Index
+			p, dt, dtb = segs[j].Len, kt.dtype, vt.dtype
+			pa, pb = rowPtr(kt, starts[j], kvw), rowPtr(vt, starts[j], kvw)
+		}
+		if p == 0 {
+			pa, pb = 0, 0
+		} else if dt != tensor.BF16 || dtb != tensor.BF16 || pa%16 != 0 || pb%16 != 0 {
+			fast = false
+		}
+		maxP = max(maxP, p)
+		descs[i].set(starts[i], s.Len, p, dt, 0, dtb, pa, pb)
+	}
+	var y *Tensor
+	err = b.run(func(s *scope) error {
+		var err error
+		if y, err = s.out(act(qt.dtype), n, c.Heads*d); err != nil || n == 0 {
+			return err
+		}
+		db, err := s.ints(flat(descs))
+		if err != nil {
+			return err
+		}
+		if fast {
+			return s.flashSegs(y, qt, kt, vt, db, segs, maxP, c)
+		}
+		rs, err := s.ints(rowSegs(segs, n))
+		if err != nil {
+			return err
+		}
+		s.q.args.Reset()
+		s.q.put(y.Operand()).put(qt.Operand()).put(kt.Operand()).put(vt.Operand())
+		s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(c.Heads)).I32(int32(c.KVHeads)).I32(int32(d)).F32(c.Scale)
+		jobs := n * c.Heads
+		return s.q.launch("segs", "attention_segs", cudrv.Dim3{X: (jobs + 3) / 4, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+	})
+	return result(y, err)
+}
+
+// flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (descriptors at db), splitting
+// the keys when the blocks leave the GPU under-filled and the longest prefix is long, then attn_combine.
+func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segment, maxP int, c tensor.AttentionConfig) error {
+	q := s.q
+	var blocks []int32
+	for i, sg := range segs {
+		for tile := 0; tile*64 < sg.Len; tile++ {
+			blocks = append(blocks, int32(i), int32(tile))
+		}
+	}
+	nb := len(blocks) / 2
+	n, h, d := y.shape[0], c.Heads, c.HeadDim
+	bb, err := s.ints(blocks)
+	if err != nil {
+		return err
+	}
+	splits := flashSplits(nb*h, maxP, q.d.info.SMs)
+	var part, ml cu.DevicePtr
+	if splits > 1 {
+		pn := int64(splits) * int64(n) * int64(h) * int64(d) * 4
+		if err := q.ReserveWorkspace(pn + int64(splits)*int64(n)*int64(h)*8); err != nil {
+			return err
+		}
+		part, ml = q.d.ws.Ptr, q.d.ws.Ptr+cu.DevicePtr(pn)
+	}
+	log2e := float32(1.4426950408889634)
+	q.args.Reset()
+	q.put(y.Operand())
+	q.args.Ptr(part).Ptr(ml).Ptr(qt.buf.Ptr).Ptr(kt.buf.Ptr).Ptr(vt.buf.Ptr).Ptr(db.Ptr).Ptr(bb.Ptr)
+	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale * log2e).I32(int32(splits))
+	name := fmt.Sprintf("flash_attn_segs_d%d", d)
+	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h, Z: splits}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
+		return err
+	}
+	if splits == 1 {
+		return nil
+	}
+	q.args.Reset()
+	q.put(y.Operand())
+	q.args.Ptr(part).Ptr(ml).I32(int32(n)).I32(int32(h)).I32(int32(d)).I32(int32(splits))
+	return q.launch("flash", "attn_combine", cudrv.Dim3{X: n, Y: h, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0)
+}
+
+// CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
+// history (a cached state, or the last inputs of another segment of the call, read in place); the kept histories
+// keep x's type and are written by one launch.
+func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment) (tensor.Tensor, []tensor.Tensor, error) {
+	const op = "CausalConv1dSiLUSegments"
+	xt, err := b.matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, ch := xt.shape[0], xt.shape[1]
+	wt, err := b.matrix(op, "w", w, ch, -1)
+	if err != nil {
+		return nil, nil, err
+	}
+	kw := wt.shape[1]
+	if kw < 1 {
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+	}
+	starts, err := checkSegs(op, segs, n, len(states))
+	if err != nil {
+		return nil, nil, err
+	}
+	sts := make([]*Tensor, len(states))
+	for i, st := range states {
+		if sts[i], err = b.matrix(op, fmt.Sprintf("states[%d]", i), st, kw-1, ch); err != nil {
+			return nil, nil, err
+		}
+	}
+	descs := make([]segDesc, len(segs))
+	for i, s := range segs {
+		var p, first int
+		var dt tensor.DType
+		var pa cu.DevicePtr
+		switch s.From {
+		case tensor.FromPrefix:
+			dt, pa = sts[s.Index].dtype, sts[s.Index].buf.Ptr
+		case tensor.FromSegment:
+			j := s.Index
+			dt, pa = xt.dtype, xt.buf.Ptr
+			p, first = starts[j]+segs[j].Len-(kw-1), max(0, kw-1-segs[j].Len)
+		}
+		descs[i].set(starts[i], s.Len, p, dt, first, dt, pa, 0)
+	}
+	kept := make([]tensor.Tensor, len(segs))
+	var y *Tensor
+	err = b.run(func(s *scope) error {
+		var err error
+		if y, err = s.out(act(xt.dtype), n, ch); err != nil {
+			return err
+		}
+		var keep []int32
+		for i, sg := range segs {
+			if !sg.Keep {
+				continue
+			}
+			t, err := s.out(xt.dtype, kw-1, ch)
+			if err != nil {
+				return err
+			}
+			kept[i] = t
+			if kw > 1 && ch > 0 {
+				keep = append(keep, int32(i), 0, int32(uint32(t.buf.Ptr)), int32(uint32(uint64(t.buf.Ptr)>>32)))
+			}
+		}
+		if ch == 0 || (n == 0 && len(keep) == 0) {
+			return nil
+		}
+		db, err := s.ints(flat(descs))
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			rs, err := s.ints(rowSegs(segs, n))
+			if err != nil {
+				return err
+			}
+			s.q.args.Reset()
+			s.q.put(y.Operand()).put(xt.Operand()).put(wt.Operand())
+			s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(ch)).I32(int32(kw))
+			if err := s.q.launch("segs", "conv1d_silu_segs", gridFor(int64(n)*int64(ch), 256, s.q.d.info.SMs), block256, 0); err != nil {
+				return err
+			}
+		}
+		if len(keep) == 0 {
+			return nil
+		}
+		kb, err := s.ints(keep)
+		if err != nil {
+			return err
+		}
+		s.q.args.Reset()
+		s.q.put(xt.Operand())
+		s.q.args.Ptr(db.Ptr).Ptr(kb.Ptr).I32(int32(ch)).I32(int32(kw))
+		hn := (kw - 1) * ch
+		return s.q.launch("segs", "conv_keep_segs", cudrv.Dim3{X: min((hn+255)/256, 64), Y: len(keep) / 4, Z: 1}, block256, 0)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return y, kept, nil
+}
+
+// GatedDeltaRuleSegments runs the gated delta rule over segments that each start from their own state, read in
+// place: one launch for the segments starting from nothing or from a cached state, then one for those continuing
+// another segment of the call, which read that segment's final state (a kept state, or a temporary one).
+func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
+	const op = "GatedDeltaRuleSegments"
+	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
+		return nil, nil, fmt.Errorf("cuda: %s: bad config %+v", op, c)
+	}
+	hk, hv, dk, dv := c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim
+	width := 2*hk*dk + hv*dv
+	xt, err := b.matrix(op, "qkv", qkv, -1, width)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := xt.shape[0]
+	gt, err := b.matrix(op, "g", g, n, hv)
+	if err != nil {
+		return nil, nil, err
+	}
+	bt, err := b.matrix(op, "beta", beta, n, hv)
+	if err != nil {
+		return nil, nil, err
+	}
+	starts, err := checkSegs(op, segs, n, len(states))
+	if err != nil {
+		return nil, nil, err
+	}
+	sts := make([]*Tensor, len(states))
+	for i, st := range states {
+		if sts[i], err = b.get(op, fmt.Sprintf("states[%d]", i), st); err != nil {
+			return nil, nil, err
+		}
+		if sh := sts[i].shape; len(sh) != 3 || sh[0] != hv || sh[1] != dk || sh[2] != dv {
+			return nil, nil, &tensor.ShapeError{Op: op, Arg: fmt.Sprintf("states[%d]", i), Shape: sh, Want: dims(hv, dk, dv)}
+		}
+	}
+	shared := deltaShared(dk)
+	reg := dk == 32 || dk == 64 || dk == 128
+	if lim := max(48<<10, b.dev.info.SharedOptin); !reg && shared > lim {
+		return nil, nil, fmt.Errorf("cuda: %s: d_k = %d needs %d bytes of shared memory, the device allows %d", op, dk, shared, lim)
+	}
+	referenced := make([]bool, len(segs))
+	for _, s := range segs {
+		if s.From == tensor.FromSegment {
+			referenced[s.Index] = true
+		}
+	}
+	kept := make([]tensor.Tensor, len(segs))
+	var o *Tensor
+	err = b.run(func(s *scope) error {
+		var err error
+		if o, err = s.out(act(xt.dtype), n, hv*dv); err != nil {
+			return err
+		}
+		size := int64(hv) * int64(dk) * int64(dv) * 4
+		finals := make([]cu.DevicePtr, len(segs))
+		for i, sg := range segs {
+			switch {
+			case sg.Keep:
+				t, err := s.out(tensor.F32, hv, dk, dv)
+				if err != nil {
+					return err
+				}
+				kept[i], finals[i] = t, t.buf.Ptr
+			case referenced[i]:
+				buf, err := s.temp(size)
+				if err != nil {
+					return err
+				}
+				finals[i] = buf.Ptr
+			}
+		}
+		for _, second := range []bool{false, true} {
+			var descs []segDesc
+			for i, sg := range segs {
+				if (sg.From == tensor.FromSegment) != second {
+					continue
+				}
+				var d segDesc
+				switch sg.From {
+				case tensor.FromZero:
+					d.set(starts[i], sg.Len, 0, tensor.F32, 0, tensor.F32, 0, finals[i])
+				case tensor.FromPrefix:
+					st := sts[sg.Index]
+					d.set(starts[i], sg.Len, 0, st.dtype, 0, tensor.F32, st.buf.Ptr, finals[i])
+				case tensor.FromSegment:
+					d.set(starts[i], sg.Len, 0, tensor.F32, 0, tensor.F32, finals[sg.Index], finals[i])
+				}
+				descs = append(descs, d)
+			}
+			if len(descs) == 0 {
+				continue
+			}
+			db, err := s.ints(flat(descs))
+			if err != nil {
+				return err
+			}
+			qq := s.q
+			qq.args.Reset()
+			qq.put(o.Operand()).put(xt.Operand()).put(gt.Operand()).put(bt.Operand())
+			qq.args.Ptr(db.Ptr).I32(int32(hk)).I32(int32(hv))
+			grid := cudrv.Dim3{X: (dv + 31) / 32, Y: hv, Z: len(descs)}
+			if reg {
+				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0
+				qq.args.I32(int32(dv)).I32(b2i(vec))
+				err = qq.launch("delta", fmt.Sprintf("delta_rule_segs_reg_dk%d", dk), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, deltaRegShared(dk))
+			} else {
+				qq.args.I32(int32(dk)).I32(int32(dv))
+				err = qq.launch("delta", "delta_rule_segs_rec", grid, cudrv.Dim3{X: 32, Y: 1, Z: 1}, shared)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return o, kept, nil
+}
+
+// SliceRows copies rows [lo, hi) of a matrix into a new tensor of its type with one device-to-device copy.
+func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) {
+	const op = "SliceRows"
+	xt, err := b.matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	m, w := xt.shape[0], xt.shape[1]
+	if lo < 0 || hi < lo || hi > m {
+		return nil, fmt.Errorf("cuda: %s: rows [%d, %d) outside the %d rows of x", op, lo, hi, m)
+	}
+	var y *Tensor
+	err = b.run(func(s *scope) error {
+		var err error
+		if y, err = s.out(xt.dtype, hi-lo, w); err != nil || hi == lo || w == 0 {
+			return err
+		}
+		n := int64(hi-lo) * int64(w) * elemSize(xt.dtype)
+		return cudrv.Wrap("cuMemcpyDtoDAsync", cu.MemcpyDtoDAsync(y.buf.Ptr, rowPtr(xt, lo, w), n, s.q.s))
+	})
+	return result(y, err)
+}
+
+// Pointers computes Kev's option probabilities for several questions over the same hidden states: the
+// projections of every question's rows in one launch and one read-back, the logits and softmax on the host in
+// fp32 exactly as Pointer does.
+func (b *Backend) Pointers(h tensor.Tensor, p *tensor.PointerHead, qs []tensor.PointerQuery) ([][]float32, error) {
+	const op = "Pointers"
+	if p == nil {
+		return nil, fmt.Errorf("cuda: %s: nil head", op)
+	}
+	ht, err := b.matrix(op, "h", h, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	n, d := ht.shape[0], ht.shape[1]
+	wq, err := b.matrix(op, "Wq", p.Wq, -1, d)
+	if err != nil {
+		return nil, err
+	}
+	dp := wq.shape[0]
+	wk, err := b.matrix(op, "Wk", p.Wk, dp, d)
+	if err != nil {
+		return nil, err
+	}
+	bq, err := b.vector(op, "Bq", p.Bq, dp)
+	if err != nil {
+		return nil, err
+	}
+	bk, err := b.vector(op, "Bk", p.Bk, dp)
+	if err != nil {
+		return nil, err
+	}
+	if dp == 0 || d == 0 {
+		return nil, &tensor.ShapeError{Op: op, Arg: "Wq", Shape: wq.shape, Want: "a non-empty [dp, d]"}
+	}
+	if len(qs) == 0 {
+		return [][]float32{}, nil
+	}
+	rows := make([]int32, 0, len(qs))
+	for i, q := range qs {
+		if q.Decide < 0 || q.Decide >= n {
+			return nil, fmt.Errorf("cuda: %s: query %d: decide = %d outside the %d rows of h", op, i, q.Decide, n)
+		}
+		if len(q.Opts) == 0 {
+			return nil, fmt.Errorf("cuda: %s: query %d: no options", op, i)
+		}
+		rows = append(rows, int32(q.Decide))
+	}
+	for i, q := range qs {
+		for j, o := range q.Opts {
+			if o < 0 || o >= n {
+				return nil, fmt.Errorf("cuda: %s: query %d: opts[%d] = %d outside the %d rows of h", op, i, j, o, n)
+			}
+			rows = append(rows, int32(o))
+		}
+	}
+	proj := make([]float32, len(rows)*dp)
+	err = b.run(func(s *scope) error {
+		rb, err := s.ints(rows)
+		if err != nil {
+			return err
+		}
+		out, err := s.temp(4 * int64(len(proj)))
+		if err != nil {
+			return err
+		}
+		s.q.args.Reset()
+		s.q.args.Ptr(out.Ptr)
+		s.q.put(ht.Operand())
+		s.q.args.Ptr(rb.Ptr).I32(int32(len(rows))).I32(int32(len(qs)))
+		s.q.put(wq.Operand()).put(bq.Operand()).put(wk.Operand()).put(bk.Operand())
+		s.q.args.I32(int32(d)).I32(int32(dp))
+		if err := s.q.launch("segs", "pointer_proj_q", cudrv.Dim3{X: (len(rows)*dp + 7) / 8, Y: 1, Z: 1}, block256, 0); err != nil {
+			return err
+		}
+		return s.q.Download(unsafe.Slice((*byte)(unsafe.Pointer(&proj[0])), 4*len(proj)), out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(qs))
+	next := len(qs)
+	for i, q := range qs {
+		out[i] = pointerSoftmax(proj[i*dp:(i+1)*dp], proj[next*dp:(next+len(q.Opts))*dp], dp, p)
+		next += len(q.Opts)
+	}
+	return out, nil
+}
+
+// pointerSoftmax returns softmax_j((x_j·x_q)·Scale/Temperature) for the query projection xq and the option
+// projections keys ([opts, dp]), in the order of operations of Pointer.
+func pointerSoftmax(xq, keys []float32, dp int, p *tensor.PointerHead) []float32 {
+	temp := p.Temperature
+	if temp == 0 {
+		temp = 1
+	}
+	logits := make([]float32, len(keys)/dp)
+	maxv := float32(math.Inf(-1))
+	for j := range logits {
+		xk := keys[j*dp : (j+1)*dp]
+		var z float32
+		for i := range xk {
+			z += xk[i] * xq[i]
+		}
+		z *= p.Scale
+		if temp != 1 {
+			z /= temp
+		}
+		logits[j] = z
+		maxv = max(maxv, z)
+	}
+	var sum float32
+	for j, z := range logits {
+		logits[j] = float32(math.Exp(float64(z - maxv)))
+		sum += logits[j]
+	}
+	for j := range logits {
+		logits[j] /= sum
+	}
+	return logits
+}

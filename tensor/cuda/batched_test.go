@@ -1,0 +1,324 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/tensor"
+	"github.com/kevgo/kev/tensor/cpu"
+)
+
+// bf16Pair uploads the same bf16-rounded random values to the GPU (as BF16) and to the CPU backend (as F32).
+func bf16Pair(t *testing.T, r *rand.Rand, gb *Backend, cb tensor.Backend, scale float64, shape ...int) (g, c tensor.Tensor) {
+	t.Helper()
+	v := randVals(r, tensor.Numel(shape), scale)
+	bits := make([]uint16, len(v))
+	for i, x := range v {
+		bits[i] = half.BF16FromF32(x)
+		v[i] = half.BF16ToF32(bits[i])
+	}
+	g, err := gb.FromBits(tensor.BF16, shape, bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = cb.FromFloat32(shape, v); err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+// f32Pair uploads the same random fp32 values to both backends.
+func f32Pair(t *testing.T, gb *Backend, cb tensor.Backend, v []float32, shape ...int) (g, c tensor.Tensor) {
+	t.Helper()
+	g, err := gb.FromFloat32(shape, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = cb.FromFloat32(shape, v); err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+// fastSegs mixes new segments longer than a 64-row tile, rows continuing prefixes (one long enough for the key
+// splits) and rows continuing the new segments, an empty segment and kept states.
+func fastSegs() (prefixLens []int, segs []tensor.Segment) {
+	return []int{300, 37, 1100}, []tensor.Segment{
+		{Len: 130, From: tensor.FromZero, Keep: true},
+		{Len: 40, From: tensor.FromPrefix, Index: 2},
+		{Len: 9, From: tensor.FromSegment, Index: 0},
+		{Len: 70, From: tensor.FromZero},
+		{Len: 0, From: tensor.FromPrefix, Index: 1, Keep: true},
+		{Len: 40, From: tensor.FromSegment, Index: 3, Keep: true},
+		{Len: 1, From: tensor.FromPrefix, Index: 0},
+		{Len: 65, From: tensor.FromPrefix, Index: 1},
+	}
+}
+
+// TestSegmentsFast checks the bf16 paths of tensor.Batched (tiled attention with per-segment prefixes and key
+// splits, the register-state delta rule in two phases) against the CPU backend on the same bf16 values.
+func TestSegmentsFast(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	cb := cpu.New()
+	prefixLens, segs := fastSegs()
+	n := 0
+	for _, s := range segs {
+		n += s.Len
+	}
+	for _, c := range []tensor.AttentionConfig{{Heads: 8, KVHeads: 2, HeadDim: 256}, {Heads: 4, KVHeads: 4, HeadDim: 64}, {Heads: 6, KVHeads: 2, HeadDim: 128}} {
+		t.Run(fmt.Sprintf("attention/D%d", c.HeadDim), func(t *testing.T) {
+			c.Scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+			qw, kvw := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+			qg, qc := bf16Pair(t, r, gb, cb, 2, n, qw)
+			kg, kc := bf16Pair(t, r, gb, cb, 2, n, kvw)
+			vg, vc := bf16Pair(t, r, gb, cb, 1, n, kvw)
+			var kpg, vpg, kpc, vpc []tensor.Tensor
+			for _, p := range prefixLens {
+				a, b := bf16Pair(t, r, gb, cb, 2, p, kvw)
+				kpg, kpc = append(kpg, a), append(kpc, b)
+				a, b = bf16Pair(t, r, gb, cb, 1, p, kvw)
+				vpg, vpc = append(vpg, a), append(vpc, b)
+			}
+			want, err := cb.AttentionSegments(qc, kc, vc, kpc, vpc, segs, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHidden(t, "o", cb, want, gb, got, 2e-2)
+			gb.Free(append(append(kpg, vpg...), qg, kg, vg, got)...)
+		})
+	}
+	for _, dk := range []int{128, 64} {
+		t.Run(fmt.Sprintf("delta/dk%d", dk), func(t *testing.T) {
+			c := tensor.DeltaConfig{KeyHeads: 2, ValueHeads: 4, KeyDim: dk, ValueDim: 96}
+			width := 2*c.KeyHeads*dk + c.ValueHeads*c.ValueDim
+			xg, xc := bf16Pair(t, r, gb, cb, 1, n, width)
+			gv := randVals(r, n*c.ValueHeads, 1)
+			for i := range gv {
+				gv[i] = -gv[i] * gv[i] * 0.3
+			}
+			bv := randVals(r, n*c.ValueHeads, 0.5)
+			for i := range bv {
+				bv[i] += 0.5
+			}
+			gg, gc := f32Pair(t, gb, cb, gv, n, c.ValueHeads)
+			bg, bc := f32Pair(t, gb, cb, bv, n, c.ValueHeads)
+			var sg, sc []tensor.Tensor
+			for range prefixLens {
+				a, b := f32Pair(t, gb, cb, randVals(r, c.ValueHeads*dk*c.ValueDim, 0.5), c.ValueHeads, dk, c.ValueDim)
+				sg, sc = append(sg, a), append(sc, b)
+			}
+			want, wk, err := cb.GatedDeltaRuleSegments(xc, gc, bc, sc, segs, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gk, err := gb.GatedDeltaRuleSegments(xg, gg, bg, sg, segs, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHidden(t, "o", cb, want, gb, got, 1e-2)
+			for i := range segs {
+				if (wk[i] == nil) != (gk[i] == nil) {
+					t.Fatalf("segment %d: kept %v on cpu, %v on cuda", i, wk[i] != nil, gk[i] != nil)
+				}
+				if wk[i] != nil {
+					compareHidden(t, fmt.Sprintf("state%d", i), cb, wk[i], gb, gk[i], 1e-3)
+				}
+			}
+			gb.Free(append(append(sg, gk...), xg, gg, bg, got)...)
+		})
+	}
+}
+
+// TestForwardBatchedMatchesCPU runs layers.Model.Forward on a batch of new states (kept and not) and question rows
+// continuing cached states and the batch's new states, on "cpu" and "cuda", and compares the hidden states and
+// the kept states (through rows continuing them). Bounds as in TestModelMatchesCPU.
+func TestForwardBatchedMatchesCPU(t *testing.T) {
+	tols := map[string]float64{"odd": 6e-2, "aligned": 2e-2}
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	cb := cpu.New()
+	for name, c := range modelConfigs() {
+		tol := tols[name]
+		t.Run(name, func(t *testing.T) {
+			w := modelWeights(r, c)
+			mc, err := layers.New(cb, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mg, err := layers.New(gb, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cachedIDs := [][]int32{randomIDs(r, 90, c.VocabSize), randomIDs(r, 5, c.VocabSize)}
+			var cachedC, cachedG []*layers.State
+			for _, ids := range cachedIDs {
+				sc, hc, err := mc.Prefill(ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sc.Free()
+				sg, hg, err := mg.Prefill(ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sg.Free()
+				cb.Free(hc)
+				gb.Free(hg)
+				cachedC, cachedG = append(cachedC, sc), append(cachedG, sg)
+			}
+			batch := func(cached []*layers.State) *layers.Batch {
+				rr := rand.New(rand.NewPCG(7, 11)) // the same tokens for both backends
+				ids := func(n int) []int32 { return randomIDs(rr, n, c.VocabSize) }
+				return &layers.Batch{
+					New: []layers.NewState{{IDs: ids(75), Keep: true}, {IDs: ids(2)}, {IDs: ids(40), Keep: true}},
+					Rows: []layers.Row{
+						{IDs: ids(7), Cached: cached[0]}, {IDs: ids(1), New: 0}, {IDs: ids(12), New: 1},
+						{IDs: ids(30), Cached: cached[1]}, {IDs: ids(5), New: 0}, {IDs: ids(66), Cached: cached[0]},
+						{IDs: ids(3), New: 2},
+					},
+				}
+			}
+			oc, err := mc.Forward(batch(cachedC))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer oc.Free()
+			var og *layers.Output
+			if err := tensor.Run(gb, func() error {
+				var err error
+				og, err = mg.Forward(batch(cachedG))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer og.Free()
+			if len(oc.Hidden) != len(og.Hidden) {
+				t.Fatalf("%d hidden parts on cpu, %d on cuda", len(oc.Hidden), len(og.Hidden))
+			}
+			for i := range oc.Hidden {
+				compareHidden(t, fmt.Sprintf("hidden%d", i), cb, oc.Hidden[i], gb, og.Hidden[i], tol)
+			}
+			for i := range oc.States {
+				if (oc.States[i] == nil) != (og.States[i] == nil) {
+					t.Fatalf("new state %d: kept %v on cpu, %v on cuda", i, oc.States[i] != nil, og.States[i] != nil)
+				}
+				if oc.States[i] == nil {
+					continue
+				}
+				defer oc.States[i].Free()
+				defer og.States[i].Free()
+				rows := [][]int32{randomIDs(r, 9, c.VocabSize)}
+				rc, err := mc.ContinueRows(oc.States[i], rows)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rg, err := mg.ContinueRows(og.States[i], rows)
+				if err != nil {
+					t.Fatal(err)
+				}
+				compareHidden(t, fmt.Sprintf("state%d/rows", i), cb, rc, gb, rg, tol)
+				gb.Free(rg)
+			}
+		})
+	}
+}
+
+// BenchmarkSegments times the batched operations at Kev-4B's shapes (attention 16 heads over 4 KV heads of 256;
+// delta rule 16 key and 32 value heads of 128) for a pass of one new 370-token state with 5 rows of 40 continuing
+// it and 5 rows of 40 continuing a cached 2,200-token state: wall time per call including the stream's drain.
+func BenchmarkSegments(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	gb := NewOn(dev)
+	defer gb.Trim()
+	segs := []tensor.Segment{{Len: 370, Keep: true}}
+	for i := 0; i < 5; i++ {
+		segs = append(segs, tensor.Segment{Len: 40, From: tensor.FromSegment})
+	}
+	for i := 0; i < 5; i++ {
+		segs = append(segs, tensor.Segment{Len: 40, From: tensor.FromPrefix})
+	}
+	n := 370 + 400
+	up := func(scale float64, shape ...int) tensor.Tensor {
+		v := randVals(r, tensor.Numel(shape), scale)
+		bits := make([]uint16, len(v))
+		for i, x := range v {
+			bits[i] = half.BF16FromF32(x)
+		}
+		t, err := gb.FromBits(tensor.BF16, shape, bits)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	sync := func() {
+		if err := gb.dev.Do(func(q *Queue) error { return q.Sync() }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("attention", func(b *testing.B) {
+		c := tensor.AttentionConfig{Heads: 16, KVHeads: 4, HeadDim: 256, Scale: 1.0 / 16}
+		q, k, v := up(1, n, 16*256), up(1, n, 4*256), up(1, n, 4*256)
+		kp, vp := up(1, 2200, 4*256), up(1, 2200, 4*256)
+		b.ResetTimer()
+		for range b.N {
+			o, err := gb.AttentionSegments(q, k, v, []tensor.Tensor{kp}, []tensor.Tensor{vp}, segs, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sync()
+			gb.Free(o)
+		}
+	})
+	b.Run("delta", func(b *testing.B) {
+		c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+		x := up(1, n, 2*16*128+32*128)
+		g, err := gb.FromFloat32([]int{n, 32}, make([]float32, n*32))
+		if err != nil {
+			b.Fatal(err)
+		}
+		beta, err := gb.FromFloat32([]int{n, 32}, randVals(r, n*32, 0.5))
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := gb.FromFloat32([]int{32, 128, 128}, randVals(r, 32*128*128, 0.1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			o, kept, err := gb.GatedDeltaRuleSegments(x, g, beta, []tensor.Tensor{st}, segs, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sync()
+			gb.Free(append(kept, o)...)
+		}
+	})
+	b.Run("conv", func(b *testing.B) {
+		ch := 2*16*128 + 32*128
+		x, w := up(1, n, ch), up(0.5, ch, 4)
+		st := up(1, 3, ch)
+		b.ResetTimer()
+		for range b.N {
+			y, kept, err := gb.CausalConv1dSiLUSegments(x, w, []tensor.Tensor{st}, segs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sync()
+			gb.Free(append(kept, y)...)
+		}
+	})
+}
