@@ -188,6 +188,17 @@ func TestGEMM(t *testing.T) {
 		{M: 100, N: 2568, K: 2504, kern: gemmWG128, splits: 5, res: true},
 		{M: 513, N: 392, K: 1000, kern: gemmWG128, splits: 1, ldx: 1016, f32: true},
 		{M: 256, N: 520, K: 9216},
+		{M: 1, N: 264, K: 392, kern: gemmStream},
+		{M: 2, N: 8, K: 128, kern: gemmStream},
+		{M: 3, N: 128, K: 256, kern: gemmStream, splits: 7},
+		{M: 5, N: 1032, K: 1000, kern: gemmStream, splits: 3, ldx: 1016, res: true},
+		{M: 16, N: 2568, K: 2560, kern: gemmStream, res: true, self: true},
+		{M: 17, N: 520, K: 2504, kern: gemmStream, splits: 4, ldy: 528, f32: true},
+		{M: 33, N: 136, K: 8, kern: gemmStream},
+		{M: 63, N: 1024, K: 1024, kern: gemmStream, splits: 8, ldy: 1032, res: true, self: true},
+		{M: 64, N: 1032, K: 9216, kern: gemmStream},
+		{M: 100, N: 392, K: 1000, kern: gemmStream, splits: 2, f32: true, res: true},
+		{M: 128, N: 264, K: 4096, kern: gemmStream, splits: 5, ldx: 4104},
 	}
 	r := newRand(t)
 	for _, c := range cases {

@@ -44,9 +44,10 @@ type GEMM struct {
 	LdY     int // elements between Y (and R) rows; 0 means N
 	F32Out  bool
 
-	kern   gemmKernel // 0: choose (tests force one)
-	tile   int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
-	splits int        // 0: choose; ≥ 1 (tests)
+	kern     gemmKernel // 0: choose (tests force one)
+	tile     int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
+	splits   int        // 0: choose; ≥ 1 (tests)
+	noStream bool       // plan as if the streaming kernel did not exist (benchmarks)
 }
 
 // gemmKernel names a GEMM kernel family.
@@ -58,11 +59,12 @@ const (
 	gemmMMA128            // mma.sync, 128×128 tiles, 4 stages (compute_80)
 	gemmWG128             // wgmma + TMA, 128×128 tiles, 6 stages, warp-specialised (sm_90a)
 	gemmWG256             // wgmma + TMA, 128×256 tiles, 4 stages, warp-specialised (sm_90a)
+	gemmStream            // weight streaming, 128 W rows per block, M ≤ 128 (compute_80; gemm_stream.go)
 )
 
 // String returns the kernel's short name, as the benchmarks print it.
 func (k gemmKernel) String() string {
-	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256"}[k]
+	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream"}[k]
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -95,6 +97,9 @@ func (d *Device) sms() int {
 // longer, and the whole call takes at least W's bytes at 4 TB/s. Elsewhere: the 128×128 mma.sync tile when it
 // fills the GPU four times over, else 64×64 with split-K.
 func (d *Device) plan(g *GEMM) gemmPlan {
+	if p, ok := d.planStream(g); ok {
+		return p
+	}
 	sms := d.sms()
 	kern := g.kern
 	switch {
