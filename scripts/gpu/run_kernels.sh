@@ -45,7 +45,7 @@ bins=(bin/*.test)
 if [ ${#bins[@]} -eq 0 ]; then echo "no bin/*.test: build them first (see the top of this script)"; exit 2; fi
 memcheck_run() {
   case "$1" in
-    cuda) echo 'TestConformance|TestBF16Ops|TestModelMatchesCPU|TestRun$|TestRunExclusive|TestGEMM$|TestRMSNorm|TestEmbedding|TestSwiGLU|TestSigmoidGate|TestGEMMArgErrors|TestDeltaRuleFast|TestFlashAttention' ;;
+    cuda) echo 'TestConformance|TestBF16Ops|TestModelMatchesCPU|TestRun$|TestRunExclusive|TestGEMM$|TestRMSNorm|TestEmbedding|TestSwiGLU|TestSigmoidGate|TestGEMMArgErrors|TestDeltaRuleFast|TestFlashAttention|TestSegmentsFast|TestForwardBatchedMatchesCPU' ;;
     *) echo . ;;
   esac
 }
