@@ -10,12 +10,13 @@ const (
 	streamRows  = 128 // W rows (output columns) per block
 	streamStep  = 128 // k per step
 	streamMaxM  = 128 // largest M the kernel takes (8 m16 tiles)
-	streamAutoM = 64  // largest M the planner gives it by default
+	streamAutoM = 16  // largest M the planner gives it: measured faster than the wgmma path up to 16, slower from 32
 
-	streamBW   = 3.8e12 // bytes/s the whole GPU streams W at, at best
-	streamSMBW = 60e9   // bytes/s one multiprocessor streams at, at best
-	streamL2BW = 3e12   // bytes/s for the split-K partial sums (written and read back through L2)
-	streamTail = 2e-6   // s, the last split's reduction and its wait
+	// Cost model, fitted to the split sweeps of BenchmarkGEMMSmall at M = 16 on the H200 (NOTES-perf.md, v5).
+	streamBW    = 2.7e12 // bytes/s of W for the whole GPU
+	streamCTABW = 27e9   // bytes/s of W for one block (one step of each warp in flight)
+	streamL2BW  = 3e12   // bytes/s for the split-K partial sums (written and read back through L2)
+	streamTail  = 1e-6   // s, the last split's reduction
 )
 
 // streamTiles returns the number of m16 tiles the kernel instance for M rows has: 1, 2, 4 or 8.
@@ -28,13 +29,16 @@ func streamTiles(M int) int {
 }
 
 // streamCost models the time of the streaming GEMM with the given splits (each of tps steps of 128 k) on sms
-// multiprocessors: W at streamBW overall, each multiprocessor's share of blocks at streamSMBW, plus the partial
-// sums' round trip and the finishing tail when split.
+// multiprocessors: W at streamBW overall, or the busiest multiprocessor's waves of resident blocks at streamCTABW
+// each, whichever is longer, plus the partial sums' round trip and the finishing tail when split.
 func streamCost(M, N, K, sms, splits, tps int) float64 {
+	resident := 2 // blocks per multiprocessor (registers, shared memory)
+	if streamTiles(M) == 8 {
+		resident = 1
+	}
 	blocks := (N + streamRows - 1) / streamRows * splits
-	w := float64(N) * float64(K) * 2
-	perSM := float64((blocks+sms-1)/sms) * float64(tps) * streamRows * streamStep * 2
-	t := max(w/streamBW, perSM/streamSMBW)
+	waves := (blocks + sms*resident - 1) / (sms * resident)
+	t := max(float64(N)*float64(K)*2/streamBW, float64(waves*tps)*streamRows*streamStep*2/streamCTABW)
 	if splits > 1 {
 		t += float64(M)*float64(N)*8*float64(splits)/streamL2BW + streamTail
 	}
