@@ -44,6 +44,10 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("cudrv: %s: %s (%d): %s", e.Op, e.Name, int(e.Code), e.Msg)
 }
 
+// OutOfMemory reports whether the driver ran out of device memory (CUDA_ERROR_OUT_OF_MEMORY), so that callers
+// such as the predictor's prefix-cache retry can tell exhaustion from other failures.
+func (e *Error) OutOfMemory() bool { return e.Code == 2 }
+
 // ErrorName returns the driver's name for code (cuGetErrorName), or "CUDA_ERROR_<code>" if it has none.
 func ErrorName(code Result) string {
 	var p *C.char

@@ -54,6 +54,14 @@ func TestErrors(t *testing.T) {
 	if got := ErrorString(2); !strings.Contains(strings.ToLower(got), "memory") {
 		t.Errorf("ErrorString(2) = %q", got)
 	}
+	oom := &Error{Op: "cuMemAlloc", Code: 2, Name: ErrorName(2)}
+	var o interface{ OutOfMemory() bool }
+	if !errors.As(fmt.Errorf("pass: %w", oom), &o) || !o.OutOfMemory() {
+		t.Errorf("code 2 is not reported as out of memory")
+	}
+	if (&Error{Code: 1}).OutOfMemory() {
+		t.Errorf("code 1 reported as out of memory")
+	}
 	err := Wrap("cuMemAlloc", errors.New("plain"))
 	if err == nil || !strings.Contains(err.Error(), "cuMemAlloc") {
 		t.Errorf("Wrap(plain) = %v", err)
