@@ -12,4 +12,5 @@ require (
 require (
 	github.com/google/uuid v1.1.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 )

@@ -32,6 +32,8 @@ type Backend struct {
 	// Threads is the number of goroutines an operation may use; New sets it
 	// to GOMAXPROCS.
 	Threads int
+
+	generic bool // use the plain Go MatMul kernel even where a faster one exists
 }
 
 // New returns a CPU backend using all available cores.

@@ -2,12 +2,17 @@ package cpu
 
 import "github.com/kevgo/kev/tensor"
 
+// fastMatMul, when not nil, is the vectorised kernel chosen at start-up for
+// this processor (see matmul_amd64.go); it has the contract of matmulGo.
+var fastMatMul func(b *Backend, xs []float32, w *Tensor, m, n, k int, ys []float32)
+
 // MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type.
 //
-// The work is split over the weight rows (each goroutine owns a band of
-// output columns). Inside a band, four weight rows at a time are widened to
-// float32 and multiplied against four rows of x at a time with sixteen
-// scalar accumulators; the sums run in index order over K.
+// On amd64 processors with AVX2 and FMA the product runs in an assembly
+// kernel (fused multiply-adds, eight lanes per row, K in blocks); elsewhere,
+// or with the backend's generic flag set, in the plain Go kernel. Both split
+// the work over the weight rows (each goroutine owns a band of output
+// columns) and widen 16-bit weights to float32 exactly.
 func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	xt, err := matrix("MatMul", "x", x, -1, -1)
 	if err != nil {
@@ -23,10 +28,23 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	}
 	n := wt.shape[0]
 	out := newF32(m, n)
-	if m == 0 || n == 0 {
+	if m == 0 || n == 0 || k == 0 {
 		return out, nil
 	}
-	xs, ys := xt.f32, out.f32
+	if fastMatMul != nil && !b.generic {
+		fastMatMul(b, xt.f32, wt, m, n, k, out.f32)
+	} else {
+		b.matmulGo(xt.f32, wt, m, n, k, out.f32)
+	}
+	return out, nil
+}
+
+// matmulGo sets ys [m, n] to xs [m, k] · wᵀ in plain Go.
+//
+// Inside a band, four weight rows at a time are widened to float32 and
+// multiplied against four rows of x at a time with sixteen scalar
+// accumulators; the sums run in index order over K.
+func (b *Backend) matmulGo(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
 	work := func(lo, hi int) {
 		var buf []float32
 		if wt.dtype != tensor.F32 {
@@ -65,7 +83,6 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	} else {
 		b.parallel(n, 4, work)
 	}
-	return out, nil
 }
 
 // kernel4x4 computes y[r*ldy+c] = x_r · w_c for four rows of x (stride k)

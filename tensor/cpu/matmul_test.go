@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -36,5 +38,133 @@ func benchMM(bn *testing.B, m, n, k int, dt tensor.DType) {
 	}
 	bn.ReportMetric(float64(2*m*n*k)*float64(bn.N)/bn.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
-func BenchmarkMM256F32(bn *testing.B)  { benchMM(bn, 256, 3584, 1024, tensor.F32) }
-func BenchmarkMM256BF16(bn *testing.B) { benchMM(bn, 256, 3584, 1024, tensor.BF16) }
+func BenchmarkMM256F32(bn *testing.B)       { benchMM(bn, 256, 3584, 1024, tensor.F32) }
+func BenchmarkMM256BF16(bn *testing.B)      { benchMM(bn, 256, 3584, 1024, tensor.BF16) }
+func BenchmarkMM256x1024BF16(bn *testing.B) { benchMM(bn, 256, 1024, 3584, tensor.BF16) }
+func BenchmarkMM64BF16(bn *testing.B)       { benchMM(bn, 64, 2048, 1024, tensor.BF16) }
+func BenchmarkMM1BF16(bn *testing.B)        { benchMM(bn, 1, 3584, 1024, tensor.BF16) }
+func BenchmarkMM1F32(bn *testing.B)         { benchMM(bn, 1, 3584, 1024, tensor.F32) }
+func BenchmarkMM7F32(bn *testing.B)         { benchMM(bn, 7, 1000, 999, tensor.F32) }
+
+// mmInputs returns a random x [m, k] and a random w [n, k] of dtype dt
+// (values of both signs, none zero) on backend b.
+func mmInputs(t testing.TB, b *Backend, r *rand.Rand, m, n, k int, dt tensor.DType) (x, w tensor.Tensor) {
+	t.Helper()
+	nonzero := func() float32 {
+		v := float32(r.NormFloat64())
+		if v == 0 {
+			v = 0.5
+		}
+		return v
+	}
+	xs := make([]float32, m*k)
+	for i := range xs {
+		xs[i] = nonzero()
+	}
+	x, err := b.FromFloat32([]int{m, k}, xs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt == tensor.F32 {
+		ws := make([]float32, n*k)
+		for i := range ws {
+			ws[i] = nonzero()
+		}
+		w, err = b.FromFloat32([]int{n, k}, ws)
+	} else {
+		ws := make([]uint16, n*k)
+		for i := range ws {
+			if dt == tensor.BF16 {
+				ws[i] = half.BF16FromF32(nonzero())
+			} else {
+				ws[i] = half.F16FromF32(nonzero())
+			}
+		}
+		w, err = b.FromBits(dt, []int{n, k}, ws)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x, w
+}
+
+// compareKernels checks that the processor's fast MatMul kernel and the
+// plain Go kernel agree on x [m, k] · w [n, k]ᵀ: every output within 1e-5 of
+// the sum of the magnitudes of its terms (both round differently: FMA,
+// lane-wise partial sums, K blocks).
+func compareKernels(t testing.TB, r *rand.Rand, m, n, k int, dt tensor.DType, threads int) {
+	t.Helper()
+	fast, slow := &Backend{Threads: threads}, &Backend{Threads: threads, generic: true}
+	x, w := mmInputs(t, fast, r, m, n, k, dt)
+	yf, err := fast.MatMul(x, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yg, err := slow.MatMul(x, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, _ := fast.ToHost(x)
+	ws, _ := fast.ToHost(w)
+	f, _ := fast.ToHost(yf)
+	g, _ := slow.ToHost(yg)
+	if len(f) != m*n || len(g) != m*n {
+		t.Fatalf("%v %dx%dx%d: got %d and %d outputs, want %d", dt, m, n, k, len(f), len(g), m*n)
+	}
+	for i := range m {
+		for j := range n {
+			var mag float64
+			for p := range k {
+				mag += math.Abs(float64(xs[i*k+p]) * float64(ws[j*k+p]))
+			}
+			a, b := f[i*n+j], g[i*n+j]
+			if d := math.Abs(float64(a) - float64(b)); !(d <= 1e-5*mag+1e-30) {
+				t.Fatalf("%v %dx%dx%d threads %d: y[%d,%d] fast %v, generic %v (|terms| %v)", dt, m, n, k, threads, i, j, a, b, mag)
+			}
+		}
+	}
+}
+
+func TestMatMulKernelsAgree(t *testing.T) {
+	if fastMatMul == nil {
+		t.Skip("no vectorised MatMul kernel on this processor")
+	}
+	s1, s2 := rand.Uint64(), rand.Uint64()
+	t.Logf("seed %d, %d", s1, s2)
+	r := rand.New(rand.NewPCG(s1, s2))
+	fixed := [][3]int{
+		{1, 4, 8}, {1, 1, 1}, {1, 7, 9}, {1, 33, 1031}, {2, 5, 16}, {3, 4, 8}, {3, 4, 7},
+		{5, 9, 17}, {7, 13, 123}, {13, 17, 255}, {31, 29, 1000}, {6, 64, 2049},
+		{1, 256, 4104}, {300, 12, 40}, {257, 36, 3001},
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		for _, sh := range fixed {
+			compareKernels(t, r, sh[0], sh[1], sh[2], dt, 2)
+		}
+		for range 40 {
+			m, n, k := 1+r.IntN(40), 1+r.IntN(40), 1+r.IntN(600)
+			if r.IntN(4) == 0 {
+				m = 1
+			}
+			compareKernels(t, r, m, n, k, dt, 1+r.IntN(3))
+		}
+	}
+}
+
+func FuzzMatMulKernels(f *testing.F) {
+	if fastMatMul == nil {
+		f.Skip("no vectorised MatMul kernel on this processor")
+	}
+	f.Add(uint8(1), uint8(4), uint16(8), false, uint64(1))
+	f.Add(uint8(3), uint8(7), uint16(9), true, uint64(2))
+	f.Add(uint8(13), uint8(17), uint16(300), true, uint64(3))
+	f.Add(uint8(1), uint8(1), uint16(1), false, uint64(4))
+	f.Fuzz(func(t *testing.T, m, n uint8, k uint16, bf16 bool, seed uint64) {
+		dt := tensor.F32
+		if bf16 {
+			dt = tensor.BF16
+		}
+		r := rand.New(rand.NewPCG(seed, uint64(m)<<24|uint64(n)<<16|uint64(k)))
+		compareKernels(t, r, 1+int(m)%64, 1+int(n)%64, 1+int(k)%2100, dt, 2)
+	})
+}

@@ -1,0 +1,169 @@
+#include "textflag.h"
+
+// func dot3x4(x *float32, ldx int, w *float32, ldw int, k int, y *float32, ldy int)
+TEXT ·dot3x4(SB), NOSPLIT, $0-56
+	MOVQ x+0(FP), SI
+	MOVQ ldx+8(FP), BX
+	SHLQ $2, BX
+	LEAQ (SI)(BX*1), R8
+	LEAQ (R8)(BX*1), R9
+	MOVQ w+16(FP), DI
+	MOVQ ldw+24(FP), DX
+	SHLQ $2, DX
+	LEAQ (DI)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	LEAQ (R11)(DX*1), R12
+	MOVQ k+32(FP), CX
+	MOVQ y+40(FP), R13
+	MOVQ ldy+48(FP), BX
+	SHLQ $2, BX
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	XORQ   AX, AX
+
+loop3x4:
+	VMOVUPS     (SI)(AX*4), Y12
+	VMOVUPS     (R8)(AX*4), Y13
+	VMOVUPS     (R9)(AX*4), Y14
+	VMOVUPS     (DI)(AX*4), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VMOVUPS     (R10)(AX*4), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VMOVUPS     (R11)(AX*4), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VMOVUPS     (R12)(AX*4), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ        $8, AX
+	CMPQ        AX, CX
+	JLT         loop3x4
+
+	// Row r's accumulators hold w_0..w_3 partial sums in eight lanes each;
+	// three horizontal adds and a fold of the two halves give the four
+	// sums in order.
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (R13), X0, X0
+	VMOVUPS      X0, (R13)
+
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VADDPS       (R13)(BX*1), X4, X4
+	VMOVUPS      X4, (R13)(BX*1)
+
+	VHADDPS      Y9, Y8, Y8
+	VHADDPS      Y11, Y10, Y10
+	VHADDPS      Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS       X9, X8, X8
+	VADDPS       (R13)(BX*2), X8, X8
+	VMOVUPS      X8, (R13)(BX*2)
+
+	VZEROUPPER
+	RET
+
+// func dot1x4(x *float32, w *float32, ldw int, k int, y *float32)
+TEXT ·dot1x4(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ ldw+16(FP), DX
+	SHLQ $2, DX
+	LEAQ (DI)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	LEAQ (R11)(DX*1), R12
+	MOVQ k+24(FP), CX
+	MOVQ y+32(FP), R13
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ   AX, AX
+	MOVQ   CX, BX
+	ANDQ   $-16, BX
+	JZ     tail1x4
+
+	// Sixteen columns a step, in two independent sets of accumulators.
+loop1x4:
+	VMOVUPS     (SI)(AX*4), Y8
+	VMOVUPS     32(SI)(AX*4), Y9
+	VFMADD231PS (DI)(AX*4), Y8, Y0
+	VFMADD231PS 32(DI)(AX*4), Y9, Y4
+	VFMADD231PS (R10)(AX*4), Y8, Y1
+	VFMADD231PS 32(R10)(AX*4), Y9, Y5
+	VFMADD231PS (R11)(AX*4), Y8, Y2
+	VFMADD231PS 32(R11)(AX*4), Y9, Y6
+	VFMADD231PS (R12)(AX*4), Y8, Y3
+	VFMADD231PS 32(R12)(AX*4), Y9, Y7
+	ADDQ        $16, AX
+	CMPQ        AX, BX
+	JLT         loop1x4
+
+tail1x4:
+	CMPQ        AX, CX
+	JGE         done1x4
+	VMOVUPS     (SI)(AX*4), Y8
+	VFMADD231PS (DI)(AX*4), Y8, Y0
+	VFMADD231PS (R10)(AX*4), Y8, Y1
+	VFMADD231PS (R11)(AX*4), Y8, Y2
+	VFMADD231PS (R12)(AX*4), Y8, Y3
+
+done1x4:
+	VADDPS       Y4, Y0, Y0
+	VADDPS       Y5, Y1, Y1
+	VADDPS       Y6, Y2, Y2
+	VADDPS       Y7, Y3, Y3
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (R13), X0, X0
+	VMOVUPS      X0, (R13)
+	VZEROUPPER
+	RET
+
+// func widenBF16(dst *float32, src *uint16, n int)
+TEXT ·widenBF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+loopwiden:
+	VPMOVZXWD (SI)(AX*2), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JLT       loopwiden
+	VZEROUPPER
+	RET
