@@ -77,10 +77,10 @@ func TestDeltaRuleChunk(t *testing.T) {
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*c.dk*c.dv*4
 			var outs, finals [3][]float32 // rec, reg, chunk
+			if kind, _ := dev.deltaKernel(c.dk, false); kind != "chunk" {
+				t.Skipf("the device has %d bytes of shared memory per block, the chunked kernel needs %d", dev.info.SharedOptin, deltaChunkShared(c.dk))
+			}
 			do(t, func(q *Queue) error {
-				if kind, _ := q.d.deltaKernel(c.dk, false); kind != "chunk" {
-					t.Skipf("the device has %d bytes of shared memory per block, the chunked kernel needs %d", q.d.info.SharedOptin, deltaChunkShared(c.dk))
-				}
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
 				var S0 Buffer
