@@ -156,20 +156,16 @@ func (in *deltaInput) recurrent(S []float32, h, s0, l int, out []float32) {
 			S[i] *= a
 		}
 		clear(r)
-		for i := 0; i < dk; i++ {
-			axpy(r, S[i*dv:(i+1)*dv], k[i])
-		}
+		mulAddRows(r, S, dv, k)
 		for j := range r {
 			r[j] = bt * (v[j] - r[j])
 		}
 		for i := 0; i < dk; i++ {
-			axpy(S[i*dv:(i+1)*dv], r, k[i])
+			mulAddRows(S[i*dv:(i+1)*dv], r, dv, k[i:i+1])
 		}
 		o := out[t*in.hv*dv+h*dv : t*in.hv*dv+(h+1)*dv]
 		clear(o)
-		for i := 0; i < dk; i++ {
-			axpy(o, S[i*dv:(i+1)*dv], q[i])
-		}
+		mulAddRows(o, S, dv, q)
 	}
 }
 
@@ -188,11 +184,14 @@ func axpy(y, x []float32, a float32) {
 // S' = Γ_m S + Σ_s exp(γ_m−γ_s) k_s δ_sᵀ.
 func (in *deltaInput) chunked(S []float32, h, s0, l, cl int, out []float32) {
 	dk, dv := in.dk, in.dv
-	gam := make([]float32, cl)   // in-chunk cumulative log decay γ
-	L := make([]float32, cl*cl)  // strictly lower (β_r k_r·k_s)·exp(γ_r−γ_s)
-	U := make([]float32, cl*dv)  // new values, then V_new = U − W·S
-	O := make([]float32, dv)     // one output row
-	QK := make([]float32, cl*cl) // (q_r·k_s)·exp(γ_r−γ_s), s ≤ r
+	gam := make([]float32, cl)         // in-chunk cumulative log decay γ
+	L := make([]float32, cl*cl)        // strictly lower (β_r k_r·k_s)·exp(γ_r−γ_s)
+	U := make([]float32, cl*dv)        // new values, then V_new = U − W·S
+	QK := make([]float32, cl*cl)       // (q_r·k_s)·exp(γ_r−γ_s), s ≤ r
+	cf := make([]float32, max(dk, cl)) // coefficients of one row combination
+	ds := make([]float32, cl)          // exp(γ_m−γ_s)
+	kh := h / (in.hv / in.hk)
+	ld := in.hk * dk // stride between tokens in q and k
 	for c0 := s0; c0 < s0+l; c0 += cl {
 		m := min(cl, s0+l-c0)
 		var acc float32
@@ -200,16 +199,20 @@ func (in *deltaInput) chunked(S []float32, h, s0, l, cl int, out []float32) {
 			acc += in.g[(c0+r)*in.hv+h]
 			gam[r] = acc
 		}
+		// Raw products q_r·k_s into QK and k_r·k_s into L, then scaled.
+		qs, ks := in.q[(c0*in.hk+kh)*dk:], in.k[(c0*in.hk+kh)*dk:]
+		clear(QK)
+		clear(L)
+		addABt(QK, cl, qs, ld, ks, ld, m, m, dk)
+		addABt(L, cl, ks, ld, ks, ld, m, m, dk)
 		for r := 0; r < m; r++ {
-			kr, qr := in.kRow(c0+r, h), in.qRow(c0+r, h)
 			br := in.beta[(c0+r)*in.hv+h]
 			for s := 0; s <= r; s++ {
-				ks := in.kRow(c0+s, h)
 				d := float32(math.Exp(float64(gam[r] - gam[s])))
 				if s < r {
-					L[r*cl+s] = br * dot(kr, ks) * d
+					L[r*cl+s] = br * L[r*cl+s] * d
 				}
-				QK[r*cl+s] = dot(qr, ks) * d
+				QK[r*cl+s] *= d
 			}
 		}
 		// Forward substitution for the new values δ = (I+L)⁻¹(diag(β)V − diag(βΓ)K·S):
@@ -223,39 +226,39 @@ func (in *deltaInput) chunked(S []float32, h, s0, l, cl int, out []float32) {
 				ur[j] = br * v[j]
 			}
 			for i := 0; i < dk; i++ {
-				axpy(ur, S[i*dv:(i+1)*dv], -gr*k[i])
+				cf[i] = -gr * k[i]
 			}
+			mulAddRows(ur, S, dv, cf[:dk])
 			for s := 0; s < r; s++ {
-				if a := L[r*cl+s]; a != 0 {
-					axpy(ur, U[s*dv:(s+1)*dv], -a)
-				}
+				cf[s] = -L[r*cl+s]
 			}
+			mulAddRows(ur, U, dv, cf[:r])
 		}
 		// Outputs: O_r = Γ_r q_r·S + Σ_{s≤r} QK_rs V_new_s.
 		for r := 0; r < m; r++ {
-			clear(O)
+			o := out[(c0+r)*in.hv*dv+h*dv : (c0+r)*in.hv*dv+(h+1)*dv]
+			clear(o)
 			q := in.qRow(c0+r, h)
 			gr := float32(math.Exp(float64(gam[r])))
 			for i := 0; i < dk; i++ {
-				axpy(O, S[i*dv:(i+1)*dv], gr*q[i])
+				cf[i] = gr * q[i]
 			}
-			for s := 0; s <= r; s++ {
-				axpy(O, U[s*dv:(s+1)*dv], QK[r*cl+s])
-			}
-			copy(out[(c0+r)*in.hv*dv+h*dv:(c0+r)*in.hv*dv+(h+1)*dv], O)
+			mulAddRows(o, S, dv, cf[:dk])
+			mulAddRows(o, U, dv, QK[r*cl:r*cl+r+1])
 		}
-		// State: S = Γ_m S + Σ_s exp(γ_m − γ_s) k_s V_new_sᵀ.
+		// State: S = Γ_m S + Σ_s exp(γ_m − γ_s) k_s V_new_sᵀ, row by row of S.
 		gm := float32(math.Exp(float64(gam[m-1])))
 		for i := range S {
 			S[i] *= gm
 		}
 		for s := 0; s < m; s++ {
-			k := in.kRow(c0+s, h)
-			d := float32(math.Exp(float64(gam[m-1] - gam[s])))
-			us := U[s*dv : (s+1)*dv]
-			for i := 0; i < dk; i++ {
-				axpy(S[i*dv:(i+1)*dv], us, d*k[i])
+			ds[s] = float32(math.Exp(float64(gam[m-1] - gam[s])))
+		}
+		for i := 0; i < dk; i++ {
+			for s := 0; s < m; s++ {
+				cf[s] = ds[s] * ks[s*ld+i]
 			}
+			mulAddRows(S[i*dv:(i+1)*dv], U, dv, cf[:m])
 		}
 	}
 }

@@ -6,8 +6,11 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
+// useAVX2 reports whether the processor runs the assembly kernels.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
 func init() {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if useAVX2 {
 		fastMatMul = matmulAVX2
 	}
 }
@@ -26,6 +29,12 @@ func dot3x4(x *float32, ldx int, w *float32, ldw int, k int, y *float32, ldy int
 //
 //go:noescape
 func dot1x4(x *float32, w *float32, ldw int, k int, y *float32)
+
+// axpyRows adds Σ_{r<rows} c[r]·x[r*ldx+j] to y[j] for j < n, n a positive
+// multiple of 8 and rows positive, the rows in order.
+//
+//go:noescape
+func axpyRows(y *float32, x *float32, ldx int, c *float32, rows int, n int)
 
 // widenBF16 sets dst[i] to the float32 value of the bfloat16 src[i] for
 // i < n, n a positive multiple of 8.
