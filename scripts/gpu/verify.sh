@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A short check of the CUDA path on the GPU machine (about two and a half minutes): kernel and backend tests
-# including batch invariance and the chunked delta rule, memcheck on the newest kernels, golden parity and batch
-# invariance through the predictor, kernel and pass benchmarks, then Kev's four serving cases (no PyTorch side)
+# A short check of the CUDA path on the GPU machine (about two minutes): kernel and backend tests including batch
+# invariance and the chunked delta rule, golden parity and batch invariance through the predictor, the delta-rule
+# benchmark, then Kev's four serving cases (no PyTorch side)
 # and an HTTP load test at 64 clients that checks answers are equal across batches.
 # Build on the Go machine (see scripts/gpu/final.sh for the gzip/carry steps): bin/kev, bin/kev.test, bin/cuda.test
 # gzipped into .gold-in/c with the Qwen3 tokenizer.json.gz. Run there: OUT=dir bash scripts/gpu/verify.sh
@@ -9,31 +9,29 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/.out}
-L=/tmp/verify
+L=$OUT
 mkdir -p "$OUT" bin .gold-in $L
 for f in kev kev.test cuda.test; do gunzip -c .gold-in/c/$f.gz > bin/$f && chmod +x bin/$f; done
 gunzip -c .gold-in/c/tokenizer.json.gz > .gold-in/tokenizer.json
 export PYTHONUNBUFFERED=1
-(python3 scripts/golden/make_kev4b.py /tmp/kev4b --tokenizer .gold-in/tokenizer.json > $L/make_kev4b.log 2>&1; echo "make rc=$?" >> $L/make_kev4b.log) &
+(python3 scripts/golden/make_kev4b.py /tmp/kev4b --tokenizer .gold-in/tokenizer.json > /tmp/make_kev4b.log 2>&1; echo "make rc=$?" >> /tmp/make_kev4b.log) &
 mk=$!
 echo "== tests"
 (cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.v -test.run 'Invariant|^TestGEMM$|^TestConformance$|^TestSegmentsFast$|^TestForwardBatchedMatchesCPU$|^TestModelMatchesCPU$|TestDeltaRuleChunk|TestDeltaSegmentsChunk|TestDeltaRuleFast|^TestFlashAttention$' > $L/cuda_tests.log 2>&1; echo "cuda tests rc=$?")
 grep -E "^(--- FAIL|    --- FAIL|FAIL|ok|PASS)" $L/cuda_tests.log | head; grep -E "worst relative error|differs|bit-identical|identical" $L/cuda_tests.log | tail -12
 timeout 20 bin/kev.test -test.run 'TestBatchInvariantCUDA|TestPredictorGoldenCUDA' -test.v > $L/kev_tests.log 2>&1; echo "kev tests rc=$?"
 grep -E "worst|^(--- |ok|PASS|FAIL)" $L/kev_tests.log | tail -8
-(cd tensor/cuda && timeout 40 compute-sanitizer --tool memcheck --error-exitcode 3 ../../bin/cuda.test -test.run 'TestDeltaRuleChunk|TestDeltaSegmentsChunk|TestForwardBatchInvariant' > $L/memcheck.log 2>&1; echo "memcheck rc=$?"; tail -1 $L/memcheck.log)
 echo "== benchmarks"
 (cd tensor/cuda && timeout 25 ../../bin/cuda.test -test.run '^$' -test.bench 'BenchmarkDeltaRows' -test.benchtime 3x > $L/delta_bench.log 2>&1; grep KEVBENCH $L/delta_bench.log | head -14)
-(cd tensor/cuda && timeout 25 ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkPass$' -test.benchtime 1x > $L/pass_bench.log 2>&1; grep -E "mode=run" $L/pass_bench.log)
-wait $mk; tail -1 $L/make_kev4b.log
+wait $mk; tail -1 /tmp/make_kev4b.log
 echo "== serving cases"
 timeout 60 bin/kev bench -device cuda -checkpoint /tmp/kev4b/kev -base /tmp/kev4b/base -runs 10 -warmup 2 -clients 64 -duration 5s -out $OUT/kev_bench.json > $L/kev_bench.log 2>&1
 grep -E "new|clients|resident" $L/kev_bench.log | head -8
 echo "== HTTP at 64 clients"
-bin/kev serve -device cuda -checkpoint /tmp/kev4b/kev -base /tmp/kev4b/base -addr 127.0.0.1:8019 > $L/serve.log 2>&1 &
+bin/kev serve -device cuda -checkpoint /tmp/kev4b/kev -base /tmp/kev4b/base -addr 127.0.0.1:8019 > /tmp/serve.log 2>&1 &
 spid=$!
 for i in $(seq 1 60); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8019/v1/models', timeout=2)" 2>/dev/null && break; sleep 1; done
 timeout 40 bin/kev loadtest -url http://127.0.0.1:8019 -levels 1,64 -duration 5s -bodies 64 -out $OUT/http_bench.json > $L/loadtest.log 2>&1
 tail -2 $L/loadtest.log; grep -E '"answers_equal"|"mismatches"' $OUT/http_bench.json
 kill -TERM $spid; wait $spid
-tar -C $L -czf $OUT/logs.tgz . ; ls $OUT
+ls $OUT
