@@ -2,7 +2,9 @@
 # A short check of the CUDA path on the GPU machine (about two minutes): kernel and backend tests including batch
 # invariance and the chunked delta rule, golden parity and batch invariance through the predictor, the delta-rule
 # benchmark, then Kev's four serving cases (no PyTorch side)
-# and an HTTP load test at 64 clients that checks answers are equal across batches.
+# and an HTTP load test at 64 clients that checks answers are equal across batches. Written to verify the branch
+# cuda-next (batch-invariant plans, chunked delta rule) before it is merged; on main the tests it names that only
+# exist there match nothing.
 # Build on the Go machine (see scripts/gpu/final.sh for the gzip/carry steps): bin/kev, bin/kev.test, bin/cuda.test
 # gzipped into .gold-in/c with the Qwen3 tokenizer.json.gz. Run there: OUT=dir bash scripts/gpu/verify.sh
 set -uo pipefail
