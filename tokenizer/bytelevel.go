@@ -38,11 +38,3 @@ func byteLevelDecode(s string) (b []byte, ok bool) {
 	return b, true
 }
 
-// byteLevelEncode maps raw bytes to their byte-level characters.
-func byteLevelEncode(b []byte) string {
-	rs := make([]rune, len(b))
-	for i, c := range b {
-		rs[i] = byteRune[c]
-	}
-	return string(rs)
-}

@@ -97,8 +97,6 @@ type unpickler struct {
 	limits Limits
 }
 
-type mark struct{}
-
 func (u *unpickler) fail(format string, args ...any) error {
 	return &opError{off: u.pos, reason: fmt.Sprintf(format, args...)}
 }
