@@ -37,4 +37,3 @@ func byteLevelDecode(s string) (b []byte, ok bool) {
 	}
 	return b, true
 }
-
