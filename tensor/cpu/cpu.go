@@ -49,6 +49,7 @@ type Tensor struct {
 	f32   []float32 // dtype F32
 	bits  []uint16  // dtype BF16 or F16
 	freed bool
+	owned bool // f32 came from allocF32 and is referenced by nothing else
 }
 
 // Shape returns the tensor's dimensions.
@@ -60,8 +61,9 @@ func (t *Tensor) DType() tensor.DType { return t.dtype }
 // ErrFreed is returned when an operation receives a tensor passed to Free.
 var ErrFreed = errors.New("cpu: tensor used after Free")
 
+// newF32 returns a zeroed F32 tensor whose storage Free may recycle.
 func newF32(shape ...int) *Tensor {
-	return &Tensor{shape: shape, dtype: tensor.F32, f32: make([]float32, tensor.Numel(shape))}
+	return &Tensor{shape: shape, dtype: tensor.F32, f32: allocF32(tensor.Numel(shape)), owned: true}
 }
 
 func checkShape(shape []int, n int) error {
@@ -125,10 +127,14 @@ func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
 	return out, nil
 }
 
-// Free drops the tensors' storage.
+// Free drops the tensors' storage; results of operations give theirs back
+// for reuse by later results. Freeing a tensor twice is harmless.
 func (b *Backend) Free(ts ...tensor.Tensor) {
 	for _, t := range ts {
-		if c, ok := t.(*Tensor); ok && c != nil {
+		if c, ok := t.(*Tensor); ok && c != nil && !c.freed {
+			if c.owned {
+				recycle(c.f32)
+			}
 			c.f32, c.bits, c.freed = nil, nil, true
 		}
 	}

@@ -46,60 +46,66 @@ func widenBF16(dst *float32, src *uint16, n int)
 // stays in a core's L2 cache while the weight rows stream past it.
 const maxPanel = 1 << 20
 
+// stageRows is how many 16-bit weight rows are widened into a contiguous
+// float32 buffer at a time: one long sequential read of the weights.
+const stageRows = 32
+
 // matmulAVX2 sets ys [m, n] to xs [m, k] · wᵀ with the assembly kernels.
 //
 // K runs in blocks of kb columns (a multiple of 8, at most maxPanel bytes of
-// x). Within a block, each band of four weight rows is widened to float32
-// if stored in 16 bits, then multiplied against three rows of x at a time
-// (twelve eight-lane accumulators, summed across lanes at the end of the
-// block and added to y). The last k mod 8 columns are added in Go.
+// x). Within a block, stageRows weight rows at a time are widened to float32
+// if stored in 16 bits (F32 rows are read in place), then every four of them
+// are multiplied against three rows of x at a time (twelve eight-lane
+// accumulators, summed across lanes at the end of the block and added to
+// y). The last k mod 8 columns and n mod 4 rows are added in Go.
 func matmulAVX2(b *Backend, xs []float32, wt *Tensor, m, n, k int, ys []float32) {
 	kb := max(256, maxPanel/(4*m)) &^ 7
 	kb = min(kb, k)
+	direct := wt.dtype == tensor.F32
 	work := func(lo, hi int) {
 		var buf []float32
-		if wt.dtype != tensor.F32 {
-			buf = make([]float32, 4*kb)
+		if !direct {
+			buf = make([]float32, stageRows*kb)
 		}
 		for pc := 0; pc < k; pc += kb {
 			kc := min(kb, k-pc)
 			k8 := kc &^ 7
-			for j := lo; j < hi; j += 4 {
-				if hi-j < 4 {
-					for jj := j; jj < hi; jj++ {
-						wr := widenedRow(wt, jj, k, pc, kc, buf)
-						for i := 0; i < m; i++ {
-							ys[i*n+jj] += dot(xs[i*k+pc:i*k+pc+kc], wr)
+			for j0 := lo; j0 < hi; j0 += stageRows {
+				rows := min(stageRows, hi-j0)
+				ws, ldw := wt.f32, k
+				if direct {
+					ws = ws[j0*k+pc:]
+				} else {
+					for r := range rows {
+						stageRow(wt, j0+r, k, pc, buf[r*kb:r*kb+kc])
+					}
+					ws, ldw = buf, kb
+				}
+				j := 0
+				if k8 > 0 {
+					for ; j+4 <= rows; j += 4 {
+						yj := ys[j0+j:]
+						w0 := &ws[j*ldw]
+						i := 0
+						for ; i+3 <= m; i += 3 {
+							dot3x4(&xs[i*k+pc], k, w0, ldw, k8, &yj[i*n], n)
+						}
+						for ; i < m; i++ {
+							dot1x4(&xs[i*k+pc], w0, ldw, k8, &yj[i*n])
 						}
 					}
-					continue
 				}
-				var ws []float32
-				ldw := k
-				if wt.dtype == tensor.F32 {
-					ws = wt.f32[j*k+pc:]
-				} else {
-					ldw = kb
-					for r := range 4 {
-						widenedRow(wt, j+r, k, pc, kc, buf[r*kb:])
-					}
-					ws = buf
-				}
-				if k8 > 0 {
-					i := 0
-					for ; i+3 <= m; i += 3 {
-						dot3x4(&xs[i*k+pc], k, &ws[0], ldw, k8, &ys[i*n+j], n)
-					}
-					for ; i < m; i++ {
-						dot1x4(&xs[i*k+pc], &ws[0], ldw, k8, &ys[i*n+j])
-					}
-				}
-				if k8 < kc {
-					for i := 0; i < m; i++ {
-						xr := xs[i*k+pc+k8 : i*k+pc+kc]
-						y := ys[i*n+j : i*n+j+4]
-						for c := range 4 {
-							y[c] += dot(xr, ws[c*ldw+k8:c*ldw+kc])
+				// Rows below j still need columns from k8; rows from j need
+				// the whole block.
+				for i := 0; i < m; i++ {
+					xr := xs[i*k+pc : i*k+pc+kc]
+					for r := 0; r < rows; r++ {
+						from := k8
+						if r >= j {
+							from = 0
+						}
+						if from < kc {
+							ys[i*n+j0+r] += dot(xr[from:], ws[r*ldw+from:r*ldw+kc])
 						}
 					}
 				}
@@ -113,21 +119,17 @@ func matmulAVX2(b *Backend, xs []float32, wt *Tensor, m, n, k int, ys []float32)
 	}
 }
 
-// widenedRow returns columns [pc, pc+kc) of weight row j as float32: a view
-// of F32 storage, or the row widened into buf.
-func widenedRow(wt *Tensor, j, k, pc, kc int, buf []float32) []float32 {
+// stageRow sets dst to columns [pc, pc+len(dst)) of 16-bit weight row j,
+// widened to float32.
+func stageRow(wt *Tensor, j, k, pc int, dst []float32) {
 	off := j*k + pc
-	if wt.dtype == tensor.F32 {
-		return wt.f32[off : off+kc]
-	}
-	dst, src := buf[:kc], wt.bits[off:off+kc]
+	src := wt.bits[off : off+len(dst)]
 	n8 := 0
 	if wt.dtype == tensor.BF16 {
-		n8 = kc &^ 7
+		n8 = len(dst) &^ 7
 		if n8 > 0 {
 			widenBF16(&dst[0], &src[0], n8)
 		}
 	}
 	widen(dst[n8:], src[n8:], wt.dtype)
-	return dst
 }
