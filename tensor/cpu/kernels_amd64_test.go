@@ -153,3 +153,25 @@ func TestDeltaRuleKernelsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestAddABtPositionInvariant checks that each product gets the same bits
+// wherever it sits in the output (the delta rule's chunk products rely on
+// it to match across batchings).
+func TestAddABtPositionInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 12))
+	for _, sh := range [][3]int{{7, 6, 128}, {5, 5, 37}, {64, 63, 128}, {2, 3, 5}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b := randSlice(r, m*k), randSlice(r, n*k)
+		y := make([]float32, m*n)
+		addABt(y, n, a, k, b, k, m, n, k)
+		for i := range m {
+			for j := range n {
+				one := make([]float32, 1)
+				addABt(one, 1, a[i*k:], k, b[j*k:], k, 1, 1, k)
+				if one[0] != y[i*n+j] {
+					t.Fatalf("%dx%dx%d: [%d,%d] alone %v, in place %v", m, n, k, i, j, one[0], y[i*n+j])
+				}
+			}
+		}
+	}
+}

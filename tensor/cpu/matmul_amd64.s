@@ -87,6 +87,9 @@ loop3x4:
 	RET
 
 // func dot1x4(x *float32, w *float32, ldw int, k int, y *float32)
+//
+// The same accumulation and reduction as one row of dot3x4, so a row's
+// result does not depend on how the rows were grouped.
 TEXT ·dot1x4(SB), NOSPLIT, $0-40
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
@@ -102,45 +105,18 @@ TEXT ·dot1x4(SB), NOSPLIT, $0-40
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
 	XORQ   AX, AX
-	MOVQ   CX, BX
-	ANDQ   $-16, BX
-	JZ     tail1x4
 
-	// Sixteen columns a step, in two independent sets of accumulators.
 loop1x4:
 	VMOVUPS     (SI)(AX*4), Y8
-	VMOVUPS     32(SI)(AX*4), Y9
 	VFMADD231PS (DI)(AX*4), Y8, Y0
-	VFMADD231PS 32(DI)(AX*4), Y9, Y4
 	VFMADD231PS (R10)(AX*4), Y8, Y1
-	VFMADD231PS 32(R10)(AX*4), Y9, Y5
 	VFMADD231PS (R11)(AX*4), Y8, Y2
-	VFMADD231PS 32(R11)(AX*4), Y9, Y6
 	VFMADD231PS (R12)(AX*4), Y8, Y3
-	VFMADD231PS 32(R12)(AX*4), Y9, Y7
-	ADDQ        $16, AX
-	CMPQ        AX, BX
+	ADDQ        $8, AX
+	CMPQ        AX, CX
 	JLT         loop1x4
 
-tail1x4:
-	CMPQ        AX, CX
-	JGE         done1x4
-	VMOVUPS     (SI)(AX*4), Y8
-	VFMADD231PS (DI)(AX*4), Y8, Y0
-	VFMADD231PS (R10)(AX*4), Y8, Y1
-	VFMADD231PS (R11)(AX*4), Y8, Y2
-	VFMADD231PS (R12)(AX*4), Y8, Y3
-
-done1x4:
-	VADDPS       Y4, Y0, Y0
-	VADDPS       Y5, Y1, Y1
-	VADDPS       Y6, Y2, Y2
-	VADDPS       Y7, Y3, Y3
 	VHADDPS      Y1, Y0, Y0
 	VHADDPS      Y3, Y2, Y2
 	VHADDPS      Y2, Y0, Y0

@@ -168,3 +168,37 @@ func FuzzMatMulKernels(f *testing.F) {
 		compareKernels(t, r, 1+int(m)%64, 1+int(n)%64, 1+int(k)%2100, dt, 2)
 	})
 }
+
+// TestMatMulRowsBatchInvariant checks that a row of x gets the same bits
+// whether multiplied alone or within a batch, with either kernel.
+func TestMatMulRowsBatchInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	for _, generic := range []bool{false, true} {
+		b := &Backend{Threads: 2, generic: generic}
+		for _, sh := range [][3]int{{7, 13, 1037}, {40, 36, 333}, {600, 9, 24}, {5, 64, 8}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+				x, w := mmInputs(t, b, r, m, n, k, dt)
+				y, err := b.MatMul(x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ys, _ := b.ToHost(y)
+				xs, _ := b.ToHost(x)
+				for _, i := range []int{0, 1, m / 2, m - 1} {
+					xi, _ := b.FromFloat32([]int{1, k}, xs[i*k:(i+1)*k])
+					yi, err := b.MatMul(xi, w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					row, _ := b.ToHost(yi)
+					for j := range n {
+						if row[j] != ys[i*n+j] {
+							t.Fatalf("generic %v %v %dx%dx%d: row %d col %d alone %v, in batch %v", generic, dt, m, n, k, i, j, row[j], ys[i*n+j])
+						}
+					}
+				}
+			}
+		}
+	}
+}
