@@ -164,23 +164,11 @@ func checkSegments(op string, segs []tensor.Segment, n, nPrefix int) ([]int, []i
 // continue their own prefix.
 func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, c tensor.AttentionConfig) (tensor.Tensor, error) {
 	const op = "AttentionSegments"
-	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
-		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
-	}
-	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
-	qt, err := matrix(op, "q", q, -1, c.Heads*d)
+	qt, kt, vt, err := attentionInputs(op, q, k, v, c)
 	if err != nil {
 		return nil, err
 	}
-	n := qt.shape[0]
-	kt, err := matrix(op, "k", k, n, kvw)
-	if err != nil {
-		return nil, err
-	}
-	vt, err := matrix(op, "v", v, n, kvw)
-	if err != nil {
-		return nil, err
-	}
+	kvw, n := c.KVHeads*c.HeadDim, qt.shape[0]
 	if len(kPrefixes) != len(vPrefixes) {
 		return nil, fmt.Errorf("cpu: %s: %d key prefixes, %d value prefixes", op, len(kPrefixes), len(vPrefixes))
 	}

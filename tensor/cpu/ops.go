@@ -267,26 +267,34 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 	return qOut, kOut, gate, nil
 }
 
+// attentionInputs checks an attention config and the q [N, Heads·HeadDim], k and v [N, KVHeads·HeadDim] it
+// applies to.
+func attentionInputs(op string, q, k, v tensor.Tensor, c tensor.AttentionConfig) (qt, kt, vt *Tensor, err error) {
+	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
+		return nil, nil, nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
+	}
+	kvw := c.KVHeads * c.HeadDim
+	if qt, err = matrix(op, "q", q, -1, c.Heads*c.HeadDim); err != nil {
+		return nil, nil, nil, err
+	}
+	n := qt.shape[0]
+	if kt, err = matrix(op, "k", k, n, kvw); err != nil {
+		return nil, nil, nil, err
+	}
+	if vt, err = matrix(op, "v", v, n, kvw); err != nil {
+		return nil, nil, nil, err
+	}
+	return qt, kt, vt, nil
+}
+
 // Attention is causal grouped-query attention over a prefix and segments.
 func (b *Backend) Attention(q, k, v, kPrefix, vPrefix tensor.Tensor, lens []int, c tensor.AttentionConfig) (tensor.Tensor, error) {
 	const op = "Attention"
-	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
-		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
-	}
-	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
-	qt, err := matrix(op, "q", q, -1, c.Heads*d)
+	qt, kt, vt, err := attentionInputs(op, q, k, v, c)
 	if err != nil {
 		return nil, err
 	}
-	n := qt.shape[0]
-	kt, err := matrix(op, "k", k, n, kvw)
-	if err != nil {
-		return nil, err
-	}
-	vt, err := matrix(op, "v", v, n, kvw)
-	if err != nil {
-		return nil, err
-	}
+	kvw, n := c.KVHeads*c.HeadDim, qt.shape[0]
 	var kp, vp []float32
 	p := 0
 	if kPrefix != nil || vPrefix != nil {
