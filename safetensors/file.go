@@ -29,6 +29,7 @@ type MissingError struct {
 	Tensor string
 }
 
+// Error describes the failure and where it happened.
 func (e *MissingError) Error() string {
 	return fmt.Sprintf("safetensors: %s: no tensor %q", e.File, e.Tensor)
 }

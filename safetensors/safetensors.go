@@ -72,6 +72,7 @@ type FormatError struct {
 	Reason string
 }
 
+// Error describes the failure and where it happened.
 func (e *FormatError) Error() string {
 	var b strings.Builder
 	b.WriteString("safetensors: ")
@@ -96,6 +97,7 @@ type DTypeError struct {
 	Want   string // what the caller needed, e.g. "a float dtype"
 }
 
+// Error describes the failure and where it happened.
 func (e *DTypeError) Error() string {
 	return fmt.Sprintf("safetensors: %s: tensor %q has dtype %s, want %s", e.File, e.Tensor, e.DType, e.Want)
 }

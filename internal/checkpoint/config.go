@@ -26,6 +26,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error describes the failure and where it happened.
 func (e *ConfigError) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("checkpoint: %s: %s", e.File, e.Reason)

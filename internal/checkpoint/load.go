@@ -27,6 +27,7 @@ type TensorError struct {
 	Reason string
 }
 
+// Error describes the failure and where it happened.
 func (e *TensorError) Error() string {
 	s := fmt.Sprintf("checkpoint: %s: tensor %q: %s", e.File, e.Tensor, e.Reason)
 	if e.Shape != nil {

@@ -8,6 +8,7 @@ type ForbiddenGlobalError struct {
 	Module, Name string
 }
 
+// Error describes the failure and where it happened.
 func (e *ForbiddenGlobalError) Error() string {
 	return fmt.Sprintf("torchpt: global %s.%s is not allowed", e.Module, e.Name)
 }

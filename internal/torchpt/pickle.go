@@ -69,6 +69,7 @@ type Tuple []any
 // GLOBAL opcode does. Only allowed globals ever become values.
 type Global struct{ Module, Name string }
 
+// String returns the global as "module.name".
 func (g Global) String() string { return g.Module + "." + g.Name }
 
 // storage is a resolved persistent id: one tensor storage of the archive.

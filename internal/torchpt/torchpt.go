@@ -159,6 +159,7 @@ type Error struct {
 	Err    error
 }
 
+// Error describes the failure and where it happened.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("torchpt: ")
