@@ -47,3 +47,30 @@ func TestShapeErrorAndNumel(t *testing.T) {
 		t.Error("DType.String")
 	}
 }
+
+func TestShapeChecks(t *testing.T) {
+	if err := CheckMatrix("Op", "x", []int{3, 4}, -1, 4); err != nil {
+		t.Errorf("[3 4] vs [*, 4]: %v", err)
+	}
+	for _, c := range []struct {
+		shape      []int
+		rows, cols int
+		want       string
+	}{
+		{[]int{3, 4}, 3, 5, "[3, 5]"},
+		{[]int{12}, -1, 4, "[*, 4]"},
+		{[]int{2, 3, 4}, 2, -1, "[2, *]"},
+	} {
+		var se *ShapeError
+		if err := CheckMatrix("Op", "x", c.shape, c.rows, c.cols); !errors.As(err, &se) || se.Want != c.want || se.Arg != "x" {
+			t.Errorf("CheckMatrix(%v, %d, %d) = %v, want %s", c.shape, c.rows, c.cols, err, c.want)
+		}
+	}
+	if err := CheckElements("Op", "g", []int{2, 3}, 6); err != nil {
+		t.Errorf("6 elements: %v", err)
+	}
+	var se *ShapeError
+	if err := CheckElements("Op", "g", []int{2, 3}, 5); !errors.As(err, &se) || se.Want != "5 elements" {
+		t.Errorf("5 elements: %v", err)
+	}
+}

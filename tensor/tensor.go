@@ -222,6 +222,41 @@ func (e *ShapeError) Error() string {
 	return fmt.Sprintf("tensor: %s: %s has shape %v, want %s", e.Op, e.Arg, e.Shape, e.Want)
 }
 
+// CheckMatrix returns a *ShapeError unless shape is 2-D with the given rows
+// and cols (−1: any). Backends use it to validate their arguments alike.
+func CheckMatrix(op, arg string, shape []int, rows, cols int) error {
+	if len(shape) != 2 || (rows >= 0 && shape[0] != rows) || (cols >= 0 && shape[1] != cols) {
+		return &ShapeError{Op: op, Arg: arg, Shape: shape, Want: Dims(rows, cols)}
+	}
+	return nil
+}
+
+// CheckElements returns a *ShapeError unless shape holds n elements (any
+// rank).
+func CheckElements(op, arg string, shape []int, n int) error {
+	if Numel(shape) != n {
+		return &ShapeError{Op: op, Arg: arg, Shape: shape, Want: fmt.Sprintf("%d elements", n)}
+	}
+	return nil
+}
+
+// Dims formats expected dimensions for a ShapeError: "[3, *]" where a
+// dimension is −1 (any).
+func Dims(ds ...int) string {
+	s := "["
+	for i, d := range ds {
+		if i > 0 {
+			s += ", "
+		}
+		if d < 0 {
+			s += "*"
+		} else {
+			s += fmt.Sprint(d)
+		}
+	}
+	return s + "]"
+}
+
 // SegmentFrom says where a segment of a batched operation starts from.
 type SegmentFrom uint8
 

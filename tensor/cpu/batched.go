@@ -220,7 +220,7 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 	}
 	kw := wt.shape[1]
 	if kw < 1 {
-		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: tensor.Dims(ch, -1) + " with K ≥ 1"}
 	}
 	starts, ls, err := checkSegments(op, segs, n, len(states))
 	if err != nil {

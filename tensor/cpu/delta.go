@@ -60,7 +60,7 @@ func deltaState(op, arg string, state tensor.Tensor, c tensor.DeltaConfig) ([]fl
 	}
 	hv, dk, dv := c.ValueHeads, c.KeyDim, c.ValueDim
 	if len(st.shape) != 3 || st.shape[0] != hv || st.shape[1] != dk || st.shape[2] != dv {
-		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: st.shape, Want: dims(hv, dk, dv)}
+		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: st.shape, Want: tensor.Dims(hv, dk, dv)}
 	}
 	return st.float32s(), nil
 }

@@ -48,7 +48,7 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	}
 	m, n := xt.shape[0], xt.shape[1]
 	if sum != n {
-		return nil, &tensor.ShapeError{Op: "SplitCols", Arg: "x", Shape: xt.shape, Want: dims(-1, sum)}
+		return nil, &tensor.ShapeError{Op: "SplitCols", Arg: "x", Shape: xt.shape, Want: tensor.Dims(-1, sum)}
 	}
 	xs := xt.float32s()
 	outs := make([]tensor.Tensor, len(widths))
@@ -334,7 +334,7 @@ func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tenso
 	}
 	kw := wt.shape[1]
 	if kw < 1 {
-		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: tensor.Dims(ch, -1) + " with K ≥ 1"}
 	}
 	hist := make([]float32, (kw-1)*ch)
 	if state != nil {

@@ -348,8 +348,8 @@ func (b *Backend) matrix(op, arg string, t tensor.Tensor, rows, cols int) (*Tens
 	if err != nil {
 		return nil, err
 	}
-	if len(c.shape) != 2 || (rows >= 0 && c.shape[0] != rows) || (cols >= 0 && c.shape[1] != cols) {
-		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: dims(rows, cols)}
+	if err := tensor.CheckMatrix(op, arg, c.shape, rows, cols); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -360,25 +360,10 @@ func (b *Backend) vector(op, arg string, t tensor.Tensor, n int) (*Tensor, error
 	if err != nil {
 		return nil, err
 	}
-	if tensor.Numel(c.shape) != n {
-		return nil, &tensor.ShapeError{Op: op, Arg: arg, Shape: c.shape, Want: fmt.Sprintf("%d elements", n)}
+	if err := tensor.CheckElements(op, arg, c.shape, n); err != nil {
+		return nil, err
 	}
 	return c, nil
-}
-
-func dims(ds ...int) string {
-	s := "["
-	for i, d := range ds {
-		if i > 0 {
-			s += ", "
-		}
-		if d < 0 {
-			s += "*"
-		} else {
-			s += fmt.Sprint(d)
-		}
-	}
-	return s + "]"
 }
 
 // segments checks lens against n rows and returns each segment's start and length.

@@ -234,7 +234,7 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 	}
 	kw := wt.shape[1]
 	if kw < 1 {
-		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: tensor.Dims(ch, -1) + " with K ≥ 1"}
 	}
 	starts, err := checkSegs(op, segs, n, len(states))
 	if err != nil {
@@ -353,7 +353,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			return nil, nil, err
 		}
 		if sh := sts[i].shape; len(sh) != 3 || sh[0] != hv || sh[1] != dk || sh[2] != dv {
-			return nil, nil, &tensor.ShapeError{Op: op, Arg: fmt.Sprintf("states[%d]", i), Shape: sh, Want: dims(hv, dk, dv)}
+			return nil, nil, &tensor.ShapeError{Op: op, Arg: fmt.Sprintf("states[%d]", i), Shape: sh, Want: tensor.Dims(hv, dk, dv)}
 		}
 	}
 	shared := deltaShared(dk)

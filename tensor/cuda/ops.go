@@ -104,7 +104,7 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	}
 	m, n := xt.shape[0], xt.shape[1]
 	if sum != n {
-		return nil, &tensor.ShapeError{Op: op, Arg: "x", Shape: xt.shape, Want: dims(-1, sum)}
+		return nil, &tensor.ShapeError{Op: op, Arg: "x", Shape: xt.shape, Want: tensor.Dims(-1, sum)}
 	}
 	outs := make([]tensor.Tensor, len(widths))
 	err = b.run(func(s *scope) error {
@@ -379,7 +379,7 @@ func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tenso
 	}
 	kw := wt.shape[1]
 	if kw < 1 {
-		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: dims(ch, -1) + " with K ≥ 1"}
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: tensor.Dims(ch, -1) + " with K ≥ 1"}
 	}
 	var st *Tensor
 	if state != nil {
@@ -493,7 +493,7 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 			return nil, nil, err
 		}
 		if len(st.shape) != 3 || st.shape[0] != hv || st.shape[1] != dk || st.shape[2] != dv {
-			return nil, nil, &tensor.ShapeError{Op: op, Arg: "state", Shape: st.shape, Want: dims(hv, dk, dv)}
+			return nil, nil, &tensor.ShapeError{Op: op, Arg: "state", Shape: st.shape, Want: tensor.Dims(hv, dk, dv)}
 		}
 	}
 	starts, ls, err := segments(op, lens, n)
