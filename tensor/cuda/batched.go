@@ -89,7 +89,8 @@ func rowPtr(t *Tensor, r, w int) cu.DevicePtr {
 // AttentionSegments is causal grouped-query attention whose segments each continue their own prefix: a
 // FromSegment segment reads the keys and values of the segment it continues in place. Bf16 operands with head
 // dimension 64, 128 or 256 take the tiled tensor-core kernel (every 64-row block lies in one segment and shares
-// its prefix; long prefixes are split over blocks as in Attention); other cases one warp per (row, head) in fp32.
+// its prefix; a long prefix is split over blocks by its own length, segSplits); other cases one warp per (row,
+// head) in fp32. Either way a row's output depends on its own segment alone.
 func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, c tensor.AttentionConfig) (tensor.Tensor, error) {
 	const op = "AttentionSegments"
 	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 || c.HeadDim > MaxAttentionHeadDim {
@@ -127,7 +128,7 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 	}
 	descs := make([]segDesc, len(segs))
 	fast := (d == 64 || d == 128 || d == 256) && qt.dtype == tensor.BF16 && kt.dtype == tensor.BF16 && vt.dtype == tensor.BF16
-	maxP := 0
+	plens := make([]int, len(segs))
 	for i, s := range segs {
 		var p int
 		var dt, dtb tensor.DType
@@ -146,7 +147,7 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 		} else if dt != tensor.BF16 || dtb != tensor.BF16 || pa%16 != 0 || pb%16 != 0 {
 			fast = false
 		}
-		maxP = max(maxP, p)
+		plens[i] = p
 		descs[i].set(starts[i], s.Len, p, dt, 0, dtb, pa, pb)
 	}
 	var y *Tensor
@@ -160,7 +161,7 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 			return err
 		}
 		if fast {
-			return s.flashSegs(y, qt, kt, vt, db, segs, maxP, c)
+			return s.flashSegs(y, qt, kt, vt, db, segs, starts, plens, c)
 		}
 		rs, err := s.ints(rowSegs(segs, n))
 		if err != nil {
@@ -175,27 +176,42 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 	return result(y, err)
 }
 
-// flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (descriptors at db), splitting
-// the keys when the blocks leave the GPU under-filled and the longest prefix is long, then attn_combine.
-func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segment, maxP int, c tensor.AttentionConfig) error {
+// segSplits is the number of key splits of every block of a segment with a prefix of p keys: one per 16 prefix key
+// tiles (512 keys), at most 16, and none below 32 tiles. It depends on the segment alone, never on the rest of the
+// call, so a row's attention output has the same bits whatever segments it is batched with.
+func segSplits(p int) int {
+	return max(1, min(16, (p+31)/32/16))
+}
+
+// flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (descriptors at db; segment i
+// starts at row starts[i] and continues plens[i] prefix keys), each block splitting its keys segSplits ways, then
+// attn_combine_rows over the rows of the split blocks.
+func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
-	var blocks []int32
+	n, h, d := y.shape[0], c.Heads, c.HeadDim
+	var blocks, rows []int32
+	maxS := 1
 	for i, sg := range segs {
+		sp := segSplits(plens[i])
+		maxS = max(maxS, sp)
 		for tile := 0; tile*64 < sg.Len; tile++ {
-			blocks = append(blocks, int32(i), int32(tile))
+			blocks = append(blocks, int32(i), int32(tile), int32(sp), 0)
+		}
+		if sp > 1 {
+			for r := range sg.Len {
+				rows = append(rows, int32(starts[i]+r), int32(sp))
+			}
 		}
 	}
-	nb := len(blocks) / 2
-	n, h, d := y.shape[0], c.Heads, c.HeadDim
+	nb := len(blocks) / 4
 	bb, err := s.ints(blocks)
 	if err != nil {
 		return err
 	}
-	splits := flashSplits(nb*h, maxP, q.d.info.SMs)
 	var part, ml cu.DevicePtr
-	if splits > 1 {
-		pn := int64(splits) * int64(n) * int64(h) * int64(d) * 4
-		if err := q.ReserveWorkspace(pn + int64(splits)*int64(n)*int64(h)*8); err != nil {
+	if maxS > 1 {
+		pn := int64(maxS) * int64(n) * int64(h) * int64(d) * 4
+		if err := q.ReserveWorkspace(pn + int64(maxS)*int64(n)*int64(h)*8); err != nil {
 			return err
 		}
 		part, ml = q.d.ws.Ptr, q.d.ws.Ptr+cu.DevicePtr(pn)
@@ -204,18 +220,22 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segmen
 	q.args.Reset()
 	q.put(y.Operand())
 	q.args.Ptr(part).Ptr(ml).Ptr(qt.buf.Ptr).Ptr(kt.buf.Ptr).Ptr(vt.buf.Ptr).Ptr(db.Ptr).Ptr(bb.Ptr)
-	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale * log2e).I32(int32(splits))
+	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale * log2e)
 	name := fmt.Sprintf("flash_attn_segs_d%d", d)
-	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h, Z: splits}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
+	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h, Z: maxS}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
 		return err
 	}
-	if splits == 1 {
+	if len(rows) == 0 {
 		return nil
+	}
+	rb, err := s.ints(rows)
+	if err != nil {
+		return err
 	}
 	q.args.Reset()
 	q.put(y.Operand())
-	q.args.Ptr(part).Ptr(ml).I32(int32(n)).I32(int32(h)).I32(int32(d)).I32(int32(splits))
-	return q.launch("flash", "attn_combine", cudrv.Dim3{X: n, Y: h, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0)
+	q.args.Ptr(part).Ptr(ml).Ptr(rb.Ptr).I32(int32(n)).I32(int32(h)).I32(int32(d))
+	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: len(rows) / 2, Y: h, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0)
 }
 
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
@@ -322,7 +342,8 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 
 // GatedDeltaRuleSegments runs the gated delta rule over segments that each start from their own state, read in
 // place: one launch for the segments starting from nothing or from a cached state, then one for those continuing
-// another segment of the call, which read that segment's final state (a kept state, or a temporary one).
+// another segment of the call, which read that segment's final state (a kept state, or a temporary one). For
+// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (chunked form by default).
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
@@ -425,7 +446,8 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if reg {
 				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0
 				qq.args.I32(int32(dv)).I32(b2i(vec))
-				err = qq.launch("delta", fmt.Sprintf("delta_rule_segs_reg_dk%d", dk), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, deltaRegShared(dk))
+				kind, sh := b.dev.deltaKernel(dk, false)
+				err = qq.launch("delta", fmt.Sprintf("delta_rule_segs_%s_dk%d", kind, dk), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, sh)
 			} else {
 				qq.args.I32(int32(dk)).I32(int32(dv))
 				err = qq.launch("delta", "delta_rule_segs_rec", grid, cudrv.Dim3{X: 32, Y: 1, Z: 1}, shared)

@@ -282,31 +282,80 @@ func BenchmarkSegments(b *testing.B) {
 			gb.Free(o)
 		}
 	})
-	b.Run("delta", func(b *testing.B) {
-		c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
-		x := up(1, n, 2*16*128+32*128)
-		g, err := gb.FromFloat32([]int{n, 32}, make([]float32, n*32))
-		if err != nil {
-			b.Fatal(err)
+	for _, chunked := range []bool{true, false} {
+		name := "delta"
+		if !chunked {
+			name = "delta/reg"
 		}
-		beta, err := gb.FromFloat32([]int{n, 32}, randVals(r, n*32, 0.5))
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := gb.FromFloat32([]int{32, 128, 128}, randVals(r, 32*128*128, 0.1))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ResetTimer()
-		for range b.N {
-			o, kept, err := gb.GatedDeltaRuleSegments(x, g, beta, []tensor.Tensor{st}, segs, c)
+		b.Run(name, func(b *testing.B) {
+			deltaChunked = chunked
+			defer func() { deltaChunked = true }()
+			c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+			x := up(1, n, 2*16*128+32*128)
+			g, err := gb.FromFloat32([]int{n, 32}, make([]float32, n*32))
 			if err != nil {
 				b.Fatal(err)
 			}
-			sync()
-			gb.Free(append(kept, o)...)
+			beta, err := gb.FromFloat32([]int{n, 32}, randVals(r, n*32, 0.5))
+			if err != nil {
+				b.Fatal(err)
+			}
+			st, err := gb.FromFloat32([]int{32, 128, 128}, randVals(r, 32*128*128, 0.1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				o, kept, err := gb.GatedDeltaRuleSegments(x, g, beta, []tensor.Tensor{st}, segs, c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sync()
+				gb.Free(append(kept, o)...)
+			}
+		})
+	}
+	// Question rows only: 6 and 5 rows of 40 tokens continuing one cached state, chunked and register kernels.
+	for _, k := range []int{6, 5} {
+		for _, chunked := range []bool{true, false} {
+			name := fmt.Sprintf("delta rows %dx40", k)
+			if !chunked {
+				name += "/reg"
+			}
+			b.Run(name, func(b *testing.B) {
+				deltaChunked = chunked
+				defer func() { deltaChunked = true }()
+				c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+				rs := make([]tensor.Segment, k)
+				for i := range rs {
+					rs[i] = tensor.Segment{Len: 40, From: tensor.FromPrefix}
+				}
+				m := 40 * k
+				x := up(1, m, 2*16*128+32*128)
+				g, err := gb.FromFloat32([]int{m, 32}, randVals(r, m*32, 0.1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				beta, err := gb.FromFloat32([]int{m, 32}, randVals(r, m*32, 0.5))
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, err := gb.FromFloat32([]int{32, 128, 128}, randVals(r, 32*128*128, 0.1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for range b.N {
+					o, kept, err := gb.GatedDeltaRuleSegments(x, g, beta, []tensor.Tensor{st}, rs, c)
+					if err != nil {
+						b.Fatal(err)
+					}
+					sync()
+					gb.Free(append(kept, o)...)
+				}
+			})
 		}
-	})
+	}
 	b.Run("conv", func(b *testing.B) {
 		ch := 2*16*128 + 32*128
 		x, w := up(1, n, ch), up(0.5, ch, 4)

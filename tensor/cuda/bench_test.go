@@ -66,16 +66,19 @@ func BenchmarkGEMM(b *testing.B) {
 	for _, M := range []int{1, 16, 64, 256, 1024, 2048} {
 		for _, s := range gemmShapes {
 			N, K := s[0], s[1]
-			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) { benchGEMM(b, M, N, K) })
+			for _, byM := range []bool{false, true} {
+				b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/byM=%v", M, N, K, byM), func(b *testing.B) { benchGEMM(b, M, N, K, byM) })
+			}
 		}
 	}
 }
 
-func benchGEMM(b *testing.B, M, N, K int) {
+// benchGEMM times Y = X·Wᵀ at one shape, planned batch-invariantly or (byM) from M as well.
+func benchGEMM(b *testing.B, M, N, K int, byM bool) {
 	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	var t float64
-	p := dev.plan(&GEMM{M: M, N: N, K: K})
+	p := dev.plan(&GEMM{M: M, N: N, K: K, byM: byM})
 	splits := p.splits
 	err := dev.Do(func(q *Queue) error {
 		var bufs []Buffer
@@ -113,7 +116,7 @@ func benchGEMM(b *testing.B, M, N, K int) {
 		}
 		b.ResetTimer()
 		t, err = medianTime(q, max(b.N, 25), func(i int) error {
-			return q.GEMM(GEMM{Y: y, X: xs[i%sets], W: ws[i%sets], M: M, N: N, K: K})
+			return q.GEMM(GEMM{Y: y, X: xs[i%sets], W: ws[i%sets], M: M, N: N, K: K, byM: byM})
 		})
 		return err
 	})
@@ -125,7 +128,7 @@ func benchGEMM(b *testing.B, M, N, K int) {
 	b.ReportMetric(t*1e6, "us/gemm")
 	b.ReportMetric(gbs, "GB/s")
 	b.ReportMetric(tfs, "TFLOP/s")
-	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d tile=%v-%dx%d splits=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, p.kern, p.bm, p.bn, splits, t*1e6, gbs, tfs)
+	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d byM=%v tile=%v-%dx%d splits=%d chunk=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, byM, p.kern, p.bm, p.bn, splits, p.chunk, t*1e6, gbs, tfs)
 }
 
 // BenchmarkCopy measures a device-to-device copy of 1 GiB, the bandwidth ceiling (bytes read + written).

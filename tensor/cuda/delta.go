@@ -24,7 +24,13 @@ type DeltaRule struct {
 	DK, DV   int
 
 	simple bool // tests: force the one-warp kernel delta_rule_rec
+	reg    bool // tests, benchmarks: force the register-state kernel delta_rule_reg_dk*
 }
+
+// deltaChunked selects the chunked kernels (delta_rule_chunk_dk*, delta_rule_segs_chunk_dk*) for d_k ∈ {32, 64,
+// 128} where the device has the shared memory for them; false keeps the register-state kernels everywhere.
+// Benchmarks flip it to time both.
+var deltaChunked = true
 
 // deltaShared is the dynamic shared memory of delta_rule_rec for key dimension dk.
 func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
@@ -32,10 +38,25 @@ func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
 // deltaRegShared is the dynamic shared memory of delta_rule_reg_dk* for key dimension dk (64-token chunks).
 func deltaRegShared(dk int) int { return (2*64*dk + 2*64*32 + 2*64) * 4 }
 
+// deltaChunkShared is the dynamic shared memory of delta_rule_chunk_dk* for key dimension dk: q̂ and k̂ in padded
+// 64-token rows, U and O tiles of 64×32, A and B in one 64×65 array and three 64-entry vectors.
+func deltaChunkShared(dk int) int { return (2*64*(dk+4) + 2*64*32 + 64*65 + 3*64) * 4 }
+
+// deltaKernel returns the kernel family ("chunk" or "reg") and its dynamic shared memory for key dimension dk, one
+// of 32, 64, 128; forceReg keeps the register-state kernel.
+func (d *Device) deltaKernel(dk int, forceReg bool) (string, int) {
+	if deltaChunked && !forceReg && deltaChunkShared(dk) <= d.info.SharedOptin {
+		return "chunk", deltaChunkShared(dk)
+	}
+	return "reg", deltaRegShared(dk)
+}
+
 // DeltaRule enqueues the recurrent gated delta rule (see tensor.Backend.GatedDeltaRule), every segment starting
-// from S0, which is only read. For DK ∈ {32, 64, 128} the state lives in registers: 8 warps per (32 value
-// columns, value head, segment) with 64-token chunks of normalised q/k staged in shared memory
-// (delta_rule_reg_dk*); other sizes run one warp per (32 columns, head, segment) with the state in shared memory.
+// from S0, which is only read. For DK ∈ {32, 64, 128} the state lives in registers, 8 warps per (32 value
+// columns, value head, segment): the chunked form (delta_rule_chunk_dk*: per 64-token chunk a few small fp32
+// products and a triangular solve instead of a serial step per token) where the device has 101 KiB of shared
+// memory per block, else the token-serial register kernel (delta_rule_reg_dk*); other sizes run one warp per
+// (32 columns, head, segment) with the state in shared memory.
 func (q *Queue) DeltaRule(a DeltaRule) error {
 	const op = "DeltaRule"
 	if err := positive(op, "Segs, N, HK, HV, DK, DV", a.Segs, a.N, a.HK, a.HV, a.DK, a.DV); err != nil {
@@ -66,7 +87,8 @@ func (q *Queue) DeltaRule(a DeltaRule) error {
 		q.put(a.QKV).put(a.G).put(a.Beta).put(a.S0)
 		q.args.Ptr(a.SegStart.Ptr).Ptr(a.SegLen.Ptr).I32(int32(a.HK)).I32(int32(a.HV)).I32(int32(a.DV)).I32(b2i(vec))
 		grid := cudrv.Dim3{X: (a.DV + 31) / 32, Y: a.HV, Z: a.Segs}
-		return q.launch("delta", fmt.Sprintf("delta_rule_reg_dk%d", a.DK), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, deltaRegShared(a.DK))
+		kind, sh := q.d.deltaKernel(a.DK, a.reg)
+		return q.launch("delta", fmt.Sprintf("delta_rule_%s_dk%d", kind, a.DK), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, sh)
 	}
 	q.args.Reset()
 	q.put(a.O)

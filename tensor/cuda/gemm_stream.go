@@ -46,11 +46,13 @@ func streamCost(M, N, K, sms, splits, tps int) float64 {
 }
 
 // planStream returns the streaming kernel's plan for g, and whether it applies: when forced (g.kern ==
-// gemmStream, M ≤ 128), or chosen (no kernel or tile forced, M ≤ streamAutoM). Splits are g.splits when set, else
-// the count that minimises streamCost.
+// gemmStream, M ≤ 128), or chosen by the M-dependent planner (g.byM, no kernel or tile forced, M ≤ streamAutoM).
+// The batch-invariant planner never takes it: its mma.sync products sum k in another order than the wgmma
+// kernels, so a row's bits would change with the batch size. Splits are g.splits when set, else the count that
+// minimises streamCost.
 func (d *Device) planStream(g *GEMM) (gemmPlan, bool) {
 	var p gemmPlan
-	if g.M > streamMaxM || g.tile != 0 || g.noStream || (g.kern != gemmStream && (g.kern != gemmAuto || g.M > streamAutoM)) {
+	if g.M > streamMaxM || g.tile != 0 || g.noStream || (g.kern != gemmStream && (g.kern != gemmAuto || !g.byM || g.M > streamAutoM)) {
 		return p, false
 	}
 	mt := streamTiles(g.M)

@@ -7,20 +7,23 @@ import (
 	"testing"
 )
 
-// TestGEMMStreamPlan checks the streaming kernel's plans: which M it takes, the instance per M, and splits that
-// cover every k step exactly once with no empty split.
+// TestGEMMStreamPlan checks the streaming kernel's plans: which M it takes (only when forced, or with byM up to
+// streamAutoM), the instance per M, and splits that cover every k step exactly once with no empty split.
 func TestGEMMStreamPlan(t *testing.T) {
 	d := &Device{}
 	for _, c := range []struct {
 		M, N, K, splits int
 		kern            gemmKernel
 		tile            int
+		byM             bool
 		want            bool
 		fn              string
 	}{
-		{M: 1, N: 12352, K: 2560, want: true, fn: "gemm_stream_mt1"},
-		{M: 16, N: 2560, K: 9216, want: true, fn: "gemm_stream_mt1"},
-		{M: 17, N: 2560, K: 4096},
+		{M: 1, N: 12352, K: 2560},
+		{M: 16, N: 2560, K: 9216},
+		{M: 1, N: 12352, K: 2560, byM: true, want: true, fn: "gemm_stream_mt1"},
+		{M: 16, N: 2560, K: 9216, byM: true, want: true, fn: "gemm_stream_mt1"},
+		{M: 17, N: 2560, K: 4096, byM: true},
 		{M: 17, N: 2560, K: 4096, kern: gemmStream, want: true, fn: "gemm_stream_mt2"},
 		{M: 64, N: 18432, K: 2560, kern: gemmStream, want: true, fn: "gemm_stream_mt4"},
 		{M: 65, N: 10240, K: 2560},
@@ -31,7 +34,7 @@ func TestGEMMStreamPlan(t *testing.T) {
 		{M: 16, N: 264, K: 4096, kern: gemmWG128},
 		{M: 3, N: 128, K: 256, kern: gemmStream, splits: 7, want: true, fn: "gemm_stream_mt1"},
 	} {
-		g := GEMM{M: c.M, N: c.N, K: c.K, splits: c.splits, kern: c.kern, tile: c.tile}
+		g := GEMM{M: c.M, N: c.N, K: c.K, splits: c.splits, kern: c.kern, tile: c.tile, byM: c.byM}
 		p, ok := d.planStream(&g)
 		if ok != c.want {
 			t.Errorf("M=%d N=%d K=%d kern=%v tile=%d: stream = %v, want %v", c.M, c.N, c.K, c.kern, c.tile, ok, c.want)
@@ -53,9 +56,10 @@ func TestGEMMStreamPlan(t *testing.T) {
 	}
 }
 
-// BenchmarkGEMMSmall times the Kev-4B GEMM shapes at small M on the streaming kernel (as planned, and for
-// M = 16 and 64 with forced split counts) against the plan without it, on the same rotating inputs. One KEVBENCH line
-// per launch configuration: median device time of 25 launches, W+X+Y bytes per second.
+// BenchmarkGEMMSmall times the Kev-4B GEMM shapes at small M: the batch-invariant plan ("fixed"), the M-dependent
+// plan with the streaming kernel ("byM") and without it ("old"), the streaming kernel forced (as planned, and for
+// M = 16 and 64 with forced split counts), on the same rotating inputs. One KEVBENCH line per launch
+// configuration: median device time of 25 launches, W+X+Y bytes per second.
 func BenchmarkGEMMSmall(b *testing.B) {
 	Ms := []int{1, 16, 32, 64, 128, 256}
 	for _, s := range gemmShapes {
@@ -106,13 +110,19 @@ func BenchmarkGEMMSmall(b *testing.B) {
 						return fmt.Errorf("%s M=%d: %w", label, g.M, err)
 					}
 					bytes := float64(wb) + float64(2*g.M*K) + float64(2*g.M*N)
-					fmt.Printf("KEVBENCH gemmsmall %s M=%d N=%d K=%d kern=%v-%dx%d splits=%d tps=%d us=%.2f GB/s=%.0f model_us=%.2f\n",
-						label, g.M, N, K, p.kern, p.bm, p.bn, p.splits, p.tps, t*1e6, bytes/t/1e9,
+					fmt.Printf("KEVBENCH gemmsmall %s M=%d N=%d K=%d kern=%v-%dx%d splits=%d tps=%d chunk=%d us=%.2f GB/s=%.0f model_us=%.2f\n",
+						label, g.M, N, K, p.kern, p.bm, p.bn, p.splits, p.tps, p.chunk, t*1e6, bytes/t/1e9,
 						streamCost(g.M, N, K, dev.sms(), p.splits, p.tps)*1e6)
 					return nil
 				}
 				for _, M := range Ms {
-					if err := run("old", GEMM{M: M, N: N, K: K, noStream: true}); err != nil {
+					if err := run("fixed", GEMM{M: M, N: N, K: K}); err != nil {
+						return err
+					}
+					if err := run("byM", GEMM{M: M, N: N, K: K, byM: true}); err != nil {
+						return err
+					}
+					if err := run("old", GEMM{M: M, N: N, K: K, byM: true, noStream: true}); err != nil {
 						return err
 					}
 					if M <= streamMaxM {

@@ -47,7 +47,9 @@ type GEMM struct {
 	kern     gemmKernel // 0: choose (tests force one)
 	tile     int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
 	splits   int        // 0: choose; ≥ 1 (tests)
-	noStream bool       // plan as if the streaming kernel did not exist (benchmarks)
+	chunk    int        // wg128 with one split: force chunked accumulation of this many k tiles (tests)
+	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
+	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 }
 
 // gemmKernel names a GEMM kernel family.
@@ -75,6 +77,7 @@ type gemmPlan struct {
 	threads       int
 	shared        int // dynamic shared memory, bytes
 	splits, tps   int // gridDim.z and k tiles (of bk) per split
+	chunk         int // wg128, one split: k tiles per chunk of the chunked accumulation (0: none)
 	blocksM, blkN int
 }
 
@@ -91,15 +94,167 @@ func (d *Device) sms() int {
 	return d.info.SMs
 }
 
-// plan chooses the kernel for g. On Hopper: the wgmma kernel whose tile width and split count minimise a simple
-// model — waves × k tiles per split × tile time, plus the partial sums' traffic; the tile time is the tensor-core
-// time of its live rows or, for M ≤ 128, the time to stream its W tile at 40 GB/s per multiprocessor, whichever is
-// longer, and the whole call takes at least W's bytes at 4 TB/s. Elsewhere: the 128×128 mma.sync tile when it
-// fills the GPU four times over, else 64×64 with split-K.
+// plan chooses the kernel for g. Unless a test or benchmark forces something (kern, tile, splits, chunk, byM), the
+// choice is batch-invariant: the kernel family, its tile and the k partition of every output element depend on
+// (N, K) and the device only, never on M, so a row of X gets the same bits in Y whatever rows it is stacked with
+// (planFixed). The streaming kernel is only used when forced or with byM.
 func (d *Device) plan(g *GEMM) gemmPlan {
 	if p, ok := d.planStream(g); ok {
 		return p
 	}
+	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM {
+		return d.planFixed(g)
+	}
+	p := d.planByM(g)
+	if g.chunk > 0 && p.kern == gemmWG128 && p.splits == 1 {
+		p.chunk = g.chunk
+	}
+	return p
+}
+
+// wgCost models the time in µs of the wgmma kernel k with sp splits of tps k tiles each: waves × k tiles per split
+// × tile time, plus the partial sums' traffic; the tile time is the tensor-core time of its live rows or, for
+// M ≤ 128, the time to stream its W tile at 40 GB/s per multiprocessor, whichever is longer, and the whole call
+// takes at least W's bytes at 4 TB/s.
+func wgCost(k gemmKernel, M, N, K, sms, sp, tps int) float64 {
+	bn, tileUS := 256, 0.92 // µs per 128×bn×64 tile at ~600 TFLOP/s per GPU
+	if k == gemmWG128 {
+		bn, tileUS = 128, 0.52
+	}
+	blocks := ((M + 127) / 128) * ((N + bn - 1) / bn)
+	live := float64((min(M, 128)+63)/64) / 2 // consumers with rows, of 2 (per m tile, M ≤ 128)
+	if M > 128 {
+		live = 1
+	}
+	tile := tileUS * live
+	if M <= 128 {
+		tile = max(tile, float64(bn*128)/40e3) // W tile bytes at 40 GB/s per multiprocessor
+	}
+	floor := float64(N) * float64(K) * 2 / 4e6 // W at 4 TB/s, µs
+	waves := (blocks*sp + sms - 1) / sms
+	t := max(float64(waves*tps)*tile, floor)
+	if sp > 1 {
+		t += float64(M) * float64(N) * 8 * float64(sp) / 3e6
+	}
+	return t
+}
+
+// Reference token counts of the batch-invariant plan: a short pass (question rows) and a long one (a prefill).
+const (
+	fixedSmallM = 64
+	fixedLargeM = 2048
+)
+
+// fixedChoice is the (N, K)-only part of a batch-invariant plan on Hopper.
+type fixedChoice struct {
+	kern  gemmKernel
+	chunk int // k tiles per chunk (wg128); all of them for wg256
+}
+
+// fixedWG chooses, on Hopper, between the 128×256 wgmma kernel without split-K and the 128×128 one whose k tiles
+// are reduced in chunks of c tiles (c = ⌈k tiles / s⌉ for s = 1 … 16, at least 4 tiles per chunk): the one with
+// the least sum of its modelled times at fixedSmallM and fixedLargeM, each relative to the best candidate there.
+// The chunked kernel runs at a given M either as one split per chunk or as one split summing the chunks in
+// registers in the same order — the same bits —, whichever the model says is faster, so chunks cost the long
+// passes nothing.
+func fixedWG(N, K, sms int) fixedChoice {
+	kTiles := (K + 63) / 64
+	type cand struct {
+		c            fixedChoice
+		small, large float64
+	}
+	cands := []cand{{c: fixedChoice{gemmWG256, kTiles}}}
+	for s := 1; s <= 16; s++ {
+		c := (kTiles + s - 1) / s
+		if sp := (kTiles + c - 1) / c; sp != s || (s > 1 && c < 4) {
+			continue
+		}
+		cands = append(cands, cand{c: fixedChoice{gemmWG128, c}})
+	}
+	bestS, bestL := -1.0, -1.0
+	for i := range cands {
+		c := &cands[i]
+		c.small = fixedCost(c.c, fixedSmallM, N, K, sms)
+		c.large = fixedCost(c.c, fixedLargeM, N, K, sms)
+		if bestS < 0 || c.small < bestS {
+			bestS = c.small
+		}
+		if bestL < 0 || c.large < bestL {
+			bestL = c.large
+		}
+	}
+	best, pick := -1.0, cands[0].c
+	for _, c := range cands {
+		if score := c.small/bestS + c.large/bestL; best < 0 || score < best-1e-9 {
+			best, pick = score, c.c
+		}
+	}
+	return pick
+}
+
+// fixedSplits returns the splits the fixed choice c runs with at M: for a chunked choice, one split per chunk when
+// the model prefers that to one split summing the chunks in registers, else 1.
+func fixedSplits(c fixedChoice, M, N, K, sms int) int {
+	kTiles := (K + 63) / 64
+	n := (kTiles + c.chunk - 1) / c.chunk
+	if c.kern != gemmWG128 || n <= 1 {
+		return 1
+	}
+	if wgCost(c.kern, M, N, K, sms, n, c.chunk) < wgCost(c.kern, M, N, K, sms, 1, kTiles) {
+		return n
+	}
+	return 1
+}
+
+// fixedCost is the modelled time of the fixed choice c at M.
+func fixedCost(c fixedChoice, M, N, K, sms int) float64 {
+	if sp := fixedSplits(c, M, N, K, sms); sp > 1 {
+		return wgCost(c.kern, M, N, K, sms, sp, c.chunk)
+	}
+	return wgCost(c.kern, M, N, K, sms, 1, (K+63)/64)
+}
+
+// planFixed is the batch-invariant plan. On Hopper the wgmma kernel fixedWG picks for (N, K): 128×256 tiles
+// without split-K, or 128×128 tiles with the k tiles reduced in fixed chunks (split-K over the chunks when M is
+// small, the chunks summed in registers in split order when it is large). Elsewhere the 64×64 mma.sync kernel
+// with the split count that fills the GPU four times at M = fixedSmallM, for every M (its split-K has no chunked
+// twin, so long passes pay the partial sums).
+func (d *Device) planFixed(g *GEMM) gemmPlan {
+	sms := d.sms()
+	var p gemmPlan
+	if d.hopper() {
+		c := fixedWG(g.N, g.K, sms)
+		kTiles := (g.K + 63) / 64
+		p.kern, p.mod, p.bm, p.bk, p.threads = c.kern, "gemm_sm90a", 128, 64, 384
+		p.splits, p.tps = fixedSplits(c, g.M, g.N, g.K, sms), kTiles
+		if p.splits > 1 {
+			p.tps = c.chunk
+		} else if c.kern == gemmWG128 && c.chunk < kTiles {
+			p.chunk = c.chunk
+		}
+		if c.kern == gemmWG128 {
+			p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
+		} else {
+			p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
+		}
+	} else {
+		p.kern, p.mod, p.bk, p.threads = gemmMMA64, "gemm", 32, 128
+		p.bm, p.bn, p.fn = 64, 64, "gemm_bf16_64x64"
+		p.shared = 4 * (p.bm + p.bn) * p.bk * 2
+		kTiles := (g.K + p.bk - 1) / p.bk
+		blocks := (g.N + p.bn - 1) / p.bn // one row of tiles: M = fixedSmallM
+		splits := max(1, min((4*sms+blocks-1)/blocks, kTiles))
+		p.tps = (kTiles + splits - 1) / splits
+		p.splits = (kTiles + p.tps - 1) / p.tps
+	}
+	p.blocksM, p.blkN = (g.M+p.bm-1)/p.bm, (g.N+p.bn-1)/p.bn
+	return p
+}
+
+// planByM is the planner from before batch invariance, for forced kernels, tiles or splits and for benchmarks: on
+// Hopper the wgmma kernel whose tile width and split count minimise wgCost at g.M; elsewhere the 128×128 mma.sync
+// tile when it fills the GPU four times over, else 64×64 with split-K.
+func (d *Device) planByM(g *GEMM) gemmPlan {
 	sms := d.sms()
 	kern := g.kern
 	switch {
@@ -147,20 +302,6 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 			if g.kern != gemmAuto && k != g.kern {
 				continue
 			}
-			bn, tileUS := 256, 0.92 // µs per 128×bn×64 tile at ~600 TFLOP/s per GPU
-			if k == gemmWG128 {
-				bn, tileUS = 128, 0.52
-			}
-			blocks := ((g.M + 127) / 128) * ((g.N + bn - 1) / bn)
-			live := float64((min(g.M, 128)+63)/64) / 2 // consumers with rows, of 2 (per m tile, M ≤ 128)
-			if g.M > 128 {
-				live = 1
-			}
-			tile := tileUS * live
-			if g.M <= 128 {
-				tile = max(tile, float64(bn*128)/40e3) // W tile bytes at 40 GB/s per multiprocessor
-			}
-			floor := float64(g.N) * float64(g.K) * 2 / 4e6 // W at 4 TB/s, µs
 			lo, hi := 1, 16
 			if g.splits > 0 {
 				lo, hi = g.splits, g.splits
@@ -171,11 +312,7 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 				if sp != s || (s > 1 && g.splits == 0 && tps < 4) {
 					continue
 				}
-				waves := (blocks*sp + sms - 1) / sms
-				t := max(float64(waves*tps)*tile, floor)
-				if sp > 1 {
-					t += float64(g.M) * float64(g.N) * 8 * float64(sp) / 3e6
-				}
+				t := wgCost(k, g.M, g.N, g.K, sms, sp, tps)
 				if best < 0 || t < best {
 					best, kern = t, k
 					p.splits, p.tps = sp, tps
@@ -271,7 +408,7 @@ func (q *Queue) GEMM(g GEMM) error {
 			return fmt.Errorf("cuda: GEMM: W: %w", err)
 		}
 		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).
-			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
+			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).I32(int32(p.chunk))
 	} else {
 		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).
 			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))

@@ -248,28 +248,31 @@ FLASH(flash_attn_d128, 128)
 FLASH(flash_attn_d256, 256)
 
 // Segments with their own prefixes (flash_attn_segs_dN): desc[s] describes segment s (see SegDesc), blocks[b] =
-// (segment, 64-row tile) for blockIdx.x = b; each block's rows lie in one segment, so they share its prefix
-// (desc.a, desc.b: bf16 [desc.p, KV·D], null when desc.p = 0) and its first row.
+// (segment, 64-row tile, key splits of this block, unused) for blockIdx.x = b; each block's rows lie in one
+// segment, so they share its prefix (desc.a, desc.b: bf16 [desc.p, KV·D], null when desc.p = 0) and its first row.
+// Each block has its own split count (the host chooses it from the segment's prefix length alone, so a row's
+// reduction order does not depend on the other segments of the call); gridDim.z is the largest, and splits
+// z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by
+// attn_combine_rows.
 #define FLASH_SEGS(NAME, D)                                                                                          \
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
-	    const __nv_bfloat16 *v, const SegDesc *desc, const int2 *blocks, int N, int H, int KV, float scale2,         \
-	    int splits) {                                                                                             \
-		const int2 bl = blocks[blockIdx.x];                                                                   \
+	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2) {      \
+		const int4 bl = blocks[blockIdx.x];                                                                   \
+		if ((int)blockIdx.z >= bl.z) return;                                                                   \
 		const SegDesc sd = desc[bl.x];                                                                         \
 		flash_attn<D>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b,    \
 		              nullptr, sd.start + bl.y * FA_BQ, sd.start + sd.len, sd.start, N, sd.p, H, KV, scale2,     \
-		              splits);                                                                                   \
+		              bl.z);                                                                                     \
 	}
 FLASH_SEGS(flash_attn_segs_d64, 64)
 FLASH_SEGS(flash_attn_segs_d128, 128)
 FLASH_SEGS(flash_attn_segs_d256, 256)
 
-// attn_combine merges the splits' partial outputs: with M = max m_s and w_s = l_s·2^(m_s − M),
-// o = Σ w_s·O_s / Σ w_s. One block of 64 threads per (row, head); opart [splits, N, H, D], ml [splits, N, H, 2].
-extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, const float *ml, int N, int H, int D,
-                                        int splits) {
-	const int t = blockIdx.x, h = blockIdx.y;
+// combine merges the splits' partial outputs of row t, head h: with M = max m_s and w_s = l_s·2^(m_s − M),
+// o = Σ w_s·O_s / Σ w_s, summed in split order. opart [*, N, H, D], ml [*, N, H, 2].
+__device__ __forceinline__ void combine(void *o, int odt, const float *opart, const float *ml, int t, int h, int N,
+                                        int H, int D, int splits) {
 	float M = -INFINITY;
 	for (int z = 0; z < splits; z++) M = fmaxf(M, ml[2 * (((size_t)z * N + t) * H + h)]);
 	float wsum = 0.f;
@@ -287,4 +290,18 @@ extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, co
 		}
 		st(o, odt, (size_t)t * qw + (size_t)h * D + d, acc * inv);
 	}
+}
+
+// attn_combine merges every row's splits. One block of 64 threads per (row, head).
+extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, const float *ml, int N, int H, int D,
+                                        int splits) {
+	combine(o, odt, opart, ml, blockIdx.x, blockIdx.y, N, H, D, splits);
+}
+
+// attn_combine_rows merges the splits of the listed rows: rows[blockIdx.x] = (row, its split count). One block of
+// 64 threads per (listed row, head).
+extern "C" __global__ void attn_combine_rows(void *o, int odt, const float *opart, const float *ml, const int2 *rows,
+                                             int N, int H, int D) {
+	const int2 r = rows[blockIdx.x];
+	combine(o, odt, opart, ml, r.x, blockIdx.y, N, H, D, r.y);
 }

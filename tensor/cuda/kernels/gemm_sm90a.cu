@@ -13,6 +13,11 @@
 //
 // Split-K as in gemm.cu: blockIdx.z owns k tiles [z·tps, (z+1)·tps), partial sums go to ws and the last split of
 // a tile finishes it (gemm_splitk_finish).
+//
+// Chunked accumulation (128×128 tiles, one split, chunk > 0): the k tiles are summed in chunks of `chunk` tiles,
+// each from zero, and the chunk sums are added in order — the same operations, in the same order, as a split-K
+// launch with tps = chunk and its in-order finish, so both give the same bits. The planner uses it to keep each
+// output element's reduction order a function of (N, K) alone, whatever M is.
 #include "gemm.cuh"
 
 // TensorMap is a CUtensorMap passed by value (__grid_constant__).
@@ -93,10 +98,10 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t 
 		wgmma_m64n128(d, da, db, acc);
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, bool CHUNK>
 __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                            float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
-                                           int tps) {
+                                           int tps, int chunk) {
 	constexpr int BM = 128, BK = 64;
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -136,7 +141,10 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
+	const bool split = gridDim.z > 1;
+	const bool chunked = CHUNK && !split && chunk > 0 && chunk < nk;
 	float d[BN / 2];
+	float tot[CHUNK ? BN / 2 : 1]; // chunked: the sum of the finished chunks
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
 	for (int kt = 0; kt < nk; kt++) {
@@ -144,50 +152,72 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
 		const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
 		if (live) {
+			// A block's (or a chunk's) first product overwrites d (scale-d = 0), the others add to it.
+			const bool fresh = kt == 0 || (chunked && kt % chunk == 0);
 			wgmma_fence();
 #pragma unroll
 			for (int kk = 0; kk < BK / 16; kk++)
-				wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), 1);
+				wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || !fresh);
 			wgmma_commit();
 			wgmma_wait0();
+			if constexpr (CHUNK) {
+				if (chunked && ((kt + 1) % chunk == 0 || kt + 1 == nk)) {
+					// as gemm_splitk_finish: the first chunk's sum as it is, then each next one added
+					if (kt < chunk) {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
+					} else {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
+					}
+				}
+			}
 		}
 		mbar_arrive(bars + 8 * (STAGES + s));
 	}
+	// d (or tot) is only read for rows < M, which a live consumer owns; the planner never makes an empty split.
 
 	// Accumulator layout (per warp w of the warpgroup, lane l): d[4j + h·2 + e] is row 16w + l/4 + 8h, column
 	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
 	const int w = (t >> 5) & 3, l = t & 31;
-	const bool split = gridDim.z > 1;
 	float *part = ws + (size_t)blockIdx.z * M * N;
+	auto store = [&](const float *acc) {
 #pragma unroll
-	for (int j = 0; j < BN / 8; j++) {
-		const int col = n0 + 8 * j + 2 * (l & 3);
-		if (col >= N) continue;
+		for (int j = 0; j < BN / 8; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= N) continue;
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-			if (row >= M) continue;
-			const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-			if (split)
-				*(float2 *)(part + (size_t)row * N + col) = make_float2(v0, v1);
-			else
-				gemm_store2(Y, R, ldy, yF32, row, col, v0, v1);
+			for (int h = 0; h < 2; h++) {
+				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+				if (row >= M) continue;
+				const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+				if (split)
+					*(float2 *)(part + (size_t)row * N + col) = make_float2(v0, v1);
+				else
+					gemm_store2(Y, R, ldy, yF32, row, col, v0, v1);
+			}
 		}
-	}
+	};
+	if (CHUNK && chunked)
+		store(tot);
+	else
+		store(d);
 	if (split) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
 }
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps
-#define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps
+	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps, int chunk
+#define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps, chunk
 
-// 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads.
+// 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads. No chunked
+// accumulation (its registers would not fit): chunk is ignored.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAMS) {
-	gemm_wgmma<256, 4>(WG_ARGS);
+	gemm_wgmma<256, 4, false>(WG_ARGS);
 }
 
-// 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly.
+// 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly, and for
+// chunked accumulation.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
-	gemm_wgmma<128, 6>(WG_ARGS);
+	gemm_wgmma<128, 6, true>(WG_ARGS);
 }

@@ -1,0 +1,284 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/tensor"
+)
+
+// kPartition describes how a plan reduces each output element over k: the kernel family and tile width, and the
+// k tiles per independently summed range (split or chunk; all of them when neither).
+type kPartition struct {
+	kern      gemmKernel
+	bn, tiles int
+}
+
+func partitionOf(p gemmPlan, K int) kPartition {
+	kTiles := (K + p.bk - 1) / p.bk
+	r := kTiles
+	switch {
+	case p.splits > 1:
+		r = p.tps
+	case p.chunk > 0:
+		r = p.chunk
+	}
+	return kPartition{p.kern, p.bn, r}
+}
+
+// TestGEMMPlanInvariant checks that the default plan reduces every output element the same way for every M, on a
+// Hopper-like and an Ampere-like device, and never takes the streaming kernel.
+func TestGEMMPlanInvariant(t *testing.T) {
+	shapes := append([][2]int{{264, 4096}, {392, 1000}, {512, 2048}, {1024, 512}, {8, 8}}, gemmShapes...)
+	for _, major := range []int{9, 8} {
+		d := &Device{}
+		d.info.Major, d.info.SMs = major, 132
+		for _, s := range shapes {
+			N, K := s[0], s[1]
+			var first kPartition
+			for M := 1; M <= 20000; M += 1 + M/7 {
+				p := d.plan(&GEMM{M: M, N: N, K: K})
+				if p.kern == gemmStream {
+					t.Fatalf("sm %d N=%d K=%d M=%d: streaming kernel planned", major, N, K, M)
+				}
+				kTiles := (K + p.bk - 1) / p.bk
+				if p.splits < 1 || (p.splits-1)*p.tps >= kTiles || p.splits*p.tps < kTiles {
+					t.Errorf("sm %d N=%d K=%d M=%d: %d splits of %d tiles for %d tiles", major, N, K, M, p.splits, p.tps, kTiles)
+				}
+				if p.chunk > 0 && (p.splits != 1 || p.kern != gemmWG128) {
+					t.Errorf("sm %d N=%d K=%d M=%d: chunk %d with %v and %d splits", major, N, K, M, p.chunk, p.kern, p.splits)
+				}
+				got := partitionOf(p, K)
+				if M == 1 {
+					first = got
+					t.Logf("sm %d N=%d K=%d: %+v", major, N, K, got)
+				} else if got != first {
+					t.Errorf("sm %d N=%d K=%d: M=%d reduces as %+v, M=1 as %+v", major, N, K, M, got, first)
+				}
+			}
+		}
+	}
+}
+
+// gemmRows runs Y = X[:M]·Wᵀ (+ R[:M]) with the given GEMM fields and returns Y's bf16 bits.
+func gemmRows(t *testing.T, x, w, res []uint16, M, N, K int, g GEMM) []uint16 {
+	t.Helper()
+	var out []byte
+	do(t, func(q *Queue) error {
+		X := upload(t, q, bytesOf16(x[:M*K]), 0)
+		W := upload(t, q, bytesOf16(w), 0)
+		Y := poisoned(t, q, 2*M*N)
+		var R Buffer
+		if res != nil {
+			R = upload(t, q, bytesOf16(res[:M*N]), 0)
+			defer q.Free(R)
+		}
+		defer func() {
+			q.Free(X)
+			q.Free(W)
+			q.Free(Y)
+		}()
+		g.Y, g.X, g.W, g.R, g.M, g.N, g.K = Y, X, W, R, M, N, K
+		if err := q.GEMM(g); err != nil {
+			return err
+		}
+		out = download(t, q, Y, 2*M*N)
+		return nil
+	})
+	return from16(out)
+}
+
+// TestGEMMBatchInvariant checks on the device that a row of Y has the same bits whatever M it is computed in (the
+// default plan), that chunked accumulation gives the bits of split-K over the same chunks, and logs whether the
+// other kernel families agree bit for bit (they are not relied on).
+func TestGEMMBatchInvariant(t *testing.T) {
+	r := newRand(t)
+	shapes := append([][2]int{{264, 4096}, {512, 2048}, {1024, 512}}, gemmShapes...)
+	Ms := []int{1, 2, 7, 16, 33, 64, 100, 129, 300, 700, 2048}
+	maxM := Ms[len(Ms)-1]
+	for _, s := range shapes {
+		N, K := s[0], s[1]
+		t.Run(fmt.Sprintf("N=%d/K=%d", N, K), func(t *testing.T) {
+			x := randBF16(r, maxM*K, 1)
+			w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
+			res := randBF16(r, maxM*N, 1)
+			ref := gemmRows(t, x, w, res, maxM, N, K, GEMM{})
+			for _, M := range Ms[:len(Ms)-1] {
+				got := gemmRows(t, x, w, res, M, N, K, GEMM{})
+				p := dev.plan(&GEMM{M: M, N: N, K: K})
+				for i := range got {
+					if got[i] != ref[i] {
+						t.Errorf("M=%d (%v, %d splits, chunk %d): row %d column %d: %#04x, at M=%d %#04x", M, p.kern, p.splits, p.chunk, i/N, i%N, got[i], maxM, ref[i])
+						break
+					}
+				}
+			}
+			if !dev.hopper() {
+				return
+			}
+			// Chunked accumulation against split-K over the same chunks, at one M.
+			const M = 300
+			kTiles := (K + 63) / 64
+			for _, c := range []int{4, 7, kTiles / 3} {
+				if c < 1 || c >= kTiles {
+					continue
+				}
+				if sp := dev.plan(&GEMM{M: M, N: N, K: K, kern: gemmWG128, splits: (kTiles + c - 1) / c}); sp.tps != c {
+					continue // that split count partitions differently
+				}
+				split := gemmRows(t, x, w, res, M, N, K, GEMM{kern: gemmWG128, splits: (kTiles + c - 1) / c})
+				chunked := gemmRows(t, x, w, res, M, N, K, GEMM{kern: gemmWG128, splits: 1, chunk: c})
+				for i := range split {
+					if split[i] != chunked[i] {
+						t.Errorf("chunk %d: element %d: split-K %#04x, chunked %#04x", c, i, split[i], chunked[i])
+						break
+					}
+				}
+			}
+			// Information for later planners: do other families give the same bits as wg128 with one split?
+			base := gemmRows(t, x, w, nil, 16, N, K, GEMM{kern: gemmWG128, splits: 1})
+			for _, g := range []GEMM{{kern: gemmWG256, splits: 1}, {kern: gemmStream, splits: 1}, {tile: 64, splits: 1}, {tile: 128, splits: 1}} {
+				other := gemmRows(t, x, w, nil, 16, N, K, g)
+				diff := 0
+				for i := range base {
+					if base[i] != other[i] {
+						diff++
+					}
+				}
+				t.Logf("M=16, one split: %v tile %d differs from wg128 in %d of %d outputs", g.kern, g.tile, diff, len(base))
+			}
+		})
+	}
+}
+
+// invariantConfigs are two random models whose shapes reach every planner choice: the aligned test model, and a
+// wider one (d = 512, head dimension 128, d_k = 128) whose GEMMs run split-K at small M and chunked at large M.
+func invariantConfigs() map[string]qwen35.Config {
+	lin, full := qwen35.LinearAttention, qwen35.FullAttention
+	cs := map[string]qwen35.Config{"aligned": modelConfigs()["aligned"]}
+	cs["wide"] = qwen35.Config{HiddenSize: 512, NumLayers: 4, IntermediateSize: 2048, VocabSize: 320, RMSNormEps: 1e-6,
+		LayerTypes: []qwen35.LayerType{lin, full, lin, full},
+		NumHeads:   8, NumKVHeads: 2, HeadDim: 128, RopeTheta: 1e7, PartialRotaryFactor: 0.25, AttnOutputGate: true,
+		LinearNumKeyHeads: 2, LinearNumValueHeads: 4, LinearKeyHeadDim: 128, LinearValueHeadDim: 128, LinearConvKernel: 4}
+	return cs
+}
+
+// invRequest is a state's tokens and the question rows continuing it.
+type invRequest struct {
+	text []int32
+	rows [][]int32
+}
+
+// hiddenRows returns the final hidden states of each row of bt, as fp32 (bf16 values widened exactly).
+func hiddenRows(t *testing.T, b tensor.Backend, m *layers.Model, bt *layers.Batch, d int) ([][]float32, []*layers.State) {
+	t.Helper()
+	out, err := m.Forward(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Free()
+	parts := make([][]float32, len(out.Hidden))
+	for i, h := range out.Hidden {
+		if parts[i], err = b.ToHost(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := make([][]float32, len(bt.Rows))
+	for r, at := range out.At {
+		rows[r] = parts[at.Part][at.Off*d : (at.Off+len(bt.Rows[r].IDs))*d]
+	}
+	return rows, out.States
+}
+
+// TestForwardBatchInvariant runs random requests through Model.Forward alone (a new state and its rows) and inside
+// batches of 2, 7 and 33 mixed requests — new states, states kept by an earlier batch, duplicates sharing one new
+// state —, and requires every row's final hidden states to be bit-identical. Texts reach 1,100 tokens so rows see
+// prefixes long enough for the attention key splits, and the batches reach ~20,000 tokens.
+func TestForwardBatchInvariant(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	for name, c := range invariantConfigs() {
+		t.Run(name, func(t *testing.T) {
+			m, err := layers.New(gb, modelWeights(r, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lens := []int{3, 40, 100, 300, 600, 1100}
+			reqs := make([]invRequest, 12)
+			for i := range reqs {
+				reqs[i].text = randomIDs(r, lens[i%len(lens)], c.VocabSize)
+				for range 1 + r.IntN(3) {
+					reqs[i].rows = append(reqs[i].rows, randomIDs(r, 1+r.IntN(40), c.VocabSize))
+				}
+			}
+			alone := make([][][]float32, len(reqs))
+			for i, q := range reqs {
+				bt := &layers.Batch{New: []layers.NewState{{IDs: q.text}}}
+				for _, row := range q.rows {
+					bt.Rows = append(bt.Rows, layers.Row{IDs: row})
+				}
+				alone[i], _ = hiddenRows(t, gb, m, bt, c.HiddenSize)
+			}
+			// States kept by one batch of several new states, for the cached requests below.
+			cached := map[int]*layers.State{}
+			keep := &layers.Batch{}
+			for i := 0; i < len(reqs); i += 2 {
+				keep.New = append(keep.New, layers.NewState{IDs: reqs[i].text, Keep: true})
+			}
+			_, states := hiddenRows(t, gb, m, keep, c.HiddenSize)
+			for j, st := range states {
+				cached[2*j] = st
+			}
+			defer func() {
+				for _, st := range cached {
+					st.Free()
+				}
+			}()
+			for _, size := range []int{2, 7, 33} {
+				bt := &layers.Batch{}
+				newIndex := map[int]int{}
+				type at struct{ req, row int }
+				var where []at
+				for k := range size {
+					i := r.IntN(len(reqs))
+					if k == size-1 && size > 2 {
+						i = where[0].req // a duplicate
+					}
+					st, isCached := cached[i]
+					useCache := isCached && r.IntN(2) == 0
+					if !useCache {
+						if _, ok := newIndex[i]; !ok {
+							newIndex[i] = len(bt.New)
+							bt.New = append(bt.New, layers.NewState{IDs: reqs[i].text})
+						}
+					}
+					for j, row := range reqs[i].rows {
+						if useCache {
+							bt.Rows = append(bt.Rows, layers.Row{IDs: row, Cached: st})
+						} else {
+							bt.Rows = append(bt.Rows, layers.Row{IDs: row, New: newIndex[i]})
+						}
+						where = append(where, at{i, j})
+					}
+				}
+				got, _ := hiddenRows(t, gb, m, bt, c.HiddenSize)
+				for k, w := range where {
+					want := alone[w.req][w.row]
+					for e := range want {
+						if math.Float32bits(got[k][e]) != math.Float32bits(want[e]) {
+							t.Errorf("batch of %d requests (%d new states, %d rows): request %d row %d (cached %v): element %d = %g, alone %g",
+								size, len(bt.New), len(bt.Rows), w.req, w.row, bt.Rows[k].Cached != nil, e, got[k][e], want[e])
+							break
+						}
+					}
+				}
+			}
+		})
+	}
+}
