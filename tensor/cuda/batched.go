@@ -343,7 +343,7 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 // GatedDeltaRuleSegments runs the gated delta rule over segments that each start from their own state, read in
 // place: one launch for the segments starting from nothing or from a cached state, then one for those continuing
 // another segment of the call, which read that segment's final state (a kept state, or a temporary one). For
-// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (chunked form by default).
+// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (the one-pass register kernels by default).
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {

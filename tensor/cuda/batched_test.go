@@ -282,14 +282,14 @@ func BenchmarkSegments(b *testing.B) {
 			gb.Free(o)
 		}
 	})
-	for _, chunked := range []bool{true, false} {
+	for _, one := range []bool{true, false} {
 		name := "delta"
-		if !chunked {
+		if !one {
 			name = "delta/reg"
 		}
 		b.Run(name, func(b *testing.B) {
-			deltaChunked = chunked
-			defer func() { deltaChunked = true }()
+			deltaOne = one
+			defer func() { deltaOne = true }()
 			c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 			x := up(1, n, 2*16*128+32*128)
 			g, err := gb.FromFloat32([]int{n, 32}, make([]float32, n*32))
@@ -315,16 +315,16 @@ func BenchmarkSegments(b *testing.B) {
 			}
 		})
 	}
-	// Question rows only: 6 and 5 rows of 40 tokens continuing one cached state, chunked and register kernels.
+	// Question rows only: 6 and 5 rows of 40 tokens continuing one cached state, one and register kernels.
 	for _, k := range []int{6, 5} {
-		for _, chunked := range []bool{true, false} {
+		for _, one := range []bool{true, false} {
 			name := fmt.Sprintf("delta rows %dx40", k)
-			if !chunked {
+			if !one {
 				name += "/reg"
 			}
 			b.Run(name, func(b *testing.B) {
-				deltaChunked = chunked
-				defer func() { deltaChunked = true }()
+				deltaOne = one
+				defer func() { deltaOne = true }()
 				c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 				rs := make([]tensor.Segment, k)
 				for i := range rs {

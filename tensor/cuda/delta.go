@@ -27,35 +27,30 @@ type DeltaRule struct {
 	reg    bool // tests, benchmarks: force the register-state kernel delta_rule_reg_dk*
 }
 
-// deltaChunked selects the chunked kernels (delta_rule_chunk_dk*, delta_rule_segs_chunk_dk*) for d_k ∈ {32, 64,
-// 128} where the device has the shared memory for them; false keeps the register-state kernels everywhere.
-// Benchmarks flip it to time both.
-var deltaChunked = true
+// deltaOne selects the one-pass register kernels (delta_rule_one_dk*, delta_rule_segs_one_dk*: Sᵀk̂ and Sᵀq̂
+// from the old state, reduced together; two blocks per multiprocessor) for d_k ∈ {32, 64, 128}; false keeps the
+// two-pass register kernels (delta_rule_reg_dk*). Benchmarks flip it to time both.
+var deltaOne = true
 
 // deltaShared is the dynamic shared memory of delta_rule_rec for key dimension dk.
 func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
 
-// deltaRegShared is the dynamic shared memory of delta_rule_reg_dk* for key dimension dk (64-token chunks).
-func deltaRegShared(dk int) int { return (2*64*dk + 2*64*32 + 2*64) * 4 }
+// deltaRegShared is the dynamic shared memory of the register kernels for key dimension dk: q̂ and k̂ of a
+// 64-token chunk, v and o tiles of 64×32, three 64-entry vectors.
+func deltaRegShared(dk int) int { return (2*64*dk + 2*64*32 + 3*64) * 4 }
 
-// deltaChunkShared is the dynamic shared memory of delta_rule_chunk_dk* for key dimension dk: q̂ and k̂ in padded
-// 64-token rows, U and O tiles of 64×32, A and B in one 64×65 array and three 64-entry vectors.
-func deltaChunkShared(dk int) int { return (2*64*(dk+4) + 2*64*32 + 64*65 + 3*64) * 4 }
-
-// deltaKernel returns the kernel family ("chunk" or "reg") and its dynamic shared memory for key dimension dk, one
-// of 32, 64, 128; forceReg keeps the register-state kernel.
+// deltaKernel returns the register kernel family ("one" or "reg") and its dynamic shared memory for key dimension
+// dk, one of 32, 64, 128; forceReg keeps the two-pass kernel.
 func (d *Device) deltaKernel(dk int, forceReg bool) (string, int) {
-	if deltaChunked && !forceReg && deltaChunkShared(dk) <= d.info.SharedOptin {
-		return "chunk", deltaChunkShared(dk)
+	if deltaOne && !forceReg {
+		return "one", deltaRegShared(dk)
 	}
 	return "reg", deltaRegShared(dk)
 }
 
 // DeltaRule enqueues the recurrent gated delta rule (see tensor.Backend.GatedDeltaRule), every segment starting
 // from S0, which is only read. For DK ∈ {32, 64, 128} the state lives in registers, 8 warps per (32 value
-// columns, value head, segment): the chunked form (delta_rule_chunk_dk*: per 64-token chunk a few small fp32
-// products and a triangular solve instead of a serial step per token) where the device has 101 KiB of shared
-// memory per block, else the token-serial register kernel (delta_rule_reg_dk*); other sizes run one warp per
+// columns, value head, segment), one token after another (delta_rule_one_dk*); other sizes run one warp per
 // (32 columns, head, segment) with the state in shared memory.
 func (q *Queue) DeltaRule(a DeltaRule) error {
 	const op = "DeltaRule"

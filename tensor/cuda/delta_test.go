@@ -44,12 +44,12 @@ func deltaInputs(r *rand.Rand, n, hk, hv, dk, dv int, corr bool) (x []uint16, g,
 	return x, g, beta, s0
 }
 
-// TestDeltaRuleChunk checks the chunked kernels (delta_rule_chunk_dk*) against the one-warp fp32 recurrent kernel
+// TestDeltaRuleOne checks the one-pass register kernels (delta_rule_one_dk*) against the one-warp fp32 recurrent kernel
 // on fresh random inputs: Kev-4B heads (16 key, 32 value heads of 128) and odd shapes (d_k 64 and 32, GVA 3, value
 // widths not a multiple of 32), segments of 1, 7, 40, 64 and 65 tokens (one and two chunks) and 130, from zero and
-// from a cached state, several segments continuing one state (question rows), ill-conditioned keys. The register
-// kernel is compared too, so the log shows both errors side by side.
-func TestDeltaRuleChunk(t *testing.T) {
+// from a cached state, several segments continuing one state (question rows), ill-conditioned keys. The two-pass
+// register kernel is compared too, so the log shows both errors side by side.
+func TestDeltaRuleOne(t *testing.T) {
 	cases := []struct {
 		hk, hv, dk, dv int
 		lens           []int
@@ -76,10 +76,7 @@ func TestDeltaRuleChunk(t *testing.T) {
 			xs, gs, bs, ss := deltaInputs(r, n, c.hk, c.hv, c.dk, c.dv, c.corr)
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*c.dk*c.dv*4
-			var outs, finals [3][]float32 // rec, reg, chunk
-			if kind, _ := dev.deltaKernel(c.dk, false); kind != "chunk" {
-				t.Skipf("the device has %d bytes of shared memory per block, the chunked kernel needs %d", dev.info.SharedOptin, deltaChunkShared(c.dk))
-			}
+			var outs, finals [3][]float32 // rec, reg, one
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -110,22 +107,19 @@ func TestDeltaRuleChunk(t *testing.T) {
 				return nil
 			})
 			compareF32(t, "o/reg", outs[1], outs[0], 1e-4)
-			compareF32(t, "o/chunk", outs[2], outs[0], 1e-4)
+			compareF32(t, "o/one", outs[2], outs[0], 1e-4)
 			if single {
 				compareF32(t, "final/reg", finals[1], finals[0], 1e-4)
-				compareF32(t, "final/chunk", finals[2], finals[0], 1e-4)
+				compareF32(t, "final/one", finals[2], finals[0], 1e-4)
 			}
 		})
 	}
 }
 
-// TestDeltaSegmentsChunk runs GatedDeltaRuleSegments with the chunked and the register kernels on the same inputs
+// TestDeltaSegmentsOne runs GatedDeltaRuleSegments with the one-pass and the two-pass register kernels on the same inputs
 // (new segments, kept states, rows continuing cached states and rows continuing new segments of the call) and
 // checks outputs and kept states against each other.
-func TestDeltaSegmentsChunk(t *testing.T) {
-	if kind, _ := dev.deltaKernel(128, false); kind != "chunk" {
-		t.Skip("the chunked kernel is not selected on this device")
-	}
+func TestDeltaSegmentsOne(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
@@ -169,10 +163,10 @@ func TestDeltaSegmentsChunk(t *testing.T) {
 			}
 			var outs [2]tensor.Tensor
 			var kept [2][]tensor.Tensor
-			for k, chunked := range []bool{false, true} {
-				deltaChunked = chunked
+			for k, one := range []bool{false, true} {
+				deltaOne = one
 				outs[k], kept[k], err = gb.GatedDeltaRuleSegments(x, g, beta, states, segs, c)
-				deltaChunked = true
+				deltaOne = true
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,7 +174,7 @@ func TestDeltaSegmentsChunk(t *testing.T) {
 			compareF32(t, "o", f32s(t, gb, outs[1]), f32s(t, gb, outs[0]), 1e-4)
 			for i := range segs {
 				if (kept[0][i] == nil) != (kept[1][i] == nil) {
-					t.Fatalf("segment %d: kept %v by the register kernel, %v by the chunked one", i, kept[0][i] != nil, kept[1][i] != nil)
+					t.Fatalf("segment %d: kept %v by the two-pass kernel, %v by the one-pass one", i, kept[0][i] != nil, kept[1][i] != nil)
 				}
 				if kept[0][i] != nil {
 					compareF32(t, fmt.Sprintf("state%d", i), f32s(t, gb, kept[1][i]), f32s(t, gb, kept[0][i]), 1e-4)
@@ -202,7 +196,7 @@ func f32s(t *testing.T, b *Backend, x tensor.Tensor) []float32 {
 }
 
 // BenchmarkDeltaRows times the delta rule of one Kev-4B layer (16 key and 32 value heads of 128, bf16 input) with
-// the chunked and the token-serial register kernels side by side: question rows of 40 tokens continuing one cached
+// the one-pass and the two-pass register kernels side by side: question rows of 40 tokens continuing one cached
 // state (2, 5 and 6 rows), single segments of 64 and 512 tokens. Device time, median of 20 launches.
 func BenchmarkDeltaRows(b *testing.B) {
 	const hk, hv, dk, dv = 16, 32, 128, 128
@@ -226,7 +220,7 @@ func BenchmarkDeltaRows(b *testing.B) {
 		{"N=512", []int{512}},
 	}
 	for _, c := range cases {
-		for _, kind := range []string{"chunk", "reg"} {
+		for _, kind := range []string{"one", "reg"} {
 			name := fmt.Sprintf("%s/%s", c.name, kind)
 			b.Run(name, func(b *testing.B) {
 				_, starts, ls, n := segInts(c.lens)

@@ -39,6 +39,9 @@ type Device struct {
 	closed    bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
+
+	prof *launchProfile // set while a launch profile runs (benchmarks)
+	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
 }
 
 // fnKey names a kernel: module and function.
@@ -73,6 +76,7 @@ type Queue struct {
 	d    *Device
 	s    cu.Stream
 	args cudrv.Args
+	tag  string // appended to the kernel's name in a launch profile (GEMM shapes)
 }
 
 // Buffer is a span of device memory.
@@ -217,6 +221,9 @@ func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) err
 		return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", mod, name, grid, block, err)
 	}
 	q.d.launches.Add(1)
+	if q.d.prof != nil {
+		q.d.prof.mark(q.s, mod+"."+name+q.tag)
+	}
 	return nil
 }
 

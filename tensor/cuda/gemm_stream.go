@@ -52,7 +52,7 @@ func streamCost(M, N, K, sms, splits, tps int) float64 {
 // minimises streamCost.
 func (d *Device) planStream(g *GEMM) (gemmPlan, bool) {
 	var p gemmPlan
-	if g.M > streamMaxM || g.tile != 0 || g.noStream || (g.kern != gemmStream && (g.kern != gemmAuto || !g.byM || g.M > streamAutoM)) {
+	if g.M > streamMaxM || g.tile != 0 || g.noStream || (g.kern != gemmStream && (g.kern != gemmAuto || !(g.byM || d.byM) || g.M > streamAutoM)) {
 		return p, false
 	}
 	mt := streamTiles(g.M)

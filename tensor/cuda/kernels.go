@@ -102,7 +102,7 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 	if p, ok := d.planStream(g); ok {
 		return p
 	}
-	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM {
+	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM && !d.byM {
 		return d.planFixed(g)
 	}
 	p := d.planByM(g)
@@ -414,6 +414,10 @@ func (q *Queue) GEMM(g GEMM) error {
 			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 	}
 	grid := cudrv.Dim3{X: p.blocksM, Y: p.blkN, Z: p.splits}
+	if d.prof != nil {
+		q.tag = fmt.Sprintf(" N=%d K=%d M=%d sp=%d", g.N, g.K, g.M, p.splits)
+		defer func() { q.tag = "" }()
+	}
 	return q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared)
 }
 

@@ -1,0 +1,192 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/kevgo/kev/layers"
+)
+
+// BenchmarkPassKernels profiles the passes of Kev's serving cases at Kev-4B shape (random weights): a new state
+// with its question rows in one pass, and the rows alone on the state kept from it, each with the batch-invariant
+// GEMM plans and with the plans chosen from M. For each it prints the pass's device time without events (median
+// of 3, the stream held until the pass is queued), the profiled total, the time per kernel category and the
+// longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases.
+func BenchmarkPassKernels(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	w := kev4B(r)
+	be := NewOn(dev)
+	defer be.Trim()
+	m, err := layers.New(be, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type pcase struct {
+		name  string
+		state int
+		rows  []int
+	}
+	cases := []pcase{
+		{"2q-short", 13, []int{38, 38}},
+		{"6q-short", 13, []int{40, 40, 40, 40, 40, 40}},
+		{"5q-370", 370, []int{40, 40, 40, 40, 37}},
+		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}},
+	}
+	if only := os.Getenv("KEV_PROFILE_CASES"); only != "" {
+		var keep []pcase
+		for _, c := range cases {
+			if strings.Contains(","+only+",", ","+c.name+",") {
+				keep = append(keep, c)
+			}
+		}
+		cases = keep
+	}
+	var g *gate
+	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
+	defer setByM(false)
+	for range b.N {
+		for _, c := range cases {
+			ids := randomIDs(r, c.state, w.Config.VocabSize)
+			var rows [][]int32
+			for _, n := range c.rows {
+				rows = append(rows, randomIDs(r, n, w.Config.VocabSize))
+			}
+			kept, err := m.Forward(&layers.Batch{New: []layers.NewState{{IDs: ids, Keep: true}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			state := kept.States[0]
+			kept.Free()
+			newBatch := &layers.Batch{New: []layers.NewState{{IDs: ids}}}
+			cachedBatch := &layers.Batch{}
+			for _, row := range rows {
+				newBatch.Rows = append(newBatch.Rows, layers.Row{IDs: row, New: 0})
+				cachedBatch.Rows = append(cachedBatch.Rows, layers.Row{IDs: row, Cached: state})
+			}
+			pass := func(bt *layers.Batch) func() error {
+				return func() error {
+					out, err := m.Forward(bt)
+					if err == nil {
+						out.Free()
+					}
+					return err
+				}
+			}
+			for _, kind := range []struct {
+				name string
+				run  func() error
+			}{{"new", pass(newBatch)}, {"cached", pass(cachedBatch)}} {
+				for _, mode := range []struct {
+					name string
+					byM  bool
+				}{{"invariant", false}, {"byM", true}} {
+					setByM(mode.byM)
+					for range 2 { // warm-up: kernels loaded, pool filled
+						if err := be.Run(kind.run); err != nil {
+							b.Fatal(err)
+						}
+					}
+					dev0, err := deviceTime(g, be, kind.run, 3)
+					if err != nil {
+						b.Fatal(err)
+					}
+					var ts []launchTime
+					if err := dev.Do(func(q *Queue) error { return g.hold(q, 0.2) }); err != nil {
+						b.Fatal(err)
+					}
+					if err := dev.Do(func(q *Queue) error { return q.beginProfile() }); err != nil {
+						b.Fatal(err)
+					}
+					runErr := be.Run(kind.run)
+					if err := dev.Do(func(q *Queue) error {
+						if _, _, err := g.release(q); err != nil {
+							return err
+						}
+						var err error
+						ts, err = q.endProfile()
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+					if runErr != nil {
+						b.Fatal(runErr)
+					}
+					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
+				}
+			}
+			state.Free()
+		}
+	}
+}
+
+// deviceTime is the median device time of n runs of pass with the stream held until each is queued.
+func deviceTime(g *gate, be *Backend, pass func() error, n int) (float64, error) {
+	var devs []float64
+	hold := 0.05
+	for tries := 0; len(devs) < n && tries < 4*n; tries++ {
+		if err := dev.Do(func(q *Queue) error { return g.hold(q, hold) }); err != nil {
+			return 0, err
+		}
+		err := be.Run(pass)
+		var sec float64
+		var valid bool
+		if rerr := dev.Do(func(q *Queue) error { var err error; sec, valid, err = g.release(q); return err }); rerr != nil {
+			return 0, rerr
+		}
+		if err != nil {
+			return 0, err
+		}
+		if !valid {
+			hold *= 2
+			continue
+		}
+		devs = append(devs, sec)
+	}
+	if len(devs) == 0 {
+		return 0, fmt.Errorf("the gate opened before the pass was queued every time")
+	}
+	return median(devs), nil
+}
+
+// kernelCategory groups a kernel by what it does, for the profile's summary.
+func kernelCategory(name string) string {
+	for _, c := range []struct{ prefix, cat string }{
+		{"gemm", "gemm"}, {"delta.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
+		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
+		{"nn.qk", "norms"},
+	} {
+		if strings.HasPrefix(name, c.prefix) {
+			return c.cat
+		}
+	}
+	return "other"
+}
+
+func printProfile(label string, device float64, ts []launchTime) {
+	var total float64
+	cats := map[string]float64{}
+	for _, t := range ts {
+		total += t.Sec
+		cats[kernelCategory(t.Name)] += t.Sec
+	}
+	fmt.Printf("KEVPROF %q device_ms=%.3f profiled_ms=%.3f launches=%d", label, device*1e3, total*1e3, len(ts))
+	for _, c := range []string{"gemm", "delta rule", "attention", "conv", "norms", "other"} {
+		fmt.Printf(" %s=%.3f", strings.ReplaceAll(c, " ", "_"), cats[c]*1e3)
+	}
+	fmt.Println()
+	for i, k := range sumByName(ts) {
+		if i == 30 {
+			break
+		}
+		fmt.Printf("KEVPROF %q   %8.3f ms %4d× %s\n", label, k.Sec*1e3, k.Count, k.Name)
+	}
+}
