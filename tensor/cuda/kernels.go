@@ -492,8 +492,7 @@ func (q *Queue) RMSNorm(y, sum, x, res, gain Buffer, M, n int, eps float32, plus
 	}
 	q.args.Reset()
 	q.args.Ptr(y.Ptr).Ptr(sum.Ptr).Ptr(x.Ptr).Ptr(res.Ptr).Ptr(gain.Ptr).I32(int32(M)).I32(int32(n)).F32(eps).I32(p1)
-	const rowsPerBlock = 4
-	return q.launch("ops", "rmsnorm_bf16", cudrv.Dim3{X: (M + rowsPerBlock - 1) / rowsPerBlock, Y: 1, Z: 1}, cudrv.Dim3{X: 32 * rowsPerBlock, Y: 1, Z: 1}, 0)
+	return q.launch("ops", "rmsnorm_bf16", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
 }
 
 // SwiGLU enqueues y = silu(g) ⊙ u for x bf16 [M, 2F] = [g | u], y bf16 [M, F]; F a multiple of 8.

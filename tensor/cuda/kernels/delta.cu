@@ -90,8 +90,9 @@ extern "C" __global__ void delta_rule_segs_rec(void *o, int odt, const void *qkv
 
 // The same recurrence with the state in registers (delta_rule_reg_dkN, d_k = N ∈ {32, 64, 128}). A block of 8
 // warps owns 32 value columns of one value head of one segment; lane l of warp w holds column 4w + (l & 3) and
-// state rows 8·RPT-blocks (l >> 2)·RPT … +RPT−1, so the two dot products of a token (Sᵀk̂ and Sᵀq̂) are register
-// FMAs plus three shuffles. Tokens go in chunks of DR_TC: the block loads the chunk's q and k rows (16-byte loads
+// the state rows 32j + 4(l >> 2) + e (j < RPT/4, e < 4), so the two dot products of a token (Sᵀk̂ and Sᵀq̂) are
+// register FMAs plus three shuffles, and the eight row groups of a warp read one 128-byte line of k̂ or q̂ per
+// 16-byte load (no bank conflicts; rows (l >> 2)·RPT … would put four groups on the same banks). Tokens go in chunks of DR_TC: the block loads the chunk's q and k rows (16-byte loads
 // when the input is bf16 and vec is set), normalises them once into shared memory with v, exp(g) and β, runs the
 // chunk and writes the outputs coalesced. With vec, the next chunk's q/k loads are issued before the current chunk
 // runs. The cached state S0 is only read (rows continuing one state never write it back); final is written when
@@ -124,7 +125,7 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 	float S[RPT];
 #pragma unroll
 	for (int r = 0; r < RPT; r++)
-		S[r] = (s0 && on) ? ld(s0, sdt, ((size_t)h * DK + rg * RPT + r) * dv + col) : 0.f;
+		S[r] = (s0 && on) ? ld(s0, sdt, ((size_t)h * DK + 32 * (r >> 2) + 4 * rg + (r & 3)) * dv + col) : 0.f;
 	const float qscale = rsqrtf((float)DK);
 	uint4 pre[PER];
 	// issue loads the raw q/k of the chunk starting at c0 into pre (vec path)
@@ -208,12 +209,12 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 			// Sᵀq̂ are both taken from the old state and reduced together, and the output no longer waits for
 			// the update (one chain of shuffles per token instead of two).
 			for (int tt = 0; tt < nt; tt++) {
-				const float4 *k4 = (const float4 *)(ks + tt * DK + rg * RPT);
-				const float4 *q4 = (const float4 *)(qs + tt * DK + rg * RPT);
+				const float4 *k4 = (const float4 *)(ks + tt * DK + 4 * rg);
+				const float4 *q4 = (const float4 *)(qs + tt * DK + 4 * rg);
 				float p0 = 0.f, p1 = 0.f, s0 = 0.f, s1 = 0.f;
 #pragma unroll
 				for (int r = 0; r < RPT / 4; r++) {
-					const float4 kv = k4[r], qv = q4[r];
+					const float4 kv = k4[8 * r], qv = q4[8 * r];
 					p0 = fmaf(S[4 * r], kv.x, p0);
 					s0 = fmaf(S[4 * r], qv.x, s0);
 					p1 = fmaf(S[4 * r + 1], kv.y, p1);
@@ -235,7 +236,7 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 				if (rg == 0) os[tt * 32 + cl] = fmaf(a, sq, kq[tt] * d);
 #pragma unroll
 				for (int r = 0; r < RPT / 4; r++) {
-					const float4 kv = k4[r];
+					const float4 kv = k4[8 * r];
 					S[4 * r] = fmaf(a, S[4 * r], kv.x * d);
 					S[4 * r + 1] = fmaf(a, S[4 * r + 1], kv.y * d);
 					S[4 * r + 2] = fmaf(a, S[4 * r + 2], kv.z * d);
@@ -244,12 +245,12 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 			}
 		} else
 		for (int tt = 0; tt < nt; tt++) {
-			const float4 *k4 = (const float4 *)(ks + tt * DK + rg * RPT);
-			const float4 *q4 = (const float4 *)(qs + tt * DK + rg * RPT);
+			const float4 *k4 = (const float4 *)(ks + tt * DK + 4 * rg);
+			const float4 *q4 = (const float4 *)(qs + tt * DK + 4 * rg);
 			float p0 = 0.f, p1 = 0.f;
 #pragma unroll
 			for (int r = 0; r < RPT / 4; r++) {
-				const float4 kv = k4[r];
+				const float4 kv = k4[8 * r];
 				p0 = fmaf(S[4 * r], kv.x, p0);
 				p1 = fmaf(S[4 * r + 1], kv.y, p1);
 				p0 = fmaf(S[4 * r + 2], kv.z, p0);
@@ -264,7 +265,7 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 			float o0 = 0.f, o1 = 0.f;
 #pragma unroll
 			for (int r = 0; r < RPT / 4; r++) {
-				const float4 kv = k4[r], qv = q4[r];
+				const float4 kv = k4[8 * r], qv = q4[8 * r];
 				S[4 * r] = fmaf(a, S[4 * r], kv.x * d);
 				S[4 * r + 1] = fmaf(a, S[4 * r + 1], kv.y * d);
 				S[4 * r + 2] = fmaf(a, S[4 * r + 2], kv.z * d);
@@ -288,7 +289,7 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 	}
 	if (final && on) {
 #pragma unroll
-		for (int r = 0; r < RPT; r++) final[((size_t)h * DK + rg * RPT + r) * dv + col] = S[r];
+		for (int r = 0; r < RPT; r++) final[((size_t)h * DK + 32 * (r >> 2) + 4 * rg + (r & 3)) * dv + col] = S[r];
 	}
 }
 

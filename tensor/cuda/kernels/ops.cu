@@ -42,22 +42,27 @@ extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_
 	((uint4 *)(y + (size_t)t * d))[c] = v;
 }
 
-// RMSNorm of each row of width n, one warp per row:
+// RMSNorm of each row of width n, one block of RMS_THREADS threads per row (a warp per row left most of the GPU
+// idle on short passes: 240 rows are 60 blocks):
 //   s = x (+ res, rounded to bf16 and stored to sum when res is set)
 //   y = bf16( s / sqrt(mean(s²) + eps) · g ),  g = 1 + gain if plusOne else gain (fp32).
 // sum may alias res or x, and y may alias x, since each thread rereads only what it wrote itself.
-extern "C" __global__ void rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x,
-                                        const __nv_bfloat16 *res, const float *__restrict__ gain, int M, int n,
-                                        float eps, int plusOne) {
-	const int lane = threadIdx.x & 31;
-	const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+#define RMS_THREADS 128
+extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum,
+                                                                       const __nv_bfloat16 *x,
+                                                                       const __nv_bfloat16 *res,
+                                                                       const float *__restrict__ gain, int M, int n,
+                                                                       float eps, int plusOne) {
+	__shared__ float part[RMS_THREADS / 32];
+	const int row = blockIdx.x, tid = threadIdx.x;
 	if (row >= M) return;
 	const int nv = n / 8;
 	const uint4 *xr = (const uint4 *)(x + (size_t)row * n);
 	const uint4 *rr = res ? (const uint4 *)(res + (size_t)row * n) : nullptr;
 	uint4 *sr = res ? (uint4 *)(sum + (size_t)row * n) : nullptr;
 	float ss = 0.f;
-	for (int c = lane; c < nv; c += 32) {
+#pragma unroll 4
+	for (int c = tid; c < nv; c += RMS_THREADS) {
 		float f[8];
 		uint4 v = xr[c];
 		if (rr) {
@@ -74,10 +79,16 @@ extern "C" __global__ void rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, co
 		for (int i = 0; i < 8; i++) ss += f[i] * f[i];
 	}
 	ss = warp_sum(ss);
+	if ((tid & 31) == 0) part[tid >> 5] = ss;
+	__syncthreads();
+	ss = 0.f;
+#pragma unroll
+	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
 	const float rstd = 1.f / sqrtf(ss / (float)n + eps);
 	const uint4 *src = rr ? (const uint4 *)sr : xr;
 	uint4 *yr = (uint4 *)(y + (size_t)row * n);
-	for (int c = lane; c < nv; c += 32) {
+#pragma unroll 4
+	for (int c = tid; c < nv; c += RMS_THREADS) {
 		float f[8];
 		unpack8(src[c], f);
 		const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
