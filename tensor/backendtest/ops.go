@@ -97,22 +97,32 @@ func (s *suite) testMatMul(t *testing.T) {
 }
 
 func (s *suite) testSplitCols(t *testing.T) {
-	m, widths := 3, []int{2, 5, 1, 4}
-	data := s.random(m*12, 1)
-	x := s.up(t, []int{m, 12}, data)
-	s.poison(t, 36)
-	parts, err := s.b.SplitCols(x, widths...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := 0
-	for i, w := range widths {
-		want := make([]float64, 0, m*w)
-		for r := 0; r < m; r++ {
-			want = append(want, f64(data[r*12+off:r*12+off+w])...)
+	// Odd widths, and widths of whole 16-byte pieces (a backend may copy those in vectors).
+	for _, tc := range []struct {
+		m      int
+		widths []int
+	}{{3, []int{2, 5, 1, 4}}, {5, []int{8, 24, 4, 12}}, {2, []int{16, 0, 32}}} {
+		n := 0
+		for _, w := range tc.widths {
+			n += w
 		}
-		s.check(t, fmt.Sprintf("part %d", i), parts[i], []int{m, w}, want, 0)
-		off += w
+		m := tc.m
+		data := s.random(m*n, 1)
+		x := s.up(t, []int{m, n}, data)
+		s.poison(t, m*n)
+		parts, err := s.b.SplitCols(x, tc.widths...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := 0
+		for i, w := range tc.widths {
+			want := make([]float64, 0, m*w)
+			for r := 0; r < m; r++ {
+				want = append(want, f64(data[r*n+off:r*n+off+w])...)
+			}
+			s.check(t, fmt.Sprintf("%v part %d", tc.widths, i), parts[i], []int{m, w}, want, 0)
+			off += w
+		}
 	}
 }
 

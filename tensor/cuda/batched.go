@@ -19,6 +19,9 @@ import (
 // are read in place through the pointers it holds, never copied per row.
 var _ tensor.Batched = (*Backend)(nil)
 
+// convRows is the rows per thread of conv1d_silu_segs_k* (CONV_RB in kernels/segs.cu).
+const convRows = 8
+
 // segDesc is the kernels' SegDesc (kernels/segs.cu): start, len, p, dt, first, dtb, then the pointers a and b,
 // each as two int32 halves (little-endian).
 type segDesc [10]int32
@@ -315,10 +318,21 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 				return err
 			}
 			s.q.args.Reset()
-			s.q.put(y.Operand()).put(xt.Operand()).put(wt.Operand())
-			s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(ch)).I32(int32(kw))
-			if err := s.q.launch("segs", "conv1d_silu_segs", gridFor(int64(n)*int64(ch), 256, s.q.d.info.SMs), block256, 0); err != nil {
-				return err
+			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && kw >= 2 && kw <= 4 && n <= 65535*convRows &&
+				xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 {
+				// 8 channels × convRows rows per thread, 16-byte loads, the window in registers
+				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(db.Ptr).Ptr(rs.Ptr).
+					I32(int32(n)).I32(int32(ch))
+				grid := cudrv.Dim3{X: (ch/8 + 127) / 128, Y: (n + convRows - 1) / convRows, Z: 1}
+				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0); err != nil {
+					return err
+				}
+			} else {
+				s.q.put(y.Operand()).put(xt.Operand()).put(wt.Operand())
+				s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(ch)).I32(int32(kw))
+				if err := s.q.launch("segs", "conv1d_silu_segs", gridFor(int64(n)*int64(ch), 256, s.q.d.info.SMs), block256, 0); err != nil {
+					return err
+				}
 			}
 		}
 		if len(keep) == 0 {

@@ -139,6 +139,37 @@ func TestSegmentsFast(t *testing.T) {
 			gb.Free(append(append(sg, gk...), xg, gg, bg, got)...)
 		})
 	}
+	// The causal convolution: bf16 with 8-aligned channels takes conv1d_silu_segs_k{2,3,4} (window in registers),
+	// 12 channels the element-wise kernel. Histories from cached states, from new segments, zero.
+	for _, c := range []struct{ ch, kw int }{{64, 4}, {8192, 4}, {24, 3}, {16, 2}, {12, 4}} {
+		t.Run(fmt.Sprintf("conv/ch%d/k%d", c.ch, c.kw), func(t *testing.T) {
+			xg, xc := bf16Pair(t, r, gb, cb, 2, n, c.ch)
+			wg, wc := bf16Pair(t, r, gb, cb, 0.5, c.ch, c.kw)
+			var sg, sc []tensor.Tensor
+			for range prefixLens {
+				a, b := bf16Pair(t, r, gb, cb, 2, c.kw-1, c.ch)
+				sg, sc = append(sg, a), append(sc, b)
+			}
+			want, wk, err := cb.CausalConv1dSiLUSegments(xc, wc, sc, segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gk, err := gb.CausalConv1dSiLUSegments(xg, wg, sg, segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHidden(t, "y", cb, want, gb, got, 1e-2)
+			for i := range segs {
+				if (wk[i] == nil) != (gk[i] == nil) {
+					t.Fatalf("segment %d: kept %v on cpu, %v on cuda", i, wk[i] != nil, gk[i] != nil)
+				}
+				if wk[i] != nil {
+					compareHidden(t, fmt.Sprintf("state%d", i), cb, wk[i], gb, gk[i], 0)
+				}
+			}
+			gb.Free(append(append(sg, gk...), xg, wg, got)...)
+		})
+	}
 }
 
 // TestForwardBatchedMatchesCPU runs layers.Model.Forward on a batch of new states (kept and not) and question rows

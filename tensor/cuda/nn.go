@@ -107,6 +107,12 @@ func (q *Queue) CopyCols(y, x Operand, M, ldx, off, w int) error {
 		return err
 	}
 	q.args.Reset()
+	if es := int(elemSize(x.DType)); (es*ldx)%16 == 0 && (es*off)%16 == 0 && (es*w)%16 == 0 && x.Ptr%16 == 0 && y.Ptr%16 == 0 {
+		w16 := es * w / 16
+		q.args.Ptr(y.Ptr).Ptr(x.Ptr).I32(int32(M)).I32(int32(es * ldx / 16)).I32(int32(es * off / 16)).I32(int32(w16))
+		grid := cudrv.Dim3{X: (w16 + 255) / 256, Y: min(M, 65535), Z: 1}
+		return q.launch("nn", "copy_cols16", grid, block256, 0)
+	}
 	q.args.Ptr(y.Ptr).Ptr(x.Ptr).I32(int32(elemSize(x.DType))).I32(int32(M)).I32(int32(ldx)).I32(int32(off)).I32(int32(w))
 	return q.launch("nn", "copy_cols", gridFor(int64(M)*int64(w), 256, q.d.info.SMs), block256, 0)
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compiles every kernel source in this directory to PTX (run by `go generate ./tensor/cuda/`; needs nvcc 12.x).
+# Compiles every kernel source in this directory to PTX (run by `go generate ./tensor/cuda/`; needs nvcc 12.x), or
+# only the sources named as arguments (build.sh nn.cu segs.cu).
 #   NAME.cu        -> NAME.sm80.ptx   (-arch=compute_80: every Ampere-or-newer GPU, JIT-compiled by the driver)
 #   NAME_sm90a.cu  -> NAME_sm90a.sm90a.ptx (-arch=sm_90a: Hopper-only instructions such as wgmma and TMA)
 # Each PTX begins with one comment line:
@@ -12,7 +13,9 @@ command -v nvcc >/dev/null || { echo "build.sh: nvcc not found (bash tools/cuda-
 nvcc --version | grep -q "release 12\." || { echo "build.sh: need nvcc 12.x (PTX ISA ≤ 8.x loads on drivers ≥ 550)" >&2; exit 1; }
 export LC_ALL=C
 headers=$(ls *.cuh 2>/dev/null | sort || true)
-for src in *.cu; do
+sources=("$@")
+[ ${#sources[@]} -gt 0 ] || sources=(*.cu)
+for src in "${sources[@]}"; do
   base=${src%.cu}
   case "$base" in
     *_sm90a) target=sm90a; flags="-ptx -arch=sm_90a -O3 -std=c++17" ;;

@@ -12,6 +12,14 @@ extern "C" __global__ void embed_any(void *y, int ydt, const void *table, int td
 	}
 }
 
+// copy_cols16 is copy_cols in 16-byte pieces, for rows, offsets and widths that are whole pieces (ldx16, off16,
+// w16 in pieces of 16 bytes): a thread per piece, rows from blockIdx.y.
+extern "C" __global__ void copy_cols16(uint4 *y, const uint4 *x, int M, int ldx16, int off16, int w16) {
+	for (int r = blockIdx.y; r < M; r += gridDim.y)
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w16; c += gridDim.x * blockDim.x)
+			y[(size_t)r * w16 + c] = x[(size_t)r * ldx16 + off16 + c];
+}
+
 // y[r, c] = x[r, off + c] for r < M, c < w; x rows are ldx wide; both hold elements of esz bytes (2 or 4).
 extern "C" __global__ void copy_cols(void *y, const void *x, int esz, int M, int ldx, int off, int w) {
 	const size_t n = (size_t)M * w;

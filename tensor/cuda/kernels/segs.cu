@@ -96,6 +96,87 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 	}
 }
 
+// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C a multiple of 8 and that kernel width K: a
+// thread owns 8 channels and CONV_RB consecutive rows, keeps the K−1 inputs before its row in registers and loads
+// each input row once with a 16-byte load (the element-wise kernel loaded every input K times and divided per
+// element). The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits.
+// Grid (ceil(C/8/128), ceil(N/CONV_RB)), 128 threads.
+#define CONV_RB 8
+__device__ __forceinline__ void conv_unpack8(const uint4 &v, float *f) {
+	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 t = __bfloat1622float2(h[i]);
+		f[2 * i] = t.x;
+		f[2 * i + 1] = t.y;
+	}
+}
+template <int K>
+__device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, int wdt,
+                                        const SegDesc *desc, const int32_t *rowSeg, int N, int C) {
+	const int c8 = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c8 * 8 >= C) return;
+	const int c = c8 * 8;
+	const int t0 = blockIdx.y * CONV_RB, t1 = min(N, t0 + CONV_RB);
+	float wv[K][8];
+#pragma unroll
+	for (int j = 0; j < K; j++)
+#pragma unroll
+		for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
+	float win[K - 1][8]; // win[j]: input row t − K + 1 + j
+	int seg = -1;
+	for (int t = t0; t < t1; t++) {
+		const int s = rowSeg[t];
+		if (s != seg) { // (re)fill the window for row t of segment s
+			seg = s;
+			const SegDesc sd = desc[s];
+#pragma unroll
+			for (int j = 0; j < K - 1; j++) {
+				const int src = t - (K - 1) + j;
+				if (src >= sd.start) {
+					conv_unpack8(*(const uint4 *)(x + (size_t)src * C + c), win[j]);
+				} else {
+#pragma unroll
+					for (int e = 0; e < 8; e++) win[j][e] = hist(sd, K - 1 + (src - sd.start), c + e, C);
+				}
+			}
+		}
+		float cur[8];
+		conv_unpack8(*(const uint4 *)(x + (size_t)t * C + c), cur);
+		uint4 o;
+		__nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+#pragma unroll
+		for (int e = 0; e < 8; e += 2) {
+			float v[2];
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				float acc = 0.f;
+#pragma unroll
+				for (int j = 0; j < K - 1; j++) acc += wv[j][e + u] * win[j][e + u];
+				acc += wv[K - 1][e + u] * cur[e + u];
+				v[u] = acc * sigm(acc);
+			}
+			h[e / 2] = __floats2bfloat162_rn(v[0], v[1]);
+		}
+		*(uint4 *)(y + (size_t)t * C + c) = o;
+#pragma unroll
+		for (int j = 0; j + 1 < K - 1; j++)
+#pragma unroll
+			for (int e = 0; e < 8; e++) win[j][e] = win[j + 1][e];
+#pragma unroll
+		for (int e = 0; e < 8; e++) win[K - 2][e] = cur[e];
+	}
+}
+#define CONV_V8(NAME, K)                                                                                              \
+	extern "C" __global__ void __launch_bounds__(128) NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, \
+	                                                       int wdt, const SegDesc *desc, const int32_t *rowSeg, int N, \
+	                                                       int C) {                                                  \
+		conv_v8<K>(y, x, w, wdt, desc, rowSeg, N, C);                                                          \
+	}
+CONV_V8(conv1d_silu_segs_k2, 2)
+CONV_V8(conv1d_silu_segs_k3, 3)
+CONV_V8(conv1d_silu_segs_k4, 4)
+
 // ConvKeep names a kept history: segment seg's last K−1 inputs go to out ([K−1, C], type of x).
 struct __align__(8) ConvKeep {
 	int32_t seg, pad;
