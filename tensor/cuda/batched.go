@@ -20,7 +20,7 @@ import (
 var _ tensor.Batched = (*Backend)(nil)
 
 // convRows is the rows per thread of conv1d_silu_segs_k* (CONV_RB in kernels/segs.cu).
-const convRows = 8
+const convRows = 1
 
 // segDesc is the kernels' SegDesc (kernels/segs.cu): start, len, p, dt, first, dtb, then the pointers a and b,
 // each as two int32 halves (little-endian).
@@ -318,12 +318,12 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 				return err
 			}
 			s.q.args.Reset()
-			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && kw >= 2 && kw <= 4 && n <= 65535*convRows &&
+			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && kw >= 2 && kw <= 4 && ch/8 <= 65535*128 &&
 				xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 {
-				// 8 channels × convRows rows per thread, 16-byte loads, the window in registers
+				// 8 channels of convRows rows per thread, 16-byte loads, the window in registers
 				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(db.Ptr).Ptr(rs.Ptr).
 					I32(int32(n)).I32(int32(ch))
-				grid := cudrv.Dim3{X: (ch/8 + 127) / 128, Y: (n + convRows - 1) / convRows, Z: 1}
+				grid := cudrv.Dim3{X: (n + convRows - 1) / convRows, Y: (ch/8 + 127) / 128, Z: 1}
 				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0); err != nil {
 					return err
 				}
@@ -460,7 +460,11 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if reg {
 				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0
 				qq.args.I32(int32(dv)).I32(b2i(vec))
-				kind, sh := b.dev.deltaKernel(dk, false)
+				maxLen := 0
+				for _, d := range descs {
+					maxLen = max(maxLen, int(d[1]))
+				}
+				kind, sh := b.dev.deltaKernel(dk, maxLen, false)
 				err = qq.launch("delta", fmt.Sprintf("delta_rule_segs_%s_dk%d", kind, dk), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, sh)
 			} else {
 				qq.args.I32(int32(dk)).I32(int32(dv))

@@ -27,9 +27,11 @@ type DeltaRule struct {
 	reg    bool // tests, benchmarks: force the register-state kernel delta_rule_reg_dk*
 }
 
-// deltaOne selects the one-pass register kernels (delta_rule_one_dk*, delta_rule_segs_one_dk*: Sᵀk̂ and Sᵀq̂
-// from the old state, reduced together; two blocks per multiprocessor) for d_k ∈ {32, 64, 128}; false keeps the
-// two-pass register kernels (delta_rule_reg_dk*). Benchmarks flip it to time both.
+// deltaOne selects the one-pass register kernels (Sᵀk̂ and Sᵀq̂ from the old state, reduced together, the next
+// token's k̂/q̂ read during this one's sums) for d_k ∈ {32, 64, 128}: delta_rule_one_dk* (two blocks per
+// multiprocessor, for segments of at most one 64-token chunk: question rows) and delta_rule_long_dk* (one block
+// per multiprocessor with the next chunk's loads in flight, for longer segments); false keeps the two-pass
+// register kernels (delta_rule_reg_dk*). Benchmarks flip it to time both.
 var deltaOne = true
 
 // deltaShared is the dynamic shared memory of delta_rule_rec for key dimension dk.
@@ -39,18 +41,21 @@ func deltaShared(dk int) int { return (32*dk + 2*dk) * 4 }
 // 64-token chunk, v and o tiles of 64×32, three 64-entry vectors.
 func deltaRegShared(dk int) int { return (2*64*dk + 2*64*32 + 3*64) * 4 }
 
-// deltaKernel returns the register kernel family ("one" or "reg") and its dynamic shared memory for key dimension
-// dk, one of 32, 64, 128; forceReg keeps the two-pass kernel.
-func (d *Device) deltaKernel(dk int, forceReg bool) (string, int) {
-	if deltaOne && !forceReg {
+// deltaKernel returns the register kernel family ("one", "long" or "reg") and its dynamic shared memory for key
+// dimension dk, one of 32, 64, 128, for segments of at most maxLen tokens; forceReg keeps the two-pass kernel.
+func (d *Device) deltaKernel(dk, maxLen int, forceReg bool) (string, int) {
+	switch {
+	case forceReg || !deltaOne:
+		return "reg", deltaRegShared(dk)
+	case maxLen <= 64:
 		return "one", deltaRegShared(dk)
 	}
-	return "reg", deltaRegShared(dk)
+	return "long", deltaRegShared(dk)
 }
 
 // DeltaRule enqueues the recurrent gated delta rule (see tensor.Backend.GatedDeltaRule), every segment starting
 // from S0, which is only read. For DK ∈ {32, 64, 128} the state lives in registers, 8 warps per (32 value
-// columns, value head, segment), one token after another (delta_rule_one_dk*); other sizes run one warp per
+// columns, value head, segment), one token after another (delta_rule_one_dk*, delta_rule_long_dk*); other sizes run one warp per
 // (32 columns, head, segment) with the state in shared memory.
 func (q *Queue) DeltaRule(a DeltaRule) error {
 	const op = "DeltaRule"
@@ -82,7 +87,7 @@ func (q *Queue) DeltaRule(a DeltaRule) error {
 		q.put(a.QKV).put(a.G).put(a.Beta).put(a.S0)
 		q.args.Ptr(a.SegStart.Ptr).Ptr(a.SegLen.Ptr).I32(int32(a.HK)).I32(int32(a.HV)).I32(int32(a.DV)).I32(b2i(vec))
 		grid := cudrv.Dim3{X: (a.DV + 31) / 32, Y: a.HV, Z: a.Segs}
-		kind, sh := q.d.deltaKernel(a.DK, a.reg)
+		kind, sh := q.d.deltaKernel(a.DK, (a.N+a.Segs-1)/a.Segs, a.reg) // segment lengths are on the device: their mean
 		return q.launch("delta", fmt.Sprintf("delta_rule_%s_dk%d", kind, a.DK), grid, cudrv.Dim3{X: 256, Y: 1, Z: 1}, sh)
 	}
 	q.args.Reset()

@@ -171,7 +171,9 @@ func TestDeltaSegmentsOne(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			compareF32(t, "o", f32s(t, gb, outs[1]), f32s(t, gb, outs[0]), 1e-4)
+			// o is stored as bf16: the two kernels' fp32 sums differ in the last bits, which can move a value
+			// across a bf16 rounding boundary (one bf16 step is at most 2⁻⁷ relative); the fp32 states must agree.
+			compareF32(t, "o", f32s(t, gb, outs[1]), f32s(t, gb, outs[0]), 1.0/128)
 			for i := range segs {
 				if (kept[0][i] == nil) != (kept[1][i] == nil) {
 					t.Fatalf("segment %d: kept %v by the two-pass kernel, %v by the one-pass one", i, kept[0][i] != nil, kept[1][i] != nil)

@@ -100,7 +100,7 @@ extern "C" __global__ void delta_rule_segs_rec(void *o, int odt, const void *qkv
 #define DR_TC 64
 #define DR_NW 8
 
-template <int RPT, bool ONE>
+template <int RPT, bool ONE, bool PF>
 __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const void *qkv, int xdt, const void *g,
                                           int gdt, const void *beta, int bdt, const void *s0, int sdt, int t0,
                                           int len, int hk, int hv, int dv, int vec) {
@@ -143,10 +143,11 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 			}
 		}
 	};
-	if (vec && len > 0) fetch(0);
+	if (PF && vec && len > 0) fetch(0);
 	for (int c0 = 0; c0 < len; c0 += DR_TC) {
 		const int nt = min(DR_TC, len - c0);
 		__syncthreads(); // the previous chunk's shared memory is no longer read
+		if (!PF && vec) fetch(c0);
 		if (vec) {
 #pragma unroll
 			for (int p = 0; p < PER; p++) {
@@ -203,26 +204,39 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 			}
 		}
 		__syncthreads();
-		if (vec && c0 + DR_TC < len) fetch(c0 + DR_TC);
+		if (PF && vec && c0 + DR_TC < len) fetch(c0 + DR_TC);
 		if (ONE) {
 			// One pass over the state per token: with S' = a·S + k̂δᵀ, o = S'ᵀq̂ = a·(Sᵀq̂) + (k̂·q̂)·δ, so Sᵀk̂ and
 			// Sᵀq̂ are both taken from the old state and reduced together, and the output no longer waits for
 			// the update (one chain of shuffles per token instead of two).
+			// The next token's k̂ and q̂ are read while this one's sums run (software pipelining: each 16-byte
+			// shared load would otherwise stall the chain right where it is used).
+			float4 kc[RPT / 4], qc[RPT / 4];
+#pragma unroll
+			for (int r = 0; r < RPT / 4; r++) {
+				kc[r] = ((const float4 *)(ks + 4 * rg))[8 * r];
+				qc[r] = ((const float4 *)(qs + 4 * rg))[8 * r];
+			}
 			for (int tt = 0; tt < nt; tt++) {
-				const float4 *k4 = (const float4 *)(ks + tt * DK + 4 * rg);
-				const float4 *q4 = (const float4 *)(qs + tt * DK + 4 * rg);
+				const int tn = min(tt + 1, nt - 1);
+				float4 kn[RPT / 4], qn[RPT / 4];
+#pragma unroll
+				for (int r = 0; r < RPT / 4; r++) {
+					kn[r] = ((const float4 *)(ks + tn * DK + 4 * rg))[8 * r];
+					qn[r] = ((const float4 *)(qs + tn * DK + 4 * rg))[8 * r];
+				}
+				const float a = as[tt], bt = bs[tt], vv = vs[tt * 32 + cl], kqt = kq[tt];
 				float p0 = 0.f, p1 = 0.f, s0 = 0.f, s1 = 0.f;
 #pragma unroll
 				for (int r = 0; r < RPT / 4; r++) {
-					const float4 kv = k4[8 * r], qv = q4[8 * r];
-					p0 = fmaf(S[4 * r], kv.x, p0);
-					s0 = fmaf(S[4 * r], qv.x, s0);
-					p1 = fmaf(S[4 * r + 1], kv.y, p1);
-					s1 = fmaf(S[4 * r + 1], qv.y, s1);
-					p0 = fmaf(S[4 * r + 2], kv.z, p0);
-					s0 = fmaf(S[4 * r + 2], qv.z, s0);
-					p1 = fmaf(S[4 * r + 3], kv.w, p1);
-					s1 = fmaf(S[4 * r + 3], qv.w, s1);
+					p0 = fmaf(S[4 * r], kc[r].x, p0);
+					s0 = fmaf(S[4 * r], qc[r].x, s0);
+					p1 = fmaf(S[4 * r + 1], kc[r].y, p1);
+					s1 = fmaf(S[4 * r + 1], qc[r].y, s1);
+					p0 = fmaf(S[4 * r + 2], kc[r].z, p0);
+					s0 = fmaf(S[4 * r + 2], qc[r].z, s0);
+					p1 = fmaf(S[4 * r + 3], kc[r].w, p1);
+					s1 = fmaf(S[4 * r + 3], qc[r].w, s1);
 				}
 				float p = p0 + p1, sq = s0 + s1;
 				p += __shfl_xor_sync(0xffffffffu, p, 4);
@@ -231,16 +245,16 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 				sq += __shfl_xor_sync(0xffffffffu, sq, 8);
 				p += __shfl_xor_sync(0xffffffffu, p, 16);
 				sq += __shfl_xor_sync(0xffffffffu, sq, 16);
-				const float a = as[tt];
-				const float d = bs[tt] * (vs[tt * 32 + cl] - a * p);
-				if (rg == 0) os[tt * 32 + cl] = fmaf(a, sq, kq[tt] * d);
+				const float d = bt * (vv - a * p);
+				if (rg == 0) os[tt * 32 + cl] = fmaf(a, sq, kqt * d);
 #pragma unroll
 				for (int r = 0; r < RPT / 4; r++) {
-					const float4 kv = k4[8 * r];
-					S[4 * r] = fmaf(a, S[4 * r], kv.x * d);
-					S[4 * r + 1] = fmaf(a, S[4 * r + 1], kv.y * d);
-					S[4 * r + 2] = fmaf(a, S[4 * r + 2], kv.z * d);
-					S[4 * r + 3] = fmaf(a, S[4 * r + 3], kv.w * d);
+					S[4 * r] = fmaf(a, S[4 * r], kc[r].x * d);
+					S[4 * r + 1] = fmaf(a, S[4 * r + 1], kc[r].y * d);
+					S[4 * r + 2] = fmaf(a, S[4 * r + 2], kc[r].z * d);
+					S[4 * r + 3] = fmaf(a, S[4 * r + 3], kc[r].w * d);
+					kc[r] = kn[r];
+					qc[r] = qn[r];
 				}
 			}
 		} else
@@ -293,34 +307,40 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 	}
 }
 
-#define DELTA_REG(NAME, RPT, ONE, MINB)                                                                          \
+#define DELTA_REG(NAME, RPT, ONE, MINB, PF)                                                                          \
 	extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                                                \
 	    void *o, int odt, float *final, const void *qkv, int xdt, const void *g, int gdt, const void *beta, int bdt, \
 	    const void *s0, int sdt, const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv, int vec) {    \
-		delta_reg<RPT, ONE>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z],          \
+		delta_reg<RPT, ONE, PF>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z],      \
 		                    segLen[blockIdx.z], hk, hv, dv, vec);                                                \
 	}
-DELTA_REG(delta_rule_reg_dk32, 4, false, 1)
-DELTA_REG(delta_rule_reg_dk64, 8, false, 1)
-DELTA_REG(delta_rule_reg_dk128, 16, false, 1)
-DELTA_REG(delta_rule_one_dk32, 4, true, 2)
-DELTA_REG(delta_rule_one_dk64, 8, true, 2)
-DELTA_REG(delta_rule_one_dk128, 16, true, 2)
+DELTA_REG(delta_rule_reg_dk32, 4, false, 1, true)
+DELTA_REG(delta_rule_reg_dk64, 8, false, 1, true)
+DELTA_REG(delta_rule_reg_dk128, 16, false, 1, true)
+DELTA_REG(delta_rule_one_dk32, 4, true, 2, false)
+DELTA_REG(delta_rule_long_dk32, 4, true, 1, true)
+DELTA_REG(delta_rule_one_dk64, 8, true, 2, false)
+DELTA_REG(delta_rule_long_dk64, 8, true, 1, true)
+DELTA_REG(delta_rule_one_dk128, 16, true, 2, false)
+DELTA_REG(delta_rule_long_dk128, 16, true, 1, true)
 
 // delta_rule_segs_{reg,one}_dkN: the register-state kernels with segment z = blockIdx.z described by desc[z]
 // (initial state desc.a of type desc.dt, null: zero; final state desc.b, null: not stored). The states are read
 // in place.
-#define DELTA_SEGS_REG(NAME, RPT, ONE, MINB)                                                                     \
+#define DELTA_SEGS_REG(NAME, RPT, ONE, MINB, PF)                                                                     \
 	extern "C" __global__ void __launch_bounds__(256, MINB) NAME(void *o, int odt, const void *qkv, int xdt,     \
 	                                                             const void *g, int gdt, const void *beta, int bdt, \
 	                                                             const SegDesc *desc, int hk, int hv, int dv, int vec) { \
 		const SegDesc sd = desc[blockIdx.z];                                                                   \
-		delta_reg<RPT, ONE>(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, \
+		delta_reg<RPT, ONE, PF>(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, \
 		                    hv, dv, vec);                                                                        \
 	}
-DELTA_SEGS_REG(delta_rule_segs_reg_dk32, 4, false, 1)
-DELTA_SEGS_REG(delta_rule_segs_reg_dk64, 8, false, 1)
-DELTA_SEGS_REG(delta_rule_segs_reg_dk128, 16, false, 1)
-DELTA_SEGS_REG(delta_rule_segs_one_dk32, 4, true, 2)
-DELTA_SEGS_REG(delta_rule_segs_one_dk64, 8, true, 2)
-DELTA_SEGS_REG(delta_rule_segs_one_dk128, 16, true, 2)
+DELTA_SEGS_REG(delta_rule_segs_reg_dk32, 4, false, 1, true)
+DELTA_SEGS_REG(delta_rule_segs_reg_dk64, 8, false, 1, true)
+DELTA_SEGS_REG(delta_rule_segs_reg_dk128, 16, false, 1, true)
+DELTA_SEGS_REG(delta_rule_segs_one_dk32, 4, true, 2, false)
+DELTA_SEGS_REG(delta_rule_segs_long_dk32, 4, true, 1, true)
+DELTA_SEGS_REG(delta_rule_segs_one_dk64, 8, true, 2, false)
+DELTA_SEGS_REG(delta_rule_segs_long_dk64, 8, true, 1, true)
+DELTA_SEGS_REG(delta_rule_segs_one_dk128, 16, true, 2, false)
+DELTA_SEGS_REG(delta_rule_segs_long_dk128, 16, true, 1, true)

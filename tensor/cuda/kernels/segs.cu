@@ -97,11 +97,12 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 }
 
 // conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C a multiple of 8 and that kernel width K: a
-// thread owns 8 channels and CONV_RB consecutive rows, keeps the K−1 inputs before its row in registers and loads
-// each input row once with a 16-byte load (the element-wise kernel loaded every input K times and divided per
-// element). The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits.
-// Grid (ceil(C/8/128), ceil(N/CONV_RB)), 128 threads.
-#define CONV_RB 8
+// thread owns 8 channels of CONV_RB consecutive rows, keeps the K−1 inputs before its row in registers and moves
+// 16 bytes per load (the element-wise kernel divided per element and read its segment descriptor per element).
+// The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits. One row per
+// thread: a row's loads are a dependent chain (segment, descriptor, inputs), so rows in sequence would add up
+// their latencies. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads.
+#define CONV_RB 1
 __device__ __forceinline__ void conv_unpack8(const uint4 &v, float *f) {
 	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
 #pragma unroll
@@ -114,10 +115,10 @@ __device__ __forceinline__ void conv_unpack8(const uint4 &v, float *f) {
 template <int K>
 __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, int wdt,
                                         const SegDesc *desc, const int32_t *rowSeg, int N, int C) {
-	const int c8 = blockIdx.x * blockDim.x + threadIdx.x;
+	const int c8 = blockIdx.y * blockDim.x + threadIdx.x;
 	if (c8 * 8 >= C) return;
 	const int c = c8 * 8;
-	const int t0 = blockIdx.y * CONV_RB, t1 = min(N, t0 + CONV_RB);
+	const int t0 = blockIdx.x * CONV_RB, t1 = min(N, t0 + CONV_RB);
 	float wv[K][8];
 #pragma unroll
 	for (int j = 0; j < K; j++)
