@@ -90,6 +90,9 @@ func (q *Queue) EmbedAny(y, table Operand, ids Buffer, T, V, d int) error {
 	return q.launch("nn", "embed_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
 }
 
+// qkMaxHalf bounds R/2 in QKNormRope (QK_MAX_HALF in kernels/nn.cu: the block's inv_freq table).
+const qkMaxHalf = 256
+
 // CopyCols enqueues y[r, c] = x[r, off+c] for r < M, c < w, with x rows ldx elements wide; x and y have the same
 // storage type.
 func (q *Queue) CopyCols(y, x Operand, M, ldx, off, w int) error {
@@ -202,6 +205,14 @@ func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32) erro
 		return err
 	}
 	q.args.Reset()
+	if l := dv / 8; y.DType == tensor.BF16 && o.DType == tensor.BF16 && z.DType == tensor.BF16 && dv%8 == 0 &&
+		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 {
+		// l lanes per vector, 16-byte loads; 8 warps of 32/l vectors per block
+		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(w.DType)).I32(int32(rows)).I32(int32(dv)).
+			I32(int32(l)).F32(eps)
+		per := 8 * (32 / l)
+		return q.launch("nn", "gated_rmsnorm_bf16", cudrv.Dim3{X: (rows + per - 1) / per, Y: 1, Z: 1}, block256, 0)
+	}
 	q.put(y).put(o).put(z).put(w)
 	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps)
 	return q.launch("nn", "gated_rmsnorm", cudrv.Dim3{X: (rows + 7) / 8, Y: 1, Z: 1}, block256, 0)
@@ -225,8 +236,8 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	if err := positive(op, "T, H, KV, D", a.T, a.H, a.KV, a.D); err != nil {
 		return err
 	}
-	if a.R < 0 || a.R > a.D || a.R%2 != 0 {
-		return &ArgError{op, "R", fmt.Sprintf("%d must be even and in [0, D = %d]", a.R, a.D)}
+	if a.R < 0 || a.R > a.D || a.R%2 != 0 || a.R > 2*qkMaxHalf {
+		return &ArgError{op, "R", fmt.Sprintf("%d must be even and in [0, min(D = %d, %d)]", a.R, a.D, 2*qkMaxHalf)}
 	}
 	qn, kn := int64(a.T)*int64(a.H)*int64(a.D), int64(a.T)*int64(a.KV)*int64(a.D)
 	qin := qn

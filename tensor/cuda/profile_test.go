@@ -30,12 +30,14 @@ func BenchmarkPassKernels(b *testing.B) {
 		name  string
 		state int
 		rows  []int
+		batch int // requests in the pass, each with its own state (1 when 0)
 	}
 	cases := []pcase{
-		{"2q-short", 13, []int{38, 38}},
-		{"6q-short", 13, []int{40, 40, 40, 40, 40, 40}},
-		{"5q-370", 370, []int{40, 40, 40, 40, 37}},
-		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}},
+		{"2q-short", 13, []int{38, 38}, 0},
+		{"6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 0},
+		{"5q-370", 370, []int{40, 40, 40, 40, 37}, 0},
+		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}, 0},
+		{"64x6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 64},
 	}
 	if only := os.Getenv("KEV_PROFILE_CASES"); only != "" {
 		var keep []pcase
@@ -55,22 +57,24 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer setByM(false)
 	for range b.N {
 		for _, c := range cases {
-			ids := randomIDs(r, c.state, w.Config.VocabSize)
-			var rows [][]int32
-			for _, n := range c.rows {
-				rows = append(rows, randomIDs(r, n, w.Config.VocabSize))
+			reqs := max(1, c.batch)
+			keepBatch, newBatch, cachedBatch := &layers.Batch{}, &layers.Batch{}, &layers.Batch{}
+			for q := range reqs {
+				ids := randomIDs(r, c.state, w.Config.VocabSize)
+				keepBatch.New = append(keepBatch.New, layers.NewState{IDs: ids, Keep: true})
+				newBatch.New = append(newBatch.New, layers.NewState{IDs: ids})
+				for _, n := range c.rows {
+					newBatch.Rows = append(newBatch.Rows, layers.Row{IDs: randomIDs(r, n, w.Config.VocabSize), New: q})
+				}
 			}
-			kept, err := m.Forward(&layers.Batch{New: []layers.NewState{{IDs: ids, Keep: true}}})
+			kept, err := m.Forward(keepBatch)
 			if err != nil {
 				b.Fatal(err)
 			}
-			state := kept.States[0]
+			states := kept.States
 			kept.Free()
-			newBatch := &layers.Batch{New: []layers.NewState{{IDs: ids}}}
-			cachedBatch := &layers.Batch{}
-			for _, row := range rows {
-				newBatch.Rows = append(newBatch.Rows, layers.Row{IDs: row, New: 0})
-				cachedBatch.Rows = append(cachedBatch.Rows, layers.Row{IDs: row, Cached: state})
+			for _, row := range newBatch.Rows {
+				cachedBatch.Rows = append(cachedBatch.Rows, layers.Row{IDs: row.IDs, Cached: states[row.New]})
 			}
 			pass := func(bt *layers.Batch) func() error {
 				return func() error {
@@ -123,7 +127,9 @@ func BenchmarkPassKernels(b *testing.B) {
 					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
 				}
 			}
-			state.Free()
+			for _, st := range states {
+				st.Free()
+			}
 		}
 	}
 }

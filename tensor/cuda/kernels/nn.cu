@@ -91,6 +91,41 @@ extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int
 	}
 }
 
+// gated_rmsnorm_bf16 is gated_rmsnorm for bf16 y, o, z with L = dv/8 lanes per vector (L a power of two ≤ 32):
+// each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
+extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
+                                              const void *w, int wdt, int rows, int dv, int L, float eps) {
+	const int lane = threadIdx.x & 31;
+	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
+	const int i = (lane % L) * 8;
+	const bool on = v < rows;
+	float f[8], zz[8];
+	float ss = 0.f;
+	if (on) {
+		const uint4 ov = *(const uint4 *)(o + (size_t)v * dv + i), zv = *(const uint4 *)(z + (size_t)v * dv + i);
+		const __nv_bfloat162 *oh = (const __nv_bfloat162 *)&ov, *zh = (const __nv_bfloat162 *)&zv;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float2 a = __bfloat1622float2(oh[e]), b = __bfloat1622float2(zh[e]);
+			f[2 * e] = a.x, f[2 * e + 1] = a.y, zz[2 * e] = b.x, zz[2 * e + 1] = b.y;
+		}
+#pragma unroll
+		for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+	}
+	for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+	if (!on) return;
+	const float r = 1.f / sqrtf(ss / (float)dv + eps);
+	uint4 out;
+	__nv_bfloat162 *yh = (__nv_bfloat162 *)&out;
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		float a = f[2 * e] * r * ld(w, wdt, i + 2 * e) * (zz[2 * e] * sigm(zz[2 * e]));
+		float b = f[2 * e + 1] * r * ld(w, wdt, i + 2 * e + 1) * (zz[2 * e + 1] * sigm(zz[2 * e + 1]));
+		yh[e] = __floats2bfloat162_rn(a, b);
+	}
+	*(uint4 *)(y + (size_t)v * dv + i) = out;
+}
+
 // One warp per dv-wide vector v < rows: y = o / sqrt(mean(o²) + eps) · w · silu(z).
 extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int odt, const void *z, int zdt,
                                          const void *w, int wdt, int rows, int dv, float eps) {
@@ -113,10 +148,15 @@ extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int od
 // One warp per head vector: vectors [0, T·H) are query heads, [T·H, T·(H+KV)) key heads. Each is RMS-normalised
 // with gain 1 + g, then its first R dims are rotated by φ = fp32(pos · inv_freq[j]), inv_freq[j] = fp32(θ^(−2j/R)).
 // With gated set, q rows are [H, 2D] (query | gate) and the gate half is copied to gate.
+#define QK_MAX_HALF 256
 extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt, int kodt, const void *q, int qdt,
                                         const void *k, int kdt, const void *qg, int qgdt, const void *kg, int kgdt,
                                         const int32_t *pos, int T, int H, int KV, int D, int R, double theta,
                                         float eps, int gated) {
+	__shared__ float invf[QK_MAX_HALF]; // inv_freq, once per block instead of once per vector
+	const int half = R / 2;
+	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
+	__syncthreads();
 	const int lane = threadIdx.x & 31;
 	const int vec = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (vec >= T * (H + KV)) return;
@@ -146,11 +186,9 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 		ss += x * x;
 	}
 	const float r = 1.f / sqrtf(wsum(ss) / (float)D + eps);
-	const int half = R / 2;
 	const float p = (float)pos[t];
 	for (int j = lane; j < half; j += 32) {
-		float inv = (float)pow(theta, -2.0 * j / (double)R);
-		float phi = p * inv;
+		float phi = p * invf[j];
 		float c, s;
 		sincosf(phi, &s, &c);
 		float a = ld(src, sdt, sbase + j) * r * (1.f + ld(g, gdt, j));
