@@ -91,9 +91,20 @@ __device__ __forceinline__ void wgmma_m64n128(float *d, uint64_t da, uint64_t db
 	             : "l"(da), "l"(db), "r"(acc));
 }
 
+// wgmma_m64n192: d[64×192] = A[64×16] · B[192×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n192(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
 template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t da, uint64_t db, int acc) {
 	if constexpr (BN == 256)
 		wgmma_m64n256(d, da, db, acc);
+	else if constexpr (BN == 192)
+		wgmma_m64n192(d, da, db, acc);
 	else
 		wgmma_m64n128(d, da, db, acc);
 }
@@ -220,4 +231,245 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAM
 // chunked accumulation.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
 	gemm_wgmma<128, 6, true>(WG_ARGS);
+}
+
+// ---- Persistent stream-K schedule ----
+//
+// The k tiles of every output tile are cut into nch = ⌈k tiles / chunk⌉ chunks of `chunk` tiles; the chunk size is
+// a function of (N, K) alone (the planner's). A unit is one (tile, chunk) pair. The launch has one block per
+// multiprocessor (gridDim.x = G); tiles are numbered m-fastest (t = n·mT + m, so blocks running at the same time
+// share W tiles). The first skTiles tiles are stream-K: their skTiles·nch units are dealt out as contiguous ranges,
+// block g taking units [⌊gU/G⌋, ⌊(g+1)U/G⌋); the remaining tiles are whole, block g taking tiles skTiles + g,
+// skTiles + g + G, … after its stream-K range. One k-tile pipeline (TMA ring, as gemm_wgmma) runs through all of a
+// block's units.
+//
+// Each chunk is summed from zero in the accumulators. The block that holds a tile's first chunk (its owner) adds
+// its chunk sums in chunk order into a running sum in shared memory (64 KiB: each thread's 64 values, thread-major,
+// conflict-free; registers are too few for a second accumulator set next to the fix-up's loads), exactly as
+// gemm_splitk_finish adds split partials; any other block stores each of its chunk sums separately. A tile held whole is stored from the registers. A tile
+// shared by several blocks: the owner stores its running sum, the others their chunk sums, each block then counts
+// itself in cnt[tile], and the last one adds the remaining chunk sums to the owner's in chunk order and stores Y
+// (the counter is reset for the next launch). Whatever M, G and skTiles are, every output element is therefore
+// ((p₀ + p₁) + p₂) + … over the same chunks — the bits of split-K with one split per chunk.
+
+// sk_owner returns the block whose unit range [⌊gU/G⌋, ⌊(g+1)U/G⌋) holds unit u.
+__device__ __forceinline__ int sk_owner(long long u, long long U, int G) {
+	return (int)(((u + 1) * G + U - 1) / U) - 1;
+}
+
+template <int BN, int STAGES>
+__device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
+                                        float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
+                                        int chunk, int skTiles) {
+	constexpr int BM = 128, BK = 64;
+	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+	extern __shared__ unsigned char smem_raw[];
+	__shared__ unsigned s_last;
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+	float *tot = (float *)(smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + 256); // [BN/2][256]
+
+	const int mT = (M + BM - 1) / BM, nT = (N + BN - 1) / BN, T = mT * nT;
+	const int kTiles = (K + BK - 1) / BK, nch = (kTiles + chunk - 1) / chunk;
+	const int G = gridDim.x, g = blockIdx.x;
+	const long long U = (long long)skTiles * nch;
+	const long long ua = U * g / G, ub = U * (g + 1) / G;
+
+	// run calls piece(tile, ja, jb) for the block's runs of chunks [ja, jb) of one tile, in order (one call site, so
+	// that the k loop is inlined once and the accumulators stay in place).
+	auto run = [&](auto &&piece) {
+		long long u = ua;
+		int whole = skTiles + g;
+		for (;;) {
+			int tile, ja, jb;
+			if (u < ub) {
+				tile = (int)(u / nch), ja = (int)(u % nch);
+				jb = (int)min((long long)nch, ja + (ub - u));
+				u += jb - ja;
+			} else if (whole < T) {
+				tile = whole, ja = 0, jb = nch;
+				whole += G;
+			} else {
+				break;
+			}
+			piece(tile, ja, jb);
+		}
+	};
+
+	const int wg = threadIdx.x >> 7;
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+
+	if (wg == 0) {
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		if (threadIdx.x == 0) {
+			int it = 0;
+			run([&](int tile, int ja, int jb) {
+				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+				const int k1 = min(kTiles, jb * chunk);
+				for (int kt = ja * chunk; kt < k1; kt++, it++) {
+					const int s = it % STAGES;
+					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+					mbar_expect_tx(full, STAGE_BYTES);
+					tma_load2d(sa, tmX, kt * BK, m0, full);
+					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+				}
+			});
+		}
+		return;
+	}
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	const int c = wg - 1, tid = threadIdx.x - 128;
+	const int w = (tid >> 5) & 3, l = tid & 31;
+	const int slotRows = min(M, BM);
+	const size_t slotSize = (size_t)slotRows * BN;
+	float d[BN / 2];
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
+	float *mine = tot + tid; // this thread's running sum: mine[256 i], i < BN/2
+	int it = 0;
+
+	run([&](int tile, int ja, int jb) {
+		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+		const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
+		// Accumulator layout (per warp w of the warpgroup, lane l): acc[4j + h·2 + e] is row 16w + l/4 + 8h,
+		// column 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
+		auto toSlot = [&](const float *acc, int stride, int j) { // acc[stride·i]: d (stride 1) or mine (256)
+			float *slot = ws + ((size_t)tile * nch + j) * slotSize;
+#pragma unroll
+			for (int jj = 0; jj < BN / 8; jj++) {
+				const int cl = 8 * jj + 2 * (l & 3);
+				if (n0 + cl >= N) continue;
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int rl = 64 * c + 16 * w + (l >> 2) + 8 * h;
+					if (m0 + rl >= M) continue;
+					*(float2 *)(slot + (size_t)rl * BN + cl) =
+					    make_float2(acc[stride * (4 * jj + 2 * h)], acc[stride * (4 * jj + 2 * h + 1)]);
+				}
+			}
+		};
+		for (int j = ja; j < jb; j++) {
+			const int k0 = j * chunk, k1 = min(kTiles, k0 + chunk);
+			for (int kt = k0; kt < k1; kt++, it++) {
+				const int s = it % STAGES;
+				mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+				if (live) {
+					const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
+					// A chunk's first product overwrites d (scale-d = 0), the others add to it.
+					wgmma_fence();
+#pragma unroll
+					for (int kk = 0; kk < BK / 16; kk++)
+						wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || kt != k0);
+					wgmma_commit();
+					wgmma_wait0();
+				}
+				mbar_arrive(bars + 8 * (STAGES + s));
+			}
+			if (!live) continue;
+			if (ja == 0) { // the owner: chunk sums added in order, as gemm_splitk_finish does
+				if (j == 0) {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) mine[256 * i] = d[i];
+				} else {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) mine[256 * i] += d[i];
+				}
+			} else {
+				toSlot(d, 1, j);
+			}
+		}
+		if (ja == 0 && jb == nch) { // the whole tile here
+			if (!live) return;
+#pragma unroll
+			for (int jj = 0; jj < BN / 8; jj++) {
+				const int col = n0 + 8 * jj + 2 * (l & 3);
+				if (col >= N) continue;
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+					if (row < M)
+						gemm_store2(Y, R, ldy, yF32, row, col, mine[256 * (4 * jj + 2 * h)], mine[256 * (4 * jj + 2 * h + 1)]);
+				}
+			}
+			return;
+		}
+		if (ja == 0 && live) toSlot(mine, 256, 0);
+
+		// Count this block in; the last of the tile's blocks finishes it.
+		const long long u0 = (long long)tile * nch;
+		const int owner = sk_owner(u0, U, G);
+		__threadfence();
+		gemm_bar(1, 256);
+		if (tid == 0) {
+			const unsigned blocks = (unsigned)(sk_owner(u0 + nch - 1, U, G) - owner + 1);
+			const unsigned prev = atomicAdd(&cnt[tile], 1u);
+			s_last = prev == blocks - 1;
+			if (s_last) cnt[tile] = 0;
+		}
+		gemm_bar(1, 256);
+		if (!s_last) return;
+		__threadfence();
+
+		// The owner's running sum covers chunks [0, e0]; add chunks e0+1 … nch-1 in order. Loads are issued four
+		// elements × four chunks at a time so that the fix-up is not a chain of L2 round trips.
+		const int e0 = (int)(min(U * (owner + 1) / G, u0 + nch) - 1 - u0);
+		const int rows = min(BM, M - m0), cols = min(BN, N - n0);
+		constexpr int Q = BN / 4;
+		const float *slot0 = ws + (size_t)u0 * slotSize;
+		for (int i0 = tid; i0 < rows * Q; i0 += 4 * 256) {
+			float4 acc[4];
+			int off[4];
+			bool ok[4];
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				const int i = i0 + 256 * q;
+				ok[q] = i < rows * Q && (i % Q) * 4 < cols;
+				off[q] = (i / Q) * BN + (i % Q) * 4;
+				acc[q] = ok[q] ? __ldcg((const float4 *)(slot0 + off[q])) : make_float4(0.f, 0.f, 0.f, 0.f);
+			}
+			for (int j = e0 + 1; j < nch; j += 4) {
+				float4 v[4][4];
+#pragma unroll
+				for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						if (j + jj < nch && ok[q]) v[jj][q] = __ldcg((const float4 *)(slot0 + (size_t)(j + jj) * slotSize + off[q]));
+#pragma unroll
+				for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						if (j + jj < nch && ok[q]) {
+							acc[q].x += v[jj][q].x;
+							acc[q].y += v[jj][q].y;
+							acc[q].z += v[jj][q].z;
+							acc[q].w += v[jj][q].w;
+						}
+			}
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				if (!ok[q]) continue;
+				const int row = m0 + off[q] / BN, col = n0 + off[q] % BN;
+				gemm_store2(Y, R, ldy, yF32, row, col, acc[q].x, acc[q].y);
+				gemm_store2(Y, R, ldy, yF32, row, col + 2, acc[q].z, acc[q].w);
+			}
+		}
+	});
+}
+
+#define SK_PARAMS WG_PARAMS, int skTiles
+#define SK_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, chunk, skTiles
+
+// Persistent stream-K, 128×128 tiles, 5 stages of 32 KiB, then 256 bytes of barriers and the owner's 64 KiB
+// running sum (dynamic shared memory 5·32 KiB + 1 KiB alignment + 256 + 64 KiB); gridDim.x blocks (one per
+// multiprocessor). tps is unused.
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_sk_128x128(SK_PARAMS) {
+	gemm_sk<128, 5>(SK_ARGS);
 }
