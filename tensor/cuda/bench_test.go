@@ -73,12 +73,52 @@ func BenchmarkGEMM(b *testing.B) {
 	}
 }
 
+// BenchmarkGEMMSchedule times the Kev-4B GEMM shapes at the token counts of question-row passes (64, 240), a
+// medium pass (567) and a prefill (2392) under three plans, side by side: "v3" (the batch-invariant plan before
+// the stream-K schedule), "new" (the default plan) and "byM" (chosen from M, not batch-invariant). Each prints a
+// line "KEVBENCH gemm-sched M= N= K= plan= kern= chunk= skTiles= splits= us= model= GB/s= TFLOP/s=" (model: the
+// schedule model's prediction for the default plan, µs).
+func BenchmarkGEMMSchedule(b *testing.B) {
+	for _, M := range []int{64, 240, 567, 2392} {
+		for _, s := range gemmShapes {
+			N, K := s[0], s[1]
+			for _, plan := range []string{"v3", "new", "byM"} {
+				g := GEMM{M: M, N: N, K: K, v3: plan == "v3", byM: plan == "byM"}
+				b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/plan=%s", M, N, K, plan), func(b *testing.B) {
+					t, p := timeGEMM(b, g)
+					model := 0.0
+					if dev.hopper() {
+						model = schedAt(M, N, K, dev.sms(), fixedChunk(N, K, dev.sms())).us
+					}
+					fmt.Printf("KEVBENCH gemm-sched M=%d N=%d K=%d plan=%s kern=%v chunk=%d skTiles=%d splits=%d us=%.2f model=%.1f GB/s=%.0f TFLOP/s=%.1f\n",
+						M, N, K, plan, p.kern, p.chunk, p.skTiles, p.splits, t*1e6, model,
+						float64(2*(M*K+N*K+M*N))/t/1e9, 2*float64(M)*float64(N)*float64(K)/t/1e12)
+				})
+			}
+		}
+	}
+}
+
 // benchGEMM times Y = X·Wᵀ at one shape, planned batch-invariantly or (byM) from M as well.
 func benchGEMM(b *testing.B, M, N, K int, byM bool) {
+	t, p := timeGEMM(b, GEMM{M: M, N: N, K: K, byM: byM})
+	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
+	gbs := float64(xb+wb+yb) / t / 1e9
+	tfs := 2 * float64(M) * float64(N) * float64(K) / t / 1e12
+	b.ReportMetric(t*1e6, "us/gemm")
+	b.ReportMetric(gbs, "GB/s")
+	b.ReportMetric(tfs, "TFLOP/s")
+	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d byM=%v tile=%v-%dx%d splits=%d chunk=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, byM, p.kern, p.bm, p.bn, p.splits, p.chunk, t*1e6, gbs, tfs)
+}
+
+// timeGEMM returns the median device time in seconds of the GEMM g (its M, N, K and plan fields) over rotating
+// inputs larger than L2, and its plan.
+func timeGEMM(b *testing.B, g GEMM) (float64, gemmPlan) {
+	M, N, K := g.M, g.N, g.K
 	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	var t float64
-	p := dev.plan(&GEMM{M: M, N: N, K: K, byM: byM})
+	p := dev.plan(&g)
 	splits := p.splits
 	err := dev.Do(func(q *Queue) error {
 		var bufs []Buffer
@@ -116,19 +156,17 @@ func benchGEMM(b *testing.B, M, N, K int, byM bool) {
 		}
 		b.ResetTimer()
 		t, err = medianTime(q, max(b.N, 25), func(i int) error {
-			return q.GEMM(GEMM{Y: y, X: xs[i%sets], W: ws[i%sets], M: M, N: N, K: K, byM: byM})
+			h := g
+			h.Y, h.X, h.W = y, xs[i%sets], ws[i%sets]
+			return q.GEMM(h)
 		})
 		return err
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	gbs := float64(xb+wb+yb) / t / 1e9
-	tfs := 2 * float64(M) * float64(N) * float64(K) / t / 1e12
 	b.ReportMetric(t*1e6, "us/gemm")
-	b.ReportMetric(gbs, "GB/s")
-	b.ReportMetric(tfs, "TFLOP/s")
-	fmt.Printf("KEVBENCH gemm M=%d N=%d K=%d byM=%v tile=%v-%dx%d splits=%d chunk=%d us=%.2f GB/s=%.0f TFLOP/s=%.1f\n", M, N, K, byM, p.kern, p.bm, p.bn, splits, p.chunk, t*1e6, gbs, tfs)
+	return t, p
 }
 
 // BenchmarkCopy measures a device-to-device copy of 1 GiB, the bandwidth ceiling (bytes read + written).

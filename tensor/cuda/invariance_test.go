@@ -12,11 +12,12 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// kPartition describes how a plan reduces each output element over k: the kernel family and tile width, and the
-// k tiles per independently summed range (split or chunk; all of them when neither).
+// kPartition describes how a plan reduces each output element over k: the kernel family (the wgmma kernels wg128,
+// wg256 and sk give the same bits for the same k ranges, whatever their tile width) and the k tiles per
+// independently summed range (split or chunk; all of them when neither).
 type kPartition struct {
-	kern      gemmKernel
-	bn, tiles int
+	family string
+	tiles  int
 }
 
 func partitionOf(p gemmPlan, K int) kPartition {
@@ -28,7 +29,11 @@ func partitionOf(p gemmPlan, K int) kPartition {
 	case p.chunk > 0:
 		r = p.chunk
 	}
-	return kPartition{p.kern, p.bn, r}
+	family := p.kern.String()
+	if p.kern == gemmWG128 || p.kern == gemmWG256 || p.kern == gemmSK {
+		family = "wgmma"
+	}
+	return kPartition{family, r}
 }
 
 // TestGEMMPlanInvariant checks that the default plan reduces every output element the same way for every M, on a
@@ -50,7 +55,7 @@ func TestGEMMPlanInvariant(t *testing.T) {
 				if p.splits < 1 || (p.splits-1)*p.tps >= kTiles || p.splits*p.tps < kTiles {
 					t.Errorf("sm %d N=%d K=%d M=%d: %d splits of %d tiles for %d tiles", major, N, K, M, p.splits, p.tps, kTiles)
 				}
-				if p.chunk > 0 && (p.splits != 1 || p.kern != gemmWG128) {
+				if p.chunk > 0 && (p.splits != 1 || (p.kern != gemmWG128 && p.kern != gemmSK)) {
 					t.Errorf("sm %d N=%d K=%d M=%d: chunk %d with %v and %d splits", major, N, K, M, p.chunk, p.kern, p.splits)
 				}
 				got := partitionOf(p, K)
@@ -94,12 +99,13 @@ func gemmRows(t *testing.T, x, w, res []uint16, M, N, K int, g GEMM) []uint16 {
 }
 
 // TestGEMMBatchInvariant checks on the device that a row of Y has the same bits whatever M it is computed in (the
-// default plan), that chunked accumulation gives the bits of split-K over the same chunks, and logs whether the
-// other kernel families agree bit for bit (they are not relied on).
+// default plan, which changes schedule and tile width with M), that chunked accumulation gives the bits of split-K
+// over the same chunks, that the unchunked wgmma kernels (wg128, wg256, sk) agree bit for bit, and logs whether the
+// other kernel families do (they are not relied on).
 func TestGEMMBatchInvariant(t *testing.T) {
 	r := newRand(t)
 	shapes := append([][2]int{{264, 4096}, {512, 2048}, {1024, 512}}, gemmShapes...)
-	Ms := []int{1, 2, 7, 16, 33, 64, 100, 129, 300, 700, 2048}
+	Ms := []int{1, 2, 7, 16, 33, 64, 100, 129, 240, 300, 567, 700, 2392}
 	maxM := Ms[len(Ms)-1]
 	for _, s := range shapes {
 		N, K := s[0], s[1]
@@ -140,17 +146,29 @@ func TestGEMMBatchInvariant(t *testing.T) {
 					}
 				}
 			}
-			// Information for later planners: do other families give the same bits as wg128 with one split?
-			base := gemmRows(t, x, w, nil, 16, N, K, GEMM{kern: gemmWG128, splits: 1})
-			for _, g := range []GEMM{{kern: gemmWG256, splits: 1}, {kern: gemmStream, splits: 1}, {tile: 64, splits: 1}, {tile: 128, splits: 1}} {
-				other := gemmRows(t, x, w, nil, 16, N, K, g)
-				diff := 0
-				for i := range base {
-					if base[i] != other[i] {
-						diff++
+			// Unchunked, the wgmma kernels must agree whatever their tile width or schedule (planFixed picks among
+			// them by M); the other families are logged for later planners.
+			for _, m := range []int{16, 300} {
+				base := gemmRows(t, x, w, nil, m, N, K, GEMM{kern: gemmWG128, splits: 1})
+				for _, g := range []GEMM{{kern: gemmWG256, splits: 1}, {kern: gemmSK, sk: -1, chunk: kTiles}, {kern: gemmStream, splits: 1}, {tile: 64, splits: 1}, {tile: 128, splits: 1}} {
+					if g.kern == gemmStream && m > streamMaxM {
+						continue
 					}
+					other := gemmRows(t, x, w, nil, m, N, K, g)
+					diff := 0
+					for i := range base {
+						if base[i] != other[i] {
+							diff++
+						}
+					}
+					if g.kern == gemmWG256 || g.kern == gemmSK {
+						if diff > 0 {
+							t.Errorf("M=%d, one split: %v differs from wg128 in %d of %d outputs", m, g.kern, diff, len(base))
+						}
+						continue
+					}
+					t.Logf("M=%d, one split: %v tile %d differs from wg128 in %d of %d outputs", m, g.kern, g.tile, diff, len(base))
 				}
-				t.Logf("M=16, one split: %v tile %d differs from wg128 in %d of %d outputs", g.kern, g.tile, diff, len(base))
 			}
 		})
 	}

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/kevgo/kev/internal/cudrv"
 )
@@ -47,9 +48,12 @@ type GEMM struct {
 	kern     gemmKernel // 0: choose (tests force one)
 	tile     int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
 	splits   int        // 0: choose; ≥ 1 (tests)
-	chunk    int        // wg128 with one split: force chunked accumulation of this many k tiles (tests)
+	chunk    int        // wg128 with one split, or sk: force chunked accumulation of this many k tiles (tests)
+	sk       int        // with kern sk: stream-K tiles, 0: chosen, < 0: none (tests)
+	grid     int        // with kern sk: blocks, 0: one per multiprocessor (tests)
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
+	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
 }
 
 // gemmKernel names a GEMM kernel family.
@@ -62,11 +66,12 @@ const (
 	gemmWG128             // wgmma + TMA, 128×128 tiles, 6 stages, warp-specialised (sm_90a)
 	gemmWG256             // wgmma + TMA, 128×256 tiles, 4 stages, warp-specialised (sm_90a)
 	gemmStream            // weight streaming, 128 W rows per block, M ≤ 128 (compute_80; gemm_stream.go)
+	gemmSK                // wgmma + TMA, 128×128 tiles, persistent stream-K over fixed k chunks (sm_90a)
 )
 
 // String returns the kernel's short name, as the benchmarks print it.
 func (k gemmKernel) String() string {
-	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream"}[k]
+	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream", "sk"}[k]
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -77,7 +82,9 @@ type gemmPlan struct {
 	threads       int
 	shared        int // dynamic shared memory, bytes
 	splits, tps   int // gridDim.z and k tiles (of bk) per split
-	chunk         int // wg128, one split: k tiles per chunk of the chunked accumulation (0: none)
+	chunk         int // wg128 (one split) or sk: k tiles per chunk of the chunked accumulation (0: none)
+	skTiles       int // sk: output tiles dealt out by chunk (stream-K); the others are whole
+	grid          int // sk: blocks (persistent)
 	blocksM, blkN int
 }
 
@@ -102,7 +109,13 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 	if p, ok := d.planStream(g); ok {
 		return p
 	}
+	if g.kern == gemmSK {
+		return d.planSK(g)
+	}
 	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM && !d.byM {
+		if g.v3 {
+			return d.planFixedV3(g)
+		}
 		return d.planFixed(g)
 	}
 	p := d.planByM(g)
@@ -214,41 +227,291 @@ func fixedCost(c fixedChoice, M, N, K, sms int) float64 {
 	return wgCost(c.kern, M, N, K, sms, 1, (K+63)/64)
 }
 
-// planFixed is the batch-invariant plan. On Hopper the wgmma kernel fixedWG picks for (N, K): 128×256 tiles
-// without split-K, or 128×128 tiles with the k tiles reduced in fixed chunks (split-K over the chunks when M is
-// small, the chunks summed in registers in split order when it is large). Elsewhere the 64×64 mma.sync kernel
-// with the split count that fills the GPU four times at M = fixedSmallM, for every M (its split-K has no chunked
-// twin, so long passes pay the partial sums).
-func (d *Device) planFixed(g *GEMM) gemmPlan {
+// planFixedV3 is the batch-invariant plan before the stream-K schedule (kept for benchmarks, GEMM.v3). On Hopper
+// the wgmma kernel fixedWG picks for (N, K): 128×256 tiles without split-K, or 128×128 tiles with the k tiles
+// reduced in fixed chunks (split-K over the chunks when M is small, the chunks summed in registers in split order
+// when it is large). Elsewhere as planFixed.
+func (d *Device) planFixedV3(g *GEMM) gemmPlan {
+	if !d.hopper() {
+		return d.planFixed(g)
+	}
 	sms := d.sms()
 	var p gemmPlan
-	if d.hopper() {
-		c := fixedWG(g.N, g.K, sms)
-		kTiles := (g.K + 63) / 64
-		p.kern, p.mod, p.bm, p.bk, p.threads = c.kern, "gemm_sm90a", 128, 64, 384
-		p.splits, p.tps = fixedSplits(c, g.M, g.N, g.K, sms), kTiles
-		if p.splits > 1 {
-			p.tps = c.chunk
-		} else if c.kern == gemmWG128 && c.chunk < kTiles {
-			p.chunk = c.chunk
-		}
-		if c.kern == gemmWG128 {
-			p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
-		} else {
-			p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
-		}
+	c := fixedWG(g.N, g.K, sms)
+	kTiles := (g.K + 63) / 64
+	p.kern, p.mod, p.bm, p.bk, p.threads = c.kern, "gemm_sm90a", 128, 64, 384
+	p.splits, p.tps = fixedSplits(c, g.M, g.N, g.K, sms), kTiles
+	if p.splits > 1 {
+		p.tps = c.chunk
+	} else if c.kern == gemmWG128 && c.chunk < kTiles {
+		p.chunk = c.chunk
+	}
+	if c.kern == gemmWG128 {
+		p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
 	} else {
-		p.kern, p.mod, p.bk, p.threads = gemmMMA64, "gemm", 32, 128
-		p.bm, p.bn, p.fn = 64, 64, "gemm_bf16_64x64"
-		p.shared = 4 * (p.bm + p.bn) * p.bk * 2
-		kTiles := (g.K + p.bk - 1) / p.bk
-		blocks := (g.N + p.bn - 1) / p.bn // one row of tiles: M = fixedSmallM
-		splits := max(1, min((4*sms+blocks-1)/blocks, kTiles))
-		p.tps = (kTiles + splits - 1) / splits
-		p.splits = (kTiles + p.tps - 1) / p.tps
+		p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
 	}
 	p.blocksM, p.blkN = (g.M+p.bm-1)/p.bm, (g.N+p.bn-1)/p.bn
 	return p
+}
+
+// planFixed is the batch-invariant plan. On Hopper every output element is reduced over the fixed k chunks
+// fixedChunk gives for (N, K) — each chunk summed from zero, the chunk sums added in order —, and M only picks the
+// schedule that runs them (schedAt): the persistent stream-K kernel, or, for an unchunked (N, K), also the
+// 128×256 and 128×128 tile kernels (a k step of wgmma gives every output the same bits whatever the tile width,
+// TestGEMMBatchInvariant checks it). Elsewhere the 64×64 mma.sync kernel with the split count that fills the GPU
+// four times at M = fixedSmallM, for every M (its split-K has no chunked twin, so long passes pay the partial
+// sums).
+func (d *Device) planFixed(g *GEMM) gemmPlan {
+	sms := d.sms()
+	if d.hopper() {
+		c := fixedChunk(g.N, g.K, sms)
+		s := schedAt(g.M, g.N, g.K, sms, c)
+		if s.kern == gemmSK {
+			return skPlan(g.M, g.N, g.K, c, s.skTiles, sms)
+		}
+		return tiledPlan(s.kern, g.M, g.N, g.K)
+	}
+	var p gemmPlan
+	p.kern, p.mod, p.bk, p.threads = gemmMMA64, "gemm", 32, 128
+	p.bm, p.bn, p.fn = 64, 64, "gemm_bf16_64x64"
+	p.shared = 4 * (p.bm + p.bn) * p.bk * 2
+	kTiles := (g.K + p.bk - 1) / p.bk
+	blocks := (g.N + p.bn - 1) / p.bn // one row of tiles: M = fixedSmallM
+	splits := max(1, min((4*sms+blocks-1)/blocks, kTiles))
+	p.tps = (kTiles + splits - 1) / splits
+	p.splits = (kTiles + p.tps - 1) / p.tps
+	p.blocksM, p.blkN = (g.M+p.bm-1)/p.bm, (g.N+p.bn-1)/p.bn
+	return p
+}
+
+// tiledPlan is the wgmma tile kernel k (128×128 or 128×256) with one split and no chunks.
+func tiledPlan(k gemmKernel, M, N, K int) gemmPlan {
+	p := gemmPlan{kern: k, mod: "gemm_sm90a", bm: 128, bk: 64, threads: 384, splits: 1, tps: (K + 63) / 64}
+	if k == gemmWG128 {
+		p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
+	} else {
+		p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
+	}
+	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
+	return p
+}
+
+// skShared is the stream-K kernel's dynamic shared memory: 5 stages of 32 KiB, 1 KiB of alignment, 256 bytes of
+// barriers, the 64 KiB running sum.
+const skShared = 5*(128+128)*64*2 + 1024 + 256 + 128*128*4
+
+// skPlan is the stream-K kernel with chunks of c k tiles (c ≥ the k tiles: unchunked), skTiles tiles dealt out
+// by chunk, on grid blocks.
+func skPlan(M, N, K, c, skTiles, grid int) gemmPlan {
+	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	p := gemmPlan{kern: gemmSK, mod: "gemm_sm90a", fn: "gemm_wgmma_sk_128x128", bm: 128, bn: 128, bk: 64,
+		threads: 384, shared: skShared, splits: 1, tps: c, skTiles: skTiles, grid: grid}
+	if c < kTiles {
+		p.chunk = c
+	}
+	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
+	return p
+}
+
+// skWorkspace is the bytes of partial-sum slots the stream-K plan p needs at M rows: one slot of min(M, 128) ×
+// 128 fp32 per (stream-K tile, chunk), none when tiles are never split.
+func skWorkspace(p gemmPlan, M, K int) int64 {
+	kTiles := (K + 63) / 64
+	nch := (kTiles + p.tps - 1) / p.tps
+	if p.skTiles == 0 || nch == 1 {
+		return 0
+	}
+	return int64(p.skTiles) * int64(nch) * int64(min(M, 128)) * 128 * 4
+}
+
+// planSK is the stream-K plan when forced (tests): chunk g.chunk (0: fixedChunk's), g.sk stream-K tiles (0: the
+// model's choice, < 0: none), g.grid blocks (0: one per multiprocessor).
+func (d *Device) planSK(g *GEMM) gemmPlan {
+	grid := g.grid
+	if grid <= 0 {
+		grid = d.sms()
+	}
+	c := g.chunk
+	if c <= 0 {
+		c = fixedChunk(g.N, g.K, d.sms())
+	}
+	T := ((g.M + 127) / 128) * ((g.N + 127) / 128)
+	sk := 0
+	switch {
+	case g.sk > 0:
+		sk = min(g.sk, T)
+	case g.sk == 0:
+		sk = bestSK(g.M, g.N, g.K, grid, c)
+	}
+	return skPlan(g.M, g.N, g.K, c, sk, grid)
+}
+
+// The schedule model: times in µs of the wgmma kernels, fitted to the H200's per-launch profiles of Kev-4B passes
+// (NOTES-perf.md, "GEMM schedule"). A k step of a 128×bn tile costs the longer of its tensor-core time and the
+// time its multiprocessor's copy engine needs to bring the X and W tiles from L2 (the measured bound: 128×128
+// steps take ~0.6 µs, 128×256 ~0.9 µs, whatever M ≥ 128); a call takes at least its W and X from device memory.
+const (
+	schedSMBW   = 56e9   // bytes/s one multiprocessor fills shared memory from L2 with while all of them load
+	schedTC     = 660e12 // FLOP/s of the tensor cores of the whole GPU in these kernels
+	schedDRAM   = 2.6e12 // bytes/s from device memory as these kernels stream it (measured 2.1–2.6 TB/s at M ≤ 128)
+	schedFixed  = 3.0    // µs: launch, pipeline fill, the last epilogue
+	schedFixBW  = 150e9  // bytes/s one block moves partial sums with (batched loads through L2)
+	schedFixLat = 1.0    // µs: fence, counter and first loads of a fix-up
+	schedWSMax  = 256 << 20
+)
+
+// schedMs are the token counts fixedChunk weighs: question-row passes (64, 240), a medium pass and a prefill.
+var schedMs = []int{64, 240, 567, 2392}
+
+// stepUS is the modelled time of one 64-deep k step of a 128×bn tile at M rows.
+func stepUS(bn, M, sms int) float64 {
+	rows := min(M, 128)
+	live := float64((rows+63)/64) / 2 // consumer warpgroups with rows
+	tc := 128 * float64(bn) * 64 * 2 * live / (schedTC / float64(sms)) * 1e6
+	return max(tc, float64((rows+bn)*64*2)/schedSMBW*1e6)
+}
+
+// floorUS is the time to read W and X once from device memory.
+func floorUS(M, N, K int) float64 {
+	return (float64(N) + float64(M)) * float64(K) * 2 / schedDRAM * 1e6
+}
+
+// tiledCost models the tile kernel of width bn (one block per tile, waves of one block per multiprocessor).
+func tiledCost(bn, M, N, K, sms int) float64 {
+	kTiles := (K + 63) / 64
+	T := ((M + 127) / 128) * ((N + bn - 1) / bn)
+	waves := (T + sms - 1) / sms
+	return max(float64(waves*kTiles)*stepUS(bn, M, sms), floorUS(M, N, K)) + schedFixed
+}
+
+// skCost models the stream-K kernel with chunks of c k tiles and skTiles stream-K tiles on grid blocks: the
+// busiest block's k steps (its whole tiles, then its share of the units rounded up), plus, when tiles are shared,
+// the partial sums it stores and the last block's fix-up, which reads every chunk slot of its tile.
+func skCost(M, N, K, grid, c, skTiles int) float64 {
+	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	nch := (kTiles + c - 1) / c
+	T := ((M + 127) / 128) * ((N + 127) / 128)
+	whole := (T - skTiles + grid - 1) / grid
+	units := skTiles * nch
+	per := (units + grid - 1) / grid
+	steps := whole*kTiles + per*c
+	t := max(float64(steps)*stepUS(128, M, grid), floorUS(M, N, K)) + schedFixed
+	if skTiles > 0 && nch > 1 {
+		slot := float64(min(M, 128) * 128 * 4)
+		t += schedFixLat + float64(nch)*slot/schedFixBW*1e6 + float64(min(per, nch))*slot/(2*schedFixBW)*1e6
+	}
+	return t
+}
+
+// skOptions are the stream-K tile counts worth modelling for T tiles on grid blocks: all of them or none when
+// they fit in one wave, else the last partial wave (and one full wave more) or none.
+func skOptions(T, grid int) []int {
+	if T <= grid {
+		return []int{T, 0}
+	}
+	r := T % grid
+	if r == 0 {
+		return []int{0, grid}
+	}
+	return []int{r, r + grid, 0}
+}
+
+// bestSK returns the stream-K tile count with the least skCost whose partial-sum slots fit schedWSMax.
+func bestSK(M, N, K, grid, c int) int {
+	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	nch := (kTiles + c - 1) / c
+	T := ((M + 127) / 128) * ((N + 127) / 128)
+	best, pick := -1.0, 0
+	for _, sk := range skOptions(T, grid) {
+		if nch > 1 && int64(sk)*int64(nch)*int64(min(M, 128))*128*4 > schedWSMax {
+			continue
+		}
+		if t := skCost(M, N, K, grid, c, sk); best < 0 || t < best-1e-9 {
+			best, pick = t, sk
+		}
+	}
+	return pick
+}
+
+// schedChoice is the schedule schedAt picks for one M.
+type schedChoice struct {
+	kern    gemmKernel // gemmSK, gemmWG256 or gemmWG128
+	skTiles int
+	us      float64
+}
+
+// schedAt picks the fastest schedule by the model for chunks of c k tiles at M: the tile kernels when c covers
+// all k tiles (the same bits as the stream-K kernel then), else the stream-K kernel with bestSK's tile count.
+func schedAt(M, N, K, sms, c int) schedChoice {
+	kTiles := (K + 63) / 64
+	var best schedChoice
+	best.us = -1
+	if c >= kTiles {
+		for _, k := range []gemmKernel{gemmWG256, gemmWG128} {
+			bn := 256
+			if k == gemmWG128 {
+				bn = 128
+			}
+			if t := tiledCost(bn, M, N, K, sms); best.us < 0 || t < best.us-1e-9 {
+				best = schedChoice{kern: k, us: t}
+			}
+		}
+	}
+	sk := bestSK(M, N, K, sms, c)
+	if t := skCost(M, N, K, sms, c, sk); best.us < 0 || t < best.us-1e-9 {
+		best = schedChoice{kern: gemmSK, skTiles: sk, us: t}
+	}
+	return best
+}
+
+type chunkKey struct{ N, K, sms int }
+
+var chunkMemo sync.Map // chunkKey → int
+
+// fixedChunk returns the k tiles per chunk of the batch-invariant plan for (N, K) on sms multiprocessors (all the
+// k tiles: unchunked): among c = ⌈k tiles / s⌉ for s = 1 … 16 chunks (at least 4 tiles per chunk), the one with the
+// least sum over schedMs of its modelled time (schedAt) relative to the best c at that M.
+func fixedChunk(N, K, sms int) int {
+	key := chunkKey{N, K, sms}
+	if c, ok := chunkMemo.Load(key); ok {
+		return c.(int)
+	}
+	kTiles := (K + 63) / 64
+	var cs []int
+	for s := 1; s <= 16; s++ {
+		c := (kTiles + s - 1) / s
+		if (kTiles+c-1)/c != s || (s > 1 && c < 4) {
+			continue
+		}
+		cs = append(cs, c)
+	}
+	us := make([][]float64, len(cs))
+	best := make([]float64, len(schedMs))
+	for i, c := range cs {
+		us[i] = make([]float64, len(schedMs))
+		for j, M := range schedMs {
+			us[i][j] = schedAt(M, N, K, sms, c).us
+			if i == 0 || us[i][j] < best[j] {
+				best[j] = us[i][j]
+			}
+		}
+	}
+	pick, score := cs[0], -1.0
+	for i, c := range cs {
+		sc := 0.0
+		for j := range schedMs {
+			sc += us[i][j] / best[j]
+		}
+		if score < 0 || sc < score-1e-9 {
+			pick, score = c, sc
+		}
+	}
+	chunkMemo.Store(key, pick)
+	return pick
 }
 
 // planByM is the planner from before batch invariance, for forced kernels, tiles or splits and for benchmarks: on
@@ -378,10 +641,18 @@ func (q *Queue) GEMM(g GEMM) error {
 		return &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
 	}
 	d := q.d
-	if (g.kern == gemmWG128 || g.kern == gemmWG256) && !d.hopper() {
+	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK) && !d.hopper() {
 		return &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
+	if p.kern == gemmSK {
+		if p.skTiles > maxGEMMTiles {
+			return &ArgError{op, "M, N", fmt.Sprintf("%d stream-K tiles exceed the %d tile counters", p.skTiles, maxGEMMTiles)}
+		}
+		if err := q.ReserveWorkspace(max(skWorkspace(p, g.M, g.K), 16)); err != nil {
+			return err
+		}
+	}
 	if p.splits > 1 {
 		if p.blocksM*p.blkN > maxGEMMTiles {
 			return &ArgError{op, "M, N", fmt.Sprintf("%d output tiles exceed the %d split-K tile counters", p.blocksM*p.blkN, maxGEMMTiles)}
@@ -408,14 +679,25 @@ func (q *Queue) GEMM(g GEMM) error {
 			return fmt.Errorf("cuda: GEMM: W: %w", err)
 		}
 		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).
-			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).I32(int32(p.chunk))
+			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
+		if p.kern == gemmSK {
+			a.I32(int32(p.tps)).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
+		} else {
+			a.I32(int32(p.chunk))
+		}
 	} else {
 		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).
 			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 	}
 	grid := cudrv.Dim3{X: p.blocksM, Y: p.blkN, Z: p.splits}
+	if p.kern == gemmSK {
+		grid = cudrv.Dim3{X: p.grid, Y: 1, Z: 1}
+	}
 	if d.prof != nil {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d sp=%d", g.N, g.K, g.M, p.splits)
+		if p.kern == gemmSK {
+			q.tag = fmt.Sprintf(" N=%d K=%d M=%d chunk=%d skTiles=%d", g.N, g.K, g.M, p.tps, p.skTiles)
+		}
 		defer func() { q.tag = "" }()
 	}
 	return q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared)
