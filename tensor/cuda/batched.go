@@ -20,7 +20,7 @@ import (
 var _ tensor.Batched = (*Backend)(nil)
 
 // convRows is the rows per thread of conv1d_silu_segs_k* (CONV_RB in kernels/segs.cu).
-const convRows = 1
+const convRows = 8
 
 // segDesc is the kernels' SegDesc (kernels/segs.cu): start, len, p, dt, first, dtb, then the pointers a and b,
 // each as two int32 halves (little-endian).
@@ -319,7 +319,7 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 			}
 			s.q.args.Reset()
 			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && kw >= 2 && kw <= 4 && ch/8 <= 65535*128 &&
-				xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 {
+				xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 && wt.buf.Ptr%16 == 0 {
 				// 8 channels of convRows rows per thread, 16-byte loads, the window in registers
 				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(db.Ptr).Ptr(rs.Ptr).
 					I32(int32(n)).I32(int32(ch))

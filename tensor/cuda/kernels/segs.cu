@@ -97,12 +97,13 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 }
 
 // conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C a multiple of 8 and that kernel width K: a
-// thread owns 8 channels of CONV_RB consecutive rows, keeps the K−1 inputs before its row in registers and moves
-// 16 bytes per load (the element-wise kernel divided per element and read its segment descriptor per element).
-// The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits. One row per
-// thread: a row's loads are a dependent chain (segment, descriptor, inputs), so rows in sequence would add up
-// their latencies. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads.
-#define CONV_RB 1
+// thread owns 8 channels of CONV_RB consecutive rows. It issues all its loads first — the CONV_RB + K − 1 input
+// rows (16 bytes each), the rows' segments, the 8×K weights (vector loads for fp32 and bf16 weights) — and then
+// computes from registers; only the first K − 1 rows of a segment read their history element by element. (One
+// row per thread re-read the weights per row; rows in sequence with their loads in between added up latencies.)
+// The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits.
+// Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads.
+#define CONV_RB 8
 __device__ __forceinline__ void conv_unpack8(const uint4 &v, float *f) {
 	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
 #pragma unroll
@@ -118,32 +119,63 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 	const int c8 = blockIdx.y * blockDim.x + threadIdx.x;
 	if (c8 * 8 >= C) return;
 	const int c = c8 * 8;
-	const int t0 = blockIdx.x * CONV_RB, t1 = min(N, t0 + CONV_RB);
-	float wv[K][8];
+	const int t0 = blockIdx.x * CONV_RB, nt = min(CONV_RB, N - t0);
+	constexpr int NR = CONV_RB + K - 1;
+	uint4 raw[NR]; // input rows t0 − K + 1 … t0 + CONV_RB − 1 (zero outside [0, N))
 #pragma unroll
-	for (int j = 0; j < K; j++)
+	for (int i = 0; i < NR; i++) {
+		const int src = t0 - (K - 1) + i;
+		raw[i] = (src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * C + c) : make_uint4(0, 0, 0, 0);
+	}
+	int seg[CONV_RB];
 #pragma unroll
-		for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
-	float win[K - 1][8]; // win[j]: input row t − K + 1 + j
-	int seg = -1;
-	for (int t = t0; t < t1; t++) {
-		const int s = rowSeg[t];
-		if (s != seg) { // (re)fill the window for row t of segment s
-			seg = s;
-			const SegDesc sd = desc[s];
+	for (int r = 0; r < CONV_RB; r++) seg[r] = r < nt ? rowSeg[t0 + r] : -1;
+	float wv[K][8]; // wv[j][e] = w[c + e, j]; the 8K weights are contiguous
+	if (wdt == DT_F32) {
+		const float4 *w4 = (const float4 *)((const float *)w + (size_t)c * K);
 #pragma unroll
-			for (int j = 0; j < K - 1; j++) {
-				const int src = t - (K - 1) + j;
-				if (src >= sd.start) {
-					conv_unpack8(*(const uint4 *)(x + (size_t)src * C + c), win[j]);
-				} else {
+		for (int q = 0; q < 2 * K; q++) {
+			const float4 v = w4[q];
+			const float f[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-					for (int e = 0; e < 8; e++) win[j][e] = hist(sd, K - 1 + (src - sd.start), c + e, C);
-				}
+			for (int u = 0; u < 4; u++) wv[(4 * q + u) % K][(4 * q + u) / K] = f[u];
+		}
+	} else if (wdt == DT_BF16) {
+		const uint4 *w8 = (const uint4 *)((const __nv_bfloat16 *)w + (size_t)c * K);
+#pragma unroll
+		for (int q = 0; q < K; q++) {
+			float f[8];
+			conv_unpack8(w8[q], f);
+#pragma unroll
+			for (int u = 0; u < 8; u++) wv[(8 * q + u) % K][(8 * q + u) / K] = f[u];
+		}
+	} else {
+#pragma unroll
+		for (int j = 0; j < K; j++)
+#pragma unroll
+			for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
+	}
+	SegDesc sd;
+	int cur = -1;
+#pragma unroll
+	for (int r = 0; r < CONV_RB; r++) {
+		if (r >= nt) break;
+		const int t = t0 + r;
+		if (seg[r] != cur) {
+			cur = seg[r];
+			sd = desc[cur];
+		}
+		float in[K][8];
+#pragma unroll
+		for (int j = 0; j < K; j++) {
+			const int src = t - (K - 1) + j;
+			if (src >= sd.start) {
+				conv_unpack8(raw[r + j], in[j]);
+			} else {
+#pragma unroll
+				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e, C);
 			}
 		}
-		float cur[8];
-		conv_unpack8(*(const uint4 *)(x + (size_t)t * C + c), cur);
 		uint4 o;
 		__nv_bfloat162 *h = (__nv_bfloat162 *)&o;
 #pragma unroll
@@ -153,19 +185,12 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 			for (int u = 0; u < 2; u++) {
 				float acc = 0.f;
 #pragma unroll
-				for (int j = 0; j < K - 1; j++) acc += wv[j][e + u] * win[j][e + u];
-				acc += wv[K - 1][e + u] * cur[e + u];
+				for (int j = 0; j < K; j++) acc += wv[j][e + u] * in[j][e + u];
 				v[u] = acc * sigm(acc);
 			}
 			h[e / 2] = __floats2bfloat162_rn(v[0], v[1]);
 		}
 		*(uint4 *)(y + (size_t)t * C + c) = o;
-#pragma unroll
-		for (int j = 0; j + 1 < K - 1; j++)
-#pragma unroll
-			for (int e = 0; e < 8; e++) win[j][e] = win[j + 1][e];
-#pragma unroll
-		for (int e = 0; e < 8; e++) win[K - 2][e] = cur[e];
 	}
 }
 #define CONV_V8(NAME, K)                                                                                              \
