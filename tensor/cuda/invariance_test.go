@@ -52,7 +52,11 @@ func TestGEMMPlanInvariant(t *testing.T) {
 					t.Fatalf("sm %d N=%d K=%d M=%d: streaming kernel planned", major, N, K, M)
 				}
 				kTiles := (K + p.bk - 1) / p.bk
-				if p.splits < 1 || (p.splits-1)*p.tps >= kTiles || p.splits*p.tps < kTiles {
+				if p.kern == gemmSK { // tps is the chunk: the chunks must cover k exactly
+					if n := (kTiles + p.tps - 1) / p.tps; p.splits != 1 || p.tps < 1 || (n-1)*p.tps >= kTiles {
+						t.Errorf("sm %d N=%d K=%d M=%d: stream-K plan %d splits, chunks of %d tiles for %d tiles", major, N, K, M, p.splits, p.tps, kTiles)
+					}
+				} else if p.splits < 1 || (p.splits-1)*p.tps >= kTiles || p.splits*p.tps < kTiles {
 					t.Errorf("sm %d N=%d K=%d M=%d: %d splits of %d tiles for %d tiles", major, N, K, M, p.splits, p.tps, kTiles)
 				}
 				if p.chunk > 0 && (p.splits != 1 || (p.kern != gemmWG128 && p.kern != gemmSK)) {
