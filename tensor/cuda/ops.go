@@ -3,10 +3,12 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
 
+	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -108,6 +110,9 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	}
 	outs := make([]tensor.Tensor, len(widths))
 	err = b.run(func(s *scope) error {
+		if done, err := s.splitCols16(xt, widths, outs); done || err != nil {
+			return err
+		}
 		off := 0
 		for i, w := range widths {
 			o, err := s.out(xt.dtype, m, w)
@@ -128,6 +133,43 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 		return nil, err
 	}
 	return outs, nil
+}
+
+// splitCols16 runs SplitCols as one launch (split_cols16) when there are at most four parts and every row,
+// offset and width is whole 16-byte pieces; it reports whether it did.
+func (s *scope) splitCols16(xt *Tensor, widths []int, outs []tensor.Tensor) (bool, error) {
+	m, n := xt.shape[0], xt.shape[1]
+	es := int(elemSize(xt.dtype))
+	if len(widths) > 4 || m == 0 || (es*n)%16 != 0 || xt.buf.Ptr%16 != 0 {
+		return false, nil
+	}
+	for _, w := range widths {
+		if (es*w)%16 != 0 {
+			return false, nil
+		}
+	}
+	var parts [64]byte // SplitParts: four {y *uint4; off, w int32}
+	off, maxW := 0, 0
+	for i, w := range widths {
+		o, err := s.out(xt.dtype, m, w)
+		if err != nil {
+			return true, err
+		}
+		outs[i] = o
+		binary.LittleEndian.PutUint64(parts[16*i:], uint64(o.buf.Ptr))
+		binary.LittleEndian.PutUint32(parts[16*i+8:], uint32(es*off/16))
+		binary.LittleEndian.PutUint32(parts[16*i+12:], uint32(es*w/16))
+		off += w
+		maxW = max(maxW, es*w/16)
+	}
+	if maxW == 0 {
+		return true, nil
+	}
+	q := s.q
+	q.args.Reset()
+	q.args.Ptr(xt.buf.Ptr).I32(int32(m)).I32(int32(es*n/16)).Bytes(parts[:], 8)
+	grid := cudrv.Dim3{X: (maxW + 255) / 256, Y: min(m, 65535), Z: len(widths)}
+	return true, q.launch("nn", "split_cols16", grid, block256, 0)
 }
 
 // RMSNorm normalises the rows of x.

@@ -20,6 +20,23 @@ extern "C" __global__ void copy_cols16(uint4 *y, const uint4 *x, int M, int ldx1
 			y[(size_t)r * w16 + c] = x[(size_t)r * ldx16 + off16 + c];
 }
 
+// SplitPart is one output of split_cols16: y[r, c] = x[r, off + c] for c < w (off, w in 16-byte pieces).
+struct __align__(8) SplitPart {
+	uint4 *y;
+	int32_t off, w;
+};
+struct SplitParts {
+	SplitPart p[4];
+};
+
+// split_cols16 is copy_cols16 for up to four column blocks of the same rows in one launch: part blockIdx.z.
+extern "C" __global__ void split_cols16(const uint4 *x, int M, int ldx16, SplitParts parts) {
+	const SplitPart sp = parts.p[blockIdx.z];
+	for (int r = blockIdx.y; r < M; r += gridDim.y)
+		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < sp.w; c += gridDim.x * blockDim.x)
+			sp.y[(size_t)r * sp.w + c] = x[(size_t)r * ldx16 + sp.off + c];
+}
+
 // y[r, c] = x[r, off + c] for r < M, c < w; x rows are ldx wide; both hold elements of esz bytes (2 or 4).
 extern "C" __global__ void copy_cols(void *y, const void *x, int esz, int M, int ldx, int off, int w) {
 	const size_t n = (size_t)M * w;
