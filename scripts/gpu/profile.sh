@@ -22,6 +22,11 @@ grep -E "^(--- |FAIL|ok|PASS)" $L/delta_tests.log | head -12
 grep -E "o/one|final/one" $L/delta_tests.log | sort -t' ' -k6 | tail -3
 (cd tensor/cuda && timeout 30 ../../bin/cuda.test -test.run '^$' -test.bench 'BenchmarkDeltaRows' -test.benchtime 1x > $L/delta_bench.log 2>&1)
 grep '^KEVBENCH' $L/delta_bench.log
+echo "== GEMM schedule"
+(cd tensor/cuda && timeout 120 ../../bin/cuda.test -test.v -test.run 'TestGEMMStreamKBits|TestGEMMStreamKLayouts|TestGEMMSchedulePlans|TestGEMMPlanInvariant|TestGEMMBatchInvariant|^TestGEMM$' > $L/gemm_tests.log 2>&1; echo "rc=$?")
+grep -E "^(--- |FAIL|ok|PASS)" $L/gemm_tests.log | head -12
+(cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkGEMMSchedule -test.benchtime 25x > $L/gemm_bench.log 2>&1)
+grep 'KEVBENCH gemm-sched' $L/gemm_bench.log | sed 's/KEVBENCH gemm-sched //'
 echo "== pass profiles"
 (cd tensor/cuda && timeout 150 ../../bin/cuda.test -test.run '^$' -test.bench 'BenchmarkPassKernels' -test.benchtime 1x > $L/pass_profile.log 2>&1; echo "rc=$?")
 grep -E 'device_ms' $L/pass_profile.log | sed 's/KEVPROF //'
