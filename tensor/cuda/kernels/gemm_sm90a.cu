@@ -409,7 +409,14 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 		__threadfence();
 		gemm_bar(1, 256);
 		if (tid == 0) {
-			const unsigned blocks = (unsigned)(sk_owner(u0 + nch - 1, U, G) - owner + 1);
+			// the blocks holding some of the tile's chunks (when there are fewer units than blocks, the blocks
+			// between two holders may hold nothing, so the owners' span is not the count)
+			unsigned blocks = 0;
+			for (int j = 0, prev = -1; j < nch; j++) {
+				const int o = sk_owner(u0 + j, U, G);
+				blocks += o != prev;
+				prev = o;
+			}
 			const unsigned prev = atomicAdd(&cnt[tile], 1u);
 			s_last = prev == blocks - 1;
 			if (s_last) cnt[tile] = 0;
