@@ -62,6 +62,9 @@ func (q *Queue) deltaTC(o, qkv, g, beta Operand, desc Buffer, segs, n, hk, hv, d
 		return fmt.Errorf("cuda: %s: d_v = %d: %w (d_v must be a multiple of 32)", op, dv, errDeltaTCShape)
 	}
 	cw := q.d.deltaTCWidth(segs, hv, dv)
+	if cw == 64 && deltaTCShared(dk, 64) > q.d.info.SharedOptin {
+		cw = 32 // e.g. A100: 163 KiB per block
+	}
 	shared := deltaTCShared(dk, cw)
 	if lim := q.d.info.SharedOptin; shared > lim {
 		return fmt.Errorf("cuda: %s: %d bytes of shared memory, the device allows %d: %w", op, shared, lim, errDeltaTCShape)
