@@ -10,6 +10,10 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
+// deltaTCOn routes GatedDeltaRuleSegments through the tensor-core chunked kernels (deltaTC) where they take the
+// shape; false keeps the register kernels. Benchmarks flip it to time both.
+var deltaTCOn = true
+
 // errDeltaTCShape is returned (wrapped) by Queue.deltaTC for shapes its kernels do not take: d_k other than 64 or
 // 128, d_v not a multiple of 32, or a device with too little shared memory per block. The caller then keeps the
 // register kernels.
