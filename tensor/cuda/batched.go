@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -458,18 +457,6 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			qq.put(o.Operand()).put(xt.Operand()).put(gt.Operand()).put(bt.Operand())
 			qq.args.Ptr(db.Ptr).I32(int32(hk)).I32(int32(hv))
 			grid := cudrv.Dim3{X: (dv + 31) / 32, Y: hv, Z: len(descs)}
-			if deltaTCOn {
-				err = qq.deltaTC(o.Operand(), xt.Operand(), gt.Operand(), bt.Operand(), db, len(descs), n, hk, hv, dk, dv)
-				if err == nil {
-					continue
-				}
-				if !errors.Is(err, errDeltaTCShape) {
-					return err
-				}
-				qq.args.Reset()
-				qq.put(o.Operand()).put(xt.Operand()).put(gt.Operand()).put(bt.Operand())
-				qq.args.Ptr(db.Ptr).I32(int32(hk)).I32(int32(hv))
-			}
 			if reg {
 				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0
 				qq.args.I32(int32(dv)).I32(b2i(vec))

@@ -14,7 +14,7 @@ import (
 
 // BenchmarkPassKernels profiles the passes of Kev's serving cases at Kev-4B shape (random weights): a new state
 // with its question rows in one pass, and the rows alone on the state kept from it, each with the batch-invariant
-// GEMM plans, with the plans chosen from M, and with the register delta-rule kernels. For each it prints the
+// GEMM plans and with the plans chosen from M. For each it prints the
 // pass's device time without events (median of 3, the stream held until the pass is queued), the profiled total,
 // the time per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the
 // cases.
@@ -56,7 +56,6 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
-	defer func() { deltaTCOn = true }()
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -94,10 +93,8 @@ func BenchmarkPassKernels(b *testing.B) {
 				for _, mode := range []struct {
 					name string
 					byM  bool
-					tc   bool // the tensor-core delta rule (else the register kernels)
-				}{{"invariant", false, true}, {"byM", true, true}, {"invariant/reg-delta", false, false}} {
+				}{{"invariant", false}, {"byM", true}} {
 					setByM(mode.byM)
-					deltaTCOn = mode.tc
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {
 							b.Fatal(err)
