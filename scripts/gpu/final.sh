@@ -29,7 +29,7 @@ echo "== 1. CUDA tests"
 grep -E "^(--- FAIL|ok|PASS|FAIL|rc=)" $L/cuda_tests.log | tail -8
 grep -E "relative error [0-9.e-]+ \(cuda" $L/cuda_tests.log | head -4
 (cd tensor/cuda && timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --error-exitcode 3 ../../bin/cuda.test \
-  -test.run 'TestConformance|TestModelMatchesCPU|TestGEMM$|TestFlashAttention|TestDeltaRuleFast|TestRMSNorm' > $L/memcheck.log 2>&1; echo "rc=$?" >> $L/memcheck.log)
+  -test.run "${MEMCHECK_RUN:-TestConformance|TestModelMatchesCPU|TestGEMM\$|TestFlashAttention|TestDeltaRuleFast|TestRMSNorm}" > $L/memcheck.log 2>&1; echo "rc=$?" >> $L/memcheck.log)
 tail -3 $L/memcheck.log
 
 echo "== 2. golden parity on CUDA"
