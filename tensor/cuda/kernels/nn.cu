@@ -31,7 +31,9 @@ struct SplitParts {
 
 // split_cols16 is copy_cols16 for up to four column blocks of the same rows in one launch: part blockIdx.z.
 extern "C" __global__ void split_cols16(const uint4 *x, int M, int ldx16, SplitParts parts) {
-	const SplitPart sp = parts.p[blockIdx.z];
+	// constant indices: a parameter array indexed by blockIdx.z would be copied to local memory per thread
+	const unsigned z = blockIdx.z;
+	const SplitPart sp = z == 0 ? parts.p[0] : z == 1 ? parts.p[1] : z == 2 ? parts.p[2] : parts.p[3];
 	for (int r = blockIdx.y; r < M; r += gridDim.y)
 		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < sp.w; c += gridDim.x * blockDim.x)
 			sp.y[(size_t)r * sp.w + c] = x[(size_t)r * ldx16 + sp.off + c];
