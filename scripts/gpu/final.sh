@@ -13,6 +13,8 @@
 #   mkdir -p .gold-in/c && for f in kev kev.test cuda.test tok.test; do strip bin/$f; gzip -c bin/$f > .gold-in/c/$f.gz; done
 #   gzip -c .gold-in/tokenizer.json > .gold-in/c/tokenizer.json.gz; gzip -c .gold-in/corpus.jsonl > .gold-in/c/corpus.jsonl.gz
 # Run there with .gold-in/c carried: OUT=dir bash scripts/gpu/final.sh. Logs end up in $OUT/logs.tgz.
+# Shorter runs: TESTS_RUN, TESTS_S (step 1's test pattern and limit), MEMCHECK_RUN, MEMCHECK_S, SKIP_TOK=1 (step 3),
+# BENCH_TOTAL_S (step 4), SKIP_HTTP=1 (step 5).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -25,7 +27,7 @@ L=/tmp/final
 export PYTHONUNBUFFERED=1
 
 echo "== 1. CUDA tests"
-(cd tensor/cuda && timeout ${TESTS_S:-120} ../../bin/cuda.test -test.v -test.count 1 > $L/cuda_tests.log 2>&1; echo "rc=$?" >> $L/cuda_tests.log)
+(cd tensor/cuda && timeout ${TESTS_S:-120} ../../bin/cuda.test -test.v -test.count 1 -test.run "${TESTS_RUN:-.}" > $L/cuda_tests.log 2>&1; echo "rc=$?" >> $L/cuda_tests.log)
 grep -E "^(--- FAIL|ok|PASS|FAIL|rc=)" $L/cuda_tests.log | tail -8
 grep -E "relative error [0-9.e-]+ \(cuda" $L/cuda_tests.log | head -4
 (cd tensor/cuda && timeout ${MEMCHECK_S:-150} compute-sanitizer --tool memcheck --error-exitcode 3 ../../bin/cuda.test \
@@ -33,7 +35,7 @@ grep -E "relative error [0-9.e-]+ \(cuda" $L/cuda_tests.log | head -4
 tail -3 $L/memcheck.log
 
 echo "== 2. golden parity on CUDA"
-timeout 90 bin/kev.test -test.run 'TestPredictorGoldenCUDA' -test.v > $L/golden_cuda.log 2>&1; echo "rc=$?" >> $L/golden_cuda.log
+timeout 90 bin/kev.test -test.run 'TestPredictorGoldenCUDA|TestBatchInvariantCUDA' -test.v > $L/golden_cuda.log 2>&1; echo "rc=$?" >> $L/golden_cuda.log
 grep -E "worst|^(--- |ok|PASS|FAIL|rc=)" $L/golden_cuda.log | tail -6
 
 echo "== 3. tokenizer speed, same host"
@@ -51,7 +53,9 @@ BENCH_TOTAL_S=${BENCH_TOTAL_S:-330} OUT=$OUT bash scripts/gpu/bench.sh > $L/benc
 sed -n '/== compare/,$p' $L/bench.out | tail -40
 
 echo "== 5. HTTP: kev serve + kev loadtest"
-if [ -f /tmp/kev4b/kev/head.pt ]; then
+if [ -n "${SKIP_HTTP:-}" ]; then
+  echo "skipped (SKIP_HTTP set)"
+elif [ -f /tmp/kev4b/kev/head.pt ]; then
   bin/kev serve -device cuda -checkpoint /tmp/kev4b/kev -base /tmp/kev4b/base -addr 127.0.0.1:8018 > $L/serve.log 2>&1 &
   spid=$!
   for i in $(seq 1 90); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8018/v1/models', timeout=2)" 2>/dev/null && break; sleep 1; done
