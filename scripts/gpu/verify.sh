@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # A short check of the CUDA path on the GPU machine (about two minutes): kernel and backend tests including batch
-# invariance and the chunked delta rule, golden parity and batch invariance through the predictor, the delta-rule
-# benchmark, then Kev's four serving cases (no PyTorch side)
-# and an HTTP load test at 64 clients that checks answers are equal across batches. Written to verify the branch
-# cuda-next (batch-invariant plans, chunked delta rule) before it is merged; on main the tests it names that only
-# exist there match nothing.
+# invariance and the register delta-rule kernels, golden parity and batch invariance through the predictor, the
+# delta-rule benchmark, then Kev's four serving cases (no PyTorch side) and an HTTP load test at 64 clients that
+# checks answers are equal across batches.
 # Build on the Go machine (see scripts/gpu/final.sh for the gzip/carry steps): bin/kev, bin/kev.test, bin/cuda.test
 # gzipped into .gold-in/c with the Qwen3 tokenizer.json.gz. Run there: OUT=dir bash scripts/gpu/verify.sh
 set -uo pipefail
@@ -19,7 +17,7 @@ export PYTHONUNBUFFERED=1
 (python3 scripts/golden/make_kev4b.py /tmp/kev4b --tokenizer .gold-in/tokenizer.json > /tmp/make_kev4b.log 2>&1; echo "make rc=$?" >> /tmp/make_kev4b.log) &
 mk=$!
 echo "== tests"
-(cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.v -test.run 'Invariant|^TestGEMM$|^TestConformance$|^TestSegmentsFast$|^TestForwardBatchedMatchesCPU$|^TestModelMatchesCPU$|TestDeltaRuleChunk|TestDeltaSegmentsChunk|TestDeltaRuleFast|^TestFlashAttention$' > $L/cuda_tests.log 2>&1; echo "cuda tests rc=$?")
+(cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.v -test.run 'Invariant|^TestGEMM$|^TestConformance$|^TestSegmentsFast$|^TestForwardBatchedMatchesCPU$|^TestModelMatchesCPU$|TestDeltaRuleOne|TestDeltaSegmentsOne|TestDeltaRuleFast|^TestFlashAttention$' > $L/cuda_tests.log 2>&1; echo "cuda tests rc=$?")
 grep -E "^(--- FAIL|    --- FAIL|FAIL|ok|PASS)" $L/cuda_tests.log | head; grep -E "worst relative error|differs|bit-identical|identical" $L/cuda_tests.log | tail -12
 timeout 20 bin/kev.test -test.run 'TestBatchInvariantCUDA|TestPredictorGoldenCUDA' -test.v > $L/kev_tests.log 2>&1; echo "kev tests rc=$?"
 grep -E "worst|^(--- |ok|PASS|FAIL)" $L/kev_tests.log | tail -8
