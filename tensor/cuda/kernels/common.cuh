@@ -58,3 +58,22 @@ __device__ __forceinline__ float bsum(float v, float *scratch) {
 }
 
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
+
+// unpack8 widens 8 bf16 (one 16-byte vector) to float; pack8 rounds 8 floats to bf16 (nearest even) into one.
+__device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
+	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 t = __bfloat1622float2(h[i]);
+		f[2 * i] = t.x;
+		f[2 * i + 1] = t.y;
+	}
+}
+
+__device__ __forceinline__ uint4 pack8(const float *f) {
+	uint4 v;
+	__nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+	for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+	return v;
+}

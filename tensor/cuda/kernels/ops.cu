@@ -1,27 +1,7 @@
 // Memory-bound kernels around the GEMMs: embedding gather, RMSNorm (optionally fused with the residual add),
 // SwiGLU, sigmoid output gate. bf16 in and out, fp32 arithmetic, one rounding per stored value. Rows are
 // contiguous; widths are multiples of 8 so every thread moves 16-byte vectors.
-#include <cuda_bf16.h>
-#include <stdint.h>
-
-
-__device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
-	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		float2 t = __bfloat1622float2(h[i]);
-		f[2 * i] = t.x;
-		f[2 * i + 1] = t.y;
-	}
-}
-
-__device__ __forceinline__ uint4 pack8(const float *f) {
-	uint4 v;
-	__nv_bfloat162 *h = (__nv_bfloat162 *)&v;
-#pragma unroll
-	for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-	return v;
-}
+#include "common.cuh"
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -104,15 +104,6 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 // The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits.
 // Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads.
 #define CONV_RB 8
-__device__ __forceinline__ void conv_unpack8(const uint4 &v, float *f) {
-	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		float2 t = __bfloat1622float2(h[i]);
-		f[2 * i] = t.x;
-		f[2 * i + 1] = t.y;
-	}
-}
 template <int K>
 __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, int wdt,
                                         const SegDesc *desc, const int32_t *rowSeg, int N, int C) {
@@ -145,7 +136,7 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #pragma unroll
 		for (int q = 0; q < K; q++) {
 			float f[8];
-			conv_unpack8(w8[q], f);
+			unpack8(w8[q], f);
 #pragma unroll
 			for (int u = 0; u < 8; u++) wv[(8 * q + u) % K][(8 * q + u) / K] = f[u];
 		}
@@ -170,7 +161,7 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 		for (int j = 0; j < K; j++) {
 			const int src = t - (K - 1) + j;
 			if (src >= sd.start) {
-				conv_unpack8(raw[r + j], in[j]);
+				unpack8(raw[r + j], in[j]);
 			} else {
 #pragma unroll
 				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e, C);
