@@ -14,10 +14,9 @@ import (
 
 // BenchmarkPassKernels profiles the passes of Kev's serving cases at Kev-4B shape (random weights): a new state
 // with its question rows in one pass, and the rows alone on the state kept from it, each with the batch-invariant
-// GEMM plans and with the plans chosen from M. For each it prints the
-// pass's device time without events (median of 3, the stream held until the pass is queued), the profiled total,
-// the time per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the
-// cases.
+// GEMM plans and with the plans chosen from M, plus one pass of 64 such requests. For each it prints the pass's
+// device time without events (median of 3, the stream held until the pass is queued), the profiled total, the time
+// per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w := kev4B(r)
