@@ -12,15 +12,22 @@
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
-// has one typed Go method on Queue. On compute capability 9.0 the GEMM runs a warp-specialised wgmma kernel fed by
-// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a); elsewhere an mma.sync kernel.
+// has one typed Go method on Queue. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
+// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128×256 or 128×128, or a
+// persistent stream-K schedule over fixed k chunks; elsewhere an mma.sync kernel. The gated delta rule keeps each
+// head's state in registers, 8 warps per 32 value columns (kernels/delta.cu); attention is a tiled flash kernel.
+//
+// Results are batch-invariant: a GEMM's k partition (its chunks, summed in a fixed order) depends on (N, K) and
+// the device only, the batch size only picks the schedule that runs it; attention splits keys per segment; every
+// other kernel works per row or per segment. A request's rows therefore get the same bits in any batch.
 //
 // Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
 // binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:
 //
 //	CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go test -c -tags cuda -o bin/cuda.test ./tensor/cuda
 //
-// and run bin/cuda.test on the GPU machine (scripts/gpu/run_kernels.sh).
+// and run bin/cuda.test on the GPU machine (scripts/gpu/run_kernels.sh; scripts/gpu/profile.sh for per-launch
+// device-time profiles of the serving passes).
 package cuda
 
 //go:generate bash kernels/build.sh
