@@ -3,7 +3,10 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
+
+	"gorgonia.org/cu"
 
 	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/tensor"
@@ -109,15 +112,44 @@ func (q *Queue) CopyCols(y, x Operand, M, ldx, off, w int) error {
 	if err := needAll(op, operand{"y", y, int64(M) * int64(w), false}, operand{"x", x, int64(M) * int64(ldx), false}); err != nil {
 		return err
 	}
-	q.args.Reset()
 	if es := int(elemSize(x.DType)); (es*ldx)%16 == 0 && (es*off)%16 == 0 && (es*w)%16 == 0 && x.Ptr%16 == 0 && y.Ptr%16 == 0 {
-		w16 := es * w / 16
-		q.args.Ptr(y.Ptr).Ptr(x.Ptr).I32(int32(M)).I32(int32(es * ldx / 16)).I32(int32(es * off / 16)).I32(int32(w16))
-		grid := cudrv.Dim3{X: (w16 + 255) / 256, Y: min(M, 65535), Z: 1}
-		return q.launch("nn", "copy_cols16", grid, block256, 0)
+		return q.splitCols16(x.Ptr, M, es*ldx/16, []splitPart{{y.Ptr, es * off / 16, es * w / 16}})
 	}
+	q.args.Reset()
 	q.args.Ptr(y.Ptr).Ptr(x.Ptr).I32(int32(elemSize(x.DType))).I32(int32(M)).I32(int32(ldx)).I32(int32(off)).I32(int32(w))
 	return q.launch("nn", "copy_cols", gridFor(int64(M)*int64(w), 256, q.d.info.SMs), block256, 0)
+}
+
+// splitPart is one output of splitCols16: y [M, w16 pieces] = columns [off16, off16+w16) of x, in 16-byte pieces.
+type splitPart struct {
+	y          cu.DevicePtr
+	off16, w16 int
+}
+
+// splitCols16 copies column blocks of the M rows of x (ldx16 16-byte pieces each, 16-byte aligned) to the
+// parts, four per launch of split_cols16. The caller has checked the sizes.
+func (q *Queue) splitCols16(x cu.DevicePtr, M, ldx16 int, parts []splitPart) error {
+	for len(parts) > 0 {
+		n := min(len(parts), 4)
+		var buf [64]byte // SplitParts: four {y *uint4; off, w int32}
+		maxW := 0
+		for i, p := range parts[:n] {
+			binary.LittleEndian.PutUint64(buf[16*i:], uint64(p.y))
+			binary.LittleEndian.PutUint32(buf[16*i+8:], uint32(p.off16))
+			binary.LittleEndian.PutUint32(buf[16*i+12:], uint32(p.w16))
+			maxW = max(maxW, p.w16)
+		}
+		if maxW > 0 && M > 0 {
+			q.args.Reset()
+			q.args.Ptr(x).I32(int32(M)).I32(int32(ldx16)).Bytes(buf[:], 8)
+			grid := cudrv.Dim3{X: (maxW + 255) / 256, Y: min(M, 65535), Z: n}
+			if err := q.launch("nn", "split_cols16", grid, block256, 0); err != nil {
+				return err
+			}
+		}
+		parts = parts[n:]
+	}
+	return nil
 }
 
 // RMSNormAny enqueues, for each of the M rows of width n: s = x (+ res, rounded to sum's type and stored to sum),

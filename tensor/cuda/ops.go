@@ -3,12 +3,10 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
 
-	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -135,12 +133,12 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	return outs, nil
 }
 
-// splitCols16 runs SplitCols as one launch (split_cols16) when there are at most four parts and every row,
-// offset and width is whole 16-byte pieces; it reports whether it did.
+// splitCols16 runs SplitCols through Queue.splitCols16 when every row, offset and width is whole 16-byte pieces;
+// it reports whether it did.
 func (s *scope) splitCols16(xt *Tensor, widths []int, outs []tensor.Tensor) (bool, error) {
 	m, n := xt.shape[0], xt.shape[1]
 	es := int(elemSize(xt.dtype))
-	if len(widths) > 4 || m == 0 || (es*n)%16 != 0 || xt.buf.Ptr%16 != 0 {
+	if m == 0 || (es*n)%16 != 0 || xt.buf.Ptr%16 != 0 {
 		return false, nil
 	}
 	for _, w := range widths {
@@ -148,28 +146,18 @@ func (s *scope) splitCols16(xt *Tensor, widths []int, outs []tensor.Tensor) (boo
 			return false, nil
 		}
 	}
-	var parts [64]byte // SplitParts: four {y *uint4; off, w int32}
-	off, maxW := 0, 0
+	parts := make([]splitPart, len(widths))
+	off := 0
 	for i, w := range widths {
 		o, err := s.out(xt.dtype, m, w)
 		if err != nil {
 			return true, err
 		}
 		outs[i] = o
-		binary.LittleEndian.PutUint64(parts[16*i:], uint64(o.buf.Ptr))
-		binary.LittleEndian.PutUint32(parts[16*i+8:], uint32(es*off/16))
-		binary.LittleEndian.PutUint32(parts[16*i+12:], uint32(es*w/16))
+		parts[i] = splitPart{o.buf.Ptr, es * off / 16, es * w / 16}
 		off += w
-		maxW = max(maxW, es*w/16)
 	}
-	if maxW == 0 {
-		return true, nil
-	}
-	q := s.q
-	q.args.Reset()
-	q.args.Ptr(xt.buf.Ptr).I32(int32(m)).I32(int32(es*n/16)).Bytes(parts[:], 8)
-	grid := cudrv.Dim3{X: (maxW + 255) / 256, Y: min(m, 65535), Z: len(widths)}
-	return true, q.launch("nn", "split_cols16", grid, block256, 0)
+	return true, s.q.splitCols16(xt.buf.Ptr, m, es*n/16, parts)
 }
 
 // RMSNorm normalises the rows of x.

@@ -131,6 +131,61 @@ func (g *gate) release(q *Queue) (sec float64, valid bool, err error) {
 	return ms / 1e3, valid, cudrv.Wrap("cuEventElapsedTime", err)
 }
 
+// kev4BModel is kev4B's model on a new backend of the test device (the caller trims the backend).
+func kev4BModel(b *testing.B, r *rand.Rand) (*qwen35.Weights, *Backend, *layers.Model) {
+	b.Helper()
+	w := kev4B(r)
+	be := NewOn(dev)
+	m, err := layers.New(be, w)
+	if err != nil {
+		be.Trim()
+		b.Fatal(err)
+	}
+	return w, be, m
+}
+
+// gatedTimes runs pass n times through call (directly, or inside Backend.Run) with the device stream held behind
+// the gate until the pass is queued, and returns the median device time and the median host time to queue it
+// (seconds). hold is the first gate time; it doubles whenever the gate opened before the pass was queued (that
+// run does not count). pass returns a cleanup, run after the pass's device time is read.
+func gatedTimes(g *gate, call func(func() error) error, pass func() (tensor.Tensor, func(), error), n int, hold float64) (dev0, issue float64, err error) {
+	var issues, devs []float64
+	for tries := 0; len(devs) < n && tries < 4*n; tries++ {
+		if err := dev.Do(func(q *Queue) error { return g.hold(q, hold) }); err != nil {
+			return 0, 0, err
+		}
+		var done func()
+		t0 := time.Now()
+		err := call(func() error {
+			var err error
+			_, done, err = pass()
+			return err
+		})
+		el := time.Since(t0).Seconds()
+		var sec float64
+		var valid bool
+		if rerr := dev.Do(func(q *Queue) error { var err error; sec, valid, err = g.release(q); return err }); rerr != nil {
+			return 0, 0, rerr
+		}
+		if done != nil {
+			done()
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		if !valid {
+			hold *= 2
+			continue
+		}
+		issues = append(issues, el)
+		devs = append(devs, sec)
+	}
+	if len(devs) == 0 {
+		return 0, 0, fmt.Errorf("the gate opened before the pass was queued every time")
+	}
+	return median(devs), median(issues), nil
+}
+
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -145,13 +200,8 @@ func median(v []float64) float64 {
 func BenchmarkPass(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
 	t0 := time.Now()
-	w := kev4B(r)
-	be := NewOn(dev)
+	w, be, m := kev4BModel(b, r)
 	defer be.Trim()
-	m, err := layers.New(be, w)
-	if err != nil {
-		b.Fatal(err)
-	}
 	fmt.Printf("KEVBENCH pass setup s=%.1f\n", time.Since(t0).Seconds())
 	state, h, err := m.Prefill(randomIDs(r, 100, w.Config.VocabSize))
 	if err != nil {
@@ -239,43 +289,12 @@ func BenchmarkPass(b *testing.B) {
 				}
 				wall := median(walls)
 				// Device time: the stream waits behind the gate while the pass is queued.
-				var issues, devs []float64
-				hold := 3 * wall
-				for tries := 0; len(devs) < 3 && tries < 8; tries++ {
-					if err := dev.Do(func(q *Queue) error { return g.hold(q, hold) }); err != nil {
-						b.Fatal(err)
-					}
-					var done func()
-					t0 := time.Now()
-					err := md.call(func() error {
-						var err error
-						_, done, err = c.run()
-						return err
-					})
-					issue := time.Since(t0).Seconds()
-					var sec float64
-					var valid bool
-					if rerr := dev.Do(func(q *Queue) error { var err error; sec, valid, err = g.release(q); return err }); rerr != nil {
-						b.Fatal(rerr)
-					}
-					if done != nil {
-						done()
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					if !valid {
-						hold *= 2
-						continue
-					}
-					issues = append(issues, issue)
-					devs = append(devs, sec)
-				}
-				if len(devs) == 0 {
-					b.Fatalf("%s %s: the gate opened before the pass was queued every time", c.name, md.name)
+				dsec, isec, err := gatedTimes(g, md.call, c.run, 3, 3*wall)
+				if err != nil {
+					b.Fatalf("%s %s: %v", c.name, md.name, err)
 				}
 				fmt.Printf("KEVBENCH pass %q mode=%s wall_ms=%.3f issue_ms=%.3f device_ms=%.3f wall/device=%.2f hops=%d inline=%d launches=%d syncs=%d staged=%d direct=%d stalls=%d maps=%d/%d driver_allocs=%d\n",
-					c.name, md.name, wall*1e3, median(issues)*1e3, median(devs)*1e3, wall/median(devs),
+					c.name, md.name, wall*1e3, isec*1e3, dsec*1e3, wall/dsec,
 					st.Hops, st.Inline, st.Launches, st.Syncs, st.Staged, st.Direct, st.StageStalls, st.MapsEncoded,
 					st.MapsEncoded+st.MapsReused, st.DriverAllocs)
 				b.ReportMetric(wall*1e3, "ms/"+md.name)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/tensor"
 )
 
 // BenchmarkPassKernels profiles the passes of Kev's serving cases at Kev-4B shape (random weights): a new state
@@ -19,13 +20,8 @@ import (
 // per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	w := kev4B(r)
-	be := NewOn(dev)
+	w, be, m := kev4BModel(b, r)
 	defer be.Trim()
-	m, err := layers.New(be, w)
-	if err != nil {
-		b.Fatal(err)
-	}
 	type pcase struct {
 		name  string
 		state int
@@ -99,7 +95,7 @@ func BenchmarkPassKernels(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					dev0, err := deviceTime(g, be, kind.run, 3)
+					dev0, _, err := gatedTimes(g, be.Run, func() (tensor.Tensor, func(), error) { return nil, nil, kind.run() }, 3, 0.05)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -132,35 +128,6 @@ func BenchmarkPassKernels(b *testing.B) {
 			}
 		}
 	}
-}
-
-// deviceTime is the median device time of n runs of pass with the stream held until each is queued.
-func deviceTime(g *gate, be *Backend, pass func() error, n int) (float64, error) {
-	var devs []float64
-	hold := 0.05
-	for tries := 0; len(devs) < n && tries < 4*n; tries++ {
-		if err := dev.Do(func(q *Queue) error { return g.hold(q, hold) }); err != nil {
-			return 0, err
-		}
-		err := be.Run(pass)
-		var sec float64
-		var valid bool
-		if rerr := dev.Do(func(q *Queue) error { var err error; sec, valid, err = g.release(q); return err }); rerr != nil {
-			return 0, rerr
-		}
-		if err != nil {
-			return 0, err
-		}
-		if !valid {
-			hold *= 2
-			continue
-		}
-		devs = append(devs, sec)
-	}
-	if len(devs) == 0 {
-		return 0, fmt.Errorf("the gate opened before the pass was queued every time")
-	}
-	return median(devs), nil
 }
 
 // kernelCategory groups a kernel by what it does, for the profile's summary.

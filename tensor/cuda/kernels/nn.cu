@@ -12,14 +12,6 @@ extern "C" __global__ void embed_any(void *y, int ydt, const void *table, int td
 	}
 }
 
-// copy_cols16 is copy_cols in 16-byte pieces, for rows, offsets and widths that are whole pieces (ldx16, off16,
-// w16 in pieces of 16 bytes): a thread per piece, rows from blockIdx.y.
-extern "C" __global__ void copy_cols16(uint4 *y, const uint4 *x, int M, int ldx16, int off16, int w16) {
-	for (int r = blockIdx.y; r < M; r += gridDim.y)
-		for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w16; c += gridDim.x * blockDim.x)
-			y[(size_t)r * w16 + c] = x[(size_t)r * ldx16 + off16 + c];
-}
-
 // SplitPart is one output of split_cols16: y[r, c] = x[r, off + c] for c < w (off, w in 16-byte pieces).
 struct __align__(8) SplitPart {
 	uint4 *y;
@@ -29,7 +21,7 @@ struct SplitParts {
 	SplitPart p[4];
 };
 
-// split_cols16 is copy_cols16 for up to four column blocks of the same rows in one launch: part blockIdx.z.
+// split_cols16 copies up to four column blocks of the same rows in 16-byte pieces, in one launch: part blockIdx.z.
 extern "C" __global__ void split_cols16(const uint4 *x, int M, int ldx16, SplitParts parts) {
 	// constant indices: a parameter array indexed by blockIdx.z would be copied to local memory per thread
 	const unsigned z = blockIdx.z;
