@@ -38,6 +38,7 @@ type Options struct {
 	TruncateStates  bool    // KEV_TRUNCATE_STATES
 	DateFacts       bool    // KEV_DATE_FACTS
 	MaxBatch        int     // 0 → 64
+	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
 	Logger          *slog.Logger
 }
@@ -450,6 +451,14 @@ func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 
 // submit admits a request and waits for the model's result.
 func (p *Predictor) submit(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
+	if p.opts.Rotations > 1 && req != nil {
+		return p.submitRotated(ctx, req)
+	}
+	return p.submitOnce(ctx, req)
+}
+
+// submitOnce admits one request as it is and waits for the model's result.
+func (p *Predictor) submitOnce(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
 	if req == nil {
 		return nil, nil, result{}, errors.New("kev: Do: nil request")
 	}
