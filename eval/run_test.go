@@ -355,4 +355,3 @@ func readTickets(t testing.TB) ([]Example, error) {
 	}
 	return ReadExamples(bytes.NewReader(data))
 }
-
