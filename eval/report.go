@@ -17,14 +17,14 @@ var typeOrder = []kev.QuestionType{kev.TypeNoul, kev.TypeChoice, kev.TypeScore}
 // WriteText writes the report as aligned tables: one row per question id, per type and overall; then the
 // temperature fit and the order sensitivity when they were asked for.
 func (rep *Report) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "question\ttype\tn\taccuracy\tmacro-F1\tBrier\tlog loss\tECE\tconfidence\t")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "question\ttype\tn\taccuracy\tmacro-F1\tBrier\tlog loss\tECE\tconfidence")
 	row := func(name, typ string, m Metrics) {
 		f1 := "-"
 		if m.MacroF1 != nil {
 			f1 = fmt.Sprintf("%.4f", *m.MacroF1)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t\n", name, typ, m.N, m.Accuracy, f1, m.Brier, m.LogLoss, m.ECE, m.Confidence)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.4f\t%s\t%.4f\t%.4f\t%.4f\t%.4f\n", name, typ, m.N, m.Accuracy, f1, m.Brier, m.LogLoss, m.ECE, m.Confidence)
 	}
 	for _, q := range rep.Questions {
 		row(q.ID, string(q.Type), q.Metrics)
@@ -45,8 +45,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(bw)
 	if t := rep.Temperature; t != nil {
-		fmt.Fprintf(bw, "temperature: %.4g → %.4g (fitted, least log loss): log loss %.4f → %.4f, Brier %.4f → %.4f, ECE %.4f → %.4f\n",
-			t.From, t.Fitted, t.Before.LogLoss, t.After.LogLoss, t.Before.Brier, t.After.Brier, t.Before.ECE, t.After.ECE)
+		bound := ""
+		if t.AtBound {
+			bound = fmt.Sprintf(", at the edge of the search (×%d or ÷%d): the data want a temperature further out", FitRange, FitRange)
+		}
+		fmt.Fprintf(bw, "temperature: %.4g → %.4g (least log loss%s): log loss %.4f → %.4f, Brier %.4f → %.4f, ECE %.4f → %.4f\n",
+			t.From, t.Fitted, bound, t.Before.LogLoss, t.After.LogLoss, t.Before.Brier, t.After.Brier, t.Before.ECE, t.After.ECE)
 	}
 	if r := rep.Rotations; r != nil {
 		fmt.Fprintf(bw, "rotations: up to %d orders; order sensitivity removed: max |Δp| %.4f, mean %.4f over %d questions, argmax changed with the order on %d; one order alone: accuracy %.4f, log loss %.4f, ECE %.4f\n",

@@ -61,6 +61,9 @@ type TemperatureFit struct {
 	Fitted float64 `json:"fitted"`    // the temperature of least log loss: pass it as kev.Options.Temperature
 	Before Metrics `json:"before"`    // the metrics at From
 	After  Metrics `json:"after"`     // the metrics at Fitted
+	// AtBound is set when Fitted is within 1e-6 (relative) of an end of the search range: the log loss still falls
+	// beyond it.
+	AtBound bool `json:"at_bound"`
 }
 
 // Fit bounds: the fitted temperature lies within a factor FitRange of the predictor's.
@@ -108,7 +111,8 @@ func FitTemperature(items []Item, from float64) (*TemperatureFit, error) {
 		u = best
 	}
 	t := from * math.Exp(u)
-	return &TemperatureFit{From: from, Fitted: t, Before: Compute(items), After: Compute(Tempered(items, from, t))}, nil
+	return &TemperatureFit{From: from, Fitted: t, Before: Compute(items), After: Compute(Tempered(items, from, t)),
+		AtBound: hi-math.Abs(u) < 1e-6}, nil
 }
 
 // meanOrders is the option-by-option mean of equal-length lists, summed in float64 in order.

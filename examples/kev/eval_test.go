@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/eval"
+)
+
+// TestEval runs kev eval on the worked example of the README and checks its JSON report against the library's and
+// the diagram it writes beside it.
+func TestEval(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(root, "eval", "testdata", "tickets.jsonl")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "report.json")
+	code, stdoutText, errOut := runCmd(t, "", "eval", "-json", "-fit-temperature", "-o", out, input, "-rotations", "3")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	if stdoutText != "" {
+		t.Errorf("stdout %q with -o", stdoutText)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Overall map[string]any `json:"overall"`
+		eval.Report
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"n", "accuracy", "brier", "log_loss", "ece"} {
+		if _, ok := got.Overall[k]; !ok {
+			t.Errorf("overall lacks %q: %s", k, data)
+		}
+	}
+	if got.Temperature == nil || got.Rotations == nil || got.Rotations.N != 3 {
+		t.Errorf("report lacks the temperature fit or the rotations: %s", data)
+	}
+
+	p, err := kev.Load(context.Background(), filepath.Join(root, bundledRun), kev.Options{Base: filepath.Join(root, bundledBase)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, err := os.Open(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want, err := eval.Run(context.Background(), p, f, eval.Options{Rotations: 3, FitTemperature: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantJSON, _ := json.MarshalIndent(want, "", "  ")
+	if string(wantJSON)+"\n" != string(data) {
+		t.Errorf("kev eval wrote\n%s\nthe library reports\n%s", data, wantJSON)
+	}
+
+	svg, err := os.ReadFile(filepath.Join(dir, "report.svg"))
+	if err != nil {
+		t.Fatalf("no diagram beside the report: %v (stderr %s)", err, errOut)
+	}
+	if err := xml.Unmarshal(svg, new(struct{})); err != nil || bytes.Count(svg, []byte(`class="bin"`)) == 0 {
+		t.Errorf("diagram: %v\n%s", err, svg)
+	}
+
+	// The table, from standard input, with no diagram.
+	in, _ := os.ReadFile(input)
+	code, table, errOut := runCmd(t, string(in), "eval", "-svg", "none")
+	if code != 0 || !strings.Contains(table, "overall") || !strings.Contains(table, "all choice") || strings.Contains(errOut, "diagram") {
+		t.Errorf("exit %d, table\n%s\nstderr %s", code, table, errOut)
+	}
+}
+
+func TestEvalUsage(t *testing.T) {
+	for _, args := range [][]string{{"eval", "-rotations", "0"}, {"eval", "a.jsonl", "b.jsonl"}, {"eval", "-nope"}, {"eval", "-temperature", "-1"}} {
+		if code, _, errOut := runCmd(t, "", args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (stderr %s)", args, code, errOut)
+		}
+	}
+	code, _, errOut := runCmd(t, `{"state": "s", "questions": {"q": {"type": "noul"}}, "expected": {"q": 1}}`, "eval")
+	if code != 1 || !strings.Contains(errOut, "line 1: expected.q") {
+		t.Errorf("bad label: exit %d, stderr %s", code, errOut)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	got := progressLine(10, 40, 5*time.Second)
+	if want := "10/40 [=======                       ] 2.0 lines/s, 15s left "; got != want {
+		t.Errorf("progress %q, want %q", got, want)
+	}
+	if got := progressLine(0, 3, 0); !strings.Contains(got, "? left") {
+		t.Errorf("progress at start %q", got)
+	}
+}
