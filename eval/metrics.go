@@ -5,14 +5,16 @@
 //
 // The input is JSON Lines: one System One request per line with one extra top-level field, "expected", mapping
 // question ids to the expected answer — a choice's option name, a noul's true or false, a score's level index from
-// 0. Kev's own labelled files (kev.data.load_records: a "label" inside each question, same values) are read too:
+// 0. Kev's own labelled files are read too: its labelled records (a "label" inside each question, same values) and
+// its frozen external suites (the labels as text under "_meta": {"gold": ...}). For example:
 //
 //	{"state": "I was charged twice for order 4417.", "questions": {
 //	  "team": {"type": "choice", "criteria": {"billing": "Charges", "shipping": "Deliveries"}},
 //	  "urgent": {"type": "noul", "instructions": "Does this need a reply today?"}},
 //	 "expected": {"team": "billing", "urgent": true}}
 //
-// Run asks a predictor (a *kev.Predictor) for each line's unrounded probabilities and returns a Report. Every
+// Run asks a predictor (a *kev.Predictor) for each line's unrounded probabilities and returns a Report (ExampleRun
+// scores the bundled test checkpoint on testdata/tickets.jsonl; "kev eval" in examples/kev is the command). Every
 // metric is computed from those probabilities, renormalised to sum 1 in float64, over classes: a noul has two,
 // [false, true]; a choice its options; a score its levels.
 //

@@ -14,12 +14,12 @@ import (
 
 // Example is one labelled request of the input.
 type Example struct {
-	Line     int          // 1-based line number in the input
-	Request  *kev.Request // the System One request, validated
-	Expected map[string]int
+	Line    int          // 1-based line number in the input
+	Request *kev.Request // the System One request, validated
 	// Expected maps a question id to the expected class's index among the question's classes (Keys): a noul's
 	// false 0 and true 1, a choice's option in criteria order, a score's level. Questions without an expected
 	// answer are asked but not scored.
+	Expected map[string]int
 }
 
 // LineError reports a line of the input that cannot be read: its 1-based number, the field at fault as a dotted
@@ -45,7 +45,8 @@ func (e *LineError) Unwrap() error { return e.Err }
 // ReadExamples reads labelled requests, one JSON object per line (blank lines are skipped): a System One request
 // with a top-level "expected" object (question id → a choice's option name, a noul's true or false, a score's
 // 0-based level index as an integer), or in Kev's labelled-record format with a "label" of the same kinds inside
-// each question. Other fields ("_meta", a question's "src") are ignored. A line whose request does not validate,
+// each question, or as Kev's frozen external suites keep them, under "_meta": {"gold": {id: {"label": text}}} with
+// a noul's "true"/"false" and a score's index as text. Other fields are ignored. Labels given twice must agree. A line whose request does not validate,
 // whose labels do not fit their questions, or that labels no question is a *LineError; reading stops there.
 func ReadExamples(r io.Reader) ([]Example, error) {
 	br := bufio.NewReader(r)
@@ -131,6 +132,28 @@ func ParseExample(data []byte) (*Example, error) {
 		}
 		ex.Expected[m.Key] = k
 	}
+	// Kev's frozen external suites keep the gold answers under _meta.gold.<id>.label, as text: a noul's "true" or
+	// "false", a score's level index, a choice's option name.
+	if meta, ok := v.Get("_meta"); ok && meta.Kind() == pyjson.KindObject {
+		if gold, ok := meta.Get("gold"); ok && gold.Kind() == pyjson.KindObject {
+			for _, m := range gold.Members() {
+				label, ok := m.Value.Get("label")
+				i, known := index[m.Key]
+				if !ok || !known {
+					continue
+				}
+				field := "_meta.gold." + m.Key + ".label"
+				k, err := goldIndex(req.Questions[i].Question, label)
+				if err != nil {
+					return nil, &LineError{Field: field, Err: err}
+				}
+				if prev, ok := ex.Expected[m.Key]; ok && prev != k {
+					return nil, &LineError{Field: field, Err: fmt.Errorf("disagrees with the question's other label")}
+				}
+				ex.Expected[m.Key] = k
+			}
+		}
+	}
 	if len(ex.Expected) == 0 {
 		return nil, &LineError{Field: "expected", Err: errors.New("no question is labelled")}
 	}
@@ -166,6 +189,32 @@ func classIndex(q kev.Question, v kev.Content) (int, error) {
 		return int(i), nil
 	}
 	return 0, fmt.Errorf("unknown question type %q", q.Type)
+}
+
+// goldIndex reads a gold label written as text: "true"/"false" for a noul, a decimal level index for a score, an
+// option name for a choice.
+func goldIndex(q kev.Question, v kev.Content) (int, error) {
+	if v.Kind() != pyjson.KindString {
+		return classIndex(q, v)
+	}
+	s := v.AsString()
+	switch q.Type {
+	case kev.TypeNoul:
+		switch s {
+		case "true":
+			return 1, nil
+		case "false":
+			return 0, nil
+		}
+		return 0, fmt.Errorf("a noul's gold label must be \"true\" or \"false\", not %q", s)
+	case kev.TypeScore:
+		i, err := strconv.Atoi(s)
+		if err != nil || i < 0 || i >= len(q.Levels) || strconv.Itoa(i) != s {
+			return 0, fmt.Errorf("a score's gold label must be a level index from 0 to %d, not %q", len(q.Levels)-1, s)
+		}
+		return i, nil
+	}
+	return classIndex(q, v)
 }
 
 func describe(v kev.Content) string {

@@ -18,7 +18,9 @@ func TestReadExamples(t *testing.T) {
 		"\n   \n" +
 		`{"state": {"a": 1}, "_meta": {"id": "x"}, "questions": {"team": {"type": "choice", "criteria": {"billing": "Charges", "shipping": null}, "label": "billing", "src": "custom_choice"}, ` +
 		urgent + `}}` + "\n" +
-		`{"state": null, "questions": {` + level + `, ` + urgent + `}, "expected": {"level": 0}}`
+		`{"state": null, "questions": {` + level + `, ` + urgent + `}, "expected": {"level": 0}}` + "\n" +
+		`{"state": "s", "questions": {` + team + `, ` + urgent + `, ` + level + `}, "_meta": {"id": "suite_000001", "gold": {"team": {"type": "choice", "label": "billing"}, ` +
+		`"urgent": {"type": "noul", "label": "true", "probability_true": 0.7}, "level": {"type": "score", "label": "1"}, "gone": {"label": "x"}}}}`
 	exs, err := ReadExamples(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
@@ -27,7 +29,7 @@ func TestReadExamples(t *testing.T) {
 	for _, ex := range exs {
 		got += fmt.Sprintf("%d:%d:%v ", ex.Line, len(ex.Request.Questions), ex.Expected)
 	}
-	if want := "1:3:map[level:2 team:1 urgent:1] 4:2:map[team:0] 5:2:map[level:0] "; got != want {
+	if want := "1:3:map[level:2 team:1 urgent:1] 4:2:map[team:0] 5:2:map[level:0] 6:3:map[level:1 team:0 urgent:1] "; got != want {
 		t.Errorf("examples %q, want %q", got, want)
 	}
 }
@@ -52,6 +54,9 @@ func TestReadExamplesErrors(t *testing.T) {
 		{"score negative", `{"state": "s", "questions": {` + level + `}, "expected": {"level": -1}}`, "expected.level", false},
 		{"bad label", `{"state": "s", "questions": {"urgent": {"type": "noul", "label": 1}}}`, "questions.urgent.label", false},
 		{"label disagrees", `{"state": "s", "questions": {"urgent": {"type": "noul", "label": true}}, "expected": {"urgent": false}}`, "questions.urgent.label", false},
+		{"gold noul", `{"state": "s", "questions": {` + urgent + `}, "_meta": {"gold": {"urgent": {"label": "yes"}}}}`, "_meta.gold.urgent.label", false},
+		{"gold score", `{"state": "s", "questions": {` + level + `}, "_meta": {"gold": {"level": {"label": "01"}}}}`, "_meta.gold.level.label", false},
+		{"gold disagrees", `{"state": "s", "questions": {` + level + `}, "expected": {"level": 2}, "_meta": {"gold": {"level": {"label": "1"}}}}`, "_meta.gold.level.label", false},
 		{"nothing labelled", `{"state": "s", "questions": {` + team + `}}`, "expected", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,6 +86,7 @@ func FuzzReadExamples(f *testing.F) {
 	f.Add([]byte(`{"state": "s", "questions": {"urgent": {"type": "noul", "label": false}}}` + "\n\n" + `{"state": 1}`))
 	f.Add([]byte(`{"state": "s", "questions": {` + level + `}, "expected": {"level": 99999999999999999999999}}`))
 	f.Add([]byte("\ufeff{}\n[]\nnull"))
+	f.Add([]byte(`{"state": "s", "questions": {` + level + `}, "_meta": {"gold": {"level": {"label": "2"}}}}`))
 	f.Add([]byte(`{"state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": 1}, "label": "a"}}, "expected": {"q": "a"}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		exs, err := ReadExamples(strings.NewReader(string(data)))

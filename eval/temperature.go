@@ -66,7 +66,7 @@ type TemperatureFit struct {
 	AtBound bool `json:"at_bound"`
 }
 
-// Fit bounds: the fitted temperature lies within a factor FitRange of the predictor's.
+// FitRange bounds FitTemperature: the fitted temperature lies within a factor FitRange of the predictor's.
 const FitRange = 16
 
 // FitTemperature finds the temperature that minimises the mean log loss of items whose probabilities were taken at
