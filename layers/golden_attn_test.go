@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kevgo/kev/internal/checkpoint"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/safetensors"
 	"github.com/kevgo/kev/tensor"
+	"github.com/kevgo/kev/tensor/cpu"
 )
 
 // The attention-only fixtures (scripts/golden/make_fixtures_attn.py) hold a
@@ -241,5 +243,52 @@ func (w *worst) probsTol(t *testing.T, got, want []float32, at string, tol float
 		if d > w.prob || math.IsNaN(d) {
 			w.prob, w.probAt = d, at
 		}
+	}
+}
+
+// TestGoldenPackedUnbatched runs the attention-only fixtures through a backend without tensor.Batched: Forward then
+// prefills the state and runs the rows with ContinueRows, which must give the packed pass's probabilities.
+func TestGoldenPackedUnbatched(t *testing.T) {
+	for _, fx := range attnFixtures {
+		t.Run(fx.name, func(t *testing.T) {
+			dir := goldenRoot(t, fx.name)
+			gc := readGoldenCases(t, filepath.Join(dir, "reference", "cases.json"))
+			ck, err := checkpoint.Open(filepath.Join(dir, "kev"), filepath.Join(dir, "base"), checkpoint.Options{DType: qwen35.F32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := plain{cpu.New()}
+			m, err := New(b, ck.Weights)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := ck.Head
+			ptr, err := NewPointer(b, h.QWeight, h.QBias, h.KWeight, h.KBias, h.Temperature)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w worst
+			for ci := range gc.Cases {
+				c := &gc.Cases[ci]
+				out, err := m.Forward(packedBatch(c, false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for qi, r := range c.Rows {
+					at := out.At[qi]
+					q := tensor.PointerQuery{Decide: at.Off + r.Decide - len(c.StateIDs)}
+					for _, o := range r.Opts {
+						q.Opts = append(q.Opts, at.Off+o-len(c.StateIDs))
+					}
+					p, err := ptr.ProbabilitiesBatch(out.Hidden[at.Part], []tensor.PointerQuery{q})
+					if err != nil {
+						t.Fatal(err)
+					}
+					w.probsTol(t, p[0], c.Probabilities[qi], fmt.Sprintf("%s q%d", c.Name, qi), packedTol)
+				}
+				out.Free()
+			}
+			t.Logf("%s without tensor.Batched: probabilities max |Δ| %.3g (%s)", fx.name, w.prob, w.probAt)
+		})
 	}
 }
