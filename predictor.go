@@ -33,7 +33,7 @@ type Options struct {
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
-	PrefixMinTokens int     // default 0 (hybrid)
+	PrefixMinTokens int     // 0 → the model's: 0 on a hybrid (Qwen3.5) base, 384 on an attention-only one
 	PrefixMaxTokens int     // 0 → 65536
 	TruncateStates  bool    // KEV_TRUNCATE_STATES
 	DateFacts       bool    // KEV_DATE_FACTS
@@ -47,6 +47,9 @@ type Options struct {
 const (
 	DefaultPrefixCache = 4  // states the prefix cache keeps
 	DefaultMaxBatch    = 64 // requests one batch takes
+	// AttentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
+	// prefix_min_tokens there; hybrid bases cache every state.
+	AttentionOnlyPrefixMinTokens = 384
 )
 
 // testBeforeTake, set by tests only, becomes the beforeTake hook of the predictors loaded after.
@@ -245,6 +248,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	}
 	for _, t := range []*qwen35.Tensor{h.QWeight, h.QBias, h.KWeight, h.KBias} {
 		weightBytes += int64(qwen35Numel(t)) * 4
+	}
+	if opts.PrefixMinTokens == 0 && !ck.Weights.Config.Hybrid() {
+		opts.PrefixMinTokens = AttentionOnlyPrefixMinTokens
 	}
 	ck.Weights = nil // the backend holds its own copy
 

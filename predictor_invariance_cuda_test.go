@@ -47,7 +47,9 @@ func TestBatchInvariantCUDA(t *testing.T) {
 						<-hold
 					}
 				}
-				p := loadGolden(t, s, Options{Device: "cuda", DType: "bf16"})
+				// PrefixMinTokens 1: cache every state, also on the attention-only fixtures (whose default, 384,
+				// is above their states' lengths).
+				p := loadGolden(t, s, Options{Device: "cuda", DType: "bf16", PrefixMinTokens: 1})
 				testBeforeTake = nil
 				if got := probs(t, p, reqs[warm]); !equalProbs(got, want[warm]) {
 					t.Errorf("batch of %d: warm-up request (golden %d): %v, alone %v", size, warm, got, want[warm])

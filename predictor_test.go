@@ -49,7 +49,7 @@ func goldenSets(t testing.TB) []goldenSet {
 	t.Helper()
 	root := filepath.Join("testdata", "golden")
 	var sets []goldenSet
-	for _, fx := range []string{"tiny-a", "tiny-b"} {
+	for _, fx := range []string{"tiny-a", "tiny-b", "tiny-qwen3", "tiny-qwen2"} {
 		dir := filepath.Join(root, fx)
 		if _, err := os.Stat(filepath.Join(dir, "reference", "cases.json")); err != nil {
 			continue

@@ -7,17 +7,21 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// Attention is Qwen3.5's gated full-attention mixer: per-head [query | gate]
-// projection, (1+w) RMSNorm of query and key heads, partial NeoX rotary,
-// causal grouped-query softmax attention scaled by 1/√head_dim, output
-// multiplied by sigmoid(gate), then o_proj.
+// Attention is a full-attention mixer. Qwen3.5's is gated: per-head
+// [query | gate] projection, (1+w) RMSNorm of query and key heads, partial
+// NeoX rotary, causal grouped-query softmax attention scaled by
+// 1/√head_dim, output multiplied by sigmoid(gate), then o_proj. Qwen3's has
+// no gate, w RMSNorm of query and key heads and full rotary; Qwen2's adds
+// q/k/v biases and has no query/key norm.
 type Attention struct {
 	b            tensor.Backend
 	rope         tensor.RopeConfig
 	attn         tensor.AttentionConfig
 	qkv          tensor.Tensor // [q_proj; k_proj; v_proj]
-	qNorm, kNorm tensor.Tensor // [D] fp32
+	qkvBias      tensor.Tensor // [q_proj.bias; k_proj.bias; v_proj.bias] fp32, or nil
+	qNorm, kNorm tensor.Tensor // [D] fp32; nil without a query/key norm
 	o            tensor.Tensor // [d, H·D]
+	oBias        tensor.Tensor // [d] fp32, or nil
 }
 
 func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
@@ -26,17 +30,33 @@ func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
 	if c.AttnOutputGate {
 		qRows *= 2
 	}
-	return &Attention{
+	a := &Attention{
 		b: l.b,
 		rope: tensor.RopeConfig{Heads: h, KVHeads: kv, HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta,
 			Eps: float32(c.RMSNormEps), Gated: c.AttnOutputGate},
 		attn: tensor.AttentionConfig{Heads: h, KVHeads: kv, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))},
 		qkv: l.stacked([]string{prefix + "q_proj.weight", prefix + "k_proj.weight", prefix + "v_proj.weight"},
 			[]int{qRows, kv * hd, kv * hd}, d),
-		qNorm: l.vector(prefix+"q_norm.weight", hd),
-		kNorm: l.vector(prefix+"k_norm.weight", hd),
-		o:     l.matrix(prefix+"o_proj.weight", d, h*hd),
+		o: l.matrix(prefix+"o_proj.weight", d, h*hd),
 	}
+	switch {
+	case !c.QKNorm():
+		a.rope.Norm = tensor.QKNormNone
+	case !c.PlusOneNorm():
+		a.rope.Norm = tensor.QKNormPlain
+	}
+	if c.QKNorm() {
+		a.qNorm = l.vector(prefix+"q_norm.weight", hd)
+		a.kNorm = l.vector(prefix+"k_norm.weight", hd)
+	}
+	if c.QKVBias {
+		a.qkvBias = l.vectors([]string{prefix + "q_proj.bias", prefix + "k_proj.bias", prefix + "v_proj.bias"},
+			[]int{qRows, kv * hd, kv * hd})
+	}
+	if c.OBias {
+		a.oBias = l.vector(prefix+"o_proj.bias", d)
+	}
+	return a
 }
 
 // forward mixes u [N, d] at the given positions, attending to the cached
@@ -64,6 +84,14 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v 
 	proj, err := b.MatMul(u, a.qkv)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if a.qkvBias != nil {
+		biased, err := b.AddBias(proj, a.qkvBias)
+		b.Free(proj)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		proj = biased
 	}
 	qw, kvw := a.rope.Heads*a.rope.HeadDim, a.rope.KVHeads*a.rope.HeadDim
 	if a.rope.Gated {
@@ -98,6 +126,11 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v 
 	}
 	out, err = b.MatMul(att, a.o)
 	b.Free(att)
+	if err == nil && a.oBias != nil {
+		biased, berr := b.AddBias(out, a.oBias)
+		b.Free(out)
+		out, err = biased, berr
+	}
 	if err != nil {
 		b.Free(k, v)
 		return nil, nil, nil, err

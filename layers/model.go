@@ -2,7 +2,18 @@
 // embedding, (1+w) RMSNorm, gated attention, Gated DeltaNet (package
 // deltanet), SwiGLU MLP, decoder layers and the final norm, plus Kev's
 // pointer head. It turns token rows into final hidden states; it never
-// decodes text.
+// decodes text. The same Model runs the attention-only bases of Kev's
+// previous generation (qwen35.Qwen3, qwen35.Qwen2: w RMSNorm, ungated
+// attention with q/k norm or q/k/v biases, full rotary), chosen by
+// Config.Arch.
+//
+// Kev runs an attention-only base in its packed block-causal form: the
+// state and every question branch in one sequence, a branch attending to
+// the state and to itself, positions restarting after the state for every
+// branch. Forward computes exactly that: a Batch with the state as a
+// NewState and each question as a Row continuing it runs the state's keys
+// and values once and lets every row attend to them (tensor.FromSegment),
+// and a cached State holds those keys and values for later requests.
 //
 // Kev's row form: a text (the state) runs once with Prefill, which keeps a
 // State per layer (attention keys/values, DeltaNet conv and recurrent
@@ -29,11 +40,12 @@ type Model struct {
 	// (the pass's new rows only) and valid only during the call.
 	Observe func(point int, h tensor.Tensor)
 
-	b      tensor.Backend
-	eps    float32
-	embed  tensor.Tensor // [V, d]
-	norm   tensor.Tensor // [d] fp32
-	layers []*decoder
+	b       tensor.Backend
+	eps     float32
+	plusOne bool          // RMSNorm gains are (1 + w) (Qwen3.5), else w
+	embed   tensor.Tensor // [V, d]
+	norm    tensor.Tensor // [d] fp32
+	layers  []*decoder
 }
 
 // decoder is one decoder layer: mixer then MLP, each behind a (1+w) norm.
@@ -53,7 +65,7 @@ func New(b tensor.Backend, w *qwen35.Weights) (*Model, error) {
 	}
 	l := &loader{b: b, w: w}
 	d := c.HiddenSize
-	m := &Model{Config: c, b: b, eps: float32(c.RMSNormEps)}
+	m := &Model{Config: c, b: b, eps: float32(c.RMSNormEps), plusOne: c.PlusOneNorm()}
 	m.embed = l.matrix("embed_tokens.weight", c.VocabSize, d)
 	m.norm = l.vector("norm.weight", d)
 	for i, lt := range c.LayerTypes {
@@ -93,6 +105,10 @@ func check(c *qwen35.Config) error {
 		return bad("intermediate_size", c.IntermediateSize)
 	case c.VocabSize <= 0:
 		return bad("vocab_size", c.VocabSize)
+	case c.Arch > qwen35.Qwen2:
+		return bad("architecture", c.Arch)
+	case c.Arch != qwen35.Qwen35 && (c.Hybrid() || c.AttnOutputGate):
+		return fmt.Errorf("layers: config: %v has only ungated full-attention layers", c.Arch)
 	}
 	for i, lt := range c.LayerTypes {
 		if lt == qwen35.FullAttention {
@@ -262,7 +278,7 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 		return nil, err
 	}
 	m.observe(0, h)
-	u, err := b.RMSNorm(h, m.layers[0].inNorm, m.eps, true)
+	u, err := b.RMSNorm(h, m.layers[0].inNorm, m.eps, m.plusOne)
 	if err != nil {
 		b.Free(h)
 		return nil, err
@@ -274,7 +290,7 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 			b.Free(h)
 			return nil, err
 		}
-		h2, v, err := b.AddRMSNorm(out, h, l.postNorm, m.eps, true)
+		h2, v, err := b.AddRMSNorm(out, h, l.postNorm, m.eps, m.plusOne)
 		b.Free(out, h)
 		if err != nil {
 			return nil, err
@@ -301,7 +317,7 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 		if i+1 < len(m.layers) {
 			gain = m.layers[i+1].inNorm
 		}
-		h, u, err = b.AddRMSNorm(f, h2, gain, m.eps, true)
+		h, u, err = b.AddRMSNorm(f, h2, gain, m.eps, m.plusOne)
 		b.Free(f, h2)
 		if err != nil {
 			return nil, err

@@ -46,3 +46,21 @@ func (l *loader) vector(name string, n int) tensor.Tensor {
 	t, l.err = l.b.FromFloat32([]int{n}, h.Float32s())
 	return t
 }
+
+// vectors uploads several 1-D tensors concatenated, as float32.
+func (l *loader) vectors(names []string, sizes []int) tensor.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	var all []float32
+	for i, n := range names {
+		var h *qwen35.Tensor
+		if h, l.err = l.w.Lookup(n, sizes[i]); l.err != nil {
+			return nil
+		}
+		all = append(all, h.Float32s()...)
+	}
+	var t tensor.Tensor
+	t, l.err = l.b.FromFloat32([]int{len(all)}, all)
+	return t
+}

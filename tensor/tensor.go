@@ -78,8 +78,22 @@ func Numel(shape []int) int {
 	return n
 }
 
-// RopeConfig describes the per-head query/key preparation of a gated
-// attention layer (QKNormRope).
+// QKNorm says how QKNormRope normalises each query and key head before
+// rotating it.
+type QKNorm uint8
+
+const (
+	// QKNormPlusOne is RMSNorm with gain 1 + g (Qwen3.5).
+	QKNormPlusOne QKNorm = iota
+	// QKNormPlain is RMSNorm with gain g (Qwen3).
+	QKNormPlain
+	// QKNormNone leaves the heads as they are (Qwen2); the gains are
+	// ignored and may be nil.
+	QKNormNone
+)
+
+// RopeConfig describes the per-head query/key preparation of an attention
+// layer (QKNormRope).
 type RopeConfig struct {
 	Heads     int     // query heads H
 	KVHeads   int     // key/value heads (H must be a multiple)
@@ -88,6 +102,7 @@ type RopeConfig struct {
 	Theta     float64 // base θ: inv_freq[i] = θ^(−2i/R)
 	Eps       float32 // RMSNorm epsilon (inside the sqrt)
 	Gated     bool    // q input holds per-head [query | gate] halves
+	Norm      QKNorm  // the per-head norm: (1 + g), g, or none
 }
 
 // AttentionConfig describes a causal grouped-query attention.
@@ -158,12 +173,17 @@ type Backend interface {
 	SwiGLU(x Tensor) (Tensor, error)
 	// SigmoidGate returns x ⊙ sigmoid(gate); x, gate [M, n].
 	SigmoidGate(x, gate Tensor) (Tensor, error)
+	// AddBias returns x + bias with bias [n] added to every row of x [M, n]
+	// (in fp32, stored as x's activations are).
+	AddBias(x, bias Tensor) (Tensor, error)
 
 	// QKNormRope prepares attention queries and keys for tokens at the given
 	// positions (one per row). q is [T, H·D], or [T, H·2D] when c.Gated with
 	// head h's query in columns [2hD, 2hD+D) and its gate in [2hD+D, 2hD+2D).
 	// k is [T, KV·D]. Each query and key head vector is RMS-normalised with
-	// gain (1 + qGain) resp. (1 + kGain) (both [D]); then its first R dims are
+	// gain (1 + qGain) resp. (1 + kGain) (both [D]), or qGain resp. kGain
+	// when c.Norm is QKNormPlain, or left as it is when c.Norm is
+	// QKNormNone (the gains may then be nil); then its first R dims are
 	// rotated: for j < R/2, with φ = fp32(fp32(pos) · inv_freq[j]),
 	// inv_freq[j] = fp32(θ^(−2j/R)):
 	// x'[j] = x[j]cos φ − x[j+R/2] sin φ, x'[j+R/2] = x[j+R/2] cos φ + x[j] sin φ.

@@ -212,7 +212,7 @@ func TestOpenErrors(t *testing.T) {
 		mutate func(f *fixture)
 		check  func(t *testing.T, err error)
 	}{
-		{"unknown architecture", func(f *fixture) { f.config["model_type"] = "qwen3_next" }, configErr("model_type", "not a Qwen3.5")},
+		{"unknown architecture", func(f *fixture) { f.config["model_type"] = "qwen3_next" }, configErr("model_type", "not a supported base")},
 		{"layer types length", func(f *fixture) {
 			f.config["text_config"].(map[string]any)["layer_types"] = []string{"linear_attention"}
 		}, configErr("text_config.layer_types", "1 entries")},

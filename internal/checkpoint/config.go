@@ -139,7 +139,8 @@ func LoadConfig(path string) (qwen35.Config, error) {
 }
 
 // ParseConfig validates a Qwen3.5 config.json (model_type "qwen3_5", fields
-// under text_config, or "qwen3_5_text", flat) and returns the text model's
+// under text_config, or "qwen3_5_text", flat), or that of an attention-only
+// base ("qwen3", "qwen2"; see parseAttnConfig), and returns the text model's
 // hyperparameters. file names the file in errors. Fields the file omits take
 // the transformers class defaults; rope_theta is required, at top level or
 // inside rope_parameters / rope_scaling.
@@ -172,10 +173,14 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 			return c, text.err("model_type", "%q, want \"qwen3_5_text\"", tmt)
 		}
 	case "qwen3_5_text":
+	case "qwen3":
+		return parseAttnConfig(top, qwen35.Qwen3)
+	case "qwen2":
+		return parseAttnConfig(top, qwen35.Qwen2)
 	case "":
 		return c, top.err("model_type", "missing")
 	default:
-		return c, top.err("model_type", "%q is not a Qwen3.5 model (want \"qwen3_5\" or \"qwen3_5_text\")", mt)
+		return c, top.err("model_type", "%q is not a supported base (want \"qwen3_5\", \"qwen3_5_text\", \"qwen3\" or \"qwen2\")", mt)
 	}
 
 	ints := []struct {
@@ -333,6 +338,9 @@ func layerName(i int) string { return fmt.Sprintf("layers.%d.", i) }
 // ExpectedShapes lists every tensor a Qwen3.5 text model with config c
 // has, by canonical name, with its shape.
 func ExpectedShapes(c *qwen35.Config) map[string][]int {
+	if c.Arch != qwen35.Qwen35 {
+		return attnShapes(c)
+	}
 	d, inter := c.HiddenSize, c.IntermediateSize
 	m := map[string][]int{
 		"embed_tokens.weight": {c.VocabSize, d},
@@ -374,9 +382,10 @@ func ExpectedShapes(c *qwen35.Config) map[string][]int {
 }
 
 // KeepsF32 reports whether the tensor with canonical name stays float32 in
-// a bf16 model: A_log, dt_bias and every norm gain. Everything else (the
-// projection and MLP matrices, the embedding, the conv weights) is bf16.
+// a bf16 model: A_log, dt_bias, every norm gain and the attention biases.
+// Everything else (the projection and MLP matrices, the embedding, the conv
+// weights) is bf16.
 func KeepsF32(name string) bool {
 	return strings.HasSuffix(name, ".A_log") || strings.HasSuffix(name, ".dt_bias") ||
-		strings.HasSuffix(name, "norm.weight")
+		strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, "_proj.bias")
 }

@@ -19,7 +19,7 @@ import (
 // each merged weight in fp32 (canonical name) and rounded once to bf16
 // (canonical name + ".bf16").
 
-var goldenFixtures = []string{"tiny-a", "tiny-b"}
+var goldenFixtures = []string{"tiny-a", "tiny-b", "tiny-qwen3", "tiny-qwen2"}
 
 func goldenDir(t *testing.T, fixture string) string {
 	dir := filepath.Join("..", "..", "testdata", "golden", fixture)

@@ -84,6 +84,10 @@ func Open(kevDir, baseDir string, opts Options) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	if head.OptionIsolation {
+		return nil, &ConfigError{File: headPath, Field: "option_isolation",
+			Reason: "true: option-isolated encodings (each option its own sub-branch) are not supported"}
+	}
 	ck := &Checkpoint{Dir: kevDir, Head: head}
 	adapterCfg := filepath.Join(kevDir, AdapterConfigFile)
 	hasAdapter := exists(adapterCfg)

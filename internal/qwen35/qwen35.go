@@ -33,8 +33,43 @@ func (t LayerType) String() string {
 	return fmt.Sprintf("LayerType(%d)", uint8(t))
 }
 
+// Arch is the model family a Config describes. The zero value is Qwen3.5.
+type Arch uint8
+
+const (
+	// Qwen35 is the hybrid Qwen3.5 text model: Gated DeltaNet and gated
+	// attention layers, (1+w) RMSNorm gains (model_type qwen3_5).
+	Qwen35 Arch = iota
+	// Qwen3 is the attention-only Qwen3 model: q/k RMSNorm per head, plain w
+	// RMSNorm gains, full rotary, no output gate (model_type qwen3).
+	Qwen3
+	// Qwen2 is the attention-only Qwen2/Qwen2.5 model: q/k/v biases, no q/k
+	// norm, plain w RMSNorm gains, full rotary (model_type qwen2).
+	Qwen2
+)
+
+// String returns the config.json model_type of a.
+func (a Arch) String() string {
+	switch a {
+	case Qwen35:
+		return "qwen3_5"
+	case Qwen3:
+		return "qwen3"
+	case Qwen2:
+		return "qwen2"
+	}
+	return fmt.Sprintf("Arch(%d)", uint8(a))
+}
+
 // Config holds the text model's hyperparameters (config.json's text_config).
 type Config struct {
+	// Arch is the model family; it decides the norm gains, the q/k norm and
+	// the attention biases (see Arch's constants).
+	Arch Arch
+	// QKVBias: q_proj, k_proj and v_proj have biases (Qwen2; Qwen3 with
+	// attention_bias). OBias: o_proj has one (Qwen3 with attention_bias).
+	QKVBias, OBias bool
+
 	HiddenSize        int         // d
 	NumLayers         int         // num_hidden_layers
 	IntermediateSize  int         // MLP width
@@ -58,6 +93,27 @@ type Config struct {
 	LinearValueHeadDim  int // d_v
 	LinearConvKernel    int // depthwise conv width (4)
 }
+
+// Hybrid reports whether the model has Gated DeltaNet layers. Kev runs a
+// hybrid model in the row form (each question a causal row continuing the
+// state) and an attention-only one in the packed block-causal form; the two
+// compute the same function.
+func (c *Config) Hybrid() bool {
+	for _, t := range c.LayerTypes {
+		if t == LinearAttention {
+			return true
+		}
+	}
+	return false
+}
+
+// PlusOneNorm reports whether the RMSNorm gains are applied as (1 + w)
+// (Qwen3.5) rather than w (Qwen3, Qwen2).
+func (c *Config) PlusOneNorm() bool { return c.Arch == Qwen35 }
+
+// QKNorm reports whether attention queries and keys are RMS-normalised per
+// head (q_norm, k_norm): Qwen3.5 and Qwen3, not Qwen2.
+func (c *Config) QKNorm() bool { return c.Arch != Qwen2 }
 
 // RotaryDim is the number of leading head dimensions that RoPE rotates.
 func (c *Config) RotaryDim() int { return int(float64(c.HeadDim) * c.PartialRotaryFactor) }

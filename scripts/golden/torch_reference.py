@@ -5,14 +5,17 @@ the four request shapes of Kev's serving benchmark, for side-by-side parity and 
     PYTHONUNBUFFERED=1 python3 scripts/golden/torch_reference.py CKPT_DIR \\
         --cases scripts/golden/bench-cases.json --out OUT.json
 
-CKPT_DIR holds `base/` (a Qwen3.5 base in the released layout) and `kev/` (LoRA adapter, head.pt, tokenizer), as
-make_kev4b.py writes them. The model is loaded the way Kev serves it on CUDA with its eager path (KEV_FUSED=0,
+CKPT_DIR holds `base/` (a Qwen3.5 base in the released layout, or an attention-only Qwen3 / Qwen2.5 base) and `kev/`
+(LoRA adapter, head.pt, tokenizer), as make_kev4b.py or make_kev_qwen3.py writes them. The model is loaded the way Kev serves it on CUDA with its eager path (KEV_FUSED=0,
 KEV_CUDA_GRAPHS=0): AutoModelForCausalLM(...).model, the text model only, SDPA attention; the LoRA is merged in fp32
 (fp32(W) + (B @ A)·s, TF32 off) and the merged model is cast once to bf16 (A_log too, as Kev's bf16 load does; the
 rotary frequency buffers stay fp32, as from_pretrained(dtype=bf16) leaves them). Each request runs as Kev serves a
 hybrid backbone: the state once into the model's cache, then the question rows (right-padded, one batch) continuing
 from a replicated copy of that cache; the pointer head runs in fp32. The cached form is checked against full rows
-(state + branch as one causal sequence) in fp32 first, and falls back to simpler forms when it does not hold.
+(state + branch as one causal sequence) in fp32 first, and falls back to simpler forms when it does not hold. An
+attention-only base runs Kev's packed block-causal form instead (kev/model.py probs_and_prefix / probs_with_prefix):
+a new state is one pass over the state and every branch under the block-causal mask, into a cache cropped back to
+the state; a cached state runs the branches alone under the mask's branch rows, and the cache is cropped back.
 
 Latency is model time: from a synchronised GPU to the probabilities on the host, tokenization excluded. "new state"
 requests prefix the state with "Ticket <i>. " (i = 1, 2, ...) so every request misses the cache, as Kev's
@@ -55,7 +58,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 DEV = "cuda"
 ROW_PASS_TOKENS = 16384  # Kev: one pass holds at most this many tokens, counting the cached state once per row
 MODES = ("batched", "batched-nomask", "per-row")  # cached forms, tried in this order; "full" is the last resort
+ATTN_MODES = ("packed", "batched", "per-row")  # attention-only bases: Kev's packed form first
 MODE_TEXT = {
+    "packed": "Kev's packed block-causal pass: the state and every branch in one sequence under the block-causal mask "
+              "(a branch sees the state and itself), the cache cropped back to the state; a cached state runs the "
+              "branches alone under the mask's branch rows",
     "batched": "state pass into the cache, then all question rows in one right-padded batch continuing from a "
                "replicated copy of the cache, 2-D attention mask (Kev's eager serving path)",
     "batched-nomask": "as batched, without the attention mask (pads sit after every real token)",
@@ -97,10 +104,10 @@ def load_text_model(base_dir):
         lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw).to(DEV)
     tm = lm.model.eval()
     how = f"AutoModelForCausalLM -> {type(lm).__name__}.model ({type(tm).__name__}), fp32, sdpa"
-    expect(type(tm).__name__ == "Qwen3_5TextModel", f"text model is {type(tm).__name__}")
+    expect(type(tm).__name__ in ("Qwen3_5TextModel", "Qwen3Model", "Qwen2Model"), f"text model is {type(tm).__name__}")
     params = dict(tm.named_parameters())
     _, idx = mf.read_index(base_dir)
-    prefix = "model.language_model."
+    prefix = "model.language_model." if any(k.startswith("model.language_model.") for k in idx["weight_map"]) else "model."
     seen = 0
     for shard in sorted(set(idx["weight_map"].values())):
         with safe_open(str(base_dir / shard), framework="pt", device=DEV) as f:
@@ -142,7 +149,7 @@ def merge_lora(tm, kev_dir):
             w = params.get(module + ".weight")
             expect(w is not None and w.dtype == torch.float32, f"{module}: no fp32 weight to merge into")
             kind = module.rpartition(".")[2]
-            check = kind not in kinds_checked  # one module of each of the 12 kinds
+            check = kind not in kinds_checked  # one module of each kind (12 on Qwen3.5, 7 on attention-only bases)
             w0 = w.detach().clone() if check else None
             w.data.add_((b @ a) * scale)
             if check:
@@ -256,6 +263,48 @@ def rows_hidden(tm, cache, n_state, rows, mode, pad_id):
     return out
 
 
+def block_mask(seg, dtype):
+    """Kev's block-causal additive mask [1, 1, L, L] (kev/model.py branch_mask_batch for one record): attend(i, j)
+    iff j <= i and (seg[j] == 0 or seg[j] == seg[i]), the diagonal always; finfo(dtype).min elsewhere."""
+    s = torch.tensor(seg, device=DEV)
+    n = len(seg)
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool, device=DEV))
+    allow = (causal & ((s[None, :] == s[:, None]) | (s[None, :] == 0))) | torch.eye(n, dtype=torch.bool, device=DEV)
+    return torch.zeros(1, 1, n, n, dtype=dtype, device=DEV).masked_fill(~allow, torch.finfo(dtype).min)
+
+
+def packed_hidden(tm, enc, cache):
+    """Kev's packed block-causal pass. cache None: the state and every branch in one sequence into a new cache, which
+    is then cropped back to the state (probs_and_prefix); else the branches alone continuing cache under the mask's
+    branch rows, the cache cropped back afterwards (probs_with_prefix). -> (per-row branch hidden states, cache)."""
+    from transformers import DynamicCache
+    state_ids, rows = enc["state_ids"], [r["ids"] for r in enc["rows"]]
+    ls = len(state_ids)
+    seg, pos, offs = [0] * ls, list(range(ls)), []
+    for k, r in enumerate(rows, start=1):
+        offs.append(len(seg) - ls)
+        seg += [k] * len(r)
+        pos += list(range(ls, ls + len(r)))
+    branch = [i for r in rows for i in r]
+    dt = next(tm.parameters()).dtype
+    mask = block_mask(seg, dt)
+    if cache is None:
+        ids = torch.tensor([state_ids + branch], device=DEV)
+        out = tm(input_ids=ids, position_ids=torch.tensor([pos], device=DEV), attention_mask=mask,
+                 past_key_values=DynamicCache(config=tm.config), use_cache=True)
+        h = out.last_hidden_state[0, ls:].float()
+        cache = out.past_key_values
+        cache.crop(-len(branch))
+    else:
+        try:
+            out = tm(input_ids=torch.tensor([branch], device=DEV), position_ids=torch.tensor([pos[ls:]], device=DEV),
+                     attention_mask=mask[:, :, ls:, :], past_key_values=cache, use_cache=True)
+            h = out.last_hidden_state[0].float()
+        finally:
+            cache.crop(-len(branch))
+    return [h[o:o + len(r)] for o, r in zip(offs, rows)], cache
+
+
 def full_rows_hidden(tm, state_ids, rows):
     out = []
     for r in rows:
@@ -269,7 +318,8 @@ class Server:
 
     def __init__(self, tm, head, dp, temperature, pad_id):
         self.tm, self.head, self.dp, self.temperature, self.pad_id = tm, head, dp, temperature, pad_id
-        self.mode = "batched"
+        self.hybrid = "linear_attention" in set(getattr(tm.config, "layer_types", None) or [])
+        self.mode = "batched" if self.hybrid else "packed"
 
     def readout(self, hs, enc):
         """Pointer head (fp32) per question; one device-to-host copy for the request."""
@@ -287,6 +337,8 @@ class Server:
     def cached(self, enc, cache):
         if self.mode == "full":
             return self.full(enc)
+        if self.mode == "packed":
+            return self.readout(packed_hidden(self.tm, enc, cache)[0], enc)
         hs = rows_hidden(self.tm, cache, len(enc["state_ids"]), [r["ids"] for r in enc["rows"]], self.mode,
                          self.pad_id)
         return self.readout(hs, enc)
@@ -295,6 +347,9 @@ class Server:
         """-> (probabilities, the state's cache or None in the full-row form)."""
         if self.mode == "full":
             return self.full(enc), None
+        if self.mode == "packed":
+            hs, cache = packed_hidden(self.tm, enc, None)
+            return self.readout(hs, enc), cache
         cache = state_pass(self.tm, enc["state_ids"])
         return self.cached(enc, cache), cache
 
@@ -307,7 +362,7 @@ def choose_mode(server, encs):
     """fp32: the first cached form that runs, leaves the cached state unchanged, repeats itself and matches full
     rows on every case. -> (mode, {case: cached probabilities}, {case: full-row probabilities}, {case: max |dp|})."""
     full = {name: server.full(enc) for name, enc in encs.items()}
-    for mode in MODES:
+    for mode in (MODES if server.hybrid else ATTN_MODES):
         server.mode = mode
         try:
             got, dps = {}, {}

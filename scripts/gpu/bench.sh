@@ -21,6 +21,9 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$root/.out}
 KEV4B=${KEV4B:-/tmp/kev4b}
+# The checkpoint maker: make_kev4b.py (Qwen3.5, the default) or make_kev_qwen3.py (Kev-4B@qwen3, attention-only; use
+# another KEV4B directory for it, e.g. KEV4B=/tmp/kevq3).
+MAKE_SCRIPT=${MAKE_SCRIPT:-scripts/golden/make_kev4b.py}
 TOTAL=${BENCH_TOTAL_S:-530}
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
@@ -84,7 +87,7 @@ else
   rm -rf "$KEV4B"
   # after it: ours (at least 60 s), torch (at least 90 s), compare
   if step make_kev4b "$(limit 150 180)" "$OUT/make_kev4b.log" \
-    python3 scripts/golden/make_kev4b.py "$KEV4B" --tokenizer "$TOKENIZER"; then
+    python3 "$MAKE_SCRIPT" "$KEV4B" --tokenizer "$TOKENIZER"; then
     touch "$KEV4B/.complete"
   else
     status=1

@@ -71,6 +71,7 @@ func RunAll(t *testing.T, b tensor.Backend, tol Tolerance) {
 		{"AddRMSNorm", s.testAddRMSNorm},
 		{"SwiGLU", s.testSwiGLU},
 		{"SigmoidGate", s.testSigmoidGate},
+		{"AddBias", s.testAddBias},
 		{"QKNormRope", s.testQKNormRope},
 		{"Attention", s.testAttention},
 		{"CausalConv1dSiLU", s.testConv},

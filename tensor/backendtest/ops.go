@@ -209,9 +209,32 @@ func (s *suite) testSigmoidGate(t *testing.T) {
 	}
 }
 
-// ropeRef normalises and rotates one head vector as QKNormRope documents.
-func ropeRef(x, gain []float64, eps float64, pos int32, rot int, theta float64) []float64 {
-	y := rmsRef(x, gain, eps, true)
+func (s *suite) testAddBias(t *testing.T) {
+	for name, g := range s.gens() {
+		for _, sz := range [][2]int{{5, 37}, {1, 8}, {33, 96}} {
+			m, n := sz[0], sz[1]
+			xd, bd := g(m*n, 3), s.random(n, 1)
+			want := make([]float64, m*n)
+			for i := range want {
+				want[i] = float64(xd[i]) + float64(bd[i%n])
+			}
+			s.poison(t, m*n)
+			y, err := s.b.AddBias(s.up(t, []int{m, n}, xd), s.up(t, []int{n}, bd))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.check(t, fmt.Sprintf("%s/%dx%d", name, m, n), y, []int{m, n}, want, s.tol.F32)
+		}
+	}
+}
+
+// ropeRef normalises (as norm says) and rotates one head vector as
+// QKNormRope documents.
+func ropeRef(x, gain []float64, eps float64, pos int32, rot int, theta float64, norm tensor.QKNorm) []float64 {
+	y := append([]float64(nil), x...)
+	if norm != tensor.QKNormNone {
+		y = rmsRef(x, gain, eps, norm == tensor.QKNormPlusOne)
+	}
 	h := rot / 2
 	for j := 0; j < h; j++ {
 		inv := float32(1 / math.Pow(theta, float64(2*j)/float64(rot)))
@@ -228,6 +251,9 @@ func (s *suite) testQKNormRope(t *testing.T) {
 		{Heads: 3, KVHeads: 1, HeadDim: 16, RotaryDim: 8, Theta: 1e7, Eps: 1e-6, Gated: true},
 		{Heads: 4, KVHeads: 2, HeadDim: 8, RotaryDim: 8, Theta: 10000, Eps: 1e-6},
 		{Heads: 2, KVHeads: 2, HeadDim: 6, RotaryDim: 2, Theta: 500, Eps: 1e-5, Gated: true},
+		{Heads: 4, KVHeads: 2, HeadDim: 16, RotaryDim: 16, Theta: 1e6, Eps: 1e-6, Norm: tensor.QKNormPlain},
+		{Heads: 2, KVHeads: 1, HeadDim: 64, RotaryDim: 64, Theta: 1e6, Eps: 1e-6, Norm: tensor.QKNormPlain},
+		{Heads: 3, KVHeads: 1, HeadDim: 16, RotaryDim: 16, Theta: 1e4, Eps: 1e-6, Norm: tensor.QKNormNone},
 	}
 	for ci, c := range cfgs {
 		for name, g := range s.gens() {
@@ -249,16 +275,20 @@ func (s *suite) testQKNormRope(t *testing.T) {
 					} else {
 						src = qd[ti*qw+h*d : ti*qw+(h+1)*d]
 					}
-					wq = append(wq, ropeRef(f64(src), f64(qg), float64(c.Eps), p, c.RotaryDim, c.Theta)...)
+					wq = append(wq, ropeRef(f64(src), f64(qg), float64(c.Eps), p, c.RotaryDim, c.Theta, c.Norm)...)
 				}
 				for h := 0; h < c.KVHeads; h++ {
 					src := kd[(ti*c.KVHeads+h)*d : (ti*c.KVHeads+h+1)*d]
-					wk = append(wk, ropeRef(f64(src), f64(kg), float64(c.Eps), p, c.RotaryDim, c.Theta)...)
+					wk = append(wk, ropeRef(f64(src), f64(kg), float64(c.Eps), p, c.RotaryDim, c.Theta, c.Norm)...)
 				}
 			}
 			s.poison(t, n*c.Heads*d, n*c.KVHeads*d, n*c.Heads*d)
+			var qgt, kgt tensor.Tensor // nil gains: QKNormNone ignores them
+			if c.Norm != tensor.QKNormNone {
+				qgt, kgt = s.up(t, []int{d}, qg), s.up(t, []int{d}, kg)
+			}
 			qo, ko, gate, err := s.b.QKNormRope(s.up(t, []int{n, qw}, qd), s.up(t, []int{n, c.KVHeads * d}, kd),
-				s.up(t, []int{d}, qg), s.up(t, []int{d}, kg), positions, c)
+				qgt, kgt, positions, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -664,6 +694,12 @@ func (s *suite) testErrors(t *testing.T) {
 		"RMSNorm gain":       func() error { _, err := s.b.RMSNorm(w, v, 1e-6, true); return err },
 		"SwiGLU odd":         func() error { _, err := s.b.SwiGLU(x); return err },
 		"SigmoidGate shape":  func() error { _, err := s.b.SigmoidGate(x, w); return err },
+		"AddBias width":      func() error { _, err := s.b.AddBias(w, v); return err },
+		"AddBias nil":        func() error { _, err := s.b.AddBias(x, nil); return err },
+		"QKNormRope norm": func() error {
+			_, _, _, err := s.b.QKNormRope(x, x, v, v, []int32{0, 1}, tensor.RopeConfig{Heads: 1, KVHeads: 1, HeadDim: 3, Norm: 7})
+			return err
+		},
 		"Attention lens": func() error {
 			_, err := s.b.Attention(x, x, x, nil, nil, []int{1}, tensor.AttentionConfig{Heads: 1, KVHeads: 1, HeadDim: 3, Scale: 1})
 			return err

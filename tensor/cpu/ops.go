@@ -176,6 +176,28 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	return out, nil
 }
 
+// AddBias adds bias [n] to every row of x [M, n].
+func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
+	xt, err := matrix("AddBias", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := vector("AddBias", "bias", bias, xt.shape[1])
+	if err != nil {
+		return nil, err
+	}
+	xs, bs := xt.float32s(), bt.float32s()
+	n := xt.shape[1]
+	out := newF32(xt.shape[0], n)
+	for r := 0; r < xt.shape[0]; r++ {
+		src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
+		for i, v := range src {
+			dst[i] = v + bs[i]
+		}
+	}
+	return out, nil
+}
+
 // ropeTable returns cos and sin [T, R/2] for the positions, computed as the
 // reference does: fp32 inverse frequencies, fp32 angle, then cos/sin.
 func ropeTable(positions []int32, rot int, theta float64) (cos, sin []float32) {
@@ -197,8 +219,10 @@ func ropeTable(positions []int32, rot int, theta float64) (cos, sin []float32) {
 
 // normRope normalises one head vector with (1+gain) and rotates its first
 // rot dims in place.
-func normRope(v, gain []float32, eps float32, cos, sin []float32) {
-	rmsRow(v, v, gain, eps, true)
+func normRope(v, gain []float32, eps float32, cos, sin []float32, norm tensor.QKNorm) {
+	if norm != tensor.QKNormNone {
+		rmsRow(v, v, gain, eps, norm == tensor.QKNormPlusOne)
+	}
 	half := len(cos)
 	for j := 0; j < half; j++ {
 		x0, x1 := v[j], v[j+half]
@@ -226,15 +250,22 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	qg, err := vector(op, "qGain", qGain, d)
-	if err != nil {
-		return nil, nil, nil, err
+	if c.Norm > tensor.QKNormNone {
+		return nil, nil, nil, fmt.Errorf("cpu: %s: bad norm %d", op, c.Norm)
 	}
-	kg, err := vector(op, "kGain", kGain, d)
-	if err != nil {
-		return nil, nil, nil, err
+	qs, ks := qt.float32s(), kt.float32s()
+	var qgs, kgs []float32
+	if c.Norm != tensor.QKNormNone {
+		qg, err := vector(op, "qGain", qGain, d)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		kg, err := vector(op, "kGain", kGain, d)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		qgs, kgs = qg.float32s(), kg.float32s()
 	}
-	qs, ks, qgs, kgs := qt.float32s(), kt.float32s(), qg.float32s(), kg.float32s()
 	cos, sin := ropeTable(positions, c.RotaryDim, c.Theta)
 	half := c.RotaryDim / 2
 	qOut, kOut := newF32(n, c.Heads*d), newF32(n, c.KVHeads*d)
@@ -253,12 +284,12 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 			} else {
 				copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
 			}
-			normRope(dst, qgs, c.Eps, ct, st)
+			normRope(dst, qgs, c.Eps, ct, st, c.Norm)
 		}
 		for h := 0; h < c.KVHeads; h++ {
 			dst := kOut.f32[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
 			copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
-			normRope(dst, kgs, c.Eps, ct, st)
+			normRope(dst, kgs, c.Eps, ct, st, c.Norm)
 		}
 	}
 	if gate == nil {

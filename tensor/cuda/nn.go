@@ -205,6 +205,21 @@ func (q *Queue) SigmoidGateAny(y, x, gate Operand, n int64) error {
 	return q.launch("nn", "sigmoid_gate_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
 }
 
+// AddBiasAny enqueues y[r, c] = x[r, c] + bias[c] for x, y [rows, C] (n = rows·C elements), bias [C].
+func (q *Queue) AddBiasAny(y, x, bias Operand, n int64, C int) error {
+	const op = "AddBiasAny"
+	if n <= 0 || C <= 0 || n%int64(C) != 0 {
+		return &ArgError{op, "n, C", fmt.Sprintf("%d, %d: want positive, C dividing n", n, C)}
+	}
+	if err := needAll(op, operand{"y", y, n, false}, operand{"x", x, n, false}, operand{"bias", bias, int64(C), false}); err != nil {
+		return err
+	}
+	q.args.Reset()
+	q.put(y).put(x).put(bias)
+	q.args.U64(uint64(n)).I32(int32(C))
+	return q.launch("nn", "add_bias_any", gridFor(n, 256, q.d.info.SMs), block256, 0)
+}
+
 // DeltaGates enqueues beta = sigmoid(b) and g = −exp(aLog)·softplus(a + dtBias) (softplus(x) = x above 20) for
 // b, a [N, H], aLog, dtBias [H]; beta and g are fp32 [N, H].
 func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H int) error {
@@ -254,12 +269,13 @@ func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32) erro
 type QKNormRope struct {
 	QOut, KOut, Gate Operand // [T, H·D], [T, KV·D], [T, H·D] (Gate only when Gated)
 	Q, K             Operand // [T, H·D] or [T, H·2D] when Gated; [T, KV·D]
-	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain
+	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain, or gain (zero when Norm is QKNormNone)
 	Positions        Buffer  // int32 [T]
 	T, H, KV, D, R   int
 	Theta            float64
 	Eps              float32
 	Gated            bool
+	Norm             tensor.QKNorm
 }
 
 // QKNormRope enqueues the per-head RMSNorm and partial NeoX rotation of queries and keys (see tensor.Backend).
@@ -278,9 +294,13 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	}
 	if err := needAll(op, operand{"QOut", a.QOut, qn, false}, operand{"KOut", a.KOut, kn, false},
 		operand{"Gate", a.Gate, qn, !a.Gated}, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kn, false},
-		operand{"QGain", a.QGain, int64(a.D), false}, operand{"KGain", a.KGain, int64(a.D), false},
+		operand{"QGain", a.QGain, int64(a.D), a.Norm == tensor.QKNormNone},
+		operand{"KGain", a.KGain, int64(a.D), a.Norm == tensor.QKNormNone},
 		operand{"Positions", Operand{a.Positions, tensor.F32}, int64(a.T), false}); err != nil {
 		return err
+	}
+	if a.Norm > tensor.QKNormNone {
+		return &ArgError{op, "Norm", fmt.Sprintf("%d is not a tensor.QKNorm", a.Norm)}
 	}
 	if a.Gated && a.Gate.DType != a.QOut.DType {
 		return &ArgError{op, "Gate", "must have QOut's storage type"}
@@ -289,7 +309,7 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
 	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)
 	q.args.Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
-		F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated))
+		F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm))
 	vecs := a.T * (a.H + a.KV)
 	return q.launch("nn", "qk_norm_rope", cudrv.Dim3{X: (vecs + 7) / 8, Y: 1, Z: 1}, block256, 0)
 }

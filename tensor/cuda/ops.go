@@ -278,6 +278,29 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	return result(y, err)
 }
 
+// AddBias adds bias [n] to every row of x [M, n].
+func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
+	const op = "AddBias"
+	xt, err := b.matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	bt, err := b.vector(op, "bias", bias, xt.shape[1])
+	if err != nil {
+		return nil, err
+	}
+	n := int64(tensor.Numel(xt.shape))
+	var y *Tensor
+	err = b.run(func(s *scope) error {
+		var err error
+		if y, err = s.out(act(xt.dtype), xt.shape[0], xt.shape[1]); err != nil || n == 0 {
+			return err
+		}
+		return s.q.AddBiasAny(y.Operand(), xt.Operand(), bt.Operand(), n, xt.shape[1])
+	})
+	return result(y, err)
+}
+
 // QKNormRope normalises and rotates query and key heads.
 func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32, c tensor.RopeConfig) (tensor.Tensor, tensor.Tensor, tensor.Tensor, error) {
 	const op = "QKNormRope"
@@ -297,13 +320,20 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	qg, err := b.vector(op, "qGain", qGain, d)
-	if err != nil {
-		return nil, nil, nil, err
+	if c.Norm > tensor.QKNormNone {
+		return nil, nil, nil, fmt.Errorf("cuda: %s: bad norm %d", op, c.Norm)
 	}
-	kg, err := b.vector(op, "kGain", kGain, d)
-	if err != nil {
-		return nil, nil, nil, err
+	var qGainOp, kGainOp Operand
+	if c.Norm != tensor.QKNormNone {
+		qg, err := b.vector(op, "qGain", qGain, d)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		kg, err := b.vector(op, "kGain", kGain, d)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		qGainOp, kGainOp = qg.Operand(), kg.Operand()
 	}
 	var qo, ko, gate *Tensor
 	err = b.run(func(s *scope) error {
@@ -326,9 +356,9 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		if err != nil {
 			return err
 		}
-		a := QKNormRope{QOut: qo.Operand(), KOut: ko.Operand(), Q: qt.Operand(), K: kt.Operand(), QGain: qg.Operand(),
-			KGain: kg.Operand(), Positions: pos, T: n, H: c.Heads, KV: c.KVHeads, D: d, R: c.RotaryDim, Theta: c.Theta,
-			Eps: c.Eps, Gated: c.Gated}
+		a := QKNormRope{QOut: qo.Operand(), KOut: ko.Operand(), Q: qt.Operand(), K: kt.Operand(), QGain: qGainOp,
+			KGain: kGainOp, Positions: pos, T: n, H: c.Heads, KV: c.KVHeads, D: d, R: c.RotaryDim, Theta: c.Theta,
+			Eps: c.Eps, Gated: c.Gated, Norm: c.Norm}
 		if gate != nil {
 			a.Gate = gate.Operand()
 		}

@@ -89,6 +89,13 @@ extern "C" __global__ void sigmoid_gate_any(void *y, int ydt, const void *x, int
 		st(y, ydt, i, ld(x, xdt, i) * sigm(ld(gate, gdt, i)));
 }
 
+// y[r, c] = x[r, c] + b[c] over n = rows·C elements (the attention biases of Qwen2 and Qwen3 with attention_bias).
+extern "C" __global__ void add_bias_any(void *y, int ydt, const void *x, int xdt, const void *b, int bdt, size_t n,
+                                        int C) {
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		st(y, ydt, i, ld(x, xdt, i) + ld(b, bdt, i % C));
+}
+
 // beta = sigmoid(b), g = −exp(aLog) · softplus(a + dtBias) (softplus(x) = x above 20), per [N, H] element; fp32 out.
 extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int bdt, const void *a, int adt,
                                        const void *alog, int ldt, const void *dtb, int ddt, int N, int H) {
@@ -157,13 +164,14 @@ extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int od
 }
 
 // One warp per head vector: vectors [0, T·H) are query heads, [T·H, T·(H+KV)) key heads. Each is RMS-normalised
-// with gain 1 + g, then its first R dims are rotated by φ = fp32(pos · inv_freq[j]), inv_freq[j] = fp32(θ^(−2j/R)).
+// with gain 1 + g (norm 0), g (norm 1), or not at all (norm 2: the gains are not read), then its first R dims are
+// rotated by φ = fp32(pos · inv_freq[j]), inv_freq[j] = fp32(θ^(−2j/R)).
 // With gated set, q rows are [H, 2D] (query | gate) and the gate half is copied to gate.
 #define QK_MAX_HALF 256
 extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt, int kodt, const void *q, int qdt,
                                         const void *k, int kdt, const void *qg, int qgdt, const void *kg, int kgdt,
                                         const int32_t *pos, int T, int H, int KV, int D, int R, double theta,
-                                        float eps, int gated) {
+                                        float eps, int gated, int norm) {
 	__shared__ float invf[QK_MAX_HALF]; // inv_freq, once per block instead of once per vector
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
@@ -191,23 +199,28 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 		sbase = (size_t)kv * D;
 		dbase = sbase;
 	}
-	float ss = 0.f;
-	for (int i = lane; i < D; i += 32) {
-		float x = ld(src, sdt, sbase + i);
-		ss += x * x;
+	float r = 1.f;
+	if (norm != 2) {
+		float ss = 0.f;
+		for (int i = lane; i < D; i += 32) {
+			float x = ld(src, sdt, sbase + i);
+			ss += x * x;
+		}
+		r = 1.f / sqrtf(wsum(ss) / (float)D + eps);
 	}
-	const float r = 1.f / sqrtf(wsum(ss) / (float)D + eps);
 	const float p = (float)pos[t];
+#define QK_GAIN(i) (norm == 0 ? 1.f + ld(g, gdt, (i)) : norm == 1 ? ld(g, gdt, (i)) : 1.f)
 	for (int j = lane; j < half; j += 32) {
 		float phi = p * invf[j];
 		float c, s;
 		sincosf(phi, &s, &c);
-		float a = ld(src, sdt, sbase + j) * r * (1.f + ld(g, gdt, j));
-		float b = ld(src, sdt, sbase + j + half) * r * (1.f + ld(g, gdt, j + half));
+		float a = ld(src, sdt, sbase + j) * r * QK_GAIN(j);
+		float b = ld(src, sdt, sbase + j + half) * r * QK_GAIN(j + half);
 		st(dst, ddt, dbase + j, a * c - b * s);
 		st(dst, ddt, dbase + j + half, b * c + a * s);
 	}
-	for (int i = R + lane; i < D; i += 32) st(dst, ddt, dbase + i, ld(src, sdt, sbase + i) * r * (1.f + ld(g, gdt, i)));
+	for (int i = R + lane; i < D; i += 32) st(dst, ddt, dbase + i, ld(src, sdt, sbase + i) * r * QK_GAIN(i));
+#undef QK_GAIN
 }
 
 // Depthwise causal convolution and SiLU, one thread per (row, channel): y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]),
