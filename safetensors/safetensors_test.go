@@ -318,7 +318,7 @@ func TestShardedErrors(t *testing.T) {
 		{"missing tensor", `{"weight_map":{"a":"s1.safetensors","z":"s1.safetensors"}}`,
 			map[string][]string{one: {"a"}}, "z", "no such tensor"},
 		{"wrong file", `{"weight_map":{"a":"s2.safetensors","b":"s1.safetensors"}}`,
-			map[string][]string{one: {"a", "b"}, two: {"c"}}, "a", "index says s2.safetensors"},
+			map[string][]string{one: {"a", "b"}, two: {"c"}}, "a", `index says "s2.safetensors"`},
 		{"duplicate across shards", `{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}`,
 			map[string][]string{one: {"a", "b"}, two: {"b"}}, "b", "also present in"},
 		{"unlisted tensor", `{"weight_map":{"a":"s1.safetensors"}}`,

@@ -48,7 +48,7 @@ func ReadAdapterConfig(path string) (*AdapterConfig, error) {
 func ParseAdapterConfig(file string, data []byte) (*AdapterConfig, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, &ConfigError{File: file, Reason: "bad JSON: " + err.Error()}
+		return nil, &ConfigError{File: file, Reason: "bad JSON: " + quote.Error(err)}
 	}
 	o := jsonObj{file: file, m: m}
 	a := &AdapterConfig{}

@@ -190,7 +190,7 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 	var m map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&m); err != nil {
-		return c, &ConfigError{File: file, Reason: "bad JSON: " + err.Error()}
+		return c, &ConfigError{File: file, Reason: "bad JSON: " + quote.Error(err)}
 	}
 	top := jsonObj{file: file, m: m}
 	mt, _, err := top.str("model_type")

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/quote"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/safetensors"
 )
@@ -29,12 +30,12 @@ type TensorError struct {
 
 // Error describes the failure and where it happened.
 func (e *TensorError) Error() string {
-	s := fmt.Sprintf("checkpoint: %s: tensor %q: %s", e.File, e.Tensor, e.Reason)
+	s := fmt.Sprintf("checkpoint: %s: tensor %s: %s", e.File, quote.Name(e.Tensor), e.Reason)
 	if e.Shape != nil {
-		s += fmt.Sprintf(" (shape %v)", e.Shape)
+		s += fmt.Sprintf(" (shape %s)", dims(e.Shape))
 	}
 	if e.Want != nil {
-		s += fmt.Sprintf(" (want %v)", e.Want)
+		s += fmt.Sprintf(" (want %s)", dims(e.Want))
 	}
 	return s
 }

@@ -29,11 +29,43 @@ func Bytes(b []byte) string {
 	return prefix(string(b[:Max+1]), len(b))
 }
 
+// MaxName is the number of bytes of an untrusted name (a tensor, file or key
+// name) an error message shows: names are meant to be read whole, but not a
+// hostile megabyte of them.
+const MaxName = 256
+
+// Name quotes a name from an untrusted file as %q does when it is at most
+// MaxName bytes long, else its first MaxName bytes and "…(N bytes)".
+func Name(s string) string {
+	if len(s) <= MaxName {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cutRune(s, MaxName)) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// MaxMessage is the longest message Error passes on whole.
+const MaxMessage = 256
+
+// Error returns err's message cut to MaxMessage bytes with "…(N bytes)": for
+// errors of other packages (encoding/json among them) that may quote the
+// input they failed on.
+func Error(err error) string {
+	s := err.Error()
+	if len(s) <= MaxMessage {
+		return s
+	}
+	return cutRune(s, MaxMessage) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// cutRune returns s[:n] backed off to a rune start.
+func cutRune(s string, n int) string {
+	for k := 0; k < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); k++ {
+		n--
+	}
+	return s[:n]
+}
+
 // prefix quotes head[:Max] backed off to a rune start, then the length n.
 func prefix(head string, n int) string {
-	cut := Max
-	for k := 0; k < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(head[cut]); k++ {
-		cut--
-	}
-	return strconv.Quote(head[:cut]) + "…(" + strconv.Itoa(n) + " bytes)"
+	return strconv.Quote(cutRune(head, Max)) + "…(" + strconv.Itoa(n) + " bytes)"
 }

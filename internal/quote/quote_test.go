@@ -1,6 +1,7 @@
 package quote
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,6 +32,22 @@ func TestString(t *testing.T) {
 		if len(got) > 4*Max+32 {
 			t.Errorf("String gave %d bytes", len(got))
 		}
+	}
+}
+
+func TestNameAndError(t *testing.T) {
+	if got := Name("model.norm.weight"); got != `"model.norm.weight"` {
+		t.Errorf("Name = %s", got)
+	}
+	long := strings.Repeat("n", 1000)
+	if got := Name(long); got != `"`+long[:MaxName]+`"…(1000 bytes)` {
+		t.Errorf("Name = %s", got)
+	}
+	if got := Error(errors.New("short")); got != "short" {
+		t.Errorf("Error = %s", got)
+	}
+	if got := Error(errors.New(long)); got != long[:MaxMessage]+"…(1000 bytes)" {
+		t.Errorf("Error = %s", got)
 	}
 }
 
