@@ -164,3 +164,45 @@ func TestHardeningHeadMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestHardeningHubBase: a checkpoint from the hub must name its base on the
+// hub: local paths of every shape are refused with a *ConfigError on the
+// field.
+func TestHardeningHubBase(t *testing.T) {
+	rev := strings.Repeat("a", 40)
+	tests := []struct {
+		base, rev string
+		want      string // "" for a refusal
+		field     string
+	}{
+		{"Qwen/Qwen3.5-4B-Base", rev, "Qwen/Qwen3.5-4B-Base@" + rev, ""},
+		{"Qwen/Qwen3.5-4B-Base", "", "Qwen/Qwen3.5-4B-Base", ""},
+		{"/etc", "", "", "base"},
+		{"/home/user/models/base", "", "", "base"},
+		{"../../base", "", "", "base"},
+		{"./base", "", "", "base"},
+		{"~/base", "", "", "base"},
+		{"C:\\models\\base", "", "", "base"},
+		{"org/name/extra", "", "", "base"},
+		{"", "", "", "base"},
+		{"Qwen/Qwen3.5-4B-Base", "../../x", "", "base_revision"},
+		{strings.Repeat("x", 1<<20), "", "", "base"},
+	}
+	for _, tc := range tests {
+		h := &Head{Base: tc.base, BaseRevision: tc.rev}
+		got, err := h.HubBase("head.pt")
+		if tc.want != "" {
+			if err != nil || got != tc.want {
+				t.Errorf("HubBase(%q, %q) = %q, %v; want %q", tc.base, tc.rev, got, err, tc.want)
+			}
+			continue
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || ce.File != "head.pt" {
+			t.Errorf("HubBase(%.40q, %q) = %q, %v; want a *ConfigError on %s", tc.base, tc.rev, got, err, tc.field)
+		}
+		if err != nil && len(err.Error()) > 800 {
+			t.Errorf("message of %d bytes", len(err.Error()))
+		}
+	}
+}

@@ -57,6 +57,16 @@ func Error(err error) string {
 	return cutRune(s, MaxMessage) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
+// Cut returns s when it is at most n bytes long, else its first n bytes (or
+// fewer, not to cut a UTF-8 sequence) and "…(N bytes)": for free text from
+// an untrusted source, such as a server's error message, shown unquoted.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cutRune(s, n) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // cutRune returns s[:n] backed off to a rune start.
 func cutRune(s string, n int) string {
 	for k := 0; k < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); k++ {
