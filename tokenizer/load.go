@@ -183,6 +183,7 @@ func build(file string, data []byte, cfgFile string, cfg []byte) (*Tokenizer, er
 	if t.normalize, err = l.normalizer("normalizer", f.Normalizer); err != nil {
 		return nil, err
 	}
+	t.form, t.oneForm = singleForm(f.Normalizer)
 	if err = l.preTokenizer(t, "pre_tokenizer", f.PreTokenizer); err != nil {
 		return nil, err
 	}
@@ -250,6 +251,36 @@ func (l loader) normalizer(path string, raw json.RawMessage) (func(string) strin
 		return nil, l.format(path, "missing normalizer type")
 	}
 	return nil, l.unsupported(path, "normalizer type %s", quote.String(c.Type))
+}
+
+// singleForm reports the Unicode normalization form of a normalizer that is
+// exactly one form (nil for none), and false for any other normalizer.
+func singleForm(raw json.RawMessage) (*norm.Form, bool) {
+	if isNull(raw) {
+		return nil, true
+	}
+	var c componentJSON
+	if json.Unmarshal(raw, &c) != nil {
+		return nil, false
+	}
+	forms := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+	if f, ok := forms[c.Type]; ok {
+		return &f, true
+	}
+	if c.Type != "Sequence" {
+		return nil, false
+	}
+	var one *norm.Form
+	for _, r := range c.Normalizers {
+		f, ok := singleForm(r)
+		if !ok || f != nil && one != nil {
+			return nil, false
+		}
+		if f != nil {
+			one = f
+		}
+	}
+	return one, true
 }
 
 // preTokenizer fills t.steps (and t.fast for Qwen's pipeline).
