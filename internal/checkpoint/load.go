@@ -195,7 +195,7 @@ func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safe
 			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Reason: "not a tensor of this config's text model"}
 		}
 		if prev, dup := src[canon]; dup {
-			return nil, &TensorError{File: t.File, Tensor: name, Reason: "same canonical name " + canon + " as " + prev.Name}
+			return nil, &TensorError{File: t.File, Tensor: name, Reason: "same canonical name " + quote.Name(canon) + " as " + quote.Name(prev.Name)}
 		}
 		if !reflect.DeepEqual(t.Shape, shape) {
 			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Want: shape, Reason: "wrong shape"}
@@ -224,10 +224,10 @@ func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safe
 			}
 			w, ok := want[target]
 			if !ok {
-				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: "adapts " + target + ", which this config's text model does not have"}
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: "adapts " + quote.Name(target) + ", which this config's text model does not have"}
 			}
 			if !acfg.targets(module) {
-				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("module %s is not in target_modules %v", module, acfg.TargetModules)}
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("module %s is not in target_modules %s", quote.Name(module), quote.Cut(fmt.Sprint(acfg.TargetModules), quote.MaxMessage))}
 			}
 			if !t.DType.IsFloat() {
 				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("dtype %s is not a float type", t.DType)}
