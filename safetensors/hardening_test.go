@@ -34,3 +34,16 @@ func TestHardeningHeaderMessages(t *testing.T) {
 		})
 	}
 }
+
+// hardeningHeaderSeeds are FuzzParseHeader seeds with oversized names and
+// numbers.
+func hardeningHeaderSeeds() [][]byte {
+	long := strings.Repeat("7", 300)
+	return [][]byte{
+		rawFile(`{"`+strings.Repeat("n", 300)+`":{"dtype":"X","shape":[1],"data_offsets":[0,1]}}`, 1),
+		rawFile(`{"x":{"dtype":"U8","shape":[`+long+`],"data_offsets":[0,1]}}`, 1),
+		rawFile(`{"x":{"dtype":"U8","shape":[1],"data_offsets":[`+long+`,1]}}`, 1),
+		rawFile(`{"x":{"dtype":"U8","shape":[`+strings.Repeat("1,", 40)+`1],"data_offsets":[0,1]}}`, 1),
+		rawFile(long, 1),
+	}
+}

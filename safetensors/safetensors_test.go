@@ -385,6 +385,9 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add(rawFile(`{"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"__metadata__":{"a":"b"}}`, 0))
 	f.Add([]byte{})
 	f.Add(rawFile(`{"__metadata__":null}`, 0))
+	for _, seed := range hardeningHeaderSeeds() {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz", data)
 		if err != nil {

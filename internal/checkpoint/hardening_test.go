@@ -206,3 +206,37 @@ func TestHardeningHubBase(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig: any bytes give a config within the bounds or a typed
+// error, quickly.
+func FuzzParseConfig(f *testing.F) {
+	tiny, _ := json.Marshal(tinyConfigJSON())
+	f.Add(tiny)
+	for _, seed := range []string{
+		`{"model_type":"qwen3_5_text","num_hidden_layers":1e8,"rope_theta":1e7}`,
+		`{"model_type":"qwen3_5_text","num_hidden_layers":2147483648,"rope_theta":1e7}`,
+		`{"model_type":"qwen3_5_text","vocab_size":1e300,"rope_theta":1e7}`,
+		`{"model_type":"qwen3_5_text","layer_types":["full_attention"],"num_hidden_layers":1,"rope_theta":1e7}`,
+		`{"model_type":"qwen3_5","text_config":{"rope_parameters":{"rope_theta":5e6,"rope_type":"` + strings.Repeat("y", 200) + `"}}}`,
+		`{"model_type":` + strings.Repeat("9", 300) + `}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig("config.json", data)
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			if len(err.Error()) > 1000 {
+				t.Fatalf("message of %d bytes", len(err.Error()))
+			}
+			return
+		}
+		if c.NumLayers > maxDims["num_hidden_layers"] || c.HiddenSize > maxDims["hidden_size"] ||
+			c.VocabSize > maxDims["vocab_size"] || len(c.LayerTypes) != c.NumLayers {
+			t.Fatalf("config out of bounds: %+v", c)
+		}
+	})
+}
