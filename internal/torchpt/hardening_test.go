@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,6 +69,19 @@ func deflateZeros(t testing.TB, n int64) ([]byte, uint32) {
 	return buf.Bytes(), h.Sum32()
 }
 
+// gibBomb is bombBytes (1 GiB) of zeros deflated (about 1 MB) and its
+// CRC-32, built once for the tests that need it.
+var gibBomb struct {
+	once sync.Once
+	data []byte
+	crc  uint32
+}
+
+func oneGiBBomb(t testing.TB) ([]byte, uint32) {
+	gibBomb.once.Do(func() { gibBomb.data, gibBomb.crc = deflateZeros(t, bombBytes) })
+	return gibBomb.data, gibBomb.crc
+}
+
 func deflateBytes(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -99,7 +113,7 @@ func TestHardeningZipSizes(t *testing.T) {
 	for i := range noise {
 		noise[i] = byte(rng.Uint32())
 	}
-	gib, gibCRC := deflateZeros(t, 1<<30)
+	gib, gibCRC := oneGiBBomb(t)
 	mib60, mib60CRC := deflateZeros(t, 60<<20)
 	good := pk(0x80, 2, "}.")
 	goodDeflated := deflateBytes(t, good)
@@ -111,7 +125,7 @@ func TestHardeningZipSizes(t *testing.T) {
 		reason string
 	}{
 		{"60 GiB data.pkl in 19 KB", rawEntry{"archive/data.pkl", zip.Deflate, noise, 60 << 30, 0}, true, "over the 67108864-byte limit"},
-		{"bomb, honest header", rawEntry{"archive/data.pkl", zip.Deflate, gib, 1 << 30, gibCRC}, true, "over the 67108864-byte limit"},
+		{"bomb, honest header", rawEntry{"archive/data.pkl", zip.Deflate, gib, bombBytes, gibCRC}, true, "over the 67108864-byte limit"},
 		{"bomb, lying header", rawEntry{"archive/data.pkl", zip.Deflate, gib, 1000, gibCRC}, true, "longer than the 1000 bytes it declares"},
 		{"bomb under the limit", rawEntry{"archive/data.pkl", zip.Deflate, mib60, 60 << 20, mib60CRC}, true, "zip bomb"},
 		{"deflated, short", rawEntry{"archive/data.pkl", zip.Deflate, goodDeflated, 1000, goodCRC}, false, "shorter than the 1000"},
@@ -143,7 +157,7 @@ func TestHardeningZipSizes(t *testing.T) {
 func TestHardeningStorageSizes(t *testing.T) {
 	pkl := tensorPickle(storagePid("FloatStorage", "0", 4), 0, []byte{4}, []byte{1})
 	st := floatBytes(1, 2, 3, 4)
-	bomb, bombCRC := deflateZeros(t, 1<<30)
+	bomb, bombCRC := oneGiBBomb(t)
 	pklEntry := rawEntry{"a/data.pkl", zip.Store, pkl, uint64(len(pkl)), crc32.ChecksumIEEE(pkl)}
 	tests := []struct {
 		name    string
@@ -152,7 +166,7 @@ func TestHardeningStorageSizes(t *testing.T) {
 		reason  string
 	}{
 		{"bomb behind 16 declared bytes", rawEntry{"a/data/0", zip.Deflate, bomb, 16, bombCRC}, DefaultLimits, "longer than the 16 bytes"},
-		{"header disagrees with the pickle", rawEntry{"a/data/0", zip.Deflate, bomb, 1 << 30, bombCRC}, DefaultLimits, "needs 16"},
+		{"header disagrees with the pickle", rawEntry{"a/data/0", zip.Deflate, bomb, bombBytes, bombCRC}, DefaultLimits, "needs 16"},
 		{"over the archive's total", rawEntry{"a/data/0", zip.Store, st, 16, crc32.ChecksumIEEE(st)}, Limits{MaxTotalBytes: int64(len(pkl)) + 8}, "left of the"},
 	}
 	for _, tc := range tests {
