@@ -162,7 +162,7 @@ func TestHardeningEncodeLimitMemory(t *testing.T) {
 	if alloc > 8<<20 {
 		t.Errorf("EncodeLimit allocated %d bytes", alloc)
 	}
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		return
 	}
 	// Count allocates as it goes (normalized chunks, new words for the BPE
