@@ -110,7 +110,7 @@ type NotCachedError struct {
 // Error names the revision, the cache folder and what is missing.
 func (e *NotCachedError) Error() string {
 	s := fmt.Sprintf("hub: %s@%s is not complete in the cache %s: missing %s", e.Repo, e.Revision, e.CacheDir,
-		strings.Join(e.Missing, ", "))
+		someNames(e.Missing))
 	if e.Offline {
 		s += " (offline mode: HF_HUB_OFFLINE is set or Options.Offline is true)"
 	}
@@ -119,6 +119,21 @@ func (e *NotCachedError) Error() string {
 
 // Is reports whether target is ErrNotCached.
 func (e *NotCachedError) Is(target error) bool { return target == ErrNotCached }
+
+// someNames joins the first 8 names, each cut, and counts the rest: a
+// shard index from a server may list any number of files.
+func someNames(names []string) string {
+	const most = 8
+	parts := make([]string, 0, most+1)
+	for i, n := range names {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("…(%d more)", len(names)-most))
+			break
+		}
+		parts = append(parts, quote.Cut(n, quote.MaxName))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // IntegrityError reports a downloaded file whose size or SHA-256 does not
 // match what the Hub announced. The file is removed from the cache.

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -201,5 +202,19 @@ func TestHardeningHubOnly(t *testing.T) {
 	var ne *NameError
 	if _, err := Fetch(context.Background(), abs, Options{CacheDir: cache, Offline: true, HubOnly: true}); !errors.As(err, &ne) {
 		t.Fatalf("absolute path with HubOnly: %v", err)
+	}
+}
+
+// TestHardeningMissingList: a shard index naming thousands of missing files
+// gives a short message that still names the first ones.
+func TestHardeningMissingList(t *testing.T) {
+	var missing []string
+	for i := range 5000 {
+		missing = append(missing, fmt.Sprintf("model-%05d-of-05000.safetensors", i))
+	}
+	e := &NotCachedError{Repo: "acme/x", Revision: "main", CacheDir: "/cache", Missing: missing}
+	msg := e.Error()
+	if len(msg) > 1000 || !strings.Contains(msg, "model-00000-of-05000.safetensors") || !strings.Contains(msg, "…(4992 more)") {
+		t.Fatalf("message of %d bytes: %.400s", len(msg), msg)
 	}
 }

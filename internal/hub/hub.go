@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -180,7 +179,7 @@ func fetchOnline(ctx context.Context, cfg config, rc repoCache) (*Snapshot, erro
 		return nil, err
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("hub: %s (commit %s) lacks %s: %w", ref, commit, strings.Join(missing, ", "), ErrEntryNotFound)
+		return nil, fmt.Errorf("hub: %s (commit %s) lacks %s: %w", ref, commit, someNames(missing), ErrEntryNotFound)
 	}
 	sort.Strings(fetched)
 	lm, _ := time.Parse(time.RFC3339, mi.LastModified)
