@@ -43,8 +43,15 @@ func parseAttnConfig(top jsonObj, arch qwen35.Arch) (qwen35.Config, error) {
 			}
 			return def, nil
 		}
-		if f != math.Trunc(f) || f < 1 || f > 1<<31 {
+		if f != math.Trunc(f) || f < 1 {
 			return 0, top.err(name, "%v is not a positive integer", f)
+		}
+		lim, ok := maxDims[name]
+		if !ok {
+			lim = 1 << 31
+		}
+		if f > float64(lim) {
+			return 0, top.err(name, "%v is over the limit of %d", f, lim)
 		}
 		return int(f), nil
 	}
