@@ -357,7 +357,9 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 // GatedDeltaRuleSegments runs the gated delta rule over segments that each start from their own state, read in
 // place: one launch for the segments starting from nothing or from a cached state, then one for those continuing
 // another segment of the call, which read that segment's final state (a kept state, or a temporary one). For
-// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (the one-pass register kernels by default).
+// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (the one-pass register kernels by default);
+// at d_k = 128 with bf16 rows, non-empty segments run on the chunked tensor-core kernels instead (gdn.go), chosen
+// per segment by its own length.
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
@@ -427,8 +429,35 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				finals[i] = buf.Ptr
 			}
 		}
+		// Segments the tensor-core kernels take (gdn.go), when the call's shape allows: one precompute over all
+		// their chunks, then a state pass with each launch below.
+		tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
+		bases := make([]int32, len(segs))
+		var work Buffer
+		if tc {
+			var tab []int32
+			for i, sg := range segs {
+				if gdnTakes(sg.Len) {
+					tab, bases[i] = gdnChunks(tab, starts[i], sg.Len)
+				}
+			}
+			if len(tab) > 0 {
+				cb, err := s.ints(tab)
+				if err != nil {
+					return err
+				}
+				nc := len(tab) / 2
+				if work, err = s.temp(int64(nc) * int64(hv) * gdnWork); err != nil {
+					return err
+				}
+				if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), cb, work, nc, hk, hv, dv); err != nil {
+					return err
+				}
+			}
+		}
 		for _, second := range []bool{false, true} {
-			var descs []segDesc
+			var descs, long []segDesc
+			var lb []int32
 			for i, sg := range segs {
 				if (sg.From == tensor.FromSegment) != second {
 					continue
@@ -443,7 +472,24 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				case tensor.FromSegment:
 					d.set(starts[i], sg.Len, 0, tensor.F32, 0, tensor.F32, finals[sg.Index], finals[i])
 				}
+				if tc && gdnTakes(sg.Len) {
+					long, lb = append(long, d), append(lb, bases[i])
+					continue
+				}
 				descs = append(descs, d)
+			}
+			if len(long) > 0 {
+				db, err := s.ints(flat(long))
+				if err != nil {
+					return err
+				}
+				bb, err := s.ints(lb)
+				if err != nil {
+					return err
+				}
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), db, bb, work, len(long), hk, hv, dv); err != nil {
+					return err
+				}
 			}
 			if len(descs) == 0 {
 				continue

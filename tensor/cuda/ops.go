@@ -496,7 +496,7 @@ func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, 
 }
 
 // GatedDeltaRule runs the gated delta rule with an fp32 state. Every Chunk setting computes the same function;
-// this backend runs the recurrent form for all of them.
+// this backend runs the recurrent form, or at d_k = 128 with bf16 rows the chunked form on tensor cores (gdn.go).
 func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, c tensor.DeltaConfig) (tensor.Tensor, tensor.Tensor, error) {
 	const op = "GatedDeltaRule"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
@@ -550,6 +550,10 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 		if st != nil {
 			a.S0 = st.Operand()
 		}
+		if starts, ls, err = s.deltaLong(a, starts, ls, width); err != nil || len(starts) == 0 {
+			return err
+		}
+		a.Segs = len(starts)
 		if a.SegStart, err = s.ints(starts); err != nil {
 			return err
 		}
@@ -687,4 +691,49 @@ func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, op
 		logits[j] /= sum
 	}
 	return logits, nil
+}
+
+// deltaLong enqueues the segments of a (starts, ls) that the tensor-core kernels take (gdn.go) and returns the
+// others, for the register kernels.
+func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, []int32, error) {
+	if !s.b.dev.gdnFits(a.DK, a.DV, a.QKV, width) {
+		return starts, ls, nil
+	}
+	var tab, lb, ss, sl []int32
+	var long []segDesc
+	for i := range starts {
+		if !gdnTakes(int(ls[i])) {
+			ss, sl = append(ss, starts[i]), append(sl, ls[i])
+			continue
+		}
+		var first int32
+		tab, first = gdnChunks(tab, int(starts[i]), int(ls[i]))
+		var d segDesc
+		d.set(int(starts[i]), int(ls[i]), 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, a.Final.Ptr)
+		long, lb = append(long, d), append(lb, first)
+	}
+	if len(long) == 0 {
+		return starts, ls, nil
+	}
+	cb, err := s.ints(tab)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc := len(tab) / 2
+	work, err := s.temp(int64(nc) * int64(a.HV) * gdnWork)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, cb, work, nc, a.HK, a.HV, a.DV); err != nil {
+		return nil, nil, err
+	}
+	db, err := s.ints(flat(long))
+	if err != nil {
+		return nil, nil, err
+	}
+	bb, err := s.ints(lb)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ss, sl, s.q.gdnState(a.O, a.QKV, db, bb, work, len(long), a.HK, a.HV, a.DV)
 }

@@ -1,0 +1,81 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"github.com/kevgo/kev/internal/cudrv"
+	"github.com/kevgo/kev/tensor"
+)
+
+// The chunked delta rule on tensor cores (kernels/gdn.cu): for d_k = 128, value widths that are a multiple of 32
+// and bf16 input rows, segments run as a parallel precompute over (64-token chunk, value head) — T = (I + A)⁻¹
+// and the intra-chunk attention M in a workspace — then one sequential pass per (32 value columns, value head,
+// segment) with mma.sync bf16 products. Other shapes and segments shorter than gdnMinLen keep the register
+// kernels of delta.go. The choice is made per segment from its own length, so a segment's result never depends
+// on the segments it is batched with.
+
+// gdnOn selects the tensor-core kernels for the segments they take; false keeps the register kernels for every
+// segment (tests and benchmarks compare the two).
+var gdnOn = true
+
+// gdnMinLen is the shortest segment the tensor-core kernels take; shorter ones (and empty ones) run on the
+// register kernels. The choice depends on the segment alone, never on its batch-mates.
+var gdnMinLen = 1
+
+// gdnTakes reports whether a segment of n tokens runs on the tensor-core kernels (when the call's shape allows).
+func gdnTakes(n int) bool { return n > 0 && n >= gdnMinLen }
+
+// gdnWork is the workspace per (chunk, value head): T and M as bf16 [64][64], five fp32 [64] row factors.
+const gdnWork = 17664
+
+// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16; A, T [64][65] fp32; three 16×17 blocks;
+// four 64-vectors.
+const gdnPrepShared = 2*64*136*2 + 2*64*65*4 + 3*16*17*4 + 4*64*4
+
+// gdnStateShared is gdn_state_ns{1,2}'s dynamic shared memory for ns stages of chunk inputs.
+func gdnStateShared(ns int) int {
+	const stage = 2*64*136*2 + 64*40*2 + 2*64*72*2 + 5*64*4
+	return ns*stage + 2*128*40*2 + 3*64*40*2
+}
+
+// gdnFits reports whether the tensor-core kernels take a call of this shape and input: d_k = 128, d_v a multiple
+// of 32, 16-byte aligned bf16 rows, and enough opt-in shared memory for one stage.
+func (d *Device) gdnFits(dk, dv int, x Operand, width int) bool {
+	return gdnOn && dk == 128 && dv%32 == 0 && x.DType == tensor.BF16 && width%8 == 0 && x.Ptr%16 == 0 &&
+		d.info.Major >= 8 && d.info.SharedOptin >= gdnStateShared(1)
+}
+
+// gdnChunks appends the 64-token chunks of a segment of n rows starting at row start to tab (first row, length)
+// and returns the new table and the index of the segment's first chunk.
+func gdnChunks(tab []int32, start, n int) ([]int32, int32) {
+	first := int32(len(tab) / 2)
+	for c := 0; c < n; c += 64 {
+		tab = append(tab, int32(start+c), int32(min(64, n-c)))
+	}
+	return tab, first
+}
+
+// gdnPrep enqueues gdn_prep over nc chunks (chunks: int32 [nc][2] on the device) into work (nc·hv·gdnWork bytes).
+func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, dv int) error {
+	q.args.Reset()
+	q.args.Ptr(qkv.Ptr)
+	q.put(g).put(beta)
+	q.args.Ptr(chunks.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
+}
+
+// gdnState enqueues gdn_state over segs segments (desc: SegDesc [segs], every length > 0; base: int32 [segs], each
+// segment's first chunk in work). Launches of at most one block per multiprocessor load the next chunk while one
+// runs (one block per multiprocessor, ns2); larger ones run two blocks per multiprocessor (ns1). Both compute the
+// same bits.
+func (q *Queue) gdnState(o, qkv Operand, desc, base, work Buffer, segs, hk, hv, dv int) error {
+	q.args.Reset()
+	q.put(o)
+	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(base.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	blocks := segs * hv * dv / 32
+	name, ns := "gdn_state_ns1", 1
+	if blocks <= q.d.info.SMs && q.d.info.SharedOptin >= gdnStateShared(2) {
+		name, ns = "gdn_state_ns2", 2
+	}
+	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, gdnStateShared(ns))
+}

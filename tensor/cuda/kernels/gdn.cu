@@ -1,0 +1,472 @@
+// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for segments longer than one chunk
+// (the register kernels of delta.cu keep question rows). Two launches per call:
+//
+//   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once. From the raw bf16
+//   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
+//   (γ_t = exp Γ_t) and β:
+//     A[t,s] = β_t rk_t rk_s e^{Γ_t−Γ_s} (k_t·k_s)  (s < t),   T = (I + A)⁻¹ (unit lower triangular, fp32),
+//     M[t,s] = rq_t rk_s e^{Γ_t−Γ_s} (q_t·k_s)      (s ≤ t),
+//   with rk = 1/‖k‖, rq = d_k^−½/‖q‖, and the row factors fa = β γ rk, fb = β, fq = γ rq, fk = e^{Γ_C−Γ_t} rk and
+//   the chunk's decay γ_C = e^{Γ_C} (C its last token). T and M go to the workspace in bf16, the factors in fp32.
+//
+//   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
+//   128×32 fp32 state slice S in the accumulator registers of 4 warps. Per chunk, with K, Q, V the raw rows:
+//     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
+//     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
+//     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
+//     S ← γ_C S + Kᵀ (fk·Δ)
+//   All products are mma.sync m16n8k16 bf16 with fp32 accumulation. No 1/γ is ever formed: only exponentials
+//   of non-positive differences. Every quantity of a chunk depends only on its own segment, so results do not
+//   depend on the segment's batch-mates.
+#include "common.cuh"
+
+// SegDesc: as in delta.cu (segs.cu's layout): rows start … start+len−1, initial state a (type dt, null: zero),
+// final state b (fp32, null: not stored).
+struct __align__(8) GdnSeg {
+	int32_t start, len, p, dt, first, dtb;
+	const void *a;
+	void *b;
+};
+
+#define GC 64          // tokens per chunk
+#define GDK 128        // key dimension
+#define GBV 32         // value columns per state block
+#define KP (GDK + 8)   // padded smem row of q/k (bf16): 272 bytes, ldmatrix rows on distinct banks
+#define TP (GC + 8)    // padded row of T, M (bf16): 144 bytes
+#define VP (GBV + 8)   // padded row of V, R, Δ, S (bf16): 80 bytes
+#define AP (GC + 1)    // fp32 rows of A and T in gdn_prep
+#define GDN_WORK 17664 // workspace bytes per (chunk, value head): T, M bf16 [64][64], factors fp32 [5][64]
+
+__device__ __forceinline__ uint32_t sptr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(sptr(p)));
+}
+
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(sptr(p)));
+}
+
+// mma16816: c += a·b, a 16×16 (row), b 16×8 (col), bf16, fp32 accumulators.
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// cp16 copies 16 bytes from global to shared memory asynchronously, or writes 16 zero bytes when !valid.
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sptr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+	return *(uint32_t *)&h;
+}
+
+// Fragment addresses (lane l, i = l >> 3, r = l & 7), for a 16×16 A tile at (m0, k0) and B tiles:
+//   A stored [m][k]:        ldsm4 at row m0 + (l & 15), column k0 + (l >> 4)·8
+//   A stored [k][m] (Aᵀ):   ldsm4t at row k0 + r + (i >> 1)·8, column m0 + (i & 1)·8
+//   B stored [n][k]:        ldsm4 at row n0 + r + (i >> 1)·8, column k0 + (i & 1)·8 → b0, b1 of n tiles n0, n0 + 8
+//   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
+
+// gdn_prep: grid (chunks, hv), 256 threads. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
+extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
+                                                          const void *beta, int bdt, const int32_t *chunks, int hk,
+                                                          int hv, int dv, char *work) {
+	extern __shared__ __align__(16) char smg[];
+	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
+	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
+	float *As = (float *)(Ks + GC * KP);       // [64][AP] A, strictly lower
+	float *Ts = As + GC * AP;                  // [64][AP] T
+	float *Ys = Ts + GC * AP;                  // [3][16][17]
+	float *gam = Ys + 3 * 16 * 17;             // [64] Γ
+	float *bs = gam + GC;                      // [64] β
+	float *rq = bs + GC;                       // [64]
+	float *rk = rq + GC;                       // [64]
+	const int c = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	for (int p = tid; p < GC * 32; p += 256) { // 16 pieces of q, then 16 of k, per row
+		const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
+		const bool ok = t < len;
+		const __nv_bfloat16 *src = qkv + (size_t)(t0 + (ok ? t : 0)) * width + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
+		cp16((which ? Ks : Qs) + t * KP + d8, src, ok);
+	}
+	cp_commit();
+	if (tid < GC) {
+		const bool ok = tid < len;
+		gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+		bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+	}
+	for (int i = tid; i < GC * AP; i += 256) Ts[i] = 0.f;
+	cp_wait<0>();
+	__syncthreads();
+	// norms: warp w rows w, w+8, …; the cumulative log decay: warp 0 scans 64 values, two per lane
+	for (int t = warp; t < GC; t += 8) {
+		float sq = 0.f, sk = 0.f;
+		for (int i = lane; i < GDK; i += 32) {
+			const float a = __bfloat162float(Qs[t * KP + i]), b = __bfloat162float(Ks[t * KP + i]);
+			sq += a * a;
+			sk += b * b;
+		}
+		sq = wsum(sq);
+		sk = wsum(sk);
+		if (lane == 0) {
+			rq[t] = rsqrtf((float)GDK) / sqrtf(sq + 1e-6f);
+			rk[t] = 1.f / sqrtf(sk + 1e-6f);
+		}
+	}
+	if (warp == 0) {
+		const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
+		float s = a1;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			const float u = __shfl_up_sync(0xffffffffu, s, o);
+			if (lane >= o) s += u;
+		}
+		float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
+		if (lane == 0) ex = 0.f;
+		__syncwarp();
+		gam[2 * lane] = ex + a0;
+		gam[2 * lane + 1] = ex + a1;
+	}
+	__syncthreads();
+	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3
+	{
+		const int mi = warp >> 1, n0 = (warp & 1) * 32;
+		float ck[4][4] = {}, cq[4][4] = {};
+		const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+		for (int kk = 0; kk < GDK / 16; kk++) {
+			uint32_t ak[4], aq[4];
+			ldsm4(ak, Ks + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+			ldsm4(aq, Qs + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				if (n0 + 16 * np > 16 * mi + 15) continue; // wholly above the diagonal
+				uint32_t b[4];
+				ldsm4(b, Ks + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
+				mma16816(ck[2 * np], ak, b[0], b[1]);
+				mma16816(ck[2 * np + 1], ak, b[2], b[3]);
+				mma16816(cq[2 * np], aq, b[0], b[1]);
+				mma16816(cq[2 * np + 1], aq, b[2], b[3]);
+			}
+		}
+		__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
+		const int gq = lane >> 2, qq = lane & 3;
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++) {
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int t = 16 * mi + gq + 8 * hf;
+				float m2[2];
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int s = n0 + 8 * nt + 2 * qq + e;
+					float a = 0.f, m = 0.f;
+					if (s <= t) {
+						const float d = expf(gam[t] - gam[s]) * rk[s];
+						m = cq[nt][2 * hf + e] * d * rq[t];
+						if (s < t) a = ck[nt][2 * hf + e] * d * rk[t] * bs[t];
+					}
+					As[t * AP + s] = a;
+					m2[e] = m;
+				}
+				*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+			}
+		}
+	}
+	__syncthreads();
+	// T = (I + A)⁻¹: the four 16×16 diagonal blocks by forward substitution (one thread per column), then the
+	// blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj.
+	if (tid < 64) {
+		const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
+		float x[16];
+#pragma unroll
+		for (int r = 0; r < 16; r++) {
+			float v = r == j ? 1.f : 0.f;
+#pragma unroll
+			for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
+			x[r] = r < j ? 0.f : v;
+			Ts[(o + r) * AP + o + j] = x[r];
+		}
+	}
+	__syncthreads();
+	for (int lv = 1; lv < 4; lv++) {
+		const int r = tid >> 4, cc = tid & 15;
+		for (int b = 0; b < 4 - lv; b++) {
+			const int bi = lv + b, bj = b;
+			float y = 0.f;
+			for (int k = bj; k < bi; k++)
+#pragma unroll
+				for (int p = 0; p < 16; p++) y += As[(16 * bi + r) * AP + 16 * k + p] * Ts[(16 * k + p) * AP + 16 * bj + cc];
+			Ys[(b * 16 + r) * 17 + cc] = y;
+		}
+		__syncthreads();
+		for (int b = 0; b < 4 - lv; b++) {
+			const int bi = lv + b, bj = b;
+			float y = 0.f;
+#pragma unroll
+			for (int p = 0; p < 16; p++) y += Ts[(16 * bi + r) * AP + 16 * bi + p] * Ys[(b * 16 + p) * 17 + cc];
+			Ts[(16 * bi + r) * AP + 16 * bj + cc] = -y;
+		}
+		__syncthreads();
+	}
+	char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
+	__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
+	for (int p = tid; p < GC * GC / 2; p += 256) {
+		const int t = p >> 5, s = (p & 31) * 2;
+		*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
+	}
+	float *F = (float *)(wp + 2 * GC * GC * 2);
+	if (tid < GC) {
+		const int t = tid;
+		const bool ok = t < len;
+		const float gC = gam[len - 1], gt = expf(gam[t]);
+		F[t] = ok ? bs[t] * gt * rk[t] : 0.f;              // fa
+		F[GC + t] = ok ? bs[t] : 0.f;                      // fb
+		F[2 * GC + t] = ok ? gt * rq[t] : 0.f;             // fq
+		F[3 * GC + t] = ok ? expf(gC - gam[t]) * rk[t] : 0.f; // fk
+		F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
+	}
+}
+
+// gdn_state: grid (dv/32, hv, segments), 128 threads. desc[z]: the segment (length > 0); base[z]: its first chunk
+// in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …). o [N, hv·dv] of type odt.
+// NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two blocks).
+template <int NS>
+__device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
+                                          const int32_t *base, int hk, int hv, int dv, const char *work) {
+	extern __shared__ __align__(16) char sms[];
+	constexpr int STAGE = 2 * GC * KP * 2 + GC * VP * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
+	__nv_bfloat16 *Sh = (__nv_bfloat16 *)(sms + NS * STAGE); // [128][VP] S, high part
+	__nv_bfloat16 *Sl = Sh + GDK * VP;                       // [128][VP] S − high
+	__nv_bfloat16 *Rs = Sl + GDK * VP;                       // [64][VP] R
+	__nv_bfloat16 *Ds = Rs + GC * VP;                        // [64][VP] Δ
+	__nv_bfloat16 *Dk = Ds + GC * VP;                        // [64][VP] fk·Δ
+	const GdnSeg sd = desc[blockIdx.z];
+	const int h = blockIdx.y, kh = h / (hv / hk), c0 = blockIdx.x * GBV;
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z];
+	float S[2][4][4]; // rows 32w + 16mt + gq (+8), columns 8nt + 2qq (+1)
+#pragma unroll
+	for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int row = 32 * warp + 16 * mt + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
+				S[mt][nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
+			}
+	auto issue = [&](int i) {
+		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
+		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
+		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
+		float *F = (float *)(Tm + 2 * GC * TP);
+		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		for (int p = tid; p < GC * 36; p += 128) { // per row: 16 pieces of q, 16 of k, 4 of v
+			const int t = p / 36, u = p % 36;
+			const bool ok = t < len;
+			const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
+			if (u < 32) {
+				const int which = u >> 4, d8 = (u & 15) * 8;
+				cp16((which ? Ks : Qs) + t * KP + d8, row + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, ok);
+			} else {
+				const int d8 = (u - 32) * 8;
+				cp16(Vs + t * VP + d8, row + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
+			}
+		}
+		const char *wp = work + ((size_t)(cb + i) * hv + h) * GDN_WORK;
+		for (int p = tid; p < 2 * GC * 8; p += 128) { // T and M rows: 8 pieces each
+			const int m = p >> 9, t = (p >> 3) & 63, d8 = (p & 7) * 8;
+			cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+		}
+		for (int p = tid; p < 5 * GC / 4; p += 128) cp16(F + 4 * p, wp + 2 * GC * GC * 2 + 16 * p, true);
+		cp_commit();
+	};
+	if (NS == 2 && nch > 0) issue(0);
+	for (int i = 0; i < nch; i++) {
+		__syncthreads(); // the previous chunk's shared memory is no longer read
+		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
+		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
+		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
+		const float *F = (const float *)(Ms + GC * TP);
+		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		if (NS == 1) issue(i);
+		// S → bf16 hi/lo, [dim][col]
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int row = 32 * warp + 16 * mt + gq + 8 * hf, col = 8 * nt + 2 * qq;
+					const float x = S[mt][nt][2 * hf], y = S[mt][nt][2 * hf + 1];
+					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+					const float2 hf2 = __bfloat1622float2(hi);
+					*(__nv_bfloat162 *)(Sh + row * VP + col) = hi;
+					*(uint32_t *)(Sl + row * VP + col) = pack2(x - hf2.x, y - hf2.y);
+				}
+		if (NS == 2 && i + 1 < nch) {
+			issue(i + 1);
+			cp_wait<1>();
+		} else
+			cp_wait<0>();
+		__syncthreads();
+		// X = K S, P = Q S for tokens 16w … 16w + 15
+		float X[4][4] = {}, P[4][4] = {};
+#pragma unroll
+		for (int kk = 0; kk < GDK / 16; kk++) {
+			uint32_t ak[4], aq[4];
+			ldsm4(ak, Ks + (16 * warp + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+			ldsm4(aq, Qs + (16 * warp + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				uint32_t bh[4], bl[4];
+				const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
+				ldsm4t(bh, Sh + off);
+				ldsm4t(bl, Sl + off);
+				mma16816(X[2 * np], ak, bh[0], bh[1]);
+				mma16816(X[2 * np + 1], ak, bh[2], bh[3]);
+				mma16816(P[2 * np], aq, bh[0], bh[1]);
+				mma16816(P[2 * np + 1], aq, bh[2], bh[3]);
+				mma16816(X[2 * np], ak, bl[0], bl[1]);
+				mma16816(X[2 * np + 1], ak, bl[2], bl[3]);
+				mma16816(P[2 * np], aq, bl[0], bl[1]);
+				mma16816(P[2 * np + 1], aq, bl[2], bl[3]);
+			}
+		}
+		// R = fb·V − fa·X
+		const int ta = 16 * warp + gq, tb = ta + 8;
+		const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++) {
+			const int col = 8 * nt + 2 * qq;
+			const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VP + col));
+			const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VP + col));
+			*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * X[nt][0], fb0 * v0.y - fa0 * X[nt][1]);
+			*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * X[nt][2], fb1 * v1.y - fa1 * X[nt][3]);
+		}
+		__syncthreads();
+		// Δ = T R (T lower triangular: k tiles 0 … warp)
+		float D[4][4] = {};
+		for (int kk = 0; kk <= warp; kk++) {
+			uint32_t a[4];
+			ldsm4(a, Ts + (16 * warp + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				uint32_t b[4];
+				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+				mma16816(D[2 * np], a, b[0], b[1]);
+				mma16816(D[2 * np + 1], a, b[2], b[3]);
+			}
+		}
+		const float fk0 = F[3 * GC + ta], fk1 = F[3 * GC + tb];
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++) {
+			const int col = 8 * nt + 2 * qq;
+			*(uint32_t *)(Ds + ta * VP + col) = pack2(D[nt][0], D[nt][1]);
+			*(uint32_t *)(Ds + tb * VP + col) = pack2(D[nt][2], D[nt][3]);
+			*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[nt][0], fk0 * D[nt][1]);
+			*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[nt][2], fk1 * D[nt][3]);
+		}
+		__syncthreads();
+		// O = fq·P + M Δ
+		{
+			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				P[nt][0] *= fq0;
+				P[nt][1] *= fq0;
+				P[nt][2] *= fq1;
+				P[nt][3] *= fq1;
+			}
+			for (int kk = 0; kk <= warp; kk++) {
+				uint32_t a[4];
+				ldsm4(a, Ms + (16 * warp + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					uint32_t b[4];
+					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+					mma16816(P[2 * np], a, b[0], b[1]);
+					mma16816(P[2 * np + 1], a, b[2], b[3]);
+				}
+			}
+			const size_t ow = (size_t)hv * dv;
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const size_t col = (size_t)h * dv + c0 + 8 * nt + 2 * qq;
+				if (ta < len) {
+					st(o, odt, (size_t)(t0 + ta) * ow + col, P[nt][0]);
+					st(o, odt, (size_t)(t0 + ta) * ow + col + 1, P[nt][1]);
+				}
+				if (tb < len) {
+					st(o, odt, (size_t)(t0 + tb) * ow + col, P[nt][2]);
+					st(o, odt, (size_t)(t0 + tb) * ow + col + 1, P[nt][3]);
+				}
+			}
+		}
+		if (i + 1 == nch && !sd.b) break; // the last state is not wanted
+		// S ← γ_C S + Kᵀ (fk·Δ): dims 32w + 16mt …, tokens in k tiles of 16
+		const float gC = F[4 * GC];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) S[mt][nt][e] *= gC;
+#pragma unroll
+		for (int kk = 0; kk < GC / 16; kk++) {
+			uint32_t b[2][4];
+#pragma unroll
+			for (int np = 0; np < 2; np++)
+				ldsm4t(b[np], Dk + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				uint32_t a[4];
+				ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 32 * warp + 16 * mt + (li & 1) * 8);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					mma16816(S[mt][2 * np], a, b[np][0], b[np][1]);
+					mma16816(S[mt][2 * np + 1], a, b[np][2], b[np][3]);
+				}
+			}
+		}
+	}
+	if (sd.b) {
+		float *fin = (float *)sd.b;
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int row = 32 * warp + 16 * mt + gq + 8 * hf, col = c0 + 8 * nt + 2 * qq;
+					*(float2 *)(fin + ((size_t)h * GDK + row) * dv + col) = make_float2(S[mt][nt][2 * hf], S[mt][nt][2 * hf + 1]);
+				}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                                   const GdnSeg *desc, const int32_t *base, int hk,
+                                                                   int hv, int dv, const char *work) {
+	gdn_state<2>(o, odt, qkv, desc, base, hk, hv, dv, work);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                                   const GdnSeg *desc, const int32_t *base, int hk,
+                                                                   int hv, int dv, const char *work) {
+	gdn_state<1>(o, odt, qkv, desc, base, hk, hv, dv, work);
+}
