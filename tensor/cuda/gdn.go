@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"gorgonia.org/cu"
+
 	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/tensor"
 )
@@ -77,5 +79,44 @@ func (q *Queue) gdnState(o, qkv Operand, desc, base, work Buffer, segs, hk, hv, 
 	if blocks <= q.d.info.SMs && q.d.info.SharedOptin >= gdnStateShared(2) {
 		name, ns = "gdn_state_ns2", 2
 	}
-	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, gdnStateShared(ns))
+	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(ns))
+}
+
+// deltaLong enqueues the segments of a (starts, ls) that the tensor-core kernels take (gdn.go) and returns the
+// others, for the register kernels.
+func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, []int32, error) {
+	if !s.b.dev.gdnFits(a.DK, a.DV, a.QKV, width) {
+		return starts, ls, nil
+	}
+	var tab, lb, ss, sl []int32
+	var long []segDesc
+	for i := range starts {
+		if !gdnTakes(int(ls[i])) {
+			ss, sl = append(ss, starts[i]), append(sl, ls[i])
+			continue
+		}
+		var first int32
+		tab, first = gdnChunks(tab, int(starts[i]), int(ls[i]))
+		var d segDesc
+		d.set(int(starts[i]), int(ls[i]), 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, a.Final.Ptr)
+		long, lb = append(long, d), append(lb, first)
+	}
+	if len(long) == 0 {
+		return starts, ls, nil
+	}
+	all := append(append(flat(long), tab...), lb...) // one upload: descriptors (8-byte aligned), chunks, first chunks
+	tb, err := s.ints(all)
+	if err != nil {
+		return nil, nil, err
+	}
+	at := func(k int) Buffer { return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*k), Bytes: tb.Bytes - 4*int64(k)} }
+	nc := len(tab) / 2
+	work, err := s.temp(int64(nc) * int64(a.HV) * gdnWork)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(10*len(long)), work, nc, a.HK, a.HV, a.DV); err != nil {
+		return nil, nil, err
+	}
+	return ss, sl, s.q.gdnState(a.O, a.QKV, at(0), at(10*len(long)+len(tab)), work, len(long), a.HK, a.HV, a.DV)
 }

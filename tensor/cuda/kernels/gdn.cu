@@ -111,20 +111,32 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	for (int i = tid; i < GC * AP; i += 256) Ts[i] = 0.f;
 	cp_wait<0>();
 	__syncthreads();
-	// norms: warp w rows w, w+8, …; the cumulative log decay: warp 0 scans 64 values, two per lane
-	for (int t = warp; t < GC; t += 8) {
-		float sq = 0.f, sk = 0.f;
-		for (int i = lane; i < GDK; i += 32) {
-			const float a = __bfloat162float(Qs[t * KP + i]), b = __bfloat162float(Ks[t * KP + i]);
-			sq += a * a;
-			sk += b * b;
+	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side); the
+	// cumulative log decay: warp 0 scans 64 values, two per lane
+	{
+		float sq[8], sk[8];
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			const uint2 a = *(const uint2 *)(Qs + (8 * warp + e) * KP + 4 * lane);
+			const uint2 b = *(const uint2 *)(Ks + (8 * warp + e) * KP + 4 * lane);
+			const float2 a0 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.x), a1 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.y);
+			const float2 b0 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.x), b1 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.y);
+			sq[e] = a0.x * a0.x + a0.y * a0.y + a1.x * a1.x + a1.y * a1.y;
+			sk[e] = b0.x * b0.x + b0.y * b0.y + b1.x * b1.x + b1.y * b1.y;
 		}
-		sq = wsum(sq);
-		sk = wsum(sk);
-		if (lane == 0) {
-			rq[t] = rsqrtf((float)GDK) / sqrtf(sq + 1e-6f);
-			rk[t] = 1.f / sqrtf(sk + 1e-6f);
-		}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], o);
+				sk[e] += __shfl_xor_sync(0xffffffffu, sk[e], o);
+			}
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			if (lane == e) {
+				rq[8 * warp + e] = rsqrtf((float)GDK) / sqrtf(sq[e] + 1e-6f);
+				rk[8 * warp + e] = 1.f / sqrtf(sk[e] + 1e-6f);
+			}
 	}
 	if (warp == 0) {
 		const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
@@ -164,6 +176,20 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		}
 		__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
 		const int gq = lane >> 2, qq = lane & 3;
+		float gt[2], ft[2], rqt[2], gs[8], rks[8];
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int t = 16 * mi + gq + 8 * hf;
+			gt[hf] = gam[t];
+			ft[hf] = rk[t] * bs[t];
+			rqt[hf] = rq[t];
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
+			gs[j] = gam[s];
+			rks[j] = rk[s];
+		}
 #pragma unroll
 		for (int nt = 0; nt < 4; nt++) {
 #pragma unroll
@@ -172,15 +198,10 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 				float m2[2];
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
-					const int s = n0 + 8 * nt + 2 * qq + e;
-					float a = 0.f, m = 0.f;
-					if (s <= t) {
-						const float d = expf(gam[t] - gam[s]) * rk[s];
-						m = cq[nt][2 * hf + e] * d * rq[t];
-						if (s < t) a = ck[nt][2 * hf + e] * d * rk[t] * bs[t];
-					}
-					As[t * AP + s] = a;
-					m2[e] = m;
+					const int s = n0 + 8 * nt + 2 * qq + e, j = 2 * nt + e;
+					const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
+					m2[e] = s <= t ? cq[nt][2 * hf + e] * d * rqt[hf] : 0.f;
+					As[t * AP + s] = s < t ? ck[nt][2 * hf + e] * d * ft[hf] : 0.f;
 				}
 				*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
 			}
@@ -193,13 +214,14 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
 		float x[16];
 #pragma unroll
-		for (int r = 0; r < 16; r++) {
+		for (int r = 0; r < 16; r++) { // the loads do not wait for earlier stores: Ts is written afterwards
 			float v = r == j ? 1.f : 0.f;
 #pragma unroll
 			for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
 			x[r] = r < j ? 0.f : v;
-			Ts[(o + r) * AP + o + j] = x[r];
 		}
+#pragma unroll
+		for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
 	}
 	__syncthreads();
 	for (int lv = 1; lv < 4; lv++) {
@@ -241,9 +263,13 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	}
 }
 
-// gdn_state: grid (dv/32, hv, segments), 128 threads. desc[z]: the segment (length > 0); base[z]: its first chunk
+// gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length > 0); base[z]: its first chunk
 // in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …). o [N, hv·dv] of type odt.
-// NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two blocks).
+// Warp v holds the state rows 16v … 16v + 15 (all 32 columns). Per chunk, warps 0–3 compute X = K S and R for
+// tokens 16v …, while warps 4–7 compute P = Q S for tokens 16(v − 4) …; then Δ = T R with warp v on tokens
+// 16(v & 3) …, columns 16(v >> 2) …; then warps 4–7 the outputs O = fq·P + M Δ while all warps update their
+// state rows. NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two
+// blocks per multiprocessor). Both compute the same bits.
 template <int NS>
 __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
                                           const int32_t *base, int hk, int hv, int dv, const char *work) {
@@ -258,25 +284,26 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	const int h = blockIdx.y, kh = h / (hv / hk), c0 = blockIdx.x * GBV;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
+	const int mw = warp & 3;     // token tile of X/R (warps 0–3), P/O (warps 4–7) and Δ
+	const bool xw = warp < 4;    // X and R; otherwise P and O
+	const int dh = warp >> 2;    // Δ columns 16dh … 16dh + 15
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
 	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z];
-	float S[2][4][4]; // rows 32w + 16mt + gq (+8), columns 8nt + 2qq (+1)
+	float S[4][4]; // rows 16·warp + gq (+8), columns 8nt + 2qq (+1)
 #pragma unroll
-	for (int mt = 0; mt < 2; mt++)
+	for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-		for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const int row = 32 * warp + 16 * mt + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
-				S[mt][nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
-			}
+		for (int e = 0; e < 4; e++) {
+			const int row = 16 * warp + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
+			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
+		}
 	auto issue = [&](int i) {
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
 		float *F = (float *)(Tm + 2 * GC * TP);
 		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
-		for (int p = tid; p < GC * 36; p += 128) { // per row: 16 pieces of q, 16 of k, 4 of v
+		for (int p = tid; p < GC * 36; p += 256) { // per row: 16 pieces of q, 16 of k, 4 of v
 			const int t = p / 36, u = p % 36;
 			const bool ok = t < len;
 			const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
@@ -289,11 +316,11 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		const char *wp = work + ((size_t)(cb + i) * hv + h) * GDN_WORK;
-		for (int p = tid; p < 2 * GC * 8; p += 128) { // T and M rows: 8 pieces each
+		for (int p = tid; p < 2 * GC * 8; p += 256) { // T and M rows: 8 pieces each
 			const int m = p >> 9, t = (p >> 3) & 63, d8 = (p & 7) * 8;
 			cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
 		}
-		for (int p = tid; p < 5 * GC / 4; p += 128) cp16(F + 4 * p, wp + 2 * GC * GC * 2 + 16 * p, true);
+		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
 	if (NS == 2 && nch > 0) issue(0);
@@ -307,165 +334,153 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		if (NS == 1) issue(i);
 		// S → bf16 hi/lo, [dim][col]
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
+		for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int row = 32 * warp + 16 * mt + gq + 8 * hf, col = 8 * nt + 2 * qq;
-					const float x = S[mt][nt][2 * hf], y = S[mt][nt][2 * hf + 1];
-					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-					const float2 hf2 = __bfloat1622float2(hi);
-					*(__nv_bfloat162 *)(Sh + row * VP + col) = hi;
-					*(uint32_t *)(Sl + row * VP + col) = pack2(x - hf2.x, y - hf2.y);
-				}
+			for (int hf = 0; hf < 2; hf++) {
+				const int row = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
+				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
+				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+				const float2 hf2 = __bfloat1622float2(hi);
+				*(__nv_bfloat162 *)(Sh + row * VP + col) = hi;
+				*(uint32_t *)(Sl + row * VP + col) = pack2(x - hf2.x, y - hf2.y);
+			}
 		if (NS == 2 && i + 1 < nch) {
 			issue(i + 1);
 			cp_wait<1>();
 		} else
 			cp_wait<0>();
 		__syncthreads();
-		// X = K S, P = Q S for tokens 16w … 16w + 15
-		float X[4][4] = {}, P[4][4] = {};
-#pragma unroll
-		for (int kk = 0; kk < GDK / 16; kk++) {
-			uint32_t ak[4], aq[4];
-			ldsm4(ak, Ks + (16 * warp + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-			ldsm4(aq, Qs + (16 * warp + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-#pragma unroll
-			for (int np = 0; np < 2; np++) {
-				uint32_t bh[4], bl[4];
-				const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
-				ldsm4t(bh, Sh + off);
-				ldsm4t(bl, Sl + off);
-				mma16816(X[2 * np], ak, bh[0], bh[1]);
-				mma16816(X[2 * np + 1], ak, bh[2], bh[3]);
-				mma16816(P[2 * np], aq, bh[0], bh[1]);
-				mma16816(P[2 * np + 1], aq, bh[2], bh[3]);
-				mma16816(X[2 * np], ak, bl[0], bl[1]);
-				mma16816(X[2 * np + 1], ak, bl[2], bl[3]);
-				mma16816(P[2 * np], aq, bl[0], bl[1]);
-				mma16816(P[2 * np + 1], aq, bl[2], bl[3]);
-			}
-		}
-		// R = fb·V − fa·X
-		const int ta = 16 * warp + gq, tb = ta + 8;
-		const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
-#pragma unroll
-		for (int nt = 0; nt < 4; nt++) {
-			const int col = 8 * nt + 2 * qq;
-			const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VP + col));
-			const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VP + col));
-			*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * X[nt][0], fb0 * v0.y - fa0 * X[nt][1]);
-			*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * X[nt][2], fb1 * v1.y - fa1 * X[nt][3]);
-		}
-		__syncthreads();
-		// Δ = T R (T lower triangular: k tiles 0 … warp)
-		float D[4][4] = {};
-		for (int kk = 0; kk <= warp; kk++) {
-			uint32_t a[4];
-			ldsm4(a, Ts + (16 * warp + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
-#pragma unroll
-			for (int np = 0; np < 2; np++) {
-				uint32_t b[4];
-				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
-				mma16816(D[2 * np], a, b[0], b[1]);
-				mma16816(D[2 * np + 1], a, b[2], b[3]);
-			}
-		}
-		const float fk0 = F[3 * GC + ta], fk1 = F[3 * GC + tb];
-#pragma unroll
-		for (int nt = 0; nt < 4; nt++) {
-			const int col = 8 * nt + 2 * qq;
-			*(uint32_t *)(Ds + ta * VP + col) = pack2(D[nt][0], D[nt][1]);
-			*(uint32_t *)(Ds + tb * VP + col) = pack2(D[nt][2], D[nt][3]);
-			*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[nt][0], fk0 * D[nt][1]);
-			*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[nt][2], fk1 * D[nt][3]);
-		}
-		__syncthreads();
-		// O = fq·P + M Δ
+		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
+		float XP[4][4] = {};
 		{
+			const __nv_bfloat16 *A = xw ? Ks : Qs;
+#pragma unroll
+			for (int kk = 0; kk < GDK / 16; kk++) {
+				uint32_t a[4];
+				ldsm4(a, A + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					uint32_t bh[4], bl[4];
+					const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
+					ldsm4t(bh, Sh + off);
+					ldsm4t(bl, Sl + off);
+					mma16816(XP[2 * np], a, bh[0], bh[1]);
+					mma16816(XP[2 * np + 1], a, bh[2], bh[3]);
+					mma16816(XP[2 * np], a, bl[0], bl[1]);
+					mma16816(XP[2 * np + 1], a, bl[2], bl[3]);
+				}
+			}
+		}
+		const int ta = 16 * mw + gq, tb = ta + 8;
+		if (xw) { // R = fb·V − fa·X
+			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const int col = 8 * nt + 2 * qq;
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VP + col));
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VP + col));
+				*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * XP[nt][0], fb0 * v0.y - fa0 * XP[nt][1]);
+				*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * XP[nt][2], fb1 * v1.y - fa1 * XP[nt][3]);
+			}
+		}
+		__syncthreads();
+		// Δ = T R (T lower triangular: k tiles 0 … mw), columns 16dh …
+		{
+			float D[2][4] = {};
+			for (int kk = 0; kk <= mw; kk++) {
+				uint32_t a[4], b[4];
+				ldsm4(a, Ts + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * dh + (li >> 1) * 8);
+				mma16816(D[0], a, b[0], b[1]);
+				mma16816(D[1], a, b[2], b[3]);
+			}
+			const float fk0 = F[3 * GC + ta], fk1 = F[3 * GC + tb];
+#pragma unroll
+			for (int n = 0; n < 2; n++) {
+				const int col = 16 * dh + 8 * n + 2 * qq;
+				*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
+				*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+				*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[n][0], fk0 * D[n][1]);
+				*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[n][2], fk1 * D[n][3]);
+			}
+		}
+		__syncthreads();
+		if (!xw) { // O = fq·P + M Δ
 			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
-				P[nt][0] *= fq0;
-				P[nt][1] *= fq0;
-				P[nt][2] *= fq1;
-				P[nt][3] *= fq1;
+				XP[nt][0] *= fq0;
+				XP[nt][1] *= fq0;
+				XP[nt][2] *= fq1;
+				XP[nt][3] *= fq1;
 			}
-			for (int kk = 0; kk <= warp; kk++) {
+			for (int kk = 0; kk <= mw; kk++) {
 				uint32_t a[4];
-				ldsm4(a, Ms + (16 * warp + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+				ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
 #pragma unroll
 				for (int np = 0; np < 2; np++) {
 					uint32_t b[4];
 					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
-					mma16816(P[2 * np], a, b[0], b[1]);
-					mma16816(P[2 * np + 1], a, b[2], b[3]);
+					mma16816(XP[2 * np], a, b[0], b[1]);
+					mma16816(XP[2 * np + 1], a, b[2], b[3]);
 				}
 			}
 			const size_t ow = (size_t)hv * dv;
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
 				const size_t col = (size_t)h * dv + c0 + 8 * nt + 2 * qq;
-				if (ta < len) {
-					st(o, odt, (size_t)(t0 + ta) * ow + col, P[nt][0]);
-					st(o, odt, (size_t)(t0 + ta) * ow + col + 1, P[nt][1]);
-				}
-				if (tb < len) {
-					st(o, odt, (size_t)(t0 + tb) * ow + col, P[nt][2]);
-					st(o, odt, (size_t)(t0 + tb) * ow + col + 1, P[nt][3]);
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int t = hf ? tb : ta;
+					if (t >= len) continue;
+					const size_t at = (size_t)(t0 + t) * ow + col;
+					if (odt == DT_BF16)
+						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(XP[nt][2 * hf], XP[nt][2 * hf + 1]);
+					else {
+						st(o, odt, at, XP[nt][2 * hf]);
+						st(o, odt, at + 1, XP[nt][2 * hf + 1]);
+					}
 				}
 			}
 		}
 		if (i + 1 == nch && !sd.b) break; // the last state is not wanted
-		// S ← γ_C S + Kᵀ (fk·Δ): dims 32w + 16mt …, tokens in k tiles of 16
+		// S ← γ_C S + Kᵀ (fk·Δ): rows 16·warp …, tokens in k tiles of 16
 		const float gC = F[4 * GC];
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
+		for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) S[mt][nt][e] *= gC;
+			for (int e = 0; e < 4; e++) S[nt][e] *= gC;
 #pragma unroll
 		for (int kk = 0; kk < GC / 16; kk++) {
-			uint32_t b[2][4];
+			uint32_t a[4], b[2][4];
+			ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 16 * warp + (li & 1) * 8);
 #pragma unroll
-			for (int np = 0; np < 2; np++)
+			for (int np = 0; np < 2; np++) {
 				ldsm4t(b[np], Dk + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
-#pragma unroll
-			for (int mt = 0; mt < 2; mt++) {
-				uint32_t a[4];
-				ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 32 * warp + 16 * mt + (li & 1) * 8);
-#pragma unroll
-				for (int np = 0; np < 2; np++) {
-					mma16816(S[mt][2 * np], a, b[np][0], b[np][1]);
-					mma16816(S[mt][2 * np + 1], a, b[np][2], b[np][3]);
-				}
+				mma16816(S[2 * np], a, b[np][0], b[np][1]);
+				mma16816(S[2 * np + 1], a, b[np][2], b[np][3]);
 			}
 		}
 	}
 	if (sd.b) {
 		float *fin = (float *)sd.b;
 #pragma unroll
-		for (int mt = 0; mt < 2; mt++)
+		for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int row = 32 * warp + 16 * mt + gq + 8 * hf, col = c0 + 8 * nt + 2 * qq;
-					*(float2 *)(fin + ((size_t)h * GDK + row) * dv + col) = make_float2(S[mt][nt][2 * hf], S[mt][nt][2 * hf + 1]);
-				}
+			for (int hf = 0; hf < 2; hf++) {
+				const int row = 16 * warp + gq + 8 * hf, col = c0 + 8 * nt + 2 * qq;
+				*(float2 *)(fin + ((size_t)h * GDK + row) * dv + col) = make_float2(S[nt][2 * hf], S[nt][2 * hf + 1]);
+			}
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
                                                                    const GdnSeg *desc, const int32_t *base, int hk,
                                                                    int hv, int dv, const char *work) {
 	gdn_state<2>(o, odt, qkv, desc, base, hk, hv, dv, work);
 }
 
-extern "C" __global__ void __launch_bounds__(128, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
+extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
                                                                    const GdnSeg *desc, const int32_t *base, int hk,
                                                                    int hv, int dv, const char *work) {
 	gdn_state<1>(o, odt, qkv, desc, base, hk, hv, dv, work);
