@@ -95,6 +95,7 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	const int c = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
+	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
 	for (int p = tid; p < GC * 32; p += 256) { // 16 pieces of q, then 16 of k, per row
 		const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
@@ -161,11 +162,12 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 #pragma unroll
 		for (int kk = 0; kk < GDK / 16; kk++) {
 			uint32_t ak[4], aq[4];
+			if (mi >= nb) break; // padding rows: zero
 			ldsm4(ak, Ks + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
 			ldsm4(aq, Qs + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
 #pragma unroll
 			for (int np = 0; np < 2; np++) {
-				if (n0 + 16 * np > 16 * mi + 15) continue; // wholly above the diagonal
+				if (n0 + 16 * np > 16 * mi + 15) continue; // wholly above the diagonal (so also padding columns)
 				uint32_t b[4];
 				ldsm4(b, Ks + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
 				mma16816(ck[2 * np], ak, b[0], b[1]);
@@ -228,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		const int r = tid >> 4, cc = tid & 15;
 		for (int b = 0; b < 4 - lv; b++) {
 			const int bi = lv + b, bj = b;
+			if (bi >= nb) break; // padding rows of A are zero: T_ij stays zero
 			float y = 0.f;
 			for (int k = bj; k < bi; k++)
 #pragma unroll
@@ -237,6 +240,7 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		__syncthreads();
 		for (int b = 0; b < 4 - lv; b++) {
 			const int bi = lv + b, bj = b;
+			if (bi >= nb) break;
 			float y = 0.f;
 #pragma unroll
 			for (int p = 0; p < 16; p++) y += Ts[(16 * bi + r) * AP + 16 * bi + p] * Ys[(b * 16 + p) * 17 + cc];
@@ -331,6 +335,8 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
 		const float *F = (const float *)(Ms + GC * TP);
 		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		const int nb = (len + 15) >> 4; // 16-token tiles holding tokens; warps of later tiles skip X, P, R, Δ, O
+		const bool live = mw < nb;
 		if (NS == 1) issue(i);
 		// S → bf16 hi/lo, [dim][col]
 #pragma unroll
@@ -352,7 +358,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		__syncthreads();
 		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
 		float XP[4][4] = {};
-		{
+		if (live) {
 			const __nv_bfloat16 *A = xw ? Ks : Qs;
 #pragma unroll
 			for (int kk = 0; kk < GDK / 16; kk++) {
@@ -372,7 +378,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		const int ta = 16 * mw + gq, tb = ta + 8;
-		if (xw) { // R = fb·V − fa·X
+		if (xw && live) { // R = fb·V − fa·X
 			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
@@ -385,7 +391,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		}
 		__syncthreads();
 		// Δ = T R (T lower triangular: k tiles 0 … mw), columns 16dh …
-		{
+		if (live) {
 			float D[2][4] = {};
 			for (int kk = 0; kk <= mw; kk++) {
 				uint32_t a[4], b[4];
@@ -405,7 +411,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		__syncthreads();
-		if (!xw) { // O = fq·P + M Δ
+		if (!xw && live) { // O = fq·P + M Δ
 			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
@@ -452,6 +458,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			for (int e = 0; e < 4; e++) S[nt][e] *= gC;
 #pragma unroll
 		for (int kk = 0; kk < GC / 16; kk++) {
+			if (kk >= nb) break; // padding tokens add nothing
 			uint32_t a[4], b[2][4];
 			ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 16 * warp + (li & 1) * 8);
 #pragma unroll
