@@ -30,9 +30,9 @@ func gdnTakes(n int) bool { return n > 0 && n >= gdnMinLen }
 // gdnWork is the workspace per (chunk, value head): T and M as bf16 [64][64], five fp32 [64] row factors.
 const gdnWork = 17664
 
-// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16; A, T [64][65] fp32; three 16×17 blocks;
+// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16; A, T [64][68] fp32; three 16×20 blocks;
 // four 64-vectors.
-const gdnPrepShared = 2*64*136*2 + 2*64*65*4 + 3*16*17*4 + 4*64*4
+const gdnPrepShared = 2*64*136*2 + 2*64*68*4 + 3*16*20*4 + 4*64*4
 
 // gdnStateShared is gdn_state_ns{1,2}'s dynamic shared memory for ns stages of chunk inputs.
 func gdnStateShared(ns int) int {

@@ -34,7 +34,8 @@ struct __align__(8) GdnSeg {
 #define KP (GDK + 8)   // padded smem row of q/k (bf16): 272 bytes, ldmatrix rows on distinct banks
 #define TP (GC + 8)    // padded row of T, M (bf16): 144 bytes
 #define VP (GBV + 8)   // padded row of V, R, Δ, S (bf16): 80 bytes
-#define AP (GC + 1)    // fp32 rows of A and T in gdn_prep
+#define AP (GC + 4)    // fp32 rows of A and T in gdn_prep (16-byte aligned for the 4-column strips)
+#define YP 20          // fp32 rows of the three 16×16 level blocks
 #define GDN_WORK 17664 // workspace bytes per (chunk, value head): T, M bf16 [64][64], factors fp32 [5][64]
 
 __device__ __forceinline__ uint32_t sptr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -87,8 +88,8 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
 	float *As = (float *)(Ks + GC * KP);       // [64][AP] A, strictly lower
 	float *Ts = As + GC * AP;                  // [64][AP] T
-	float *Ys = Ts + GC * AP;                  // [3][16][17]
-	float *gam = Ys + 3 * 16 * 17;             // [64] Γ
+	float *Ys = Ts + GC * AP;                  // [3][16][YP]
+	float *gam = Ys + 3 * 16 * YP;             // [64] Γ
 	float *bs = gam + GC;                      // [64] β
 	float *rq = bs + GC;                       // [64]
 	float *rk = rq + GC;                       // [64]
@@ -226,25 +227,39 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
 	}
 	__syncthreads();
+	// Level lv: blocks (lv + b, b), b < 4 − lv; thread tid: block b = tid / 64, row r, columns c4 … c4 + 3 (one
+	// broadcast load of A or T_ii and one 16-byte load per four multiply-adds).
 	for (int lv = 1; lv < 4; lv++) {
-		const int r = tid >> 4, cc = tid & 15;
-		for (int b = 0; b < 4 - lv; b++) {
-			const int bi = lv + b, bj = b;
-			if (bi >= nb) break; // padding rows of A are zero: T_ij stays zero
-			float y = 0.f;
+		const int b = tid >> 6, r = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+		const int bi = lv + b, bj = b;
+		const bool on = b < 4 - lv && bi < nb; // padding rows of A are zero: T_ij stays zero
+		if (on) {
+			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
 			for (int k = bj; k < bi; k++)
 #pragma unroll
-				for (int p = 0; p < 16; p++) y += As[(16 * bi + r) * AP + 16 * k + p] * Ts[(16 * k + p) * AP + 16 * bj + cc];
-			Ys[(b * 16 + r) * 17 + cc] = y;
+				for (int p = 0; p < 16; p++) {
+					const float a = As[(16 * bi + r) * AP + 16 * k + p];
+					const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4);
+					y.x += a * t.x;
+					y.y += a * t.y;
+					y.z += a * t.z;
+					y.w += a * t.w;
+				}
+			*(float4 *)(Ys + (b * 16 + r) * YP + c4) = y;
 		}
 		__syncthreads();
-		for (int b = 0; b < 4 - lv; b++) {
-			const int bi = lv + b, bj = b;
-			if (bi >= nb) break;
-			float y = 0.f;
+		if (on) {
+			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-			for (int p = 0; p < 16; p++) y += Ts[(16 * bi + r) * AP + 16 * bi + p] * Ys[(b * 16 + p) * 17 + cc];
-			Ts[(16 * bi + r) * AP + 16 * bj + cc] = -y;
+			for (int p = 0; p < 16; p++) {
+				const float a = Ts[(16 * bi + r) * AP + 16 * bi + p];
+				const float4 t = *(const float4 *)(Ys + (b * 16 + p) * YP + c4);
+				y.x += a * t.x;
+				y.y += a * t.y;
+				y.z += a * t.z;
+				y.w += a * t.w;
+			}
+			*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4) = make_float4(-y.x, -y.y, -y.z, -y.w);
 		}
 		__syncthreads();
 	}
