@@ -17,10 +17,10 @@ export PYTHONUNBUFFERED=1
 (python3 scripts/golden/make_kev4b.py /tmp/kev4b --tokenizer .gold-in/tokenizer.json > /tmp/make_kev4b.log 2>&1; echo "make rc=$?" >> /tmp/make_kev4b.log) &
 mk=$!
 echo "== delta-rule tests"
-(cd tensor/cuda && timeout 120 ../../bin/cuda.test -test.v -test.run '^TestConformance$|TestDeltaRuleOne|TestDeltaSegmentsOne|TestDeltaRuleFast|^TestSegmentsFast$|^TestModelMatchesCPU$|^TestForwardBatchedMatchesCPU$|TestForwardBatchInvariant' > $L/delta_tests.log 2>&1; echo "rc=$?")
+(cd tensor/cuda && timeout 120 ../../bin/cuda.test -test.v -test.run '^TestConformance$|TestGDN|TestDeltaRuleOne|TestDeltaSegmentsOne|TestDeltaRuleFast|^TestSegmentsFast$|^TestModelMatchesCPU$|^TestForwardBatchedMatchesCPU$|TestForwardBatchInvariant' > $L/delta_tests.log 2>&1; echo "rc=$?")
 grep -E "^(--- |FAIL|ok|PASS)" $L/delta_tests.log | head -12
-grep -E "deltatc_test.go.*(worst|rms)" $L/delta_tests.log | sort -u | tail -12
-(cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.run '^$' -test.bench 'BenchmarkDeltaRows' -test.benchtime 1x > $L/delta_bench.log 2>&1)
+grep -E "gdn_test.go.*rms error" $L/delta_tests.log | sort -u | tail -12
+(cd tensor/cuda && timeout 60 ../../bin/cuda.test -test.run '^$' -test.bench 'BenchmarkDeltaRows|BenchmarkGDN' -test.benchtime 1x > $L/delta_bench.log 2>&1)
 grep '^KEVBENCH' $L/delta_bench.log | sort -u
 echo "== GEMM schedule"
 (cd tensor/cuda && timeout 30 ../../bin/cuda.test -test.v -test.run 'TestGEMMStreamKBits/N=264' > $L/gemm_alone.log 2>&1; echo "alone rc=$?"; grep -E "^(---|    ---)|outputs wrong|counter|differs" $L/gemm_alone.log | head -8)

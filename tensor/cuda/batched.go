@@ -357,7 +357,9 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 // GatedDeltaRuleSegments runs the gated delta rule over segments that each start from their own state, read in
 // place: one launch for the segments starting from nothing or from a cached state, then one for those continuing
 // another segment of the call, which read that segment's final state (a kept state, or a temporary one). For
-// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (the one-pass register kernels by default).
+// d_k ∈ {32, 64, 128} the kernels are those Queue.DeltaRule picks (the one-pass register kernels by default);
+// at d_k = 128 with bf16 rows, non-empty segments run on the chunked tensor-core kernels instead (gdn.go), chosen
+// per segment by its own length.
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
@@ -427,8 +429,14 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				finals[i] = buf.Ptr
 			}
 		}
-		for _, second := range []bool{false, true} {
-			var descs []segDesc
+		// Segments the tensor-core kernels take (gdn.go), when the call's shape allows: one precompute over all
+		// their chunks, then a state pass before each register-kernel launch. Every table of the call (register
+		// and tensor-core descriptors of both launches, the chunk table, the first chunks) goes up in one upload.
+		tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
+		var tab []int32
+		var short, long [2][]segDesc
+		var lb [2][]int32
+		for p, second := range []bool{false, true} {
 			for i, sg := range segs {
 				if (sg.From == tensor.FromSegment) != second {
 					continue
@@ -443,19 +451,55 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				case tensor.FromSegment:
 					d.set(starts[i], sg.Len, 0, tensor.F32, 0, tensor.F32, finals[sg.Index], finals[i])
 				}
-				descs = append(descs, d)
+				if tc && gdnTakes(sg.Len) {
+					var first int32
+					tab, first = gdnChunks(tab, starts[i], sg.Len)
+					long[p], lb[p] = append(long[p], d), append(lb[p], first)
+					continue
+				}
+				short[p] = append(short[p], d)
 			}
+		}
+		// layout: short[0] short[1] long[0] long[1] (descriptors, 8-byte aligned), tab, lb[0], lb[1]
+		var all []int32
+		var off [7]int
+		for k, part := range [][]int32{flat(short[0]), flat(short[1]), flat(long[0]), flat(long[1]), tab, lb[0], lb[1]} {
+			off[k] = len(all)
+			all = append(all, part...)
+		}
+		if len(all) == 0 {
+			return nil
+		}
+		tb, err := s.ints(all)
+		if err != nil {
+			return err
+		}
+		at := func(k int) Buffer {
+			return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*off[k]), Bytes: tb.Bytes - 4*int64(off[k])}
+		}
+		var work Buffer
+		if nc := len(tab) / 2; nc > 0 {
+			if work, err = s.temp(int64(nc) * int64(hv) * gdnWork); err != nil {
+				return err
+			}
+			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(4), work, nc, hk, hv, dv); err != nil {
+				return err
+			}
+		}
+		for p := range 2 {
+			if len(long[p]) > 0 {
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(5+p), work, len(long[p]), hk, hv, dv); err != nil {
+					return err
+				}
+			}
+			descs := short[p]
 			if len(descs) == 0 {
 				continue
-			}
-			db, err := s.ints(flat(descs))
-			if err != nil {
-				return err
 			}
 			qq := s.q
 			qq.args.Reset()
 			qq.put(o.Operand()).put(xt.Operand()).put(gt.Operand()).put(bt.Operand())
-			qq.args.Ptr(db.Ptr).I32(int32(hk)).I32(int32(hv))
+			qq.args.Ptr(at(p).Ptr).I32(int32(hk)).I32(int32(hv))
 			grid := cudrv.Dim3{X: (dv + 31) / 32, Y: hv, Z: len(descs)}
 			if reg {
 				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0

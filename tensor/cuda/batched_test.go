@@ -128,12 +128,18 @@ func TestSegmentsFast(t *testing.T) {
 				t.Fatal(err)
 			}
 			compareHidden(t, "o", cb, want, gb, got, 1e-2)
+			// d_k = 128 runs the tensor-core kernels (bf16 products, the bound of gdn_test.go); d_k = 64 the fp32
+			// register kernels.
+			stol := 1e-3
+			if dk == 128 {
+				stol = gdnRMSTol
+			}
 			for i := range segs {
 				if (wk[i] == nil) != (gk[i] == nil) {
 					t.Fatalf("segment %d: kept %v on cpu, %v on cuda", i, wk[i] != nil, gk[i] != nil)
 				}
 				if wk[i] != nil {
-					compareHidden(t, fmt.Sprintf("state%d", i), cb, wk[i], gb, gk[i], 1e-3)
+					compareHidden(t, fmt.Sprintf("state%d", i), cb, wk[i], gb, gk[i], stol)
 				}
 			}
 			gb.Free(append(append(sg, gk...), xg, gg, bg, got)...)

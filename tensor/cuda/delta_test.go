@@ -120,6 +120,8 @@ func TestDeltaRuleOne(t *testing.T) {
 // (new segments, kept states, rows continuing cached states and rows continuing new segments of the call) and
 // checks outputs and kept states against each other.
 func TestDeltaSegmentsOne(t *testing.T) {
+	gdnOn = false // the register kernels only
+	defer func() { gdnOn = true }()
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()

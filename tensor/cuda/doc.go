@@ -14,12 +14,15 @@
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
 // has one typed Go method on Queue. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
 // the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128×256 or 128×128, or a
-// persistent stream-K schedule over fixed k chunks; elsewhere an mma.sync kernel. The gated delta rule keeps each
-// head's state in registers, 8 warps per 32 value columns (kernels/delta.cu); attention is a tiled flash kernel.
+// persistent stream-K schedule over fixed k chunks; elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
+// one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
+// state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
 //
 // Results are batch-invariant: a GEMM's k partition (its chunks, summed in a fixed order) depends on (N, K) and
-// the device only, the batch size only picks the schedule that runs it; attention splits keys per segment; every
-// other kernel works per row or per segment. A request's rows therefore get the same bits in any batch.
+// the device only, the batch size only picks the schedule that runs it; attention splits keys per segment; the
+// delta rule picks its kernels per segment from the segment's own length; every other kernel works per row or per
+// segment. A request's rows therefore get the same bits in any batch.
 //
 // Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
 // binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:

@@ -526,7 +526,7 @@ func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, 
 }
 
 // GatedDeltaRule runs the gated delta rule with an fp32 state. Every Chunk setting computes the same function;
-// this backend runs the recurrent form for all of them.
+// this backend runs the recurrent form, or at d_k = 128 with bf16 rows the chunked form on tensor cores (gdn.go).
 func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, c tensor.DeltaConfig) (tensor.Tensor, tensor.Tensor, error) {
 	const op = "GatedDeltaRule"
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
@@ -580,6 +580,10 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 		if st != nil {
 			a.S0 = st.Operand()
 		}
+		if starts, ls, err = s.deltaLong(a, starts, ls, width); err != nil || len(starts) == 0 {
+			return err
+		}
+		a.Segs = len(starts)
 		if a.SegStart, err = s.ints(starts); err != nil {
 			return err
 		}

@@ -17,7 +17,9 @@ import (
 // with its question rows in one pass, and the rows alone on the state kept from it, each with the batch-invariant
 // GEMM plans and with the plans chosen from M, plus one pass of 64 such requests. For each it prints the pass's
 // device time without events (median of 3, the stream held until the pass is queued), the profiled total, the time
-// per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases.
+// per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases;
+// KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule and with the register kernels
+// instead of the two GEMM plan modes.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -43,6 +45,15 @@ func BenchmarkPassKernels(b *testing.B) {
 			}
 		}
 		cases = keep
+	}
+	type pmode struct {
+		name string
+		byM  bool
+		reg  bool // the register delta-rule kernels for every segment (no tensor-core kernels)
+	}
+	modes := []pmode{{"invariant", false, false}, {"byM", true, false}}
+	if os.Getenv("KEV_PROFILE_MODES") == "delta" {
+		modes = []pmode{{"invariant", false, false}, {"invariant/reg-delta", false, true}}
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
@@ -85,11 +96,9 @@ func BenchmarkPassKernels(b *testing.B) {
 				name string
 				run  func() error
 			}{{"new", pass(newBatch)}, {"cached", pass(cachedBatch)}} {
-				for _, mode := range []struct {
-					name string
-					byM  bool
-				}{{"invariant", false}, {"byM", true}} {
+				for _, mode := range modes {
 					setByM(mode.byM)
+					gdnOn = !mode.reg
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {
 							b.Fatal(err)
@@ -120,6 +129,7 @@ func BenchmarkPassKernels(b *testing.B) {
 					if runErr != nil {
 						b.Fatal(runErr)
 					}
+					gdnOn = true
 					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
 				}
 			}
@@ -133,7 +143,7 @@ func BenchmarkPassKernels(b *testing.B) {
 // kernelCategory groups a kernel by what it does, for the profile's summary.
 func kernelCategory(name string) string {
 	for _, c := range []struct{ prefix, cat string }{
-		{"gemm", "gemm"}, {"delta.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
+		{"gemm", "gemm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
 		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
 		{"nn.qk", "norms"},
 	} {

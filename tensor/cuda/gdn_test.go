@@ -1,0 +1,407 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/kevgo/kev/tensor"
+)
+
+// Error bounds of the tensor-core delta rule against the fp32 recurrence, relative to the reference's RMS.
+// Every product of gdn.cu reads bf16 operands with fp32 accumulation: q, k and v are bf16 already (their
+// normalisations are fp32 row factors), S enters X = K S and P = Q S as two bf16 parts (≈ 2⁻¹⁶ relative), and
+// R, Δ, fk·Δ, T and M are rounded once to bf16 (≤ 2⁻⁹ relative each, ≈ 2⁻⁹/√3 RMS). An output chains three such
+// roundings (R → Δ → O) and the state one more per chunk (fk·Δ, decayed by later chunks), so the expected RMS
+// error is ≈ √4 · 2⁻⁹/√3 ≈ 2.3e-3 of the magnitude: bound 8e-3. The worst element over 10⁵–10⁷ values of a
+// roughly normal error sits ≈ 5σ out, and the error scales with the size of the element's terms (up to ~5× the
+// RMS): bound 8e-2 of the RMS.
+const (
+	gdnRMSTol   = 8e-3
+	gdnWorstTol = 8e-2
+)
+
+// relErrors returns the RMS of got − want and its largest magnitude, both over the RMS of want.
+func relErrors(got, want []float32) (rmsRel, worst float64) {
+	var se, sw float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		if math.IsNaN(d) {
+			return math.Inf(1), math.Inf(1)
+		}
+		se += d * d
+		sw += float64(want[i]) * float64(want[i])
+		worst = math.Max(worst, math.Abs(d))
+	}
+	r := math.Sqrt(sw / float64(len(want)))
+	return math.Sqrt(se/float64(len(want))) / r, worst / r
+}
+
+func checkRel(t *testing.T, what string, got, want []float32, rmsTol, worstTol float64) {
+	t.Helper()
+	rel, worst := relErrors(got, want)
+	t.Logf("%s: %d values, rms error %.2e, worst %.2e (of the reference's rms)", what, len(want), rel, worst)
+	if !(rel <= rmsTol) || !(worst <= worstTol) {
+		t.Errorf("%s: rms error %.3g (bound %.3g), worst %.3g (bound %.3g)", what, rel, rmsTol, worst, worstTol)
+	}
+}
+
+// i32Bytes returns v as little-endian bytes.
+func i32Bytes(v []int32) []byte {
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = math.Float32frombits(uint32(x))
+	}
+	return bytesOf32(f)
+}
+
+// TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}) against the one-warp fp32 recurrent
+// kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3 with
+// value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state; several
+// segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
+// (g ∈ (−0.02, 0], the state remembering many chunks). Final states are compared for single segments.
+func TestGDN(t *testing.T) {
+	cases := []struct {
+		hk, hv, dv        int
+		lens              []int
+		state, corr, slow bool
+	}{
+		{16, 32, 128, []int{1}, true, false, false},
+		{16, 32, 128, []int{40}, true, false, false},
+		{16, 32, 128, []int{64}, false, false, false},
+		{16, 32, 128, []int{65}, false, false, false},
+		{16, 32, 128, []int{130}, true, false, false},
+		{16, 32, 128, []int{130}, true, true, false},
+		{16, 32, 128, []int{700}, true, false, true},
+		{16, 32, 128, []int{2392}, false, false, true},
+		{16, 32, 128, []int{40, 40, 40, 40, 40, 40}, true, false, false},
+		{16, 32, 128, []int{256, 1, 200, 64, 65, 77}, true, false, true},
+		{2, 4, 64, []int{150}, true, false, true},
+		{1, 3, 96, []int{70, 3}, true, true, false},
+	}
+	r := newRand(t)
+	for _, c := range cases {
+		const dk = 128
+		t.Run(fmt.Sprintf("hk=%d/hv=%d/dv=%d/lens=%v/state=%v/corr=%v/slow=%v", c.hk, c.hv, c.dv, c.lens, c.state, c.corr, c.slow), func(t *testing.T) {
+			_, starts, ls, n := segInts(c.lens)
+			xs, gs, bs, ss := deltaInputs(r, n, c.hk, c.hv, dk, c.dv, c.corr)
+			if c.slow {
+				for i := range gs {
+					gs[i] *= 0.02
+				}
+			}
+			single := len(c.lens) == 1
+			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
+			var outs, finals [2][]float32 // reference, tensor cores
+			do(t, func(q *Queue) error {
+				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
+				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
+				var S0 Buffer
+				if c.state {
+					S0 = upload(t, q, bytesOf32(ss), 0)
+				}
+				bufs := []Buffer{X, G, B, St, Ls, S0}
+				defer func() { freeAll(q, bufs) }()
+				for k := range 2 {
+					O := poisoned(t, q, on)
+					var F Buffer
+					if single {
+						F = poisoned(t, q, sn)
+					}
+					bufs = append(bufs, O, F)
+					if k == 0 {
+						a := DeltaRule{O: Operand{O, tensor.F32}, Final: F, QKV: Operand{X, tensor.BF16}, G: Operand{G, tensor.F32},
+							Beta: Operand{B, tensor.F32}, S0: Operand{S0, tensor.F32}, SegStart: St, SegLen: Ls, Segs: len(c.lens),
+							N: n, HK: c.hk, HV: c.hv, DK: dk, DV: c.dv, simple: true}
+						if err := q.DeltaRule(a); err != nil {
+							return err
+						}
+					} else {
+						var tab, base []int32
+						var descs []segDesc
+						start := 0
+						for _, l := range c.lens {
+							var first int32
+							tab, first = gdnChunks(tab, start, l)
+							var d segDesc
+							d.set(start, l, 0, tensor.F32, 0, tensor.F32, S0.Ptr, F.Ptr)
+							descs, base = append(descs, d), append(base, first)
+							start += l
+						}
+						cb, db, bb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(flat(descs)), 0), upload(t, q, i32Bytes(base), 0)
+						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
+						if err != nil {
+							return err
+						}
+						bufs = append(bufs, cb, db, bb, work)
+						if err := q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv); err != nil {
+							return err
+						}
+						if err := q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, work, len(descs), c.hk, c.hv, c.dv); err != nil {
+							return err
+						}
+					}
+					outs[k] = from32(download(t, q, O, on))
+					if single {
+						finals[k] = from32(download(t, q, F, sn))
+					}
+				}
+				return nil
+			})
+			checkRel(t, "o", outs[1], outs[0], gdnRMSTol, gdnWorstTol)
+			if single {
+				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, gdnWorstTol)
+			}
+		})
+	}
+}
+
+// gdnSegsInputs uploads a Kev-4B-headed delta-rule problem of n rows and two cached states.
+func gdnSegsInputs(t *testing.T, r *rand.Rand, gb *Backend, c tensor.DeltaConfig, xs []uint16, gs, bs []float32) (x, g, beta tensor.Tensor, states []tensor.Tensor) {
+	t.Helper()
+	n := len(gs) / c.ValueHeads
+	var err error
+	if x, err = gb.FromBits(tensor.BF16, []int{n, 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim}, xs); err != nil {
+		t.Fatal(err)
+	}
+	if g, err = gb.FromFloat32([]int{n, c.ValueHeads}, gs); err != nil {
+		t.Fatal(err)
+	}
+	if beta, err = gb.FromFloat32([]int{n, c.ValueHeads}, bs); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		st, err := gb.FromFloat32([]int{c.ValueHeads, c.KeyDim, c.ValueDim}, randVals(r, c.ValueHeads*c.KeyDim*c.ValueDim, 0.5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, st)
+	}
+	return x, g, beta, states
+}
+
+// TestGDNSegments runs GatedDeltaRuleSegments and GatedDeltaRule with the tensor-core kernels and with the
+// register kernels on the same inputs — new segments, kept states, empty segments, rows continuing cached states
+// and rows continuing segments of the call — and compares outputs (bf16: one more rounding of 2⁻⁹, so the bounds
+// grow by that) and kept states.
+func TestGDNSegments(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	segs := []tensor.Segment{
+		{Len: 300, From: tensor.FromZero, Keep: true},
+		{Len: 40, From: tensor.FromPrefix, Index: 1},
+		{Len: 9, From: tensor.FromSegment, Index: 0},
+		{Len: 64, From: tensor.FromZero},
+		{Len: 0, From: tensor.FromPrefix, Index: 0, Keep: true},
+		{Len: 65, From: tensor.FromSegment, Index: 3, Keep: true},
+		{Len: 1, From: tensor.FromPrefix, Index: 0},
+		{Len: 130, From: tensor.FromSegment, Index: 0, Keep: true},
+		{Len: 40, From: tensor.FromPrefix, Index: 1, Keep: true},
+	}
+	n := 0
+	for _, s := range segs {
+		n += s.Len
+	}
+	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	xs, gs, bs, _ := deltaInputs(r, n, c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim, false)
+	for i := range gs {
+		gs[i] *= 0.05
+	}
+	x, g, beta, states := gdnSegsInputs(t, r, gb, c, xs, gs, bs)
+	defer gb.Free(append(states, x, g, beta)...)
+	var outs [2]tensor.Tensor
+	var kept [2][]tensor.Tensor
+	var single [2]tensor.Tensor
+	var singleState [2]tensor.Tensor
+	for k, on := range []bool{false, true} {
+		gdnOn = on
+		var err error
+		outs[k], kept[k], err = gb.GatedDeltaRuleSegments(x, g, beta, states, segs, c)
+		if err == nil {
+			single[k], singleState[k], err = gb.GatedDeltaRule(x, g, beta, states[1], nil, c)
+		}
+		gdnOn = true
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bf = 1.0 / 512
+	checkRel(t, "o", f32s(t, gb, outs[1]), f32s(t, gb, outs[0]), gdnRMSTol+bf, gdnWorstTol+4*bf)
+	for i := range segs {
+		if (kept[0][i] == nil) != (kept[1][i] == nil) {
+			t.Fatalf("segment %d: kept %v by the register kernels, %v by the tensor-core ones", i, kept[0][i] != nil, kept[1][i] != nil)
+		}
+		if kept[0][i] != nil {
+			checkRel(t, fmt.Sprintf("state%d", i), f32s(t, gb, kept[1][i]), f32s(t, gb, kept[0][i]), gdnRMSTol, gdnWorstTol)
+		}
+	}
+	checkRel(t, "GatedDeltaRule/o", f32s(t, gb, single[1]), f32s(t, gb, single[0]), gdnRMSTol+bf, gdnWorstTol+4*bf)
+	checkRel(t, "GatedDeltaRule/state", f32s(t, gb, singleState[1]), f32s(t, gb, singleState[0]), gdnRMSTol, gdnWorstTol)
+	for k := range 2 {
+		gb.Free(append(kept[k], outs[k], single[k], singleState[k])...)
+	}
+}
+
+// TestGDNBatchInvariant checks that a segment's outputs and kept state do not depend on the segments it is
+// batched with: a 300-token new segment alone (one block per multiprocessor: the two-stage kernel) and in a batch
+// of other new and continuing segments before and after it (the one-stage kernel), bit for bit.
+func TestGDNBatchInvariant(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	width := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
+	const lone = 300
+	batch := []tensor.Segment{
+		{Len: 40, From: tensor.FromPrefix, Index: 0},
+		{Len: 500, From: tensor.FromZero, Keep: true},
+		{Len: lone, From: tensor.FromZero, Keep: true},
+		{Len: 130, From: tensor.FromPrefix, Index: 1, Keep: true},
+		{Len: 9, From: tensor.FromSegment, Index: 2},
+	}
+	off, n := 0, 0
+	for i, s := range batch {
+		if i == 2 {
+			off = n
+		}
+		n += s.Len
+	}
+	xs, gs, bs, _ := deltaInputs(r, n, c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim, false)
+	x, g, beta, states := gdnSegsInputs(t, r, gb, c, xs, gs, bs)
+	defer gb.Free(append(states, x, g, beta)...)
+	xl, gl, bl, sts := gdnSegsInputs(t, r, gb, c, xs[off*width:(off+lone)*width], gs[off*c.ValueHeads:(off+lone)*c.ValueHeads], bs[off*c.ValueHeads:(off+lone)*c.ValueHeads])
+	defer gb.Free(append(sts, xl, gl, bl)...)
+	ob, kb, err := gb.GatedDeltaRuleSegments(x, g, beta, states, batch, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Free(append(kb, ob)...)
+	ol, kl, err := gb.GatedDeltaRuleSegments(xl, gl, bl, nil, []tensor.Segment{{Len: lone, From: tensor.FromZero, Keep: true}}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Free(append(kl, ol)...)
+	vb, vl := f32s(t, gb, ob), f32s(t, gb, ol)
+	w := c.ValueHeads * c.ValueDim
+	diff := 0
+	for i := range vl {
+		if math.Float32bits(vl[i]) != math.Float32bits(vb[off*w+i]) {
+			diff++
+		}
+	}
+	sb, sl := f32s(t, gb, kb[2]), f32s(t, gb, kl[0])
+	for i := range sl {
+		if math.Float32bits(sl[i]) != math.Float32bits(sb[i]) {
+			diff++
+		}
+	}
+	if diff != 0 {
+		t.Errorf("%d output and state values differ between the segment alone and in a batch", diff)
+	}
+}
+
+// BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
+// through GatedDeltaRuleSegments with the tensor-core kernels ("tc") and the register kernels ("reg"): device
+// time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
+// is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
+// states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
+// kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs.
+func BenchmarkGDN(b *testing.B) {
+	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	width := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
+	rep := func(k int, s tensor.Segment) []tensor.Segment {
+		v := make([]tensor.Segment, k)
+		for i := range v {
+			v[i] = s
+		}
+		return v
+	}
+	var req64 []tensor.Segment
+	for i := range 64 {
+		req64 = append(req64, tensor.Segment{Len: 13, From: tensor.FromZero, Keep: true})
+		for range 6 {
+			req64 = append(req64, tensor.Segment{Len: 40, From: tensor.FromSegment, Index: 7 * i})
+		}
+	}
+	cases := []struct {
+		name string
+		segs []tensor.Segment
+	}{
+		{"1x2392 new", rep(1, tensor.Segment{Len: 2392, Keep: true})},
+		{"1x2048 new", rep(1, tensor.Segment{Len: 2048, Keep: true})},
+		{"8x1024 new", rep(8, tensor.Segment{Len: 1024, Keep: true})},
+		{"64x256 new", rep(64, tensor.Segment{Len: 256, Keep: true})},
+		{"6x40 cached", rep(6, tensor.Segment{Len: 40, From: tensor.FromPrefix})},
+		{"2x40 cached", rep(2, tensor.Segment{Len: 40, From: tensor.FromPrefix})},
+		{"64 requests 13+6x40", req64},
+	}
+	if v := os.Getenv("KEV_GDN_MIN"); v != "" {
+		m, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func(old int) { gdnMinLen = old }(gdnMinLen)
+		gdnMinLen = m
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	gb := NewOn(dev)
+	defer gb.Trim()
+	var g *gate
+	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	for _, cs := range cases {
+		n := 0
+		for _, s := range cs.segs {
+			n += s.Len
+		}
+		xs := randBF16(r, n*width, 1)
+		gs, bs := make([]float32, n*c.ValueHeads), make([]float32, n*c.ValueHeads)
+		for i := range gs {
+			gs[i] = float32(-0.1 * r.Float64())
+			bs[i] = float32(r.Float64())
+		}
+		x, err := gb.FromBits(tensor.BF16, []int{n, width}, xs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gt, _ := gb.FromFloat32([]int{n, c.ValueHeads}, gs)
+		bt, _ := gb.FromFloat32([]int{n, c.ValueHeads}, bs)
+		st, err := gb.FromFloat32([]int{c.ValueHeads, c.KeyDim, c.ValueDim}, randVals(r, c.ValueHeads*c.KeyDim*c.ValueDim, 0.5))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, kind := range []string{"reg", "tc"} {
+			gdnOn = kind == "tc"
+			pass := func() (tensor.Tensor, func(), error) {
+				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
+				return o, func() { gb.Free(append(kept, o)...) }, err
+			}
+			for range 3 {
+				if err := gb.Run(func() error {
+					_, done, err := pass()
+					if done != nil {
+						done()
+					}
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
+			gdnOn = true
+			if err != nil {
+				b.Fatal(err)
+			}
+			fmt.Printf("KEVBENCH gdn %q %s ms=%.4f tokens=%d\n", cs.name, kind, sec*1e3, n)
+		}
+		gb.Free(x, gt, bt, st)
+	}
+}

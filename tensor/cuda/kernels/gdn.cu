@@ -1,0 +1,509 @@
+// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for segments longer than one chunk
+// (the register kernels of delta.cu keep question rows). Two launches per call:
+//
+//   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once. From the raw bf16
+//   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
+//   (γ_t = exp Γ_t) and β:
+//     A[t,s] = β_t rk_t rk_s e^{Γ_t−Γ_s} (k_t·k_s)  (s < t),   T = (I + A)⁻¹ (unit lower triangular, fp32),
+//     M[t,s] = rq_t rk_s e^{Γ_t−Γ_s} (q_t·k_s)      (s ≤ t),
+//   with rk = 1/‖k‖, rq = d_k^−½/‖q‖, and the row factors fa = β γ rk, fb = β, fq = γ rq, fk = e^{Γ_C−Γ_t} rk and
+//   the chunk's decay γ_C = e^{Γ_C} (C its last token). T and M go to the workspace in bf16, the factors in fp32.
+//
+//   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
+//   128×32 fp32 state slice S in the accumulator registers of 4 warps. Per chunk, with K, Q, V the raw rows:
+//     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
+//     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
+//     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
+//     S ← γ_C S + Kᵀ (fk·Δ)
+//   All products are mma.sync m16n8k16 bf16 with fp32 accumulation. No 1/γ is ever formed: only exponentials
+//   of non-positive differences. Every quantity of a chunk depends only on its own segment, so results do not
+//   depend on the segment's batch-mates.
+#include "common.cuh"
+
+// SegDesc: as in delta.cu (segs.cu's layout): rows start … start+len−1, initial state a (type dt, null: zero),
+// final state b (fp32, null: not stored).
+struct __align__(8) GdnSeg {
+	int32_t start, len, p, dt, first, dtb;
+	const void *a;
+	void *b;
+};
+
+#define GC 64          // tokens per chunk
+#define GDK 128        // key dimension
+#define GBV 32         // value columns per state block
+#define KP (GDK + 8)   // padded smem row of q/k (bf16): 272 bytes, ldmatrix rows on distinct banks
+#define TP (GC + 8)    // padded row of T, M (bf16): 144 bytes
+#define VP (GBV + 8)   // padded row of V, R, Δ, S (bf16): 80 bytes
+#define AP (GC + 4)    // fp32 rows of A and T in gdn_prep (16-byte aligned for the 4-column strips)
+#define YP 20          // fp32 rows of the three 16×16 level blocks
+#define GDN_WORK 17664 // workspace bytes per (chunk, value head): T, M bf16 [64][64], factors fp32 [5][64]
+
+__device__ __forceinline__ uint32_t sptr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(sptr(p)));
+}
+
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *p) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(sptr(p)));
+}
+
+// mma16816: c += a·b, a 16×16 (row), b 16×8 (col), bf16, fp32 accumulators.
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// cp16 copies 16 bytes from global to shared memory asynchronously, or writes 16 zero bytes when !valid.
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sptr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ uint32_t pack2(float x, float y) {
+	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+	return *(uint32_t *)&h;
+}
+
+// Fragment addresses (lane l, i = l >> 3, r = l & 7), for a 16×16 A tile at (m0, k0) and B tiles:
+//   A stored [m][k]:        ldsm4 at row m0 + (l & 15), column k0 + (l >> 4)·8
+//   A stored [k][m] (Aᵀ):   ldsm4t at row k0 + r + (i >> 1)·8, column m0 + (i & 1)·8
+//   B stored [n][k]:        ldsm4 at row n0 + r + (i >> 1)·8, column k0 + (i & 1)·8 → b0, b1 of n tiles n0, n0 + 8
+//   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
+
+// gdn_prep: grid (chunks, hv), 256 threads. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
+extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
+                                                          const void *beta, int bdt, const int32_t *chunks, int hk,
+                                                          int hv, int dv, char *work) {
+	extern __shared__ __align__(16) char smg[];
+	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
+	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
+	float *As = (float *)(Ks + GC * KP);       // [64][AP] A, strictly lower
+	float *Ts = As + GC * AP;                  // [64][AP] T
+	float *Ys = Ts + GC * AP;                  // [3][16][YP]
+	float *gam = Ys + 3 * 16 * YP;             // [64] Γ
+	float *bs = gam + GC;                      // [64] β
+	float *rq = bs + GC;                       // [64]
+	float *rk = rq + GC;                       // [64]
+	const int c = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
+	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	for (int p = tid; p < GC * 32; p += 256) { // 16 pieces of q, then 16 of k, per row
+		const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
+		const bool ok = t < len;
+		const __nv_bfloat16 *src = qkv + (size_t)(t0 + (ok ? t : 0)) * width + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
+		cp16((which ? Ks : Qs) + t * KP + d8, src, ok);
+	}
+	cp_commit();
+	if (tid < GC) {
+		const bool ok = tid < len;
+		gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+		bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+	}
+	for (int i = tid; i < GC * AP; i += 256) Ts[i] = 0.f;
+	cp_wait<0>();
+	__syncthreads();
+	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side); the
+	// cumulative log decay: warp 0 scans 64 values, two per lane
+	{
+		float sq[8], sk[8];
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			const uint2 a = *(const uint2 *)(Qs + (8 * warp + e) * KP + 4 * lane);
+			const uint2 b = *(const uint2 *)(Ks + (8 * warp + e) * KP + 4 * lane);
+			const float2 a0 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.x), a1 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.y);
+			const float2 b0 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.x), b1 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.y);
+			sq[e] = a0.x * a0.x + a0.y * a0.y + a1.x * a1.x + a1.y * a1.y;
+			sk[e] = b0.x * b0.x + b0.y * b0.y + b1.x * b1.x + b1.y * b1.y;
+		}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], o);
+				sk[e] += __shfl_xor_sync(0xffffffffu, sk[e], o);
+			}
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			if (lane == e) {
+				rq[8 * warp + e] = rsqrtf((float)GDK) / sqrtf(sq[e] + 1e-6f);
+				rk[8 * warp + e] = 1.f / sqrtf(sk[e] + 1e-6f);
+			}
+	}
+	if (warp == 0) {
+		const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
+		float s = a1;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			const float u = __shfl_up_sync(0xffffffffu, s, o);
+			if (lane >= o) s += u;
+		}
+		float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
+		if (lane == 0) ex = 0.f;
+		__syncwarp();
+		gam[2 * lane] = ex + a0;
+		gam[2 * lane + 1] = ex + a1;
+	}
+	__syncthreads();
+	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3
+	{
+		const int mi = warp >> 1, n0 = (warp & 1) * 32;
+		float ck[4][4] = {}, cq[4][4] = {};
+		const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+		for (int kk = 0; kk < GDK / 16; kk++) {
+			uint32_t ak[4], aq[4];
+			if (mi >= nb) break; // padding rows: zero
+			ldsm4(ak, Ks + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+			ldsm4(aq, Qs + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				if (n0 + 16 * np > 16 * mi + 15) continue; // wholly above the diagonal (so also padding columns)
+				uint32_t b[4];
+				ldsm4(b, Ks + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
+				mma16816(ck[2 * np], ak, b[0], b[1]);
+				mma16816(ck[2 * np + 1], ak, b[2], b[3]);
+				mma16816(cq[2 * np], aq, b[0], b[1]);
+				mma16816(cq[2 * np + 1], aq, b[2], b[3]);
+			}
+		}
+		__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
+		const int gq = lane >> 2, qq = lane & 3;
+		float gt[2], ft[2], rqt[2], gs[8], rks[8];
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const int t = 16 * mi + gq + 8 * hf;
+			gt[hf] = gam[t];
+			ft[hf] = rk[t] * bs[t];
+			rqt[hf] = rq[t];
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
+			gs[j] = gam[s];
+			rks[j] = rk[s];
+		}
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++) {
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int t = 16 * mi + gq + 8 * hf;
+				float m2[2];
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int s = n0 + 8 * nt + 2 * qq + e, j = 2 * nt + e;
+					const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
+					m2[e] = s <= t ? cq[nt][2 * hf + e] * d * rqt[hf] : 0.f;
+					As[t * AP + s] = s < t ? ck[nt][2 * hf + e] * d * ft[hf] : 0.f;
+				}
+				*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+			}
+		}
+	}
+	__syncthreads();
+	// T = (I + A)⁻¹: the four 16×16 diagonal blocks by forward substitution (one thread per column), then the
+	// blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj.
+	if (tid < 64) {
+		const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
+		float x[16];
+#pragma unroll
+		for (int r = 0; r < 16; r++) { // the loads do not wait for earlier stores: Ts is written afterwards
+			float v = r == j ? 1.f : 0.f;
+#pragma unroll
+			for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
+			x[r] = r < j ? 0.f : v;
+		}
+#pragma unroll
+		for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
+	}
+	__syncthreads();
+	// Level lv: blocks (lv + b, b), b < 4 − lv; thread tid: block b = tid / 64, row r, columns c4 … c4 + 3 (one
+	// broadcast load of A or T_ii and one 16-byte load per four multiply-adds).
+	for (int lv = 1; lv < 4; lv++) {
+		const int b = tid >> 6, r = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+		const int bi = lv + b, bj = b;
+		const bool on = b < 4 - lv && bi < nb; // padding rows of A are zero: T_ij stays zero
+		if (on) {
+			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+			for (int k = bj; k < bi; k++)
+#pragma unroll
+				for (int p = 0; p < 16; p++) {
+					const float a = As[(16 * bi + r) * AP + 16 * k + p];
+					const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4);
+					y.x += a * t.x;
+					y.y += a * t.y;
+					y.z += a * t.z;
+					y.w += a * t.w;
+				}
+			*(float4 *)(Ys + (b * 16 + r) * YP + c4) = y;
+		}
+		__syncthreads();
+		if (on) {
+			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+			for (int p = 0; p < 16; p++) {
+				const float a = Ts[(16 * bi + r) * AP + 16 * bi + p];
+				const float4 t = *(const float4 *)(Ys + (b * 16 + p) * YP + c4);
+				y.x += a * t.x;
+				y.y += a * t.y;
+				y.z += a * t.z;
+				y.w += a * t.w;
+			}
+			*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4) = make_float4(-y.x, -y.y, -y.z, -y.w);
+		}
+		__syncthreads();
+	}
+	char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
+	__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
+	for (int p = tid; p < GC * GC / 2; p += 256) {
+		const int t = p >> 5, s = (p & 31) * 2;
+		*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
+	}
+	float *F = (float *)(wp + 2 * GC * GC * 2);
+	if (tid < GC) {
+		const int t = tid;
+		const bool ok = t < len;
+		const float gC = gam[len - 1], gt = expf(gam[t]);
+		F[t] = ok ? bs[t] * gt * rk[t] : 0.f;              // fa
+		F[GC + t] = ok ? bs[t] : 0.f;                      // fb
+		F[2 * GC + t] = ok ? gt * rq[t] : 0.f;             // fq
+		F[3 * GC + t] = ok ? expf(gC - gam[t]) * rk[t] : 0.f; // fk
+		F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
+	}
+}
+
+// gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length > 0); base[z]: its first chunk
+// in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …). o [N, hv·dv] of type odt.
+// Warp v holds the state rows 16v … 16v + 15 (all 32 columns). Per chunk, warps 0–3 compute X = K S and R for
+// tokens 16v …, while warps 4–7 compute P = Q S for tokens 16(v − 4) …; then Δ = T R with warp v on tokens
+// 16(v & 3) …, columns 16(v >> 2) …; then warps 4–7 the outputs O = fq·P + M Δ while all warps update their
+// state rows. NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two
+// blocks per multiprocessor). Both compute the same bits.
+template <int NS>
+__device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
+                                          const int32_t *base, int hk, int hv, int dv, const char *work) {
+	extern __shared__ __align__(16) char sms[];
+	constexpr int STAGE = 2 * GC * KP * 2 + GC * VP * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
+	__nv_bfloat16 *Sh = (__nv_bfloat16 *)(sms + NS * STAGE); // [128][VP] S, high part
+	__nv_bfloat16 *Sl = Sh + GDK * VP;                       // [128][VP] S − high
+	__nv_bfloat16 *Rs = Sl + GDK * VP;                       // [64][VP] R
+	__nv_bfloat16 *Ds = Rs + GC * VP;                        // [64][VP] Δ
+	__nv_bfloat16 *Dk = Ds + GC * VP;                        // [64][VP] fk·Δ
+	const GdnSeg sd = desc[blockIdx.z];
+	const int h = blockIdx.y, kh = h / (hv / hk), c0 = blockIdx.x * GBV;
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
+	const int mw = warp & 3;     // token tile of X/R (warps 0–3), P/O (warps 4–7) and Δ
+	const bool xw = warp < 4;    // X and R; otherwise P and O
+	const int dh = warp >> 2;    // Δ columns 16dh … 16dh + 15
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z];
+	float S[4][4]; // rows 16·warp + gq (+8), columns 8nt + 2qq (+1)
+#pragma unroll
+	for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int row = 16 * warp + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
+			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
+		}
+	auto issue = [&](int i) {
+		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
+		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
+		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
+		float *F = (float *)(Tm + 2 * GC * TP);
+		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		for (int p = tid; p < GC * 36; p += 256) { // per row: 16 pieces of q, 16 of k, 4 of v
+			const int t = p / 36, u = p % 36;
+			const bool ok = t < len;
+			const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
+			if (u < 32) {
+				const int which = u >> 4, d8 = (u & 15) * 8;
+				cp16((which ? Ks : Qs) + t * KP + d8, row + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, ok);
+			} else {
+				const int d8 = (u - 32) * 8;
+				cp16(Vs + t * VP + d8, row + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
+			}
+		}
+		const char *wp = work + ((size_t)(cb + i) * hv + h) * GDN_WORK;
+		for (int p = tid; p < 2 * GC * 8; p += 256) { // T and M rows: 8 pieces each
+			const int m = p >> 9, t = (p >> 3) & 63, d8 = (p & 7) * 8;
+			cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+		}
+		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
+		cp_commit();
+	};
+	if (NS == 2 && nch > 0) issue(0);
+	for (int i = 0; i < nch; i++) {
+		__syncthreads(); // the previous chunk's shared memory is no longer read
+		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
+		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
+		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
+		const float *F = (const float *)(Ms + GC * TP);
+		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		const int nb = (len + 15) >> 4; // 16-token tiles holding tokens; warps of later tiles skip X, P, R, Δ, O
+		const bool live = mw < nb;
+		if (NS == 1) issue(i);
+		// S → bf16 hi/lo, [dim][col]
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int row = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
+				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
+				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+				const float2 hf2 = __bfloat1622float2(hi);
+				*(__nv_bfloat162 *)(Sh + row * VP + col) = hi;
+				*(uint32_t *)(Sl + row * VP + col) = pack2(x - hf2.x, y - hf2.y);
+			}
+		if (NS == 2 && i + 1 < nch) {
+			issue(i + 1);
+			cp_wait<1>();
+		} else
+			cp_wait<0>();
+		__syncthreads();
+		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
+		float XP[4][4] = {};
+		if (live) {
+			const __nv_bfloat16 *A = xw ? Ks : Qs;
+#pragma unroll
+			for (int kk = 0; kk < GDK / 16; kk++) {
+				uint32_t a[4];
+				ldsm4(a, A + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					uint32_t bh[4], bl[4];
+					const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
+					ldsm4t(bh, Sh + off);
+					ldsm4t(bl, Sl + off);
+					mma16816(XP[2 * np], a, bh[0], bh[1]);
+					mma16816(XP[2 * np + 1], a, bh[2], bh[3]);
+					mma16816(XP[2 * np], a, bl[0], bl[1]);
+					mma16816(XP[2 * np + 1], a, bl[2], bl[3]);
+				}
+			}
+		}
+		const int ta = 16 * mw + gq, tb = ta + 8;
+		if (xw && live) { // R = fb·V − fa·X
+			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const int col = 8 * nt + 2 * qq;
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VP + col));
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VP + col));
+				*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * XP[nt][0], fb0 * v0.y - fa0 * XP[nt][1]);
+				*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * XP[nt][2], fb1 * v1.y - fa1 * XP[nt][3]);
+			}
+		}
+		__syncthreads();
+		// Δ = T R (T lower triangular: k tiles 0 … mw), columns 16dh …
+		if (live) {
+			float D[2][4] = {};
+			for (int kk = 0; kk <= mw; kk++) {
+				uint32_t a[4], b[4];
+				ldsm4(a, Ts + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * dh + (li >> 1) * 8);
+				mma16816(D[0], a, b[0], b[1]);
+				mma16816(D[1], a, b[2], b[3]);
+			}
+			const float fk0 = F[3 * GC + ta], fk1 = F[3 * GC + tb];
+#pragma unroll
+			for (int n = 0; n < 2; n++) {
+				const int col = 16 * dh + 8 * n + 2 * qq;
+				*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
+				*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+				*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[n][0], fk0 * D[n][1]);
+				*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[n][2], fk1 * D[n][3]);
+			}
+		}
+		__syncthreads();
+		if (!xw && live) { // O = fq·P + M Δ
+			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				XP[nt][0] *= fq0;
+				XP[nt][1] *= fq0;
+				XP[nt][2] *= fq1;
+				XP[nt][3] *= fq1;
+			}
+			for (int kk = 0; kk <= mw; kk++) {
+				uint32_t a[4];
+				ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					uint32_t b[4];
+					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+					mma16816(XP[2 * np], a, b[0], b[1]);
+					mma16816(XP[2 * np + 1], a, b[2], b[3]);
+				}
+			}
+			const size_t ow = (size_t)hv * dv;
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const size_t col = (size_t)h * dv + c0 + 8 * nt + 2 * qq;
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int t = hf ? tb : ta;
+					if (t >= len) continue;
+					const size_t at = (size_t)(t0 + t) * ow + col;
+					if (odt == DT_BF16)
+						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(XP[nt][2 * hf], XP[nt][2 * hf + 1]);
+					else {
+						st(o, odt, at, XP[nt][2 * hf]);
+						st(o, odt, at + 1, XP[nt][2 * hf + 1]);
+					}
+				}
+			}
+		}
+		if (i + 1 == nch && !sd.b) break; // the last state is not wanted
+		// S ← γ_C S + Kᵀ (fk·Δ): rows 16·warp …, tokens in k tiles of 16
+		const float gC = F[4 * GC];
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) S[nt][e] *= gC;
+#pragma unroll
+		for (int kk = 0; kk < GC / 16; kk++) {
+			if (kk >= nb) break; // padding tokens add nothing
+			uint32_t a[4], b[2][4];
+			ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 16 * warp + (li & 1) * 8);
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				ldsm4t(b[np], Dk + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+				mma16816(S[2 * np], a, b[np][0], b[np][1]);
+				mma16816(S[2 * np + 1], a, b[np][2], b[np][3]);
+			}
+		}
+	}
+	if (sd.b) {
+		float *fin = (float *)sd.b;
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int row = 16 * warp + gq + 8 * hf, col = c0 + 8 * nt + 2 * qq;
+				*(float2 *)(fin + ((size_t)h * GDK + row) * dv + col) = make_float2(S[nt][2 * hf], S[nt][2 * hf + 1]);
+			}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                                   const GdnSeg *desc, const int32_t *base, int hk,
+                                                                   int hv, int dv, const char *work) {
+	gdn_state<2>(o, odt, qkv, desc, base, hk, hv, dv, work);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                                   const GdnSeg *desc, const int32_t *base, int hk,
+                                                                   int hv, int dv, const char *work) {
+	gdn_state<1>(o, odt, qkv, desc, base, hk, hv, dv, work);
+}
