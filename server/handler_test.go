@@ -418,7 +418,7 @@ func TestAcceptedNoInstructionsAndOneLevelScore(t *testing.T) {
 	}
 }
 
-// TestValidation422 sends every body of testdata/validation.json (pydantic's verdicts) over HTTP.
+// TestValidation422 sends every body of internal/systemone/testdata/validation.json (pydantic's verdicts) over HTTP.
 func TestValidation422(t *testing.T) {
 	b, err := os.ReadFile("../internal/systemone/testdata/validation.json")
 	if err != nil {
@@ -816,7 +816,7 @@ func TestPermuteBounds(t *testing.T) {
 	}
 }
 
-// TestPermuteValidation sends every body of testdata/handler/permute_validation.json (pydantic's verdicts). A
+// TestPermuteValidation sends every body of testdata/permute_validation.json (pydantic's verdicts). A
 // detail that holds NaN cannot be sent as JSON: FastAPI answers those with a 500, and so does the handler.
 func TestPermuteValidation(t *testing.T) {
 	file := loadPermuteFixture(t)
