@@ -198,7 +198,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		return nil, err
 	}
 
-	runDir, runSnap, err := resolveModel(ctx, checkpointName, []string{checkpoint.HeadFile}, opts.Offline)
+	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +272,11 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 
 // resolveModel finds the directory of a model: a local directory as is (it must hold the required files),
 // or a hub name through the hub cache.
-func resolveModel(ctx context.Context, name string, required []string, offline bool) (string, *hub.Snapshot, error) {
+func resolveModel(ctx context.Context, name string, base bool, offline bool) (string, *hub.Snapshot, error) {
+	required := []string{checkpoint.HeadFile}
+	if base {
+		required = []string{checkpoint.ConfigFile, "tokenizer.json"}
+	}
 	if name == "" {
 		return "", nil, &LoadError{Err: errors.New("no checkpoint named")}
 	}
@@ -282,6 +286,9 @@ func resolveModel(ctx context.Context, name string, required []string, offline b
 		}
 		for _, f := range required {
 			if _, err := os.Stat(filepath.Join(name, f)); err != nil {
+				if lerr := checkpoint.CheckLayout(name, base); lerr != nil {
+					err = lerr // says what the directory holds and what it should
+				}
 				return "", nil, &LoadError{File: filepath.Join(name, f), Err: err}
 			}
 		}
@@ -298,6 +305,9 @@ func resolveModel(ctx context.Context, name string, required []string, offline b
 	}
 	for _, f := range required {
 		if _, err := os.Stat(filepath.Join(snap.Dir, f)); err != nil {
+			if lerr := checkpoint.CheckLayout(snap.Dir, base); lerr != nil {
+				err = lerr
+			}
 			return "", nil, &LoadError{File: name + ": " + f, Err: err}
 		}
 	}
@@ -315,9 +325,8 @@ func looksLikePath(name string) bool {
 // resolveBase finds the base model's directory: Options.Base, else a full-weight checkpoint's own directory when it
 // carries the tokenizer, else head.pt's base at its base_revision.
 func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts Options) (string, error) {
-	required := []string{checkpoint.ConfigFile, "tokenizer.json"}
 	if opts.Base != "" {
-		dir, _, err := resolveModel(ctx, opts.Base, required, opts.Offline)
+		dir, _, err := resolveModel(ctx, opts.Base, true, opts.Offline)
 		return dir, err
 	}
 	if head.Weights == "full" {
@@ -332,7 +341,7 @@ func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts
 	if head.BaseRevision != "" {
 		name += "@" + head.BaseRevision
 	}
-	dir, _, err := resolveModel(ctx, name, required, opts.Offline)
+	dir, _, err := resolveModel(ctx, name, true, opts.Offline)
 	return dir, err
 }
 

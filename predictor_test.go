@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kevgo/kev/internal/systemone"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -656,6 +657,32 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("error %q names %q, want %q", err, le.File, c.file)
 			}
 		})
+	}
+	// A directory that is not a checkpoint (empty, a base model, a checkpoint given as the base) is named with
+	// what it holds and what a checkpoint directory holds.
+	empty := filepath.Join(tmp, "empty")
+	os.Mkdir(empty, 0o755)
+	for _, c := range []struct {
+		name, kev, base, file string
+		want                  []string
+	}{
+		{"empty dir", empty, base, filepath.Join(empty, "head.pt"), []string{"the directory is empty", "holds head.pt (the pointer head) and either a LoRA adapter"}},
+		{"base as checkpoint", base, base, filepath.Join(base, "head.pt"), []string{"holds a base model", "give it as the base", "adapter_config.json and adapter_model.safetensors"}},
+		{"no head.pt beside the adapter", noHead, base, filepath.Join(noHead, "head.pt"), []string{"LoRA adapter (adapter_config.json) but not the head.pt"}},
+		{"checkpoint as base", kev, kev, filepath.Join(kev, "config.json"), []string{"is not a base model", "holds a Kev checkpoint (head.pt)", "config.json, model*.safetensors"}},
+	} {
+		_, err := Load(ctx, c.kev, Options{Base: c.base, Offline: true})
+		var le *LoadError
+		var lay *checkpoint.LayoutError
+		if !errors.As(err, &le) || le.File != c.file || !errors.As(err, &lay) || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want a *LoadError for %s with a *checkpoint.LayoutError", c.name, err, c.file)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", c.name, err, w)
+			}
+		}
 	}
 	if _, err := Load(ctx, "someorg/some-kev", Options{Offline: true}); !errors.Is(err, hub.ErrNotCached) {
 		t.Errorf("uncached hub name offline: %v, want hub.ErrNotCached", err)
