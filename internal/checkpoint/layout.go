@@ -95,4 +95,3 @@ func describeDir(dir string, base bool) string {
 	}
 	return "it holds " + strings.Join(names, ", ")
 }
-
