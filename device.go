@@ -2,6 +2,7 @@ package kev
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,10 +51,16 @@ func openDevice(d Device) (tensor.Backend, error) {
 	if ord != 0 {
 		return nil, &OptionError{Field: "Device", Value: string(d), Reason: "only device 0 is supported"}
 	}
+	if !slices.Contains(tensor.Backends(), name) {
+		reason := fmt.Sprintf("no such backend in this program (backends: %s)", strings.Join(tensor.Backends(), ", "))
+		if name == string(CUDA) {
+			reason += `; the CUDA backend needs a blank import of "github.com/kevgo/kev/tensor/cuda" and a build with -tags cuda`
+		}
+		return nil, &OptionError{Field: "Device", Value: string(d), Reason: reason}
+	}
 	b, err := tensor.Open(name)
 	if err != nil {
-		return nil, &OptionError{Field: "Device", Value: string(d),
-			Reason: fmt.Sprintf("%v (backends: %s)", err, strings.Join(tensor.Backends(), ", "))}
+		return nil, &OptionError{Field: "Device", Value: string(d), Reason: err.Error()}
 	}
 	return b, nil
 }

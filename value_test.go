@@ -6,10 +6,12 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kevgo/kev/internal/systemone"
+	"github.com/kevgo/kev/tensor"
 )
 
 type ticket struct {
@@ -173,6 +175,9 @@ func TestValidationErrorsReadNaturally(t *testing.T) {
 	}
 }
 
+// cudaRegistered reports whether this test binary has the CUDA backend (built with -tags cuda).
+func cudaRegistered() bool { return slices.Contains(tensor.Backends(), "cuda") }
+
 func TestOptionErrors(t *testing.T) {
 	for _, c := range []struct {
 		opts  Options
@@ -190,6 +195,11 @@ func TestOptionErrors(t *testing.T) {
 		if !errors.As(err, &oe) || oe.Field != c.field {
 			t.Errorf("%+v: %v, want an *OptionError on %s", c.opts, err, c.field)
 		}
+	}
+	// A program without the CUDA backend says how to get it.
+	_, err := Load(context.Background(), "testdata/golden/tiny-a/kev", Options{Device: CUDA})
+	if want := `tensor/cuda" and a build with -tags cuda`; !cudaRegistered() && (err == nil || !strings.Contains(err.Error(), want)) {
+		t.Errorf("%v, want it to say %q", err, want)
 	}
 	for _, c := range []struct {
 		in   DType
