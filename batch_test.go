@@ -40,6 +40,9 @@ func TestBatchMixed(t *testing.T) {
 		{"small passes", "cpu", 200},
 		{"per state", eachName, systemone.RowPassTokens},
 	} {
+		if testing.Short() && tc.name != "small passes" && tc.name != "per state" {
+			continue // the quick loop: one split into passes, one per-state backend
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			// The model goroutine's second take waits for hold: the warm-up runs alone, the rest in one batch.
 			hold := make(chan struct{})

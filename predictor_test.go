@@ -47,6 +47,14 @@ type goldenSet struct {
 	name, kev, base, cases string
 }
 
+// shortCases returns the first n cases under -short (the quick loop), else all of them.
+func shortCases[T any](cases []T, n int) []T {
+	if testing.Short() && len(cases) > n {
+		return cases[:n]
+	}
+	return cases
+}
+
 func goldenSets(t testing.TB) []goldenSet {
 	t.Helper()
 	root := filepath.Join("testdata", "golden")
@@ -118,7 +126,7 @@ func TestPredictorGolden(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			g := readGolden(t, s.cases)
 			p := loadGolden(t, s, Options{})
-			for _, c := range g.Cases {
+			for _, c := range shortCases(g.Cases, 2) {
 				total++
 				req := decode(t, c.Request)
 				rec, enc, r, err := p.submit(context.Background(), req)
@@ -392,7 +400,10 @@ func TestConcurrentAsk(t *testing.T) {
 		want[i] = probs(t, seq, r)
 	}
 	p := loadGolden(t, s, Options{PrefixCache: 3, MaxBatch: 8})
-	const goroutines, each = 16, 3
+	goroutines, each := 16, 3
+	if testing.Short() {
+		goroutines, each = 4, 2
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	picks := make([][]int, goroutines)
 	for g := range picks {

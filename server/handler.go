@@ -105,7 +105,8 @@ type Handler struct {
 	idle     chan struct{} // closed when inflight drops to 0 after Stop
 }
 
-// New returns a Handler serving p. The handler's metrics count p's batches from then on.
+// New returns a Handler serving p. The handler's batch-size histogram counts p's batches from then on (those of
+// the last Handler made for p).
 func New(p *kev.Predictor, opts Options) *Handler {
 	m := bridge.Predictor(p)
 	h := newHandler(m, opts)
