@@ -2,6 +2,7 @@ package kev
 
 import (
 	"context"
+	"errors"
 
 	"github.com/kevgo/kev/internal/systemone"
 )
@@ -28,4 +29,16 @@ func (p *Predictor) deviceMemory() (held, free int64, ok bool) {
 	}
 	held, free = m.MemStats()
 	return held, free, true
+}
+
+// Probabilities answers a request as Do does, through the same queue, batches and prefix cache, and returns the
+// model's probabilities unrounded, for calibration and evaluation: per question in request order, per option in
+// option order (a noul's are P(no), P(yes); a score's are per level, lowest first). They are the float32 values
+// the answers are computed from. Errors are Do's.
+func (p *Predictor) Probabilities(ctx context.Context, req *Request) ([][]float32, error) {
+	if req == nil {
+		return nil, errors.New("kev: Probabilities: nil request")
+	}
+	probs, err := p.probabilities(ctx, toSysRequest(req))
+	return probs, publicError(err)
 }

@@ -45,7 +45,7 @@ func TestProbabilities(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		got, err := p.probabilities(ctx, req)
+		got, err := p.Probabilities(ctx, fromSysRequest(req))
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -120,6 +120,17 @@ func TestProbabilitiesErrors(t *testing.T) {
 	var ve *systemone.ValidationError
 	if _, err := p.probabilities(ctx, systemone.NewRequest("a state")); !errors.As(err, &ve) {
 		t.Errorf("no questions: %v, want a *ValidationError", err)
+	}
+	// The public method: Go types in, the package's typed errors out.
+	var pve *ValidationError
+	if _, err := p.Probabilities(ctx, NewRequest("a state")); !errors.As(err, &pve) {
+		t.Errorf("public, no questions: %v, want a *kev.ValidationError", err)
+	}
+	if _, err := p.Probabilities(ctx, nil); err == nil {
+		t.Error("public, nil request: no error")
+	}
+	if got, err := p.Probabilities(ctx, NewRequest("a state", Noul("q", "Is it?"))); err != nil || len(got) != 1 || len(got[0]) != 2 {
+		t.Errorf("public: %v %v", got, err)
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
