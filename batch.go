@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kevgo/kev/internal/prefixcache"
+	"github.com/kevgo/kev/internal/systemone"
 	"github.com/kevgo/kev/layers"
 	"github.com/kevgo/kev/tensor"
 )
@@ -16,7 +17,7 @@ import (
 // call is one queued request: its encoding, and where the model goroutine sends the result.
 type call struct {
 	ctx       context.Context
-	enc       *Encoding
+	enc       *systemone.Encoding
 	done      chan result // buffered: the model goroutine never waits for the caller
 	cancelled atomic.Bool // the caller stopped waiting
 }
@@ -29,14 +30,15 @@ type result struct {
 	err     error
 }
 
-// OutOfMemory is implemented by backend errors that report device memory exhaustion. A batch failing with one
-// while states are cached runs once more with the prefix cache emptied, as Kev's server does.
-type OutOfMemory interface {
+// outOfMemory is implemented by backend errors that report device memory exhaustion (an OutOfMemory() bool
+// method). A batch failing with one while states are cached runs once more with the prefix cache emptied, as Kev's
+// server does.
+type outOfMemory interface {
 	OutOfMemory() bool
 }
 
 func isOOM(err error) bool {
-	var o OutOfMemory
+	var o outOfMemory
 	return errors.As(err, &o) && o.OutOfMemory()
 }
 
@@ -147,6 +149,9 @@ func (p *Predictor) runBatch(batch []*call) {
 	p.batches++
 	p.requests += len(batch)
 	p.mu.Unlock()
+	if f := p.onBatch.Load(); f != nil {
+		(*f)(len(batch))
+	}
 	p.log.Debug("kev: batch", "requests", len(batch), "ms", float64(elapsed.Microseconds())/1000)
 	for i, c := range batch {
 		c.done <- result{probs: probs[i], latency: elapsed, hit: plan.Slots[i].Hit}
@@ -235,7 +240,7 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 // is appended to created.
 func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.State], probs [][][]float32, created *[]*layers.State) error {
 	passes, news := planPasses(batch, slots, p.passTokens)
-	rows := make([][]Row, len(batch))
+	rows := make([][]systemone.Row, len(batch))
 	for i, c := range batch {
 		rows[i] = c.enc.Rows()
 		probs[i] = make([][]float32, len(rows[i]))
@@ -278,7 +283,7 @@ func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.St
 }
 
 // point runs the pointer head on a pass's rows, one call per part of its hidden states.
-func (p *Predictor) point(out *layers.Output, ps *passPlan, rows [][]Row, probs [][][]float32) error {
+func (p *Predictor) point(out *layers.Output, ps *passPlan, rows [][]systemone.Row, probs [][][]float32) error {
 	qs := make([][]tensor.PointerQuery, len(out.Hidden))
 	refs := make([][]rowRef, len(out.Hidden))
 	for k, rr := range ps.rows {

@@ -1,6 +1,7 @@
 package kev
 
 import (
+	"github.com/kevgo/kev/internal/systemone"
 	"sync"
 	"testing"
 
@@ -34,11 +35,14 @@ func TestBatchMixed(t *testing.T) {
 		device     string
 		passTokens int
 	}{
-		{"one pass", "cpu", RowPassTokens},
+		{"one pass", "cpu", systemone.RowPassTokens},
 		{"a pass per row", "cpu", 1},
 		{"small passes", "cpu", 200},
-		{"per state", eachName, RowPassTokens},
+		{"per state", eachName, systemone.RowPassTokens},
 	} {
+		if testing.Short() && tc.name != "small passes" && tc.name != "per state" {
+			continue // the quick loop: one split into passes, one per-state backend
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			// The model goroutine's second take waits for hold: the warm-up runs alone, the rest in one batch.
 			hold := make(chan struct{})
@@ -48,7 +52,7 @@ func TestBatchMixed(t *testing.T) {
 					<-hold
 				}
 			}
-			p := loadGolden(t, s, Options{PrefixCache: 2, Device: tc.device, DType: "fp32"})
+			p := loadGolden(t, s, Options{PrefixCache: 2, Device: Device(tc.device), DType: "fp32"})
 			testBeforeTake = nil
 			p.passTokens = tc.passTokens
 			probs(t, p, reqs[0])
@@ -109,11 +113,11 @@ func TestPlanPasses(t *testing.T) {
 	reqs := smallRequests(t, s)
 	var batch []*call
 	for _, k := range []int{0, 1, 0} {
-		rec, err := ToRecord(reqs[k], RecordOptions{})
+		rec, err := systemone.ToRecord(reqs[k], systemone.RecordOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		enc, err := Encode(p.Tokenizer(), rec, EncodeOptions{})
+		enc, err := systemone.Encode(p.tok, rec, systemone.EncodeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +191,7 @@ func BenchmarkPredictorConcurrent(b *testing.B) {
 	reqs := smallRequests(b, s)
 	for _, device := range []string{"cpu", eachName} {
 		b.Run(device, func(b *testing.B) {
-			p := loadGolden(b, s, Options{PrefixCache: -1, Device: device, DType: "fp32"})
+			p := loadGolden(b, s, Options{PrefixCache: -1, Device: Device(device), DType: "fp32"})
 			const clients = 32
 			for b.Loop() {
 				var wg sync.WaitGroup
@@ -195,7 +199,7 @@ func BenchmarkPredictorConcurrent(b *testing.B) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						if _, err := p.Do(b.Context(), reqs[c%len(reqs)]); err != nil {
+						if _, err := p.Do(b.Context(), fromSysRequest(reqs[c%len(reqs)])); err != nil {
 							b.Error(err)
 						}
 					}()

@@ -1,44 +1,43 @@
 package kev_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/kevgo/kev"
 )
 
-// Questions are built with Noul, Choice and Score; the request renders into the text the model reads.
-func Example_buildQuestions() {
-	req := kev.NewRequest("My running shoes arrived in the wrong size. Can I swap them for a size 10?",
-		kev.NoulWith("billing", "Is this about a charge?", "About charges", "Not about charges"),
-		kev.Choice("department", "Which team should handle this?",
-			kev.Opt("returns", "Exchanges, refunds, wrong or damaged items"),
-			kev.Opt("shipping", "Delivery status, delays, lost packages"),
-			kev.Opt("billing", "")),
-		kev.Score("urgency", "How urgent is this?", "can wait", "this week", "today"),
-	)
-	rec, err := kev.ToRecord(req, kev.RecordOptions{})
+// Load reads a checkpoint directory (or a hub name) and its base model once; the predictor then answers any
+// number of requests, from any number of goroutines. Here the small random test checkpoint on the CPU.
+func ExampleLoad() {
+	ctx := context.Background()
+	p, err := kev.Load(ctx, "testdata/golden/tiny-a/kev", kev.Options{Base: "testdata/golden/tiny-a/base", Offline: true})
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
-	for _, q := range rec.Questions {
-		fmt.Printf("%s %q -> %q\n", q.ID, q.Options, q.Keys)
-	}
-	// Output:
-	// billing ["no: Not about charges" "yes: About charges"] -> ["false" "true"]
-	// department ["returns: Exchanges, refunds, wrong or damaged items" "shipping: Delivery status, delays, lost packages" "billing"] -> ["returns" "shipping" "billing"]
-	// urgency ["can wait" "this week" "today"] -> ["0" "1" "2"]
+	defer p.Close()
+	info := p.Info()
+	fmt.Println(info.Base, info.Device, info.DType, info.LoRA)
+	// Output: Qwen/Qwen3.5-Tiny-A-Base cpu float32 8
 }
 
-// Structured content (objects, arrays, numbers) is parsed from JSON text and rendered as labelled text.
-func ExampleParseContent() {
-	state, err := kev.ParseContent([]byte(`{"ticket": {"channel": "email", "tags": ["refund", "urgent"]}, "amount": 1e2}`))
+// Structured state comes from Go values: maps (keys sorted), Objects (order kept), slices, numbers, strings and
+// booleans. String shows the text the model reads, rendered exactly as Kev renders it.
+func ExampleValueOf() {
+	state, err := kev.ValueOf(kev.Object{
+		{Key: "ticket", Value: map[string]any{"channel": "email", "tags": []string{"refund", "urgent"}}},
+		{Key: "amount", Value: 100.0},
+		{Key: "vip", Value: true},
+	})
 	if err != nil {
 		panic(err)
 	}
-	req := &kev.Request{State: state, Questions: []kev.QuestionEntry{kev.Noul("refund", "Is a refund asked for?")}}
-	rec, _ := kev.ToRecord(req, kev.RecordOptions{})
-	fmt.Println(rec.State)
+	fmt.Println(state)
+	b, _ := json.Marshal(state)
+	fmt.Println(string(b))
 	// Output:
 	// ticket:
 	//   channel: email
@@ -46,44 +45,47 @@ func ExampleParseContent() {
 	//     - refund
 	//     - urgent
 	// amount: 100.0
+	// vip: True
+	// {"ticket":{"channel":"email","tags":["refund","urgent"]},"amount":100.0,"vip":true}
 }
 
-// DecodeRequest reads a request body as Kev's server does; structured content becomes labelled text.
-func ExampleDecodeRequest() {
-	req, err := kev.DecodeRequest([]byte(`{"state": {"ticket": {"channel": "email", "body": "hi"}, "amount": 1.50},
-		"questions": {"tone": {"type": "choice", "instructions": "Tone?", "criteria": {"calm": null, "angry": "Hostile"}}}}`))
+// A request body is read as Kev's server reads it; what does not fit the schema is a *ValidationError whose
+// problems name the field.
+func ExampleRequest_UnmarshalJSON() {
+	var req kev.Request
+	err := json.Unmarshal([]byte(`{"state": {"body": "hi", "amount": 1.50},
+		"questions": {"tone": {"type": "choice", "instructions": "Tone?", "criteria": {"calm": null, "angry": "Hostile"}}}}`), &req)
 	if err != nil {
 		panic(err)
 	}
-	rec, _ := kev.ToRecord(req, kev.RecordOptions{})
-	fmt.Println(req.Model)
-	fmt.Println(rec.State)
-	fmt.Printf("%q\n", rec.Questions[0].Options)
+	fmt.Printf("%s; %d question, options %s and %s\n", req.State, len(req.Questions),
+		req.Questions[0].Question.Options[0].Name, req.Questions[0].Question.Options[1].Name)
 
-	_, err = kev.DecodeRequest([]byte(`{"state": "x", "questions": {"q": {"type": "score", "criteria": []}}}`))
+	err = json.Unmarshal([]byte(`{"state": "x", "questions": {"urgency": {"type": "score", "criteria": []}}}`), &req)
 	var ve *kev.ValidationError
 	if errors.As(err, &ve) {
-		fmt.Println(len(ve.Errors), "problems; the score's:", ve.Errors[len(ve.Errors)-1].Path())
+		fmt.Println(err)
 	}
 	// Output:
-	// kev-latest
-	// ticket:
-	//   channel: email
-	//   body: hi
-	// amount: 1.5
-	// ["calm" "angry: Hostile"]
-	// 5 problems; the score's: questions.q.Score.criteria
+	// body: hi
+	// amount: 1.5; 1 question, options calm and angry
+	// kev: invalid request: questions.urgency.criteria: list should have at least 1 item after validation, not 0
 }
 
 // A response marshals to the exact bytes of Kev's HTTP API: compact JSON, Python float repr, Kev's key order.
 func ExampleResponse_MarshalJSON() {
-	rec, _ := kev.ToRecord(kev.NewRequest("I was charged twice.",
-		kev.Noul("billing", "About billing?"),
-		kev.Score("urgency", "How urgent?", "can wait", "today")), kev.RecordOptions{})
-	answers, _ := kev.ToAnswers(rec, [][]float32{{0.0421, 0.9579}, {0.25, 0.75}})
-	resp := &kev.Response{Model: "jev-latest", Answers: answers, Usage: kev.Usage{InputTokens: 40, OutputTokens: 61}, LatencyMS: 21}
+	resp := &kev.Response{
+		Model: "jev-latest",
+		Answers: []kev.AnswerEntry{
+			{ID: "billing", Answer: kev.Answer{Type: kev.TypeNoul, Noul: 0.9579}},
+			{ID: "team", Answer: kev.Answer{Type: kev.TypeChoice, Choice: "billing", Confidence: 0.5,
+				Probabilities: []kev.Prob{{Key: "billing", P: 0.75}, {Key: "returns", P: 0.25}}}},
+		},
+		Usage:     kev.Usage{InputTokens: 40, OutputTokens: 61},
+		LatencyMS: 21,
+	}
 	b, _ := resp.MarshalJSON()
 	fmt.Println(string(b))
 	// Output:
-	// {"model":"jev-latest","answers":{"billing":{"type":"noul","noul":0.9579},"urgency":{"type":"score","score":0.75,"legend":{"0":"can wait","1":"today"},"probabilities":{"0":0.25,"1":0.75},"confidence":0.5}},"usage":{"input_tokens":40,"output_tokens":61},"latency_ms":21.0}
+	// {"model":"jev-latest","answers":{"billing":{"type":"noul","noul":0.9579},"team":{"type":"choice","choice":"billing","confidence":0.5,"probabilities":{"billing":0.75,"returns":0.25}}},"usage":{"input_tokens":40,"output_tokens":61},"latency_ms":21.0}
 }

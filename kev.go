@@ -1,24 +1,30 @@
 // Package kev runs Kev decision models: give it a text (the state) and typed questions, and it returns calibrated
 // probabilities and the answers Kev's TypeSafe "System One" API gives, byte for byte where that API defines bytes.
 //
-// A question is a yes/no Noul, a Choice among named options, or a Score over ordered levels. Data flows one way:
-// a Request (DecodeRequest, or built with Noul, Choice and Score) renders into a Record (ToRecord: the text the
-// model reads), which Encode packs into token rows; the model's probabilities become answers (ToAnswers), and a
-// Response marshals to the bytes of Kev's HTTP API.
+// Load a checkpoint once, then ask:
+//
+//	p, err := kev.Load(ctx, "jaredpalmer/kev-4b", kev.Options{Device: kev.CUDA})
+//	...
+//	answers, err := p.Ask(ctx, "Shoes arrived two weeks late.",
+//		kev.Noul("escalate", "Does this need urgent human attention?"),
+//		kev.Choice("department", "Which team?", kev.Opt("returns", ""), kev.Opt("shipping", "")))
+//
+// A question is a yes/no Noul, a Choice among named options, or a Score over ordered levels. The state is text or
+// structured content (maps, slices, numbers, booleans; see ValueOf), rendered into labelled text exactly as Kev
+// renders it. Predictor.Do takes and returns the full System One Request and Response; a Response marshals to the
+// bytes of Kev's HTTP API. The HTTP API itself is package github.com/kevgo/kev/server.
+//
+// The CPU backend is always there; the CUDA backend registers itself when a program imports
+// github.com/kevgo/kev/tensor/cuda (blank import) and is built with -tags cuda.
 package kev
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/kevgo/kev/internal/pyjson"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 // DefaultModel is the model name a request gets when it names none. Any name is accepted and echoed back.
 const DefaultModel = "kev-latest"
-
-// MaxOptions is the most options a Choice and the most levels a Score may have.
-const MaxOptions = 255
 
 // QuestionType is the kind of a question: "noul", "choice" or "score".
 type QuestionType string
@@ -30,26 +36,26 @@ const (
 	TypeScore  QuestionType = "score"  // ordered levels: the answer is the expected level index
 )
 
-// Question is one typed question. Instructions and every description are JSON content (text, objects, arrays,
+// Question is one typed question. Instructions and every description are content (text, objects, arrays,
 // numbers, booleans or null), rendered into labelled text for the model; the question id is never shown to it.
 type Question struct {
 	Type         QuestionType
-	Instructions pyjson.Value // null: no instructions
+	Instructions Value // null: no instructions
 
 	// Noul only: the descriptions of the two options, the "true" and "false" criteria. Null: none.
-	True, False pyjson.Value
+	True, False Value
 
-	// Choice only: the options in order, 1..MaxOptions of them, names unique.
+	// Choice only: the options in order, 1..255 of them, names unique.
 	Options []Option
 
-	// Score only: the levels, lowest first, 1..MaxOptions of them.
-	Levels []pyjson.Value
+	// Score only: the levels, lowest first, 1..255 of them.
+	Levels []Value
 }
 
 // Option is one option of a Choice: its name, which is the answer's key, and an optional description.
 type Option struct {
 	Name        string
-	Description pyjson.Value // null or "": the option reads as its name alone
+	Description Value // null or "": the option reads as its name alone
 }
 
 // QuestionEntry is a question with its id. A request's questions are ordered; answers come back in the same order.
@@ -58,26 +64,17 @@ type QuestionEntry struct {
 	Question Question
 }
 
-// Request is a System One request: the state (the document, as JSON content), the model name, and the questions.
+// Request is a System One request: the state (the document), the model name, and the questions. It marshals to
+// and from the JSON body of Kev's HTTP API; unmarshalling validates as Kev's server does.
 type Request struct {
 	Model     string // echoed in the response; empty means DefaultModel
-	State     pyjson.Value
+	State     Value
 	Questions []QuestionEntry
 }
 
-// Content is JSON content as Kev reads it (a state, instructions, a description, a level): key order kept, integer
-// and float literals told apart, rendered with Python's str() rules.
-type Content = pyjson.Value
-
-// ParseContent reads JSON content with Python's json semantics (see DecodeRequest).
-func ParseContent(data []byte) (Content, error) { return pyjson.Parse(data) }
-
-// Text returns s as JSON content for instructions and descriptions, with "" as null (the two render alike).
-func Text(s string) pyjson.Value {
-	if s == "" {
-		return pyjson.Null()
-	}
-	return pyjson.String(s)
+// NewRequest returns a request on a plain-text state with the default model.
+func NewRequest(state string, questions ...QuestionEntry) *Request {
+	return &Request{State: Text(state), Questions: questions}
 }
 
 // Noul returns a yes/no question.
@@ -102,85 +99,27 @@ func Opt(name, description string) Option {
 	return Option{Name: name, Description: Text(description)}
 }
 
-// OptionNames returns options with the given names and no descriptions.
-func OptionNames(names ...string) []Option {
-	out := make([]Option, len(names))
-	for i, n := range names {
-		out[i] = Option{Name: n}
-	}
-	return out
-}
-
 // Score returns a question over ordered levels, lowest first.
 func Score(id, instructions string, levels ...string) QuestionEntry {
-	vs := make([]pyjson.Value, len(levels))
+	vs := make([]Value, len(levels))
 	for i, l := range levels {
-		vs[i] = pyjson.String(l)
+		vs[i] = Value{pyjson.String(l)}
 	}
 	return QuestionEntry{ID: id, Question: Question{Type: TypeScore, Instructions: Text(instructions), Levels: vs}}
 }
 
-// NewRequest returns a request on a plain-text state with the default model.
-func NewRequest(state string, questions ...QuestionEntry) *Request {
-	return &Request{Model: DefaultModel, State: pyjson.String(state), Questions: questions}
-}
+// MarshalJSON returns the request as the compact JSON body a client sends: state, model, then questions in order.
+func (r *Request) MarshalJSON() ([]byte, error) { return toSysRequest(r).MarshalJSON() }
 
-// ModelName returns r.Model, or DefaultModel when it is empty.
-func (r *Request) ModelName() string {
-	if r.Model == "" {
-		return DefaultModel
-	}
-	return r.Model
-}
-
-// Value returns the request as the JSON object a client sends: state, model, then questions in order, each with
-// type, instructions (when not null) and criteria (a noul's only when it has a description).
-func (r *Request) Value() pyjson.Value {
-	qs := make([]pyjson.Member, len(r.Questions))
-	for i, e := range r.Questions {
-		qs[i] = pyjson.M(e.ID, e.Question.Value())
-	}
-	return pyjson.Object(
-		pyjson.M("state", r.State),
-		pyjson.M("model", pyjson.String(r.ModelName())),
-		pyjson.M("questions", pyjson.Object(qs...)),
-	)
-}
-
-// MarshalJSON returns the request in compact JSON.
-func (r *Request) MarshalJSON() ([]byte, error) { return pyjson.Compact(r.Value()) }
-
-// UnmarshalJSON decodes and validates a request as DecodeRequest does.
+// UnmarshalJSON reads a System One request body as Kev's server does (Python's json, then pydantic's rules): a
+// body that does not fit is a *ValidationError listing every problem.
 func (r *Request) UnmarshalJSON(data []byte) error {
-	req, err := DecodeRequest(data)
+	sr, err := systemone.DecodeRequest(data)
 	if err != nil {
-		return err
+		return publicError(err)
 	}
-	*r = *req
+	*r = *fromSysRequest(sr)
 	return nil
-}
-
-// Value returns the question as its JSON object.
-func (q Question) Value() pyjson.Value {
-	ms := []pyjson.Member{pyjson.M("type", pyjson.String(string(q.Type)))}
-	if !q.Instructions.IsNull() {
-		ms = append(ms, pyjson.M("instructions", q.Instructions))
-	}
-	switch q.Type {
-	case TypeNoul:
-		if !q.True.IsNull() || !q.False.IsNull() {
-			ms = append(ms, pyjson.M("criteria", pyjson.Object(pyjson.M("true", q.True), pyjson.M("false", q.False))))
-		}
-	case TypeChoice:
-		opts := make([]pyjson.Member, len(q.Options))
-		for i, o := range q.Options {
-			opts[i] = pyjson.M(o.Name, o.Description)
-		}
-		ms = append(ms, pyjson.M("criteria", pyjson.Object(opts...)))
-	case TypeScore:
-		ms = append(ms, pyjson.M("criteria", pyjson.Array(append([]pyjson.Value(nil), q.Levels...)...)))
-	}
-	return pyjson.Object(ms...)
 }
 
 // Answer is the typed answer to one question. Every number is rounded to 4 decimals as Python's round(x, 4).
@@ -216,46 +155,9 @@ type AnswerEntry struct {
 	Answer Answer
 }
 
-// Value returns the answer as Kev's JSON object, in Kev's key order:
-// noul {type, noul}; choice {type, choice, confidence, probabilities}; score {type, score, legend, probabilities,
-// confidence}.
-func (a Answer) Value() pyjson.Value {
-	t := pyjson.M("type", pyjson.String(string(a.Type)))
-	switch a.Type {
-	case TypeNoul:
-		return pyjson.Object(t, pyjson.M("noul", pyjson.Float(a.Noul)))
-	case TypeChoice:
-		return pyjson.Object(t, pyjson.M("choice", pyjson.String(a.Choice)),
-			pyjson.M("confidence", pyjson.Float(a.Confidence)), pyjson.M("probabilities", probsValue(a.Probabilities)))
-	}
-	legend := make([]pyjson.Member, len(a.Legend))
-	for i, l := range a.Legend {
-		legend[i] = pyjson.M(l.Key, pyjson.String(l.Text))
-	}
-	return pyjson.Object(t, pyjson.M("score", pyjson.Float(a.Score)), pyjson.M("legend", pyjson.Object(legend...)),
-		pyjson.M("probabilities", probsValue(a.Probabilities)), pyjson.M("confidence", pyjson.Float(a.Confidence)))
-}
-
-func probsValue(ps []Prob) pyjson.Value {
-	ms := make([]pyjson.Member, len(ps))
-	for i, p := range ps {
-		ms[i] = pyjson.M(p.Key, pyjson.Float(p.P))
-	}
-	return pyjson.Object(ms...)
-}
-
-// MarshalJSON returns the answer's compact JSON.
-func (a Answer) MarshalJSON() ([]byte, error) { return pyjson.Compact(a.Value()) }
-
-// AnswersValue returns the answers object {id: answer} in question order. A repeated id keeps its first position
-// and its last answer, as a Python dict does.
-func AnswersValue(answers []AnswerEntry) pyjson.Value {
-	ms := make([]pyjson.Member, len(answers))
-	for i, e := range answers {
-		ms[i] = pyjson.M(e.ID, e.Answer.Value())
-	}
-	return pyjson.Object(ms...)
-}
+// MarshalJSON returns the answer's compact JSON in Kev's key order: noul {type, noul}; choice {type, choice,
+// confidence, probabilities}; score {type, score, legend, probabilities, confidence}.
+func (a Answer) MarshalJSON() ([]byte, error) { return toSysAnswer(a).MarshalJSON() }
 
 // Usage is a response's token accounting.
 type Usage struct {
@@ -278,66 +180,14 @@ type Response struct {
 	Usage     Usage
 	LatencyMS float64 // model time of the batch the request ran in, rounded to 0.1 ms
 
-	// Truncated is set by a server in truncate mode, on every response: whether this state was cut. It also makes
-	// the usage carry state_tokens and state_tokens_used.
+	// Truncated is set when the predictor truncates long states (Options.TruncateStates), on every response:
+	// whether this state was cut. It also makes the usage carry state_tokens and state_tokens_used.
 	Truncated *bool
 }
 
-// Value returns the response as Kev's JSON object: model, answers, usage, latency_ms[, truncated].
-func (r *Response) Value() pyjson.Value {
-	usage := []pyjson.Member{
-		pyjson.M("input_tokens", pyjson.Int(int64(r.Usage.InputTokens))),
-		pyjson.M("output_tokens", pyjson.Int(int64(r.Usage.OutputTokens))),
-	}
-	if r.Usage.CachedTokens != nil {
-		usage = append(usage, pyjson.M("input_tokens_details",
-			pyjson.Object(pyjson.M("cached_tokens", pyjson.Int(int64(*r.Usage.CachedTokens))))))
-	}
-	if r.Truncated != nil {
-		usage = append(usage, pyjson.M("state_tokens", pyjson.Int(int64(r.Usage.StateTokens))),
-			pyjson.M("state_tokens_used", pyjson.Int(int64(r.Usage.StateTokensUsed))))
-	}
-	ms := []pyjson.Member{
-		pyjson.M("model", pyjson.String(r.Model)),
-		pyjson.M("answers", AnswersValue(r.Answers)),
-		pyjson.M("usage", pyjson.Object(usage...)),
-		pyjson.M("latency_ms", pyjson.Float(r.LatencyMS)),
-	}
-	if r.Truncated != nil {
-		ms = append(ms, pyjson.M("truncated", pyjson.Bool(*r.Truncated)))
-	}
-	return pyjson.Object(ms...)
-}
-
 // MarshalJSON returns the exact bytes of Kev's HTTP response body: compact JSON, UTF-8 unescaped, Python float
-// repr. NaN or infinite numbers are an error, as they are for the Python server.
-func (r *Response) MarshalJSON() ([]byte, error) { return pyjson.Compact(r.Value()) }
+// repr, Kev's key order. NaN or infinite numbers are an error, as they are for the Python server.
+func (r *Response) MarshalJSON() ([]byte, error) { return toSysResponse(r).MarshalJSON() }
 
 // String returns the response's JSON text, or the marshalling error's text.
-func (r *Response) String() string {
-	b, err := r.MarshalJSON()
-	if err != nil {
-		return "kev: " + err.Error()
-	}
-	return string(b)
-}
-
-// levelKey is the probability and legend key of score level i.
-func levelKey(i int) string { return strconv.Itoa(i) }
-
-// joinPath joins a location into a dotted path for messages.
-func joinPath(loc []any) string {
-	var sb strings.Builder
-	for i, p := range loc {
-		if i > 0 {
-			sb.WriteByte('.')
-		}
-		switch p := p.(type) {
-		case string:
-			sb.WriteString(p)
-		case int:
-			sb.WriteString(strconv.Itoa(p))
-		}
-	}
-	return sb.String()
-}
+func (r *Response) String() string { return toSysResponse(r).String() }

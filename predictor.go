@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kevgo/kev/internal/checkpoint"
@@ -17,6 +18,7 @@ import (
 	"github.com/kevgo/kev/internal/prefixcache"
 	"github.com/kevgo/kev/internal/pyjson"
 	"github.com/kevgo/kev/internal/qwen35"
+	"github.com/kevgo/kev/internal/systemone"
 	"github.com/kevgo/kev/layers"
 	"github.com/kevgo/kev/safetensors"
 	"github.com/kevgo/kev/tensor"
@@ -28,8 +30,8 @@ import (
 // head.pt's temperature, a four-state prefix cache, strict 65,536-token states, batches of up to 64 requests.
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
-	Device          string  // tensor backend name: "cpu" (default); "cuda" once registered
-	DType           string  // "fp32" (cpu default) or "bf16" (default elsewhere); "float32"/"bfloat16" also read
+	Device          Device  // CPU (default), CUDA ("cuda:0" also); CUDA needs the tensor/cuda import and -tags cuda
+	DType           DType   // Float32 (CPU default) or BFloat16 (default elsewhere); "fp32" and "bf16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
@@ -45,18 +47,15 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultPrefixCache = 4  // states the prefix cache keeps
-	DefaultMaxBatch    = 64 // requests one batch takes
-	// AttentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
+	defaultPrefixCache = 4  // states the prefix cache keeps
+	defaultMaxBatch    = 64 // requests one batch takes
+	// attentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
 	// prefix_min_tokens there; hybrid bases cache every state.
-	AttentionOnlyPrefixMinTokens = 384
+	attentionOnlyPrefixMinTokens = 384
 )
 
 // testBeforeTake, set by tests only, becomes the beforeTake hook of the predictors loaded after.
 var testBeforeTake func()
-
-// ErrClosed is returned by a Predictor's methods after Close.
-var ErrClosed = errors.New("kev: predictor closed")
 
 // LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
 // fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the
@@ -99,9 +98,9 @@ type Info struct {
 	Base           string  // head.pt's base model id, e.g. "Qwen/Qwen3.5-4B-Base"
 	BaseRevision   string  // head.pt's base_revision ("" when none)
 	LoRA           int     // adapter rank; 0 for full-weight checkpoints
-	Device         string  // tensor backend name: "cpu", "cuda"
+	Device         Device  // the device as given in Options ("cpu" when none was)
 	Backend        string  // "go"
-	DType          string  // parameter type name: "float32" or "bfloat16"
+	DType          DType   // the parameters' type: Float32 or BFloat16
 	Temperature    float64 // the head temperature in use
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // long states are cut instead of refused
@@ -162,6 +161,8 @@ type Predictor struct {
 	held       map[*layers.State]bool // states the cache holds (model goroutine only)
 	passTokens int                    // token budget of one model pass (RowPassTokens)
 
+	onBatch atomic.Pointer[func(int)] // receives every batch's size (the HTTP server's metrics)
+
 	accepted   int    // requests queued since Load
 	beforeTake func() // test hook: runs on the model goroutine before it takes a batch
 }
@@ -175,18 +176,18 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Device == "" {
-		opts.Device = "cpu"
+		opts.Device = CPU
 	}
 	dt, dtName, err := parseDType(opts.DType, opts.Device)
 	if err != nil {
 		return nil, err
 	}
 	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = DefaultMaxBatch
+		opts.MaxBatch = defaultMaxBatch
 	}
 	switch {
 	case opts.PrefixCache == 0:
-		opts.PrefixCache = DefaultPrefixCache
+		opts.PrefixCache = defaultPrefixCache
 	case opts.PrefixCache < 0:
 		opts.PrefixCache = 0
 	}
@@ -196,12 +197,12 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if opts.Temperature < 0 {
 		return nil, &OptionError{Field: "Temperature", Value: fmt.Sprint(opts.Temperature), Reason: "must be > 0 (or 0 for head.pt's)"}
 	}
-	backend, err := tensor.Open(opts.Device)
+	backend, err := openDevice(opts.Device)
 	if err != nil {
-		return nil, &OptionError{Field: "Device", Value: opts.Device, Reason: fmt.Sprintf("%v (backends: %s)", err, strings.Join(tensor.Backends(), ", "))}
+		return nil, err
 	}
 
-	runDir, runSnap, err := resolveModel(ctx, checkpointName, []string{checkpoint.HeadFile}, opts.Offline)
+	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +220,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if err != nil {
 		return nil, loadError(tokPath, err)
 	}
-	if _, err := LookupDelimiters(tok); err != nil {
+	if _, err := systemone.LookupDelimiters(tok); err != nil {
 		return nil, &LoadError{File: tokPath, Err: err}
 	}
 	copts := checkpoint.Options{DType: dt}
@@ -250,7 +251,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		weightBytes += int64(qwen35Numel(t)) * 4
 	}
 	if opts.PrefixMinTokens == 0 && !ck.Weights.Config.Hybrid() {
-		opts.PrefixMinTokens = AttentionOnlyPrefixMinTokens
+		opts.PrefixMinTokens = attentionOnlyPrefixMinTokens
 	}
 	ck.Weights = nil // the backend holds its own copy
 
@@ -258,7 +259,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		info: Info{
 			Run: checkpointName, Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
 			Device: opts.Device, Backend: "go", DType: dtName, Temperature: temp,
-			MaxStateTokens: MaxStateTokens, TruncateStates: opts.TruncateStates,
+			MaxStateTokens: systemone.MaxStateTokens, TruncateStates: opts.TruncateStates,
 			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,
 		},
 		opts: opts, log: log, tok: tok, backend: backend, model: model, pointer: pointer,
@@ -266,7 +267,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		done:  make(chan struct{}),
 		held:  map[*layers.State]bool{},
 
-		passTokens: RowPassTokens,
+		passTokens: systemone.RowPassTokens,
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.beforeTake = testBeforeTake
@@ -276,27 +277,13 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	return p, nil
 }
 
-// parseDType maps Options.DType to the weights' type and its card name.
-func parseDType(s, device string) (qwen35.DType, string, error) {
-	if s == "" {
-		if device == "cpu" {
-			s = "fp32"
-		} else {
-			s = "bf16"
-		}
-	}
-	switch strings.ToLower(s) {
-	case "fp32", "float32":
-		return qwen35.F32, "float32", nil
-	case "bf16", "bfloat16":
-		return qwen35.BF16, "bfloat16", nil
-	}
-	return 0, "", &OptionError{Field: "DType", Value: s, Reason: "want fp32 or bf16"}
-}
-
 // resolveModel finds the directory of a model: a local directory as is (it must hold the required files),
 // or a hub name through the hub cache.
-func resolveModel(ctx context.Context, name string, required []string, offline bool) (string, *hub.Snapshot, error) {
+func resolveModel(ctx context.Context, name string, base bool, offline bool) (string, *hub.Snapshot, error) {
+	required := []string{checkpoint.HeadFile}
+	if base {
+		required = []string{checkpoint.ConfigFile, "tokenizer.json"}
+	}
 	if name == "" {
 		return "", nil, &LoadError{Err: errors.New("no checkpoint named")}
 	}
@@ -306,6 +293,9 @@ func resolveModel(ctx context.Context, name string, required []string, offline b
 		}
 		for _, f := range required {
 			if _, err := os.Stat(filepath.Join(name, f)); err != nil {
+				if lerr := checkpoint.CheckLayout(name, base); lerr != nil {
+					err = lerr // says what the directory holds and what it should
+				}
 				return "", nil, &LoadError{File: filepath.Join(name, f), Err: err}
 			}
 		}
@@ -322,6 +312,9 @@ func resolveModel(ctx context.Context, name string, required []string, offline b
 	}
 	for _, f := range required {
 		if _, err := os.Stat(filepath.Join(snap.Dir, f)); err != nil {
+			if lerr := checkpoint.CheckLayout(snap.Dir, base); lerr != nil {
+				err = lerr
+			}
 			return "", nil, &LoadError{File: name + ": " + f, Err: err}
 		}
 	}
@@ -339,9 +332,8 @@ func looksLikePath(name string) bool {
 // resolveBase finds the base model's directory: Options.Base, else a full-weight checkpoint's own directory when it
 // carries the tokenizer, else head.pt's base at its base_revision.
 func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts Options) (string, error) {
-	required := []string{checkpoint.ConfigFile, "tokenizer.json"}
 	if opts.Base != "" {
-		dir, _, err := resolveModel(ctx, opts.Base, required, opts.Offline)
+		dir, _, err := resolveModel(ctx, opts.Base, true, opts.Offline)
 		return dir, err
 	}
 	if head.Weights == "full" {
@@ -356,7 +348,7 @@ func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts
 	if head.BaseRevision != "" {
 		name += "@" + head.BaseRevision
 	}
-	dir, _, err := resolveModel(ctx, name, required, opts.Offline)
+	dir, _, err := resolveModel(ctx, name, true, opts.Offline)
 	return dir, err
 }
 
@@ -430,12 +422,21 @@ func (p *Predictor) Stats() Stats {
 	}
 }
 
-// Tokenizer returns the base model's tokenizer, the one requests are encoded with.
-func (p *Predictor) Tokenizer() *tokenizer.Tokenizer { return p.tok }
-
-// Ask answers questions about a plain-text state, as a System One request with the default model name would.
-func (p *Predictor) Ask(ctx context.Context, text string, questions ...QuestionEntry) ([]AnswerEntry, error) {
-	resp, err := p.Do(ctx, NewRequest(text, questions...))
+// Ask answers questions about a state, as a System One request with the default model name would. The state is
+// text (a string) or structured content: anything ValueOf takes, such as a map[string]any, an Object, a slice or
+// a Value.
+func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEntry) ([]AnswerEntry, error) {
+	req := &Request{Questions: questions}
+	if s, ok := state.(string); ok {
+		req.State = Text(s)
+	} else {
+		v, err := ValueOf(state)
+		if err != nil {
+			return nil, err
+		}
+		req.State = v
+	}
+	resp, err := p.Do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -443,11 +444,23 @@ func (p *Predictor) Ask(ctx context.Context, text string, questions ...QuestionE
 }
 
 // Do answers a System One request. The request is validated, rendered and encoded on the caller's goroutine:
-// a *ValidationError, or an admission error that AdmissionDetail recognises (*StateTooLongError,
-// *RowTooLongError), comes back before the request is queued. Otherwise it waits for the model goroutine, which
-// runs it in a batch with whatever else is waiting; the response's latency_ms is that batch's model time.
-// If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped.
+// a *ValidationError, *StateTooLongError or *RowTooLongError comes back before the request is queued. Otherwise it
+// waits for the model goroutine, which runs it in a batch with whatever else is waiting; the response's LatencyMS
+// is that batch's model time. If ctx ends while the request waits, Do returns ctx.Err() and the request is
+// skipped. After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, errors.New("kev: Do: nil request")
+	}
+	resp, err := p.do(ctx, toSysRequest(req))
+	if err != nil {
+		return nil, publicError(err)
+	}
+	return fromSysResponse(resp), nil
+}
+
+// do answers a protocol-level request: Do without the conversions, for the HTTP server.
+func (p *Predictor) do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
 	rec, enc, r, err := p.submit(ctx, req)
 	if err != nil {
 		return nil, err
@@ -456,7 +469,7 @@ func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 }
 
 // submit admits a request and waits for the model's result.
-func (p *Predictor) submit(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
+func (p *Predictor) submit(ctx context.Context, req *systemone.Request) (*systemone.Record, *systemone.Encoding, result, error) {
 	if p.opts.Rotations > 1 && req != nil {
 		return p.submitRotated(ctx, req)
 	}
@@ -464,7 +477,7 @@ func (p *Predictor) submit(ctx context.Context, req *Request) (*Record, *Encodin
 }
 
 // submitOnce admits one request as it is and waits for the model's result.
-func (p *Predictor) submitOnce(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
+func (p *Predictor) submitOnce(ctx context.Context, req *systemone.Request) (*systemone.Record, *systemone.Encoding, result, error) {
 	if req == nil {
 		return nil, nil, result{}, errors.New("kev: Do: nil request")
 	}
@@ -474,11 +487,11 @@ func (p *Predictor) submitOnce(ctx context.Context, req *Request) (*Record, *Enc
 	if err := ctx.Err(); err != nil {
 		return nil, nil, result{}, err
 	}
-	rec, err := ToRecord(req, RecordOptions{DateFacts: p.opts.DateFacts})
+	rec, err := systemone.ToRecord(req, systemone.RecordOptions{DateFacts: p.opts.DateFacts})
 	if err != nil {
 		return nil, nil, result{}, err
 	}
-	enc, err := Encode(p.tok, rec, EncodeOptions{Truncate: p.opts.TruncateStates})
+	enc, err := systemone.Encode(p.tok, rec, systemone.EncodeOptions{Truncate: p.opts.TruncateStates})
 	if err != nil {
 		return nil, nil, result{}, err
 	}
@@ -496,15 +509,15 @@ func (p *Predictor) submitOnce(ctx context.Context, req *Request) (*Record, *Enc
 }
 
 // respond turns the model's result into the System One response.
-func (p *Predictor) respond(req *Request, rec *Record, enc *Encoding, r result) (*Response, error) {
-	answers, err := ToAnswers(rec, r.probs)
+func (p *Predictor) respond(req *systemone.Request, rec *systemone.Record, enc *systemone.Encoding, r result) (*systemone.Response, error) {
+	answers, err := systemone.ToAnswers(rec, r.probs)
 	if err != nil {
 		return nil, err
 	}
-	resp := &Response{
+	resp := &systemone.Response{
 		Model:     req.ModelName(),
 		Answers:   answers,
-		Usage:     Usage{InputTokens: enc.InputTokens(), OutputTokens: OutputTokens(p.tok, answers)},
+		Usage:     systemone.Usage{InputTokens: enc.InputTokens(), OutputTokens: systemone.OutputTokens(p.tok, answers)},
 		LatencyMS: pyjson.Round(float64(r.latency.Nanoseconds())/1e6, 1),
 	}
 	if p.opts.TruncateStates {

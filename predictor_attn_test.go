@@ -8,7 +8,7 @@ import (
 // prefix_min_tokens for attention-only bases (384) unless the options say otherwise, while a hybrid base caches
 // every state.
 func TestAttentionOnlyPrefixMin(t *testing.T) {
-	want := map[string]int{"tiny-a": 0, "tiny-b": 0, "tiny-qwen3": AttentionOnlyPrefixMinTokens, "tiny-qwen2": AttentionOnlyPrefixMinTokens}
+	want := map[string]int{"tiny-a": 0, "tiny-b": 0, "tiny-qwen3": attentionOnlyPrefixMinTokens, "tiny-qwen2": attentionOnlyPrefixMinTokens}
 	seen := 0
 	for _, s := range goldenSets(t) {
 		w, ok := want[s.name]

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kevgo/kev/internal/systemone"
+	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -43,6 +45,14 @@ type goldenFile struct {
 // goldenSet is one checkpoint and its reference cases.
 type goldenSet struct {
 	name, kev, base, cases string
+}
+
+// shortCases returns the first n cases under -short (the quick loop), else all of them.
+func shortCases[T any](cases []T, n int) []T {
+	if testing.Short() && len(cases) > n {
+		return cases[:n]
+	}
+	return cases
 }
 
 func goldenSets(t testing.TB) []goldenSet {
@@ -89,18 +99,18 @@ func loadGolden(t testing.TB, s goldenSet, opts Options) *Predictor {
 	return p
 }
 
-func decode(t testing.TB, raw []byte) *Request {
+func decode(t testing.TB, raw []byte) *systemone.Request {
 	t.Helper()
-	req, err := DecodeRequest(raw)
+	req, err := systemone.DecodeRequest(raw)
 	if err != nil {
 		t.Fatalf("request %s: %v", raw, err)
 	}
 	return req
 }
 
-func compactAnswers(t testing.TB, a []AnswerEntry) string {
+func compactAnswers(t testing.TB, a []systemone.AnswerEntry) string {
 	t.Helper()
-	b, err := pyjson.Compact(AnswersValue(a))
+	b, err := pyjson.Compact(systemone.AnswersValue(a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +126,7 @@ func TestPredictorGolden(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			g := readGolden(t, s.cases)
 			p := loadGolden(t, s, Options{})
-			for _, c := range g.Cases {
+			for _, c := range shortCases(g.Cases, 2) {
 				total++
 				req := decode(t, c.Request)
 				rec, enc, r, err := p.submit(context.Background(), req)
@@ -146,14 +156,14 @@ func TestPredictorGolden(t *testing.T) {
 					t.Errorf("%s: input_tokens %d, want %d", c.Name, resp.Usage.InputTokens, c.InputTokens)
 				}
 				// The reference probabilities through our answers code give the reference bytes exactly.
-				refAnswers, err := ToAnswers(rec, c.Probabilities)
+				refAnswers, err := systemone.ToAnswers(rec, c.Probabilities)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got := compactAnswers(t, refAnswers); got != c.AnswersJSON {
 					t.Errorf("%s: answers from the reference probabilities:\n got %s\nwant %s", c.Name, got, c.AnswersJSON)
 				}
-				if n := OutputTokens(p.tok, refAnswers); n != c.OutputTokens {
+				if n := systemone.OutputTokens(p.tok, refAnswers); n != c.OutputTokens {
 					t.Errorf("%s: output_tokens of the reference answers %d, want %d", c.Name, n, c.OutputTokens)
 				}
 				// Our probabilities give the same bytes unless a rounded value lies across a rounding boundary
@@ -182,7 +192,7 @@ func TestPredictorGolden(t *testing.T) {
 }
 
 // sameRounding reports whether two answer lists have the same rounded values.
-func sameRounding(a, b []AnswerEntry) bool {
+func sameRounding(a, b []systemone.AnswerEntry) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -202,7 +212,7 @@ func sameRounding(a, b []AnswerEntry) bool {
 }
 
 // checkOneStep asserts that answers differing in rounding differ by at most one rounding step per value.
-func checkOneStep(t *testing.T, name string, a, b []AnswerEntry) {
+func checkOneStep(t *testing.T, name string, a, b []systemone.AnswerEntry) {
 	t.Helper()
 	near := func(x, y float64) bool { return math.Abs(x-y) <= 1.0001e-4 }
 	for i := range a {
@@ -218,7 +228,7 @@ func checkOneStep(t *testing.T, name string, a, b []AnswerEntry) {
 }
 
 // probs runs a request and returns its raw probabilities.
-func probs(t testing.TB, p *Predictor, req *Request) [][]float32 {
+func probs(t testing.TB, p *Predictor, req *systemone.Request) [][]float32 {
 	t.Helper()
 	_, _, r, err := p.submit(context.Background(), req)
 	if err != nil {
@@ -244,9 +254,9 @@ func equalProbs(a, b [][]float32) bool {
 	return true
 }
 
-func goldenRequests(t testing.TB, s goldenSet) []*Request {
+func goldenRequests(t testing.TB, s goldenSet) []*systemone.Request {
 	t.Helper()
-	var reqs []*Request
+	var reqs []*systemone.Request
 	for _, c := range readGolden(t, s.cases).Cases {
 		reqs = append(reqs, decode(t, c.Request))
 	}
@@ -254,9 +264,9 @@ func goldenRequests(t testing.TB, s goldenSet) []*Request {
 }
 
 // smallRequests are the golden requests of at most 300 tokens, for tests that run many.
-func smallRequests(t testing.TB, s goldenSet) []*Request {
+func smallRequests(t testing.TB, s goldenSet) []*systemone.Request {
 	t.Helper()
-	var reqs []*Request
+	var reqs []*systemone.Request
 	for _, c := range readGolden(t, s.cases).Cases {
 		if c.InputTokens <= 300 {
 			reqs = append(reqs, decode(t, c.Request))
@@ -281,7 +291,7 @@ func TestPrefixCache(t *testing.T) {
 		t.Errorf("disabled cache stats %+v", st)
 	}
 	type counts struct{ hits, misses, cached int }
-	step := func(req *Request, wantHit bool, c counts) {
+	step := func(req *systemone.Request, wantHit bool, c counts) {
 		t.Helper()
 		_, _, r, err := p.submit(context.Background(), req)
 		if err != nil {
@@ -390,7 +400,10 @@ func TestConcurrentAsk(t *testing.T) {
 		want[i] = probs(t, seq, r)
 	}
 	p := loadGolden(t, s, Options{PrefixCache: 3, MaxBatch: 8})
-	const goroutines, each = 16, 3
+	goroutines, each := 16, 3
+	if testing.Short() {
+		goroutines, each = 4, 2
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	picks := make([][]int, goroutines)
 	for g := range picks {
@@ -446,7 +459,7 @@ func TestCloseDrains(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			resp, err := p.Do(context.Background(), reqs[i%len(reqs)])
+			resp, err := p.Do(context.Background(), fromSysRequest(reqs[i%len(reqs)]))
 			if err == nil && len(resp.Answers) == 0 {
 				err = errors.New("no answers")
 			}
@@ -474,7 +487,7 @@ func TestCloseDrains(t *testing.T) {
 	if st := p.Stats(); st.Batches.Requests != n || st.Batches.Count < n/3 {
 		t.Errorf("stats %+v", st)
 	}
-	if _, err := p.Do(context.Background(), reqs[0]); !errors.Is(err, ErrClosed) {
+	if _, err := p.Do(context.Background(), fromSysRequest(reqs[0])); !errors.Is(err, ErrClosed) {
 		t.Errorf("Do after Close: %v", err)
 	}
 	if err := p.Close(); err != nil {
@@ -499,9 +512,9 @@ func TestCancelWhileQueued(t *testing.T) {
 	testBeforeTake = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
-	go func() { _, err := p.Do(ctx, reqs[0]); done <- err }()
+	go func() { _, err := p.Do(ctx, fromSysRequest(reqs[0])); done <- err }()
 	waitAccepted(t, p, 1)
-	go func() { _, err := p.Do(context.Background(), reqs[1]); done <- err }()
+	go func() { _, err := p.Do(context.Background(), fromSysRequest(reqs[1])); done <- err }()
 	waitAccepted(t, p, 2)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -515,7 +528,7 @@ func TestCancelWhileQueued(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	// A context already done never queues.
-	if _, err := p.Do(ctx, reqs[0]); !errors.Is(err, context.Canceled) {
+	if _, err := p.Do(ctx, fromSysRequest(reqs[0])); !errors.Is(err, context.Canceled) {
 		t.Errorf("done context: %v", err)
 	}
 }
@@ -523,17 +536,17 @@ func TestCancelWhileQueued(t *testing.T) {
 func TestDoAdmission(t *testing.T) {
 	s := goldenSets(t)[0]
 	p := loadGolden(t, s, Options{})
-	long := strings.Repeat("a b ", MaxStateTokens/2+10)
+	long := strings.Repeat("a b ", systemone.MaxStateTokens/2+10)
 	_, err := p.Ask(context.Background(), long, Noul("q", "?"))
 	var st *StateTooLongError
-	if !errors.As(err, &st) || st.Limit != MaxStateTokens {
+	if !errors.As(err, &st) || st.Limit != systemone.MaxStateTokens {
 		t.Fatalf("long state: %v", err)
 	}
-	if detail, ok := AdmissionDetail(err); !ok || !strings.Contains(detail, "KEV_TRUNCATE_STATES=1") {
+	if detail, ok := systemone.AdmissionDetail(err); !ok || !strings.Contains(detail, "KEV_TRUNCATE_STATES=1") {
 		t.Errorf("detail %q, %v", detail, ok)
 	}
 	var ve *ValidationError
-	if _, err := p.Do(context.Background(), &Request{State: pyjson.String("x")}); !errors.As(err, &ve) {
+	if _, err := p.Do(context.Background(), &Request{State: Text("x")}); !errors.As(err, &ve) {
 		t.Errorf("no questions: %v", err)
 	}
 	if st := p.Stats(); st.Batches.Count != 0 || st.Batches.Requests != 0 {
@@ -543,7 +556,7 @@ func TestDoAdmission(t *testing.T) {
 	// In truncate mode every response says whether it was cut and carries the state counts.
 	tp := loadGolden(t, s, Options{TruncateStates: true, Temperature: 1})
 	req := goldenRequests(t, s)[0]
-	resp, err := tp.Do(context.Background(), req)
+	resp, err := tp.Do(context.Background(), fromSysRequest(req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,6 +669,32 @@ func TestLoadErrors(t *testing.T) {
 			}
 		})
 	}
+	// A directory that is not a checkpoint (empty, a base model, a checkpoint given as the base) is named with
+	// what it holds and what a checkpoint directory holds.
+	empty := filepath.Join(tmp, "empty")
+	os.Mkdir(empty, 0o755)
+	for _, c := range []struct {
+		name, kev, base, file string
+		want                  []string
+	}{
+		{"empty dir", empty, base, filepath.Join(empty, "head.pt"), []string{"the directory is empty", "holds head.pt (the pointer head) and either a LoRA adapter"}},
+		{"base as checkpoint", base, base, filepath.Join(base, "head.pt"), []string{"holds a base model", "give it as the base", "adapter_config.json and adapter_model.safetensors"}},
+		{"no head.pt beside the adapter", noHead, base, filepath.Join(noHead, "head.pt"), []string{"LoRA adapter (adapter_config.json) but not the head.pt"}},
+		{"checkpoint as base", kev, kev, filepath.Join(kev, "config.json"), []string{"is not a base model", "holds a Kev checkpoint (head.pt)", "config.json, model*.safetensors"}},
+	} {
+		_, err := Load(ctx, c.kev, Options{Base: c.base, Offline: true})
+		var le *LoadError
+		var lay *checkpoint.LayoutError
+		if !errors.As(err, &le) || le.File != c.file || !errors.As(err, &lay) || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want a *LoadError for %s with a *checkpoint.LayoutError", c.name, err, c.file)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", c.name, err, w)
+			}
+		}
+	}
 	if _, err := Load(ctx, "someorg/some-kev", Options{Offline: true}); !errors.Is(err, hub.ErrNotCached) {
 		t.Errorf("uncached hub name offline: %v, want hub.ErrNotCached", err)
 	}
@@ -692,7 +731,7 @@ func BenchmarkPredictorAsk(b *testing.B) {
 			tokens := 0
 			for b.Loop() {
 				for _, r := range reqs {
-					resp, err := p.Do(context.Background(), r)
+					resp, err := p.Do(context.Background(), fromSysRequest(r))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/kevgo/kev/internal/systemone"
 	"math"
 	"os"
 	"path/filepath"
@@ -39,12 +40,12 @@ func TestProbabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for _, c := range ref.Cases {
-		req, err := DecodeRequest(c.Request)
+	for _, c := range shortCases(ref.Cases, 3) {
+		req, err := systemone.DecodeRequest(c.Request)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		got, err := p.Probabilities(ctx, req)
+		got, err := p.Probabilities(ctx, fromSysRequest(req))
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
@@ -67,7 +68,7 @@ func TestProbabilities(t *testing.T) {
 			}
 		}
 
-		again, err := p.Probabilities(ctx, req)
+		again, err := p.probabilities(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,15 +80,15 @@ func TestProbabilities(t *testing.T) {
 			}
 		}
 
-		resp, err := p.Do(ctx, req)
+		resp, err := p.do(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := ToRecord(req, RecordOptions{})
+		rec, err := systemone.ToRecord(req, systemone.RecordOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := ToAnswers(rec, got)
+		want, err := systemone.ToAnswers(rec, got)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,9 +98,9 @@ func TestProbabilities(t *testing.T) {
 	}
 }
 
-func compactAnswersOf(t *testing.T, a []AnswerEntry) string {
+func compactAnswersOf(t *testing.T, a []systemone.AnswerEntry) string {
 	t.Helper()
-	b, err := json.Marshal(AnswersValue(a))
+	b, err := json.Marshal(systemone.AnswersValue(a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,20 +114,31 @@ func TestProbabilitiesErrors(t *testing.T) {
 	if err != nil {
 		t.Skip("golden fixture not loadable:", err)
 	}
-	if _, err := p.Probabilities(ctx, nil); err == nil {
+	if _, err := p.probabilities(ctx, nil); err == nil {
 		t.Error("nil request: no error")
 	}
-	var ve *ValidationError
-	if _, err := p.Probabilities(ctx, NewRequest("a state")); !errors.As(err, &ve) {
+	var ve *systemone.ValidationError
+	if _, err := p.probabilities(ctx, systemone.NewRequest("a state")); !errors.As(err, &ve) {
 		t.Errorf("no questions: %v, want a *ValidationError", err)
+	}
+	// The public method: Go types in, the package's typed errors out.
+	var pve *ValidationError
+	if _, err := p.Probabilities(ctx, NewRequest("a state")); !errors.As(err, &pve) {
+		t.Errorf("public, no questions: %v, want a *kev.ValidationError", err)
+	}
+	if _, err := p.Probabilities(ctx, nil); err == nil {
+		t.Error("public, nil request: no error")
+	}
+	if got, err := p.Probabilities(ctx, NewRequest("a state", Noul("q", "Is it?"))); err != nil || len(got) != 1 || len(got[0]) != 2 {
+		t.Errorf("public: %v %v", got, err)
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := p.Probabilities(done, NewRequest("a state", Noul("q", "Is it?"))); !errors.Is(err, context.Canceled) {
+	if _, err := p.probabilities(done, systemone.NewRequest("a state", systemone.Noul("q", "Is it?"))); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: %v", err)
 	}
 	p.Close()
-	if _, err := p.Probabilities(ctx, NewRequest("a state", Noul("q", "Is it?"))); !errors.Is(err, ErrClosed) {
+	if _, err := p.probabilities(ctx, systemone.NewRequest("a state", systemone.Noul("q", "Is it?"))); !errors.Is(err, ErrClosed) {
 		t.Errorf("closed predictor: %v, want ErrClosed", err)
 	}
 }
@@ -146,11 +158,11 @@ func TestDeviceMemory(t *testing.T) {
 		t.Skip("golden fixture not loadable:", err)
 	}
 	defer p.Close()
-	if held, free, ok := p.DeviceMemory(); ok || held != 0 || free != 0 {
+	if held, free, ok := p.deviceMemory(); ok || held != 0 || free != 0 {
 		t.Errorf("cpu backend: DeviceMemory() = %d, %d, %v; want 0, 0, false", held, free, ok)
 	}
 	q := &Predictor{backend: memBackend{held: 9 << 30, free: 3 << 20}}
-	if held, free, ok := q.DeviceMemory(); !ok || held != 9<<30 || free != 3<<20 {
+	if held, free, ok := q.deviceMemory(); !ok || held != 9<<30 || free != 3<<20 {
 		t.Errorf("reporting backend: DeviceMemory() = %d, %d, %v; want %d, %d, true", held, free, ok, int64(9<<30), int64(3<<20))
 	}
 }

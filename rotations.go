@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 // Order averaging. A pointer head reads every option of a question in one row, so the probabilities can move with
@@ -36,8 +38,8 @@ func Rotate(req *Request, n int) (*Rotation, error) {
 	if req == nil {
 		return nil, fmt.Errorf("kev: Rotate: nil request")
 	}
-	if err := req.Validate(); err != nil {
-		return nil, err
+	if err := toSysRequest(req).Validate(); err != nil {
+		return nil, publicError(err)
 	}
 	used := make(map[string]bool, len(req.Questions))
 	for _, e := range req.Questions {
@@ -110,7 +112,7 @@ func permuted(q Question, perm []int) Question {
 		}
 		q.Options = opts
 	case TypeScore:
-		levels := make([]Content, len(perm))
+		levels := make([]Value, len(perm))
 		for j, o := range perm {
 			levels[j] = q.Levels[o]
 		}
@@ -195,16 +197,16 @@ func meanProbs(lists [][]float32) []float32 {
 // submitRotated is submit for a predictor with Options.Rotations > 1: it validates req, asks its expansion in one
 // request and hands back the original request's record with the averaged probabilities (the usage counts the
 // tokens of the expansion, which is what the model read).
-func (p *Predictor) submitRotated(ctx context.Context, req *Request) (*Record, *Encoding, result, error) {
-	rec, err := ToRecord(req, RecordOptions{DateFacts: p.opts.DateFacts})
+func (p *Predictor) submitRotated(ctx context.Context, req *systemone.Request) (*systemone.Record, *systemone.Encoding, result, error) {
+	rec, err := systemone.ToRecord(req, systemone.RecordOptions{DateFacts: p.opts.DateFacts})
 	if err != nil {
 		return nil, nil, result{}, err
 	}
-	rot, err := Rotate(req, p.opts.Rotations)
+	rot, err := Rotate(fromSysRequest(req), p.opts.Rotations)
 	if err != nil {
 		return nil, nil, result{}, err
 	}
-	_, enc, r, err := p.submitOnce(ctx, rot.Request())
+	_, enc, r, err := p.submitOnce(ctx, toSysRequest(rot.Request()))
 	if err != nil {
 		return nil, nil, result{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kevgo/kev/internal/systemone"
 	"math"
 	"testing"
 )
@@ -40,7 +41,7 @@ func TestRotateLayout(t *testing.T) {
 			s += " " + o.Name
 		}
 		for _, l := range e.Question.Levels {
-			s += " " + l.AsString()
+			s += " " + l.String()
 		}
 		got = append(got, s)
 	}
@@ -160,15 +161,15 @@ func TestRotationsEqualSeparateRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := ToRecord(req, RecordOptions{})
+	rec, err := systemone.ToRecord(toSysRequest(req), systemone.RecordOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	answers, err := ToAnswers(rec, want)
+	answers, err := systemone.ToAnswers(rec, want)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, w := compactAnswers(t, resp.Answers), compactAnswers(t, answers); g != w {
+	if g, w := compactAnswers(t, toSysResponse(resp).Answers), compactAnswers(t, answers); g != w {
 		t.Errorf("answers\n got %s\nwant %s", g, w)
 	}
 	// A request that does not validate is refused with the original request's error.

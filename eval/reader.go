@@ -80,18 +80,15 @@ func ReadExamples(r io.Reader) ([]Example, error) {
 
 // ParseExample reads one labelled request (see ReadExamples). Errors are *LineError with Line 0.
 func ParseExample(data []byte) (*Example, error) {
-	v, err := kev.ParseContent(data)
+	v, err := pyjson.Parse(data)
 	if err != nil {
 		return nil, &LineError{Err: err}
 	}
 	if v.Kind() != pyjson.KindObject {
 		return nil, &LineError{Err: errors.New("not a JSON object")}
 	}
-	req, err := kev.RequestFromValue(v)
-	if err != nil {
-		return nil, &LineError{Err: err}
-	}
-	if err := req.Validate(); err != nil {
+	req := new(kev.Request)
+	if err := req.UnmarshalJSON(data); err != nil {
 		return nil, &LineError{Err: err}
 	}
 	index := make(map[string]int, len(req.Questions))
@@ -161,7 +158,7 @@ func ParseExample(data []byte) (*Example, error) {
 }
 
 // classIndex turns an expected answer into the index of its class among q's classes.
-func classIndex(q kev.Question, v kev.Content) (int, error) {
+func classIndex(q kev.Question, v pyjson.Value) (int, error) {
 	switch q.Type {
 	case kev.TypeNoul:
 		if v.Kind() != pyjson.KindBool {
@@ -193,7 +190,7 @@ func classIndex(q kev.Question, v kev.Content) (int, error) {
 
 // goldIndex reads a gold label written as text: "true"/"false" for a noul, a decimal level index for a score, an
 // option name for a choice.
-func goldIndex(q kev.Question, v kev.Content) (int, error) {
+func goldIndex(q kev.Question, v pyjson.Value) (int, error) {
 	if v.Kind() != pyjson.KindString {
 		return classIndex(q, v)
 	}
@@ -217,7 +214,7 @@ func goldIndex(q kev.Question, v kev.Content) (int, error) {
 	return classIndex(q, v)
 }
 
-func describe(v kev.Content) string {
+func describe(v pyjson.Value) string {
 	b, err := v.MarshalJSON()
 	if err != nil || len(b) > 40 {
 		return v.Kind().String()

@@ -141,7 +141,7 @@ func RunExamples(ctx context.Context, p Predictor, examples []Example, opts Opti
 			defer wg.Done()
 			for i := range next {
 				items, err := ask(ctx, p, &examples[i], opts.Rotations)
-				if detail, ok := kev.AdmissionDetail(err); ok {
+				if detail, ok := admissionDetail(err); ok {
 					results[i] = outcome{skipped: detail}
 				} else if err != nil {
 					results[i] = outcome{err: &LineError{Line: examples[i].Line, Err: err}}
@@ -334,4 +334,15 @@ func rotationStats(items []Item, n int) *RotationStats {
 	}
 	rs.Single = Compute(single)
 	return rs
+}
+
+// admissionDetail reports whether err is a predictor's refusal of a request for its length (state or a question
+// row over the model's limit), and its message: such lines are skipped rather than ending the run.
+func admissionDetail(err error) (string, bool) {
+	var se *kev.StateTooLongError
+	var re *kev.RowTooLongError
+	if errors.As(err, &se) || errors.As(err, &re) {
+		return err.Error(), true
+	}
+	return "", false
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"github.com/kevgo/kev/internal/systemone"
 	"math"
 	"os"
 	"path/filepath"
@@ -30,11 +31,11 @@ func (f *fakePredictor) Probabilities(_ context.Context, req *kev.Request) ([][]
 	f.mu.Lock()
 	f.asked = append(f.asked, req)
 	f.mu.Unlock()
-	switch req.State.AsString() {
+	switch req.State.String() {
 	case f.fail:
 		return nil, errors.New("device lost")
 	case f.long:
-		return nil, &kev.StateTooLongError{Tokens: 70000, Limit: kev.MaxStateTokens}
+		return nil, &kev.StateTooLongError{Tokens: 70000, Limit: systemone.MaxStateTokens}
 	}
 	out := make([][]float32, len(req.Questions))
 	for i, e := range req.Questions {
@@ -43,9 +44,9 @@ func (f *fakePredictor) Probabilities(_ context.Context, req *kev.Request) ([][]
 		for j := range z {
 			text := keys[j]
 			if e.Question.Type == kev.TypeScore {
-				text = e.Question.Levels[j].AsString()
+				text = e.Question.Levels[j].String()
 			}
-			z[j] = float64(len(text)%5)*0.4 + float64(len(req.State.AsString())%3)*0.1*float64(j) - 0.3*float64(j)
+			z[j] = float64(len(text)%5)*0.4 + float64(len(req.State.String())%3)*0.1*float64(j) - 0.3*float64(j)
 		}
 		var s float64
 		for j := range z {

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 func init() {
@@ -45,7 +47,7 @@ func (m *modelFlags) register(fs interface {
 
 // options resolves the flags into Load's arguments, finding the bundled checkpoint when none is given.
 func (m *modelFlags) options() (string, kev.Options, error) {
-	opts := kev.Options{Base: m.base, Device: m.device, DType: m.dtype, Offline: m.offline}
+	opts := kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline}
 	run := m.checkpoint
 	if run == "" {
 		root, err := moduleRoot()
@@ -92,7 +94,7 @@ func askCommand(args []string) error {
 	if err != nil {
 		return fmt.Errorf("reading the request: %w", err)
 	}
-	req, err := kev.DecodeRequest(body)
+	req, err := systemone.DecodeRequest(body)
 	if err != nil {
 		return requestError(err)
 	}
@@ -108,7 +110,7 @@ func askCommand(args []string) error {
 	}
 	defer p.Close()
 	reportMemory(p.Info())
-	resp, err := p.Do(ctx, req)
+	resp, err := bridge.Predictor(p).Do(ctx, req)
 	if err != nil {
 		return requestError(err)
 	}
@@ -122,13 +124,13 @@ func askCommand(args []string) error {
 
 // requestError turns a refused request into the body Kev's server would answer with.
 func requestError(err error) error {
-	var ve *kev.ValidationError
+	var ve *systemone.ValidationError
 	if errors.As(err, &ve) {
 		if body, merr := ve.MarshalJSON(); merr == nil {
 			return fmt.Errorf("invalid request (HTTP 422): %s", body)
 		}
 	}
-	if detail, ok := kev.AdmissionDetail(err); ok {
+	if detail, ok := systemone.AdmissionDetail(err); ok {
 		return fmt.Errorf("request refused (HTTP 422): %s", detail)
 	}
 	return err

@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/pyjson"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 func init() {
@@ -134,7 +137,7 @@ func benchCommand(args []string) error {
 	}
 	defer p.Close()
 	info := p.Info()
-	b := &bench{p: p, cfg: cfg, start: start, ctx: ctx}
+	b := &bench{p: p, m: bridge.Predictor(p), cfg: cfg, start: start, ctx: ctx}
 	rep := &b.report
 	rep.set("command", "kev bench")
 	rep.set("run", run)
@@ -217,14 +220,14 @@ func parseClients(s string) ([]int, error) {
 type benchCase struct {
 	name  string
 	state string // the state text; new-state requests prefix it
-	req   *kev.Request
+	req   *systemone.Request
 }
 
 // request returns the case's request number i: its own state for i = 0, else "Ticket <i>. " + state.
-func (c benchCase) request(i int) *kev.Request {
+func (c benchCase) request(i int) *systemone.Request {
 	r := *c.req
 	if i > 0 {
-		r.State = kev.Text(fmt.Sprintf("Ticket %d. %s", i, c.state))
+		r.State = systemone.Text(fmt.Sprintf("Ticket %d. %s", i, c.state))
 	}
 	return &r
 }
@@ -259,7 +262,7 @@ func readCases(path string) ([]benchCase, error) {
 // semantics (a repeated name keeps its first position and its last value); every case must be a valid System One
 // request whose state is a non-empty string.
 func parseCases(file string, data []byte) ([]benchCase, error) {
-	v, err := kev.ParseContent(data)
+	v, err := pyjson.Parse(data)
 	if err != nil {
 		return nil, &CasesError{File: file, Err: err}
 	}
@@ -269,7 +272,7 @@ func parseCases(file string, data []byte) ([]benchCase, error) {
 	}
 	var out []benchCase
 	for _, m := range cs.Members() {
-		req, err := kev.RequestFromValue(m.Value)
+		req, err := systemone.RequestFromValue(m.Value)
 		if err != nil {
 			return nil, &CasesError{File: file, Case: m.Key, Err: err}
 		}
@@ -285,6 +288,7 @@ func parseCases(file string, data []byte) ([]benchCase, error) {
 // bench runs the measurements of one predictor and collects the report.
 type bench struct {
 	p     *kev.Predictor
+	m     bridge.Model // p at the protocol level
 	cfg   benchConfig
 	start time.Time
 	ctx   context.Context
@@ -399,19 +403,19 @@ type sample struct {
 }
 
 // measure tokenises req (timed apart), then runs it through Do.
-func (b *bench) measure(req *kev.Request) (sample, *kev.Response, error) {
+func (b *bench) measure(req *systemone.Request) (sample, *systemone.Response, error) {
 	t0 := time.Now()
-	rec, err := kev.ToRecord(req, kev.RecordOptions{})
+	rec, err := systemone.ToRecord(req, systemone.RecordOptions{})
 	if err != nil {
 		return sample{}, nil, err
 	}
-	if _, err := kev.Encode(b.p.Tokenizer(), rec, kev.EncodeOptions{}); err != nil {
+	if _, err := systemone.Encode(b.m.Tokenizer(), rec, systemone.EncodeOptions{}); err != nil {
 		return sample{}, nil, err
 	}
 	tok := time.Since(t0)
 	hits := b.p.Stats().PrefixCache.Hits
 	t1 := time.Now()
-	resp, err := b.p.Do(b.ctx, req)
+	resp, err := b.m.Do(b.ctx, req)
 	wall := time.Since(t1)
 	if err != nil {
 		return sample{}, nil, err
@@ -422,11 +426,11 @@ func (b *bench) measure(req *kev.Request) (sample, *kev.Response, error) {
 // runCase measures one case: its first request, its probabilities, then new and cached states.
 func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err error) {
 	req0 := c.request(0)
-	rec, err := kev.ToRecord(req0, kev.RecordOptions{})
+	rec, err := systemone.ToRecord(req0, systemone.RecordOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
-	enc, err := kev.Encode(b.p.Tokenizer(), rec, kev.EncodeOptions{})
+	enc, err := systemone.Encode(b.m.Tokenizer(), rec, systemone.EncodeOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -434,11 +438,11 @@ func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err err
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := b.p.Probabilities(b.ctx, req0)
+	p, err := b.m.Probabilities(b.ctx, req0)
 	if err != nil {
 		return nil, nil, err
 	}
-	answers, err := json.Marshal(kev.AnswersValue(resp.Answers))
+	answers, err := json.Marshal(systemone.AnswersValue(resp.Answers))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -501,15 +505,15 @@ func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err err
 	}
 	// The first new state's probabilities, asked last so that no timed request finds it cached.
 	req1 := c.request(1)
-	p1, err := b.p.Probabilities(b.ctx, req1)
+	p1, err := b.m.Probabilities(b.ctx, req1)
 	if err != nil {
 		return lat, probs, err
 	}
-	rec1, err := kev.ToRecord(req1, kev.RecordOptions{})
+	rec1, err := systemone.ToRecord(req1, systemone.RecordOptions{})
 	if err != nil {
 		return lat, probs, err
 	}
-	enc1, err := kev.Encode(b.p.Tokenizer(), rec1, kev.EncodeOptions{})
+	enc1, err := systemone.Encode(b.m.Tokenizer(), rec1, systemone.EncodeOptions{})
 	if err != nil {
 		return lat, probs, err
 	}
@@ -613,7 +617,7 @@ func (b *bench) level(c benchCase, n int, d time.Duration) levelResult {
 			for time.Now().Before(stop) && b.ctx.Err() == nil {
 				req := c.request(sweepTicketBase + int(sweepTickets.Add(1)))
 				t := time.Now()
-				resp, err := b.p.Do(b.ctx, req)
+				resp, err := b.m.Do(b.ctx, req)
 				w := ms(time.Since(t))
 				mu.Lock()
 				if err != nil {
@@ -660,7 +664,7 @@ type memReport struct {
 
 func memoryReport(p *kev.Predictor) memReport {
 	m := memReport{WeightBytes: p.Info().WeightBytes, ProcessRSS: residentBytes()}
-	if held, free, ok := p.DeviceMemory(); ok {
+	if held, free, ok := bridge.Predictor(p).DeviceMemory(); ok {
 		m.Kind, m.ResidentBytes, m.FreeBytes = "device", held, free
 	} else {
 		var ms runtime.MemStats

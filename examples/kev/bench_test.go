@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 var benchCases = filepath.Join("testdata", "bench-cases.json")
@@ -147,7 +149,7 @@ func TestBench(t *testing.T) {
 		}
 
 		pr := rep.Probabilities[c.name]
-		want, err := p.Probabilities(context.Background(), c.request(0))
+		want, err := bridge.Predictor(p).Probabilities(context.Background(), c.request(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +167,7 @@ func TestBench(t *testing.T) {
 			}
 		}
 		ex := pr.NewStateExample
-		want1, err := p.Probabilities(context.Background(), c.request(1))
+		want1, err := bridge.Predictor(p).Probabilities(context.Background(), c.request(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,11 +181,11 @@ func TestBench(t *testing.T) {
 				}
 			}
 		}
-		resp, err := p.Do(context.Background(), c.request(0))
+		resp, err := bridge.Predictor(p).Do(context.Background(), c.request(0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantAnswers, _ := json.Marshal(kev.AnswersValue(resp.Answers))
+		wantAnswers, _ := json.Marshal(systemone.AnswersValue(resp.Answers))
 		var got bytes.Buffer
 		if err := json.Compact(&got, pr.Answers); err != nil || got.String() != string(wantAnswers) {
 			t.Errorf("%s: answers %s, want %s (%v)", c.name, got.String(), wantAnswers, err)
@@ -203,7 +205,7 @@ func TestBench(t *testing.T) {
 			t.Errorf("level %d: %d hits, %d misses for %d new tickets", i, l.PrefixHits, l.PrefixMisses, l.Requests)
 		}
 	}
-	if rep.PrefixCache.Size != kev.DefaultPrefixCache || rep.PrefixCache.Hits < 2*3 {
+	if rep.PrefixCache.Size != 4 /* Options.PrefixCache's default */ || rep.PrefixCache.Hits < 2*3 {
 		t.Errorf("prefix cache %+v", rep.PrefixCache)
 	}
 }

@@ -128,7 +128,7 @@ func postJSON(c *http.Client, url, body, key string) (int, string, error) {
 
 var (
 	inFlight  = regexp.MustCompile(`(?m)^kev_http_requests_in_flight (\d+)$`)
-	received1 = regexp.MustCompile(`(?m)^kev_http_requests_total\{path="/v1/systemone/permute",method="POST",status="\d+"\} (\d+)$`)
+	received1 = regexp.MustCompile(`(?m)^kev_http_requests_total\{method="POST",path="/v1/systemone/permute",status="\d+"\} (\d+)$`)
 )
 
 // TestServeShutdownDrains serves the bundled checkpoint, starts requests, shuts down while they are inside, and

@@ -51,11 +51,11 @@ func TestAsk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	r, err := kev.DecodeRequest(req)
-	if err != nil {
+	var r kev.Request
+	if err := r.UnmarshalJSON(req); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := p.Do(context.Background(), r)
+	resp, err := p.Do(context.Background(), &r)
 	if err != nil {
 		t.Fatal(err)
 	}

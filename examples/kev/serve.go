@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/server"
 )
 
 func init() {
@@ -27,7 +28,7 @@ type serveConfig struct {
 	opts  kev.Options
 	addr  string
 	drain time.Duration
-	hopts kev.HandlerOptions
+	hopts server.Options
 }
 
 // serveReady, when set, is told the listening address once the server accepts requests (tests use it).
@@ -152,7 +153,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	defer p.Close()
 	cfg.hopts.Logger = log
-	h := kev.NewHandler(p, cfg.hopts)
+	h := server.New(p, cfg.hopts)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err

@@ -83,6 +83,9 @@ func Open(kevDir, baseDir string, opts Options) (*Checkpoint, error) {
 	headPath := filepath.Join(kevDir, HeadFile)
 	head, err := ReadHead(headPath)
 	if err != nil {
+		if lerr := CheckLayout(kevDir, false); lerr != nil {
+			return nil, lerr
+		}
 		return nil, err
 	}
 	if head.OptionIsolation {
@@ -116,7 +119,7 @@ func Open(kevDir, baseDir string, opts Options) (*Checkpoint, error) {
 	case hasFull:
 		weightsDir = kevDir
 	default:
-		return nil, &ConfigError{File: kevDir, Reason: fmt.Sprintf("neither %s nor %s with model*.safetensors (head.pt says weights %q)", AdapterConfigFile, ConfigFile, head.Weights)}
+		return nil, &ConfigError{File: kevDir, Reason: fmt.Sprintf("neither %s nor %s with model*.safetensors (head.pt says weights %q): %s", AdapterConfigFile, ConfigFile, head.Weights, CheckpointLayout)}
 	}
 
 	cfg, err := LoadConfig(filepath.Join(weightsDir, ConfigFile))

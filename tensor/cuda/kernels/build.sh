@@ -9,7 +9,7 @@
 # ptx_test.go recomputes it, so a PTX that is stale against its source fails CI.
 set -euo pipefail
 cd "$(dirname "$0")"
-command -v nvcc >/dev/null || { echo "build.sh: nvcc not found (bash tools/cuda-toolchain.sh installs 12.4)" >&2; exit 1; }
+command -v nvcc >/dev/null || { echo "build.sh: nvcc not found (bash scripts/cuda-toolchain.sh installs 12.4)" >&2; exit 1; }
 nvcc --version | grep -q "release 12\." || { echo "build.sh: need nvcc 12.x (PTX ISA ≤ 8.x loads on drivers ≥ 550)" >&2; exit 1; }
 export LC_ALL=C
 headers=$(ls *.cuh 2>/dev/null | sort || true)

@@ -1,4 +1,12 @@
-package kev
+// Package server is Kev's System One HTTP API over a loaded kev.Predictor, as an http.Handler: the endpoints of
+// Kev's server with its exact bodies (FastAPI's 422s, 404s and 405s included), bearer-key auth, CORS, request ids,
+// Server-Timing, health probes for load balancers, and Prometheus metrics as a prometheus.Collector.
+//
+//	p, err := kev.Load(ctx, "jaredpalmer/kev-4b", kev.Options{})
+//	...
+//	h := server.New(p, server.Options{APIKey: os.Getenv("KEV_API_KEY")})
+//	http.ListenAndServe(":8000", h)
+package server
 
 import (
 	"context"
@@ -17,124 +25,31 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
 	"github.com/kevgo/kev/internal/pyjson"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
-// Model is what a Handler serves: it answers System One requests and describes itself for GET /v1/models.
-// Do must be safe for concurrent use; requests that arrive together may be batched inside it. Do returns admission
-// errors (see AdmissionDetail) before queueing a request.
-type Model interface {
-	Do(ctx context.Context, req *Request) (*Response, error)
-	Card() ModelCard
-}
-
-// ModelCard is the serving description GET /v1/models sends for each model name: what was loaded and how it runs,
-// plus live counters.
-type ModelCard struct {
-	Run            string  // the checkpoint as given (a hub id or a path as typed)
-	Base           string  // the base model's name, e.g. Qwen/Qwen3.5-4B-Base
-	ReleaseDate    string  // YYYY-MM-DD
-	LoRA           int     // the adapter's rank; 0 for a full-weight checkpoint
-	Device         string  // cpu, cuda
-	Backend        string  // the engine's name
-	DType          string  // parameter dtype without prefix: float32, bfloat16
-	Temperature    float64 // the pointer head's temperature
-	MaxStateTokens int     // the state limit, the <state> token included
-	TruncateStates bool    // whether over-long states are cut instead of refused
-
-	CUDAGraphs  *GraphCounts // nil: no graphs (sent as null)
-	PrefixCache PrefixCacheCounts
-	Batches     BatchCounts
-}
-
-// GraphCounts are the CUDA graph counters of a card.
-type GraphCounts struct {
-	Captured, Kept, Pending, Failed int
-}
-
-// PrefixCacheCounts are the state-prefix cache settings and counters of a card.
-type PrefixCacheCounts struct {
-	Size, MinStateTokens, MaxTokens int
-	Hits, Misses                    int64
-	CachedStates                    int
-	OOMRetries                      int64
-}
-
-// BatchCounts are the batching counters of a card: batches run, requests run in them, requests waiting now.
-type BatchCounts struct {
-	Count, Requests int64
-	Queued          int
-}
-
-// ModelNames are the names GET /v1/models lists; both serve the one loaded checkpoint. jev-latest is the TypeSafe
-// SDK's default model name, so an unconfigured client works.
-var ModelNames = []string{"kev-latest", "jev-latest"}
-
-// Description returns the card's description: "Kev pointer head on <base>, serving <run> at temperature <T>",
-// with T to 2 decimals.
-func (c *ModelCard) Description() string {
-	return "Kev pointer head on " + c.Base + ", serving " + c.Run + " at temperature " +
-		strconv.FormatFloat(c.Temperature, 'f', 2, 64)
-}
-
-// Value returns the card as Kev's JSON object for the given model name, keys in Kev's order.
-func (c *ModelCard) Value(name string) pyjson.Value {
-	graphs := pyjson.Null()
-	if g := c.CUDAGraphs; g != nil {
-		graphs = pyjson.Object(pyjson.M("captured", intv(g.Captured)), pyjson.M("kept", intv(g.Kept)),
-			pyjson.M("pending", intv(g.Pending)), pyjson.M("failed", intv(g.Failed)))
-	}
-	pc := c.PrefixCache
-	return pyjson.Object(
-		pyjson.M("name", pyjson.String(name)),
-		pyjson.M("description", pyjson.String(c.Description())),
-		pyjson.M("release_date", pyjson.String(c.ReleaseDate)),
-		pyjson.M("run", pyjson.String(c.Run)),
-		pyjson.M("base", pyjson.String(c.Base)),
-		pyjson.M("lora", intv(c.LoRA)),
-		pyjson.M("device", pyjson.String(c.Device)),
-		pyjson.M("backend", pyjson.String(c.Backend)),
-		pyjson.M("dtype", pyjson.String(c.DType)),
-		pyjson.M("temperature", pyjson.Float(c.Temperature)),
-		pyjson.M("max_state_tokens", intv(c.MaxStateTokens)),
-		pyjson.M("truncate_states", pyjson.Bool(c.TruncateStates)),
-		pyjson.M("cuda_graphs", graphs),
-		pyjson.M("prefix_cache", pyjson.Object(
-			pyjson.M("size", intv(pc.Size)), pyjson.M("min_state_tokens", intv(pc.MinStateTokens)),
-			pyjson.M("max_tokens", intv(pc.MaxTokens)), pyjson.M("hits", pyjson.Int(pc.Hits)),
-			pyjson.M("misses", pyjson.Int(pc.Misses)), pyjson.M("cached_states", intv(pc.CachedStates)),
-			pyjson.M("oom_retries", pyjson.Int(pc.OOMRetries)))),
-		pyjson.M("batches", pyjson.Object(pyjson.M("count", pyjson.Int(c.Batches.Count)),
-			pyjson.M("requests", pyjson.Int(c.Batches.Requests)), pyjson.M("queued", intv(c.Batches.Queued)))),
-	)
-}
-
-// ModelsValue returns the body of GET /v1/models: {"models": [card as kev-latest, card as jev-latest]}.
-func (c *ModelCard) ModelsValue() pyjson.Value {
-	cards := make([]pyjson.Value, len(ModelNames))
-	for i, n := range ModelNames {
-		cards[i] = c.Value(n)
-	}
-	return pyjson.Object(pyjson.M("models", pyjson.Array(cards...)))
-}
-
-func intv(i int) pyjson.Value { return pyjson.Int(int64(i)) }
-
-// DefaultMaxBodyBytes is the largest request body a Handler reads unless HandlerOptions say otherwise: room for a
+// DefaultMaxBodyBytes is the largest request body a Handler reads unless Options say otherwise: room for a
 // 65,536-token state several times over.
 const DefaultMaxBodyBytes = 32 << 20
 
 // The header names the handler reads and writes.
 const (
-	RequestIDHeader    = "X-Typesafe-Request-Id" // echoed when the request sends one, else a fresh UUID4 (hex)
-	ServerTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
+	requestIDHeader    = "X-Typesafe-Request-Id" // echoed when the request sends one, else a fresh UUID4 (hex)
+	serverTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
 )
 
-// HandlerOptions configure a Handler. The zero value serves open (no key), with a 32 MiB body limit, metrics at
-// /metrics and logs to slog.Default.
-type HandlerOptions struct {
+// Options configure a Handler. The zero value serves open (no key), with a 32 MiB body limit, and logs to
+// slog.Default.
+type Options struct {
 	// APIKey, when not empty, makes every path that starts with /v1 require the header
-	// "Authorization: Bearer <APIKey>", compared in constant time (Kev's KEV_API_KEY).
+	// "Authorization: Bearer <APIKey>", compared in constant time (Kev's KEV_API_KEY). The health probes,
+	// /metrics and /openapi.json never need it.
 	APIKey string
 
 	// AuthPreflight reproduces a quirk of Kev's server: with a key set, a CORS preflight (OPTIONS) to /v1 gets the
@@ -145,94 +60,65 @@ type HandlerOptions struct {
 	// MaxBodyBytes limits a request body; a larger one gets 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 
-	// Tokenizer counts output_tokens of /v1/systemone/separate, whose merged answers no single model call saw.
-	// Nil: the model's own, when it has a Tokenizer() Tokenizer method; failing that, the sum of the parts' counts.
-	Tokenizer Tokenizer
-
-	// Metrics receives the request metrics and is served at GET /metrics. Nil: a fresh Metrics.
-	Metrics *Metrics
-
 	// Logger gets one record per request and every server error. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
-// Handler serves Kev's System One HTTP API over a Model:
+// model is what a Handler serves: it answers System One requests (admission errors before queueing; safe for
+// concurrent use, requests that arrive together may be batched inside it), describes itself for GET /v1/models
+// and counts output tokens for /v1/systemone/separate.
+type model interface {
+	Do(ctx context.Context, req *systemone.Request) (*systemone.Response, error)
+	Card() systemone.ModelCard
+	Tokenizer() systemone.Tokenizer
+}
+
+// Handler serves Kev's System One HTTP API over a predictor:
 //
 //	POST /v1/systemone            a state and typed questions in, typed answers out
 //	POST /v1/systemone/permute    one choice question under n_perm option orders
 //	POST /v1/systemone/separate   each question answered alone on the same state
 //	GET  /v1/models               the model card under both model names, with serving counters
+//	GET  /healthz                 liveness: 200 while the process serves HTTP (never behind the key)
+//	GET  /readyz                  readiness: 200, or 503 while draining or stopped (never behind the key)
 //	GET  /openapi.json            a short OpenAPI description (never behind the key)
-//	GET  /metrics                 Prometheus text metrics (never behind the key)
+//	GET  /metrics                 Prometheus text metrics of this handler (never behind the key)
 //
 // Every response carries X-Typesafe-Request-Id and Server-Timing; bodies are compact JSON. Unknown paths and
 // methods get FastAPI's 404 and 405 bodies. After Stop, the model endpoints answer 503.
+//
+// A Handler is also a prometheus.Collector: register it with a service's own registry to export its metrics
+// there (names start with kev_).
 type Handler struct {
-	model   Model
-	opts    HandlerOptions
-	tok     Tokenizer
-	metrics *Metrics
+	model   model
+	opts    Options
+	tok     systemone.Tokenizer
+	metrics *metrics
+	gather  http.Handler // GET /metrics: this handler's own registry
 	log     *slog.Logger
 	authz   []byte // "Bearer <key>", or nil when open
 
+	draining atomic.Bool
 	stopping atomic.Bool
 	mu       sync.Mutex
 	inflight int
 	idle     chan struct{} // closed when inflight drops to 0 after Stop
 }
 
-// NewHandler returns a Handler serving p: the card comes from p.Info and p.Stats, and separate's output_tokens
-// from p's tokenizer unless opts name another.
-func NewHandler(p *Predictor, opts HandlerOptions) *Handler {
-	if opts.Tokenizer == nil {
-		if tok := p.Tokenizer(); tok != nil {
-			opts.Tokenizer = tok
-		}
-	}
-	return NewModelHandler(predictorModel{p}, opts)
+// New returns a Handler serving p. The handler's batch-size histogram counts p's batches from then on (those of
+// the last Handler made for p).
+func New(p *kev.Predictor, opts Options) *Handler {
+	m := bridge.Predictor(p)
+	h := newHandler(m, opts)
+	m.OnBatch(func(n int) { h.metrics.batches.Observe(float64(n)) })
+	return h
 }
 
-// predictorModel serves a Predictor as a Model.
-type predictorModel struct{ p *Predictor }
-
-// Do answers through the predictor's queue.
-func (m predictorModel) Do(ctx context.Context, req *Request) (*Response, error) {
-	return m.p.Do(ctx, req)
-}
-
-// Card builds the card from the predictor's Info and Stats at this moment.
-func (m predictorModel) Card() ModelCard { return CardOf(m.p.Info(), m.p.Stats()) }
-
-// CardOf returns the model card of a predictor's Info and Stats.
-func CardOf(info Info, st Stats) ModelCard {
-	c := ModelCard{
-		Run: info.Run, Base: info.Base, ReleaseDate: info.ReleaseDate, LoRA: info.LoRA, Device: info.Device,
-		Backend: info.Backend, DType: info.DType, Temperature: info.Temperature, MaxStateTokens: info.MaxStateTokens,
-		TruncateStates: info.TruncateStates,
-		PrefixCache: PrefixCacheCounts{Size: st.PrefixCache.Size, MinStateTokens: st.PrefixCache.MinStateTokens,
-			MaxTokens: st.PrefixCache.MaxTokens, Hits: int64(st.PrefixCache.Hits), Misses: int64(st.PrefixCache.Misses),
-			CachedStates: st.PrefixCache.CachedStates, OOMRetries: int64(st.PrefixCache.OOMRetries)},
-		Batches: BatchCounts{Count: int64(st.Batches.Count), Requests: int64(st.Batches.Requests), Queued: st.Batches.Queued},
-	}
-	if g := st.Graphs; g != nil {
-		c.CUDAGraphs = &GraphCounts{Captured: g.Captured, Kept: g.Kept, Pending: g.Pending, Failed: g.Failed}
-	}
-	return c
-}
-
-// NewModelHandler returns a Handler serving m.
-func NewModelHandler(m Model, opts HandlerOptions) *Handler {
-	h := &Handler{model: m, opts: opts, tok: opts.Tokenizer, metrics: opts.Metrics, log: opts.Logger}
+// newHandler returns a Handler serving m.
+func newHandler(m model, opts Options) *Handler {
+	h := &Handler{model: m, opts: opts, tok: m.Tokenizer(), metrics: newMetrics(m.Card), log: opts.Logger}
 	if h.opts.MaxBodyBytes <= 0 {
 		h.opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if h.tok == nil {
-		if t, ok := m.(interface{ Tokenizer() Tokenizer }); ok {
-			h.tok = t.Tokenizer()
-		}
-	}
-	if h.metrics == nil {
-		h.metrics = NewMetrics()
 	}
 	if h.log == nil {
 		h.log = slog.Default()
@@ -240,14 +126,27 @@ func NewModelHandler(m Model, opts HandlerOptions) *Handler {
 	if opts.APIKey != "" {
 		h.authz = []byte("Bearer " + opts.APIKey)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h.metrics)
+	h.gather = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{h.log}})
 	return h
 }
 
-// Metrics returns the metrics the handler records into.
-func (h *Handler) Metrics() *Metrics { return h.metrics }
+// Describe sends the descriptions of the handler's metrics (prometheus.Collector).
+func (h *Handler) Describe(ch chan<- *prometheus.Desc) { h.metrics.Describe(ch) }
 
-// Stop makes the model endpoints answer 503 {"detail":"the server is stopping"} from now on; requests already
-// inside run to the end. GET endpoints keep working.
+// Collect sends the handler's metrics and the model card's counters at this moment (prometheus.Collector).
+func (h *Handler) Collect(ch chan<- prometheus.Metric) { h.metrics.Collect(ch) }
+
+// SetDraining marks the handler draining (or not): /readyz answers 503 while it is, so load balancers and
+// Kubernetes stop sending new traffic; every endpoint keeps serving.
+func (h *Handler) SetDraining(draining bool) { h.draining.Store(draining) }
+
+// ready reports whether /readyz answers 200.
+func (h *Handler) ready() bool { return !h.draining.Load() && !h.stopping.Load() }
+
+// Stop makes the model endpoints answer 503 {"detail":"the server is stopping"} from now on, and /readyz 503;
+// requests already inside run to the end. GET endpoints keep working.
 func (h *Handler) Stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -282,7 +181,7 @@ func (h *Handler) enter() bool {
 		return false
 	}
 	h.inflight++
-	h.metrics.inflight.Add(1)
+	h.metrics.inflight.Inc()
 	return true
 }
 
@@ -290,7 +189,7 @@ func (h *Handler) leave() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inflight--
-	h.metrics.inflight.Add(-1)
+	h.metrics.inflight.Dec()
 	if h.inflight == 0 && h.idle != nil {
 		select {
 		case <-h.idle:
@@ -313,6 +212,8 @@ var routes = []route{
 	{"/v1/systemone/permute", []string{http.MethodPost}, true, (*Handler).servePermute},
 	{"/v1/systemone/separate", []string{http.MethodPost}, true, (*Handler).serveSeparate},
 	{"/v1/models", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveModels},
+	{"/healthz", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveHealth},
+	{"/readyz", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveReady},
 	{"/openapi.json", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveOpenAPI},
 	{"/metrics", []string{http.MethodGet, http.MethodHead}, false, (*Handler).serveMetrics},
 }
@@ -338,11 +239,11 @@ func metricPath(path string) string {
 // ServeHTTP answers one request: request id, CORS, auth, routing, timing, metrics and a log record.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw := &responseWriter{ResponseWriter: w, start: time.Now(), status: http.StatusOK}
-	id := r.Header.Get(RequestIDHeader)
+	id := r.Header.Get(requestIDHeader)
 	if id == "" {
-		id = NewRequestID()
+		id = newRequestID()
 	}
-	rw.Header().Set(RequestIDHeader, id)
+	rw.Header().Set(requestIDHeader, id)
 	h.cors(rw, r)
 	if h.stopping.Load() {
 		// Clients should not send more on this connection: it closes after this response.
@@ -359,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		d := time.Since(rw.start)
-		h.metrics.observeRequest(metricPath(r.URL.Path), r.Method, rw.status, d)
+		h.metrics.observeRequest(metricPath(r.URL.Path), r.Method, rw.status, d.Seconds())
 		h.log.LogAttrs(r.Context(), slog.LevelInfo, "request", slog.String("request_id", id),
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", rw.status),
 			slog.Float64("ms", float64(d.Microseconds())/1000), slog.Int64("bytes", rw.bytes))
@@ -503,7 +404,7 @@ var errStopping = errors.New("kev: the server is stopping")
 // fail answers err the way Kev's server does: 422 for a schema or admission error, 400 for a body Python could not
 // read as text, 413 for an oversized body, 503 when stopping, else 500 with the error logged.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var ve *ValidationError
+	var ve *systemone.ValidationError
 	var pe *pyjson.ParseError
 	var mbe *http.MaxBytesError
 	switch {
@@ -513,16 +414,16 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
-	case errors.Is(err, errStopping), errors.Is(err, ErrClosed):
+	case errors.Is(err, errStopping), errors.Is(err, kev.ErrClosed):
 		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
 	default:
-		if msg, ok := AdmissionDetail(err); ok {
+		if msg, ok := systemone.AdmissionDetail(err); ok {
 			h.detail(w, http.StatusUnprocessableEntity, msg)
 			return
 		}
-		var de *detailError
+		var de *systemone.DetailError
 		if errors.As(err, &de) {
-			h.detail(w, de.status, de.msg)
+			h.detail(w, de.Status, de.Msg)
 			return
 		}
 		if r.Context().Err() != nil {
@@ -531,18 +432,10 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 			h.detail(w, 499, "client closed request")
 			return
 		}
-		h.log.Error("kev: request failed", "path", r.URL.Path, "request_id", w.Header().Get(RequestIDHeader), "err", err)
+		h.log.Error("kev: request failed", "path", r.URL.Path, "request_id", w.Header().Get(requestIDHeader), "err", err)
 		h.internalError(w)
 	}
 }
-
-// detailError is an error answered with {"detail": msg} and a status.
-type detailError struct {
-	status int
-	msg    string
-}
-
-func (e *detailError) Error() string { return "kev: " + e.msg }
 
 // readBody reads the request body within the size limit and parses it as FastAPI does for a JSON body parameter:
 // an empty body is null; a body whose Content-Type is not JSON stays raw text (which then fails validation); JSON
@@ -565,7 +458,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value
 	if err != nil {
 		var se *pyjson.SyntaxError
 		if errors.As(err, &se) {
-			return pyjson.Value{}, &ValidationError{Errors: []FieldError{{
+			return pyjson.Value{}, &systemone.ValidationError{Errors: []systemone.FieldError{{
 				Type:  "json_invalid",
 				Loc:   []any{se.Pos},
 				Msg:   "JSON decode error",
@@ -590,21 +483,21 @@ func jsonContentType(ct string) bool {
 }
 
 // decodeSystemOne reads and validates a SystemOneRequest body.
-func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*Request, error) {
+func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*systemone.Request, error) {
 	v, err := h.readBody(w, r)
 	if err != nil {
 		return nil, err
 	}
 	if v.IsNull() {
-		return nil, &ValidationError{Errors: []FieldError{{Type: "missing", Msg: "Field required", Input: v}}}
+		return nil, &systemone.ValidationError{Errors: []systemone.FieldError{{Type: "missing", Msg: "Field required", Input: v}}}
 	}
-	return RequestFromValue(v)
+	return systemone.RequestFromValue(v)
 }
 
-func (h *Handler) do(ctx context.Context, req *Request) (*Response, error) {
+func (h *Handler) do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
 	resp, err := h.model.Do(ctx, req)
 	if err == nil {
-		h.metrics.observeModel(resp.LatencyMS)
+		h.metrics.model.Observe(resp.LatencyMS)
 	}
 	return resp, err
 }
@@ -629,7 +522,7 @@ func (h *Handler) serveSeparate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	resp, err := Separate(r.Context(), h.do, req, h.tok)
+	resp, err := systemone.Separate(r.Context(), h.do, req, h.tok)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -637,71 +530,23 @@ func (h *Handler) serveSeparate(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, http.StatusOK, resp.Value())
 }
 
-// single returns req with only question q.
-func single(req *Request, q QuestionEntry) *Request {
-	return &Request{Model: req.Model, State: req.State, Questions: []QuestionEntry{q}}
-}
-
-// doAll sends the requests together (they may share batches) and returns the responses in order, or the first
-// error in order.
-func doAll(ctx context.Context, do func(context.Context, *Request) (*Response, error), reqs []*Request) ([]*Response, error) {
-	resps := make([]*Response, len(reqs))
-	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	for i, req := range reqs {
-		wg.Go(func() {
-			defer func() {
-				if v := recover(); v != nil {
-					errs[i] = fmt.Errorf("kev: panic answering a request: %v", v)
-				}
-			}()
-			resps[i], errs[i] = do(ctx, req)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return resps, nil
-}
-
-// Separate answers each question of req in its own request on the same state and model (Kev's
-// /v1/systemone/separate) and merges the answers in question order: input tokens and latencies add up (the sum
-// rounded to 0.1 ms), output tokens count the merged answers with tok (nil: the sum of the parts' counts), and a
-// truncating server's extras come from the first part. The parts are sent together, so they may share batches.
-func Separate(ctx context.Context, do func(context.Context, *Request) (*Response, error), req *Request, tok Tokenizer) (*Response, error) {
-	if len(req.Questions) == 0 {
-		return nil, &ValidationError{Errors: []FieldError{tooShort([]any{"questions"}, "Dictionary", pyjson.Object())}}
-	}
-	parts := make([]*Request, len(req.Questions))
-	for i, q := range req.Questions {
-		parts[i] = single(req, q)
-	}
-	resps, err := doAll(ctx, do, parts)
+func (h *Handler) servePermute(w http.ResponseWriter, r *http.Request) {
+	v, err := h.readBody(w, r)
 	if err != nil {
-		return nil, err
+		h.fail(w, r, err)
+		return
 	}
-	out := &Response{Model: req.ModelName()}
-	latency, outTokens := 0.0, 0
-	for _, p := range resps {
-		out.Answers = append(out.Answers, p.Answers...)
-		out.Usage.InputTokens += p.Usage.InputTokens
-		outTokens += p.Usage.OutputTokens
-		latency += p.LatencyMS
+	pr, err := systemone.PermuteRequestFromValue(v)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
-	if tok != nil {
-		outTokens = OutputTokens(tok, out.Answers)
+	out, err := systemone.Permute(r.Context(), h.do, pr)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
-	out.Usage.OutputTokens = outTokens
-	out.LatencyMS = pyjson.Round(latency, 1)
-	if first := resps[0]; first.Truncated != nil {
-		t := *first.Truncated
-		out.Truncated = &t
-		out.Usage.StateTokens, out.Usage.StateTokensUsed = first.Usage.StateTokens, first.Usage.StateTokensUsed
-	}
-	return out, nil
+	h.writeJSON(w, http.StatusOK, out.Value())
 }
 
 func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
@@ -710,18 +555,30 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	card := h.model.Card()
-	var sb strings.Builder
-	h.metrics.write(&sb, &card)
-	h.writeBytes(w, http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", []byte(sb.String()))
+	h.gather.ServeHTTP(w, r)
+}
+
+// serveHealth answers the liveness probe: the process is up and serving HTTP.
+func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
+	h.writeJSON(w, http.StatusOK, pyjson.Object(pyjson.M("status", pyjson.String("ok"))))
+}
+
+// serveReady answers the readiness probe: 200 once the predictor is loaded (a Handler exists only then), 503 while
+// draining or stopped.
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
+	if !h.ready() {
+		h.writeJSON(w, http.StatusServiceUnavailable, pyjson.Object(pyjson.M("status", pyjson.String("draining"))))
+		return
+	}
+	h.writeJSON(w, http.StatusOK, pyjson.Object(pyjson.M("status", pyjson.String("ready"))))
 }
 
 func (h *Handler) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 	h.writeBytes(w, http.StatusOK, "application/json", []byte(openAPI))
 }
 
-// NewRequestID returns a fresh request id: a random UUID4 as 32 lowercase hex digits, no dashes.
-func NewRequestID() string {
+// newRequestID returns a fresh request id: a random UUID4 as 32 lowercase hex digits, no dashes.
+func newRequestID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
@@ -746,7 +603,7 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.wrote = true
 	w.status = code
 	ms := float64(time.Since(w.start).Nanoseconds()) / 1e6
-	w.Header().Set(ServerTimingHeader, "app;dur="+strconv.FormatFloat(ms, 'f', 1, 64))
+	w.Header().Set(serverTimingHeader, "app;dur="+strconv.FormatFloat(ms, 'f', 1, 64))
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -777,3 +634,7 @@ const openAPI = `{"openapi":"3.1.0","info":{"title":"Kev System One","version":"
 	`"PermuteRequest":{"type":"object","required":["request","question"],"properties":{"request":{"$ref":"#/components/schemas/SystemOneRequest"},"question":{"type":"string"},"n_perm":{"type":"integer","minimum":1,"maximum":64,"default":6},"seed":{"type":"integer","default":0}}}},` +
 	`"securitySchemes":{"bearer":{"type":"http","scheme":"bearer"}}},` +
 	`"security":[{"bearer":[]}]}`
+
+func statusText(code int) string { return strconv.Itoa(code) }
+
+func fmtArgs(v []any) string { return fmt.Sprint(v...) }

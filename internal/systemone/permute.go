@@ -1,4 +1,4 @@
-package kev
+package systemone
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func PermuteOrders(keys []string, n int, seed *big.Int) [][]string {
 }
 
 // errNotChoice is permute's 422 for a question id that is missing or not a choice.
-var errNotChoice = &detailError{status: http.StatusUnprocessableEntity, msg: "question must be an existing choice question"}
+var errNotChoice = &DetailError{Status: http.StatusUnprocessableEntity, Msg: "question must be an existing choice question"}
 
 // Permute answers a permute request with do (a Predictor's Do, say): every run is a request holding only the
 // question, its options re-keyed in that run's order (descriptions kept), on the same state and model. The runs
@@ -139,7 +139,7 @@ func Permute(ctx context.Context, do func(context.Context, *Request) (*Response,
 	hi := make(map[string]float64, len(keys))
 	for i, resp := range resps {
 		if len(resp.Answers) != 1 {
-			return nil, &detailError{status: http.StatusInternalServerError, msg: "permute run gave no single answer"}
+			return nil, &DetailError{Status: http.StatusInternalServerError, Msg: "permute run gave no single answer"}
 		}
 		a := resp.Answers[0].Answer
 		run := PermuteRun{Order: orders[i], Probabilities: a.Probabilities, Choice: a.Choice, LatencyMS: resp.LatencyMS}
@@ -165,25 +165,6 @@ func Permute(ctx context.Context, do func(context.Context, *Request) (*Response,
 		out.StateTokens, out.StateTokensUsed = last.Usage.StateTokens, last.Usage.StateTokensUsed
 	}
 	return out, nil
-}
-
-func (h *Handler) servePermute(w http.ResponseWriter, r *http.Request) {
-	v, err := h.readBody(w, r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	pr, err := PermuteRequestFromValue(v)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	out, err := Permute(r.Context(), h.do, pr)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.writeJSON(w, http.StatusOK, out.Value())
 }
 
 // PermuteRequestFromValue validates a parsed permute body as FastAPI and pydantic do: "request" is a System One

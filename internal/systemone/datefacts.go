@@ -1,4 +1,4 @@
-package kev
+package systemone
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package kev
+package server
 
 import (
 	"context"
@@ -18,14 +18,21 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
 	"github.com/kevgo/kev/internal/loadtest"
 	"github.com/kevgo/kev/internal/pyjson"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 // byteTokenizer counts one token per byte: enough to give usage figures a fake model can be checked by.
@@ -56,21 +63,21 @@ type fakeModel struct {
 	started chan struct{}
 	block   chan struct{}
 	calls   atomic.Int64
-	card    ModelCard
+	card    systemone.ModelCard
 }
 
-func (f *fakeModel) Card() ModelCard { return f.card }
+func (f *fakeModel) Card() systemone.ModelCard { return f.card }
 
-func (f *fakeModel) Tokenizer() Tokenizer { return byteTokenizer{} }
+func (f *fakeModel) Tokenizer() systemone.Tokenizer { return byteTokenizer{} }
 
-func (f *fakeModel) Do(ctx context.Context, req *Request) (*Response, error) {
+func (f *fakeModel) Do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
 	f.calls.Add(1)
-	rec, err := ToRecord(req, RecordOptions{})
+	rec, err := systemone.ToRecord(req, systemone.RecordOptions{})
 	if err != nil {
 		return nil, err
 	}
 	if f.maxState > 0 && len(rec.State)+1 > f.maxState {
-		return nil, &StateTooLongError{Tokens: len(rec.State) + 1, Limit: f.maxState}
+		return nil, &systemone.StateTooLongError{Tokens: len(rec.State) + 1, Limit: f.maxState}
 	}
 	if f.err != nil {
 		return nil, f.err
@@ -116,12 +123,12 @@ func (f *fakeModel) Do(ctx context.Context, req *Request) (*Response, error) {
 		}
 		input += len(q.Instr) + 2
 	}
-	answers, err := ToAnswers(rec, probs)
+	answers, err := systemone.ToAnswers(rec, probs)
 	if err != nil {
 		return nil, err
 	}
-	resp := &Response{Model: req.ModelName(), Answers: answers, LatencyMS: f.latency,
-		Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(byteTokenizer{}, answers)}}
+	resp := &systemone.Response{Model: req.ModelName(), Answers: answers, LatencyMS: f.latency,
+		Usage: systemone.Usage{InputTokens: input, OutputTokens: systemone.OutputTokens(byteTokenizer{}, answers)}}
 	if f.truncate {
 		cut := len(rec.State) > 20
 		resp.Truncated = &cut
@@ -130,22 +137,37 @@ func (f *fakeModel) Do(ctx context.Context, req *Request) (*Response, error) {
 	return resp, nil
 }
 
-var testCard = ModelCard{
+var testCard = systemone.ModelCard{
 	Run: "jaredpalmer/kev-4b", Base: "Qwen/Qwen3.5-4B-Base", ReleaseDate: "2026-10-01", LoRA: 16,
-	Device: "cpu", Backend: "go", DType: "float32", Temperature: 2.41, MaxStateTokens: MaxStateTokens,
-	PrefixCache: PrefixCacheCounts{Size: 4, MaxTokens: 65536, Hits: 3, Misses: 5, CachedStates: 2},
-	Batches:     BatchCounts{Count: 7, Requests: 9, Queued: 1},
+	Device: "cpu", Backend: "go", DType: "float32", Temperature: 2.41, MaxStateTokens: systemone.MaxStateTokens,
+	PrefixCache: systemone.PrefixCacheCounts{Size: 4, MaxTokens: 65536, Hits: 3, Misses: 5, CachedStates: 2},
+	Batches:     systemone.BatchCounts{Count: 7, Requests: 9, Queued: 1},
+}
+
+// single returns req with only question q.
+func single(req *systemone.Request, q systemone.QuestionEntry) *systemone.Request {
+	return &systemone.Request{Model: req.Model, State: req.State, Questions: []systemone.QuestionEntry{q}}
+}
+
+// parse reads JSON text with Python's rules.
+func parse(t *testing.T, s string) pyjson.Value {
+	t.Helper()
+	v, err := pyjson.Parse([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // serve starts a loopback server for m.
-func serve(t *testing.T, m Model, opts HandlerOptions) (*httptest.Server, *Handler) {
+func serve(t *testing.T, m model, opts Options) (*httptest.Server, *Handler) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
-	h := NewModelHandler(m, opts)
+	h := newHandler(m, opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, h
@@ -207,17 +229,17 @@ var (
 // checkCommon checks what every response carries.
 func checkCommon(t *testing.T, r reply) {
 	t.Helper()
-	if id := r.header.Get(RequestIDHeader); id == "" {
+	if id := r.header.Get(requestIDHeader); id == "" {
 		t.Errorf("no request id")
 	}
-	if st := r.header.Get(ServerTimingHeader); !timingPattern.MatchString(st) {
+	if st := r.header.Get(serverTimingHeader); !timingPattern.MatchString(st) {
 		t.Errorf("server-timing %q", st)
 	}
 }
 
 func TestSystemOneChoiceExactBody(t *testing.T) {
 	m := &fakeModel{latency: 12.3, fixed: map[string]float64{"a": 3, "b": 1}}
-	srv, _ := serve(t, m, HandlerOptions{})
+	srv, _ := serve(t, m, Options{})
 	r := post(t, srv.URL+"/v1/systemone",
 		`{"state":"s","model":"m","questions":{"q":{"type":"choice","instructions":"Pick","criteria":{"a":null,"b":null}}}}`)
 	checkCommon(t, r)
@@ -229,21 +251,21 @@ func TestSystemOneChoiceExactBody(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("content-type %q", ct)
 	}
-	if !requestIDPattern.MatchString(r.header.Get(RequestIDHeader)) {
-		t.Errorf("request id %q is not 32 hex digits", r.header.Get(RequestIDHeader))
+	if !requestIDPattern.MatchString(r.header.Get(requestIDHeader)) {
+		t.Errorf("request id %q is not 32 hex digits", r.header.Get(requestIDHeader))
 	}
 }
 
 // TestSystemOneMatchesModel checks the body is the model's response, byte for byte, for the spec's request shapes.
 func TestSystemOneMatchesModel(t *testing.T) {
 	m := &fakeModel{latency: 3.1}
-	srv, _ := serve(t, m, HandlerOptions{})
+	srv, _ := serve(t, m, Options{})
 	for _, body := range []string{
 		conformanceChoice, conformanceNullDescriptions, conformanceStructured, conformanceObjectState,
 		`{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`,
 		`{"state":"鞋子晚了两周才送到","questions":{"部门":{"type":"choice","criteria":{"退货":"退换","账单":null}}}}`,
 	} {
-		req, err := DecodeRequest([]byte(body))
+		req, err := systemone.DecodeRequest([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,12 +402,12 @@ func conformanceChecks(t *testing.T, url string, hdr ...string) {
 }
 
 func TestConformanceFake(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	conformanceChecks(t, srv.URL)
 }
 
 func TestAcceptedNoInstructionsAndOneLevelScore(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	r := post(t, srv.URL+"/v1/systemone", `{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`)
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
@@ -396,9 +418,9 @@ func TestAcceptedNoInstructionsAndOneLevelScore(t *testing.T) {
 	}
 }
 
-// TestValidation422 sends every body of testdata/validation.json (pydantic's verdicts) over HTTP.
+// TestValidation422 sends every body of internal/systemone/testdata/validation.json (pydantic's verdicts) over HTTP.
 func TestValidation422(t *testing.T) {
-	b, err := os.ReadFile("testdata/validation.json")
+	b, err := os.ReadFile("../internal/systemone/testdata/validation.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +434,7 @@ func TestValidation422(t *testing.T) {
 	if err := json.Unmarshal(b, &file); err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	for _, c := range file.Cases {
 		r := post(t, srv.URL+"/v1/systemone", string(c.Body))
 		checkCommon(t, r)
@@ -441,7 +463,7 @@ func TestValidation422(t *testing.T) {
 }
 
 func TestSpecRejections(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	opts := make([]string, 256)
 	for i := range opts {
 		opts[i] = fmt.Sprintf(`"o%d":null`, i)
@@ -462,7 +484,7 @@ func TestSpecRejections(t *testing.T) {
 }
 
 func TestBodyErrors(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{MaxBodyBytes: 1000})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{MaxBodyBytes: 1000})
 	url := srv.URL + "/v1/systemone"
 	cases := []struct {
 		name, body, ctype string
@@ -494,7 +516,7 @@ func TestBodyErrors(t *testing.T) {
 		if resp.StatusCode != c.status || string(b) != c.want {
 			t.Errorf("%s: %d %s\nwant %d %s", c.name, resp.StatusCode, b, c.status, c.want)
 		}
-		if resp.Header.Get(RequestIDHeader) == "" {
+		if resp.Header.Get(requestIDHeader) == "" {
 			t.Errorf("%s: no request id", c.name)
 		}
 	}
@@ -524,7 +546,7 @@ func TestBodyErrors(t *testing.T) {
 
 func TestAdmissionAndServerErrors(t *testing.T) {
 	m := &fakeModel{latency: 1, maxState: 10}
-	srv, _ := serve(t, m, HandlerOptions{})
+	srv, _ := serve(t, m, Options{})
 	r := post(t, srv.URL+"/v1/systemone", `{"state":"a state that is too long","questions":{"q":{"type":"noul"}}}`)
 	want := `{"detail":"state is 25 tokens, over the 10-token limit (the <state> token included): shorten the document or split it across requests; or start the server with KEV_TRUNCATE_STATES=1 to read only its first 10 tokens (responses then say truncated: true)"}`
 	if r.status != 422 || r.body != want {
@@ -541,14 +563,14 @@ func TestAdmissionAndServerErrors(t *testing.T) {
 	}
 
 	m2 := &fakeModel{err: errors.New("device lost")}
-	srv2, _ := serve(t, m2, HandlerOptions{})
+	srv2, _ := serve(t, m2, Options{})
 	r = post(t, srv2.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
 	if r.status != 500 || r.body != "Internal Server Error" || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
 		t.Errorf("error: %d %q %q", r.status, r.body, r.header.Get("Content-Type"))
 	}
 	checkCommon(t, r)
 
-	srv3, _ := serve(t, &fakeModel{panics: true}, HandlerOptions{})
+	srv3, _ := serve(t, &fakeModel{panics: true}, Options{})
 	for _, c := range []struct{ path, body string }{
 		{"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`},
 		{"/v1/systemone/separate", `{"state":"s","questions":{"q":{"type":"noul"},"r":{"type":"noul"}}}`},
@@ -563,7 +585,7 @@ func TestAdmissionAndServerErrors(t *testing.T) {
 
 func TestModelsCard(t *testing.T) {
 	m := &fakeModel{card: testCard}
-	srv, _ := serve(t, m, HandlerOptions{})
+	srv, _ := serve(t, m, Options{})
 	r := httpCall(t, nil, http.MethodGet, srv.URL+"/v1/models", "")
 	checkCommon(t, r)
 	card := `"description":"Kev pointer head on Qwen/Qwen3.5-4B-Base, serving jaredpalmer/kev-4b at temperature 2.41",` +
@@ -578,7 +600,7 @@ func TestModelsCard(t *testing.T) {
 
 	c := testCard
 	c.Temperature = 2.405 // .2f rounds the binary value: 2.40
-	c.CUDAGraphs = &GraphCounts{Captured: 5, Kept: 4, Pending: 1, Failed: 0}
+	c.CUDAGraphs = &systemone.GraphCounts{Captured: 5, Kept: 4, Pending: 1, Failed: 0}
 	c.TruncateStates = true
 	m.card = c
 	r = httpCall(t, nil, http.MethodGet, srv.URL+"/v1/models", "")
@@ -595,7 +617,7 @@ func TestModelsCard(t *testing.T) {
 }
 
 func TestRoutingDefaults(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	cases := []struct {
 		method, path string
@@ -636,7 +658,7 @@ func TestRoutingDefaults(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	m := &fakeModel{latency: 1, card: testCard}
-	srv, _ := serve(t, m, HandlerOptions{APIKey: "secret"})
+	srv, _ := serve(t, m, Options{APIKey: "secret"})
 	const unauthorized = `{"detail":"missing or invalid API key; send Authorization: Bearer <KEV_API_KEY>"}`
 	body := `{"state":"s","questions":{"q":{"type":"noul"}}}`
 	cases := []struct {
@@ -677,21 +699,21 @@ func TestAuth(t *testing.T) {
 		t.Errorf("the model ran %d times, want 1 (only the authorized request)", n)
 	}
 
-	open, _ := serve(t, m, HandlerOptions{})
+	open, _ := serve(t, m, Options{})
 	if r := httpCall(t, nil, "GET", open.URL+"/v1/models", "", "Authorization", "Bearer anything"); r.status != 200 {
 		t.Errorf("open server: %d", r.status)
 	}
-	if r := httpCall(t, nil, "GET", open.URL+"/openapi.json", ""); r.header.Get(RequestIDHeader) == "" {
+	if r := httpCall(t, nil, "GET", open.URL+"/openapi.json", ""); r.header.Get(requestIDHeader) == "" {
 		t.Error("openapi.json has no request id")
 	}
 }
 
 func TestRequestID(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{APIKey: "k"})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{APIKey: "k"})
 	seen := map[string]bool{}
 	for range 20 {
 		r := httpCall(t, nil, "GET", srv.URL+"/v1/models", "")
-		id := r.header.Get(RequestIDHeader)
+		id := r.header.Get(requestIDHeader)
 		if !requestIDPattern.MatchString(id) || id[12] != '4' || !strings.ContainsRune("89ab", rune(id[16])) || seen[id] {
 			t.Fatalf("request id %q is not a fresh UUID4", id)
 		}
@@ -699,8 +721,8 @@ func TestRequestID(t *testing.T) {
 	}
 	for _, id := range []string{"abc", "client-id-123", "Ünïcode ok?"} {
 		for _, path := range []string{"/v1/models", "/nope", "/openapi.json"} {
-			r := httpCall(t, nil, "GET", srv.URL+path, "", RequestIDHeader, id)
-			if got := r.header.Get(RequestIDHeader); got != id {
+			r := httpCall(t, nil, "GET", srv.URL+path, "", requestIDHeader, id)
+			if got := r.header.Get(requestIDHeader); got != id {
 				t.Errorf("%s: echoed %q, want %q", path, got, id)
 			}
 		}
@@ -708,7 +730,7 @@ func TestRequestID(t *testing.T) {
 }
 
 func TestCORS(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1, card: testCard}, HandlerOptions{APIKey: "secret"})
+	srv, _ := serve(t, &fakeModel{latency: 1, card: testCard}, Options{APIKey: "secret"})
 	pre := []string{"Origin", "https://app.example", "Access-Control-Request-Method", "POST",
 		"Access-Control-Request-Headers", "authorization, content-type"}
 	r := httpCall(t, nil, "OPTIONS", srv.URL+"/v1/systemone", "", pre...)
@@ -739,7 +761,7 @@ func TestCORS(t *testing.T) {
 		t.Errorf("no Origin, yet CORS headers: %v", r.header)
 	}
 
-	quirk, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{APIKey: "secret", AuthPreflight: true})
+	quirk, _ := serve(t, &fakeModel{latency: 1}, Options{APIKey: "secret", AuthPreflight: true})
 	if r := httpCall(t, nil, "OPTIONS", quirk.URL+"/v1/systemone", "", pre...); r.status != 401 {
 		t.Errorf("AuthPreflight: %d", r.status)
 	}
@@ -751,7 +773,7 @@ func TestCORS(t *testing.T) {
 const permuteRequest = `{"state":"s","questions":{"q":{"type":"choice","instructions":"Pick","criteria":{"a":null,"b":null}}}}`
 
 func TestPermuteBounds(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 2.5, fixed: map[string]float64{"a": 3, "b": 1}}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 2.5, fixed: map[string]float64{"a": 3, "b": 1}}, Options{})
 	for _, n := range []int{0, -1, 65} {
 		r := post(t, srv.URL+"/v1/systemone/permute", fmt.Sprintf(`{"request":%s,"question":"q","n_perm":%d}`, permuteRequest, n))
 		if r.status != 422 || !strings.Contains(r.body, `"loc":["body","n_perm"]`) {
@@ -794,11 +816,11 @@ func TestPermuteBounds(t *testing.T) {
 	}
 }
 
-// TestPermuteValidation sends every body of testdata/handler/permute_validation.json (pydantic's verdicts). A
+// TestPermuteValidation sends every body of testdata/permute_validation.json (pydantic's verdicts). A
 // detail that holds NaN cannot be sent as JSON: FastAPI answers those with a 500, and so does the handler.
 func TestPermuteValidation(t *testing.T) {
 	file := loadPermuteFixture(t)
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	for _, c := range file.Cases {
 		r := post(t, srv.URL+"/v1/systemone/permute", c.Body)
 		if r.status != c.Status {
@@ -825,7 +847,7 @@ func TestPermuteValidation(t *testing.T) {
 			t.Errorf("%s: %d runs, want %d", c.Body, len(out.Runs), c.NPerm)
 		}
 		v := parse(t, c.Body)
-		pr, err := PermuteRequestFromValue(v)
+		pr, err := systemone.PermuteRequestFromValue(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -852,7 +874,7 @@ type permuteFixture struct {
 
 func loadPermuteFixture(t *testing.T) permuteFixture {
 	t.Helper()
-	b, err := os.ReadFile("testdata/handler/permute_validation.json")
+	b, err := os.ReadFile("testdata/permute_validation.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +892,7 @@ func loadPermuteFixture(t *testing.T) permuteFixture {
 // seed gives the same orders twice.
 func TestPermuteOrdersMatchCPython(t *testing.T) {
 	file := loadPermuteFixture(t)
-	srv, _ := serve(t, &fakeModel{latency: 1}, HandlerOptions{})
+	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	for _, o := range file.Orders {
 		crit := make([]string, len(o.Keys))
 		for i, k := range o.Keys {
@@ -910,7 +932,7 @@ func TestPermuteOrdersMatchCPython(t *testing.T) {
 			}
 		}
 		seed, _ := new(big.Int).SetString(o.Seed, 10)
-		if got := PermuteOrders(o.Keys, len(o.Runs), seed); !slices.EqualFunc(got, o.Runs, slices.Equal) {
+		if got := systemone.PermuteOrders(o.Keys, len(o.Runs), seed); !slices.EqualFunc(got, o.Runs, slices.Equal) {
 			t.Errorf("PermuteOrders seed %s: %v", o.Seed, got)
 		}
 	}
@@ -919,8 +941,8 @@ func TestPermuteOrdersMatchCPython(t *testing.T) {
 // TestPermuteSpreadNotRounded uses answers that follow the option's position, so the spread is 0.65 − 0.35,
 // which Python prints as 0.30000000000000004.
 func TestPermuteSpreadNotRounded(t *testing.T) {
-	srv, _ := serve(t, &fakeModel{latency: 1, positional: []float64{0.35, 0.65}}, HandlerOptions{})
-	orders := PermuteOrders([]string{"a", "b"}, 6, big.NewInt(0))
+	srv, _ := serve(t, &fakeModel{latency: 1, positional: []float64{0.35, 0.65}}, Options{})
+	orders := systemone.PermuteOrders([]string{"a", "b"}, 6, big.NewInt(0))
 	flipped := slices.ContainsFunc(orders, func(o []string) bool { return o[0] == "b" })
 	if !flipped {
 		t.Fatal("seed 0 never flips two keys in 6 runs; pick another seed")
@@ -939,7 +961,7 @@ func TestPermuteSpreadNotRounded(t *testing.T) {
 
 func TestTruncateModeExtras(t *testing.T) {
 	m := &fakeModel{latency: 1.25, truncate: true, fixed: map[string]float64{"a": 1, "b": 1}}
-	srv, _ := serve(t, m, HandlerOptions{Tokenizer: byteTokenizer{}})
+	srv, _ := serve(t, m, Options{})
 	long := strings.Repeat("x", 40)
 	r := post(t, srv.URL+"/v1/systemone/permute", `{"request":{"state":"`+long+`","questions":{"q":{"type":"choice","criteria":{"a":null,"b":null}}}},"question":"q","n_perm":2}`)
 	if !strings.HasSuffix(r.body, `"spread":{"a":0.0,"b":0.0},"truncated":true,"usage":{"state_tokens":41,"state_tokens_used":21}}`) {
@@ -957,12 +979,12 @@ func TestTruncateModeExtras(t *testing.T) {
 
 func TestSeparate(t *testing.T) {
 	m := &fakeModel{latency: 0.15}
-	srv, _ := serve(t, m, HandlerOptions{})
+	srv, _ := serve(t, m, Options{})
 	body := `{"state":"The weather is nice today.","model":"jev-latest","questions":{"a":{"type":"noul","instructions":"Nice?"},"b":{"type":"choice","instructions":"Season?","criteria":{"summer":null,"winter":null}},"c":{"type":"score","criteria":["low","high"]}}}`
 	r := post(t, srv.URL+"/v1/systemone/separate", body)
 	checkCommon(t, r)
-	req, _ := DecodeRequest([]byte(body))
-	var answers []AnswerEntry
+	req, _ := systemone.DecodeRequest([]byte(body))
+	var answers []systemone.AnswerEntry
 	input := 0
 	for _, q := range req.Questions {
 		resp, err := m.Do(context.Background(), single(req, q))
@@ -973,8 +995,8 @@ func TestSeparate(t *testing.T) {
 		input += resp.Usage.InputTokens
 	}
 	// 0.15 + 0.15 + 0.15 = 0.44999999999999996 in float64; Python's round(x, 1) gives 0.4.
-	want := &Response{Model: "jev-latest", Answers: answers, LatencyMS: 0.4,
-		Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(byteTokenizer{}, answers)}}
+	want := &systemone.Response{Model: "jev-latest", Answers: answers, LatencyMS: 0.4,
+		Usage: systemone.Usage{InputTokens: input, OutputTokens: systemone.OutputTokens(byteTokenizer{}, answers)}}
 	if r.status != 200 || r.body != want.String() {
 		t.Fatalf("%d %s\nwant %s", r.status, r.body, want)
 	}
@@ -982,7 +1004,7 @@ func TestSeparate(t *testing.T) {
 
 func TestStopAnswers503AndDrains(t *testing.T) {
 	m := &fakeModel{latency: 1, started: make(chan struct{}, 16), block: make(chan struct{})}
-	srv, h := serve(t, m, HandlerOptions{})
+	srv, h := serve(t, m, Options{})
 	const n = 4
 	results := make(chan reply, n)
 	for range n {
@@ -1019,7 +1041,7 @@ func TestStopAnswers503AndDrains(t *testing.T) {
 // one of them is answered while the listener takes no more.
 func TestShutdownLosesNothing(t *testing.T) {
 	m := &fakeModel{latency: 1, started: make(chan struct{}, 64), block: make(chan struct{})}
-	h := NewModelHandler(m, HandlerOptions{Logger: quietLogger()})
+	h := newHandler(m, Options{Logger: quietLogger()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -1069,13 +1091,13 @@ func TestShutdownLosesNothing(t *testing.T) {
 func TestConcurrentClientsNoLeaks(t *testing.T) {
 	before := runtime.NumGoroutine()
 	m := &fakeModel{latency: 1}
-	h := NewModelHandler(m, HandlerOptions{Logger: quietLogger()})
+	h := newHandler(m, Options{Logger: quietLogger()})
 	srv := httptest.NewServer(h)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	bodies := []string{conformanceChoice, conformanceObjectState, conformanceStructured}
 	want := make([]string, len(bodies))
 	for i, b := range bodies {
-		req, _ := DecodeRequest([]byte(b))
+		req, _ := systemone.DecodeRequest([]byte(b))
 		resp, _ := m.Do(context.Background(), req)
 		want[i] = resp.String()
 	}
@@ -1100,8 +1122,8 @@ func TestConcurrentClientsNoLeaks(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Errorf("%d wrong answers", bad.Load())
 	}
-	if got := h.Metrics().Requests("/v1/systemone", "POST", 200); got != 320 {
-		t.Errorf("metrics count %d requests, want 320", got)
+	if got := requestCount(h, "/v1/systemone", "POST", 200); got != 320 {
+		t.Errorf("metrics count %v requests, want 320", got)
 	}
 	client.CloseIdleConnections()
 	srv.Close()
@@ -1117,20 +1139,21 @@ func TestConcurrentClientsNoLeaks(t *testing.T) {
 
 func TestMetricsEndpoint(t *testing.T) {
 	c := testCard
-	c.CUDAGraphs = &GraphCounts{Captured: 2, Kept: 2}
-	srv, h := serve(t, &fakeModel{latency: 7, card: c}, HandlerOptions{})
+	c.CUDAGraphs = &systemone.GraphCounts{Captured: 2, Kept: 2}
+	srv, h := serve(t, &fakeModel{latency: 7, card: c}, Options{})
 	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
 	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{}}`)
 	httpCall(t, nil, "GET", srv.URL+"/nope/"+strings.Repeat("x", 10), "")
-	h.Metrics().ObserveBatch(3)
+	h.metrics.batches.Observe(3)
 	r := httpCall(t, nil, "GET", srv.URL+"/metrics", "")
 	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain; version=0.0.4") {
 		t.Fatalf("%d %v", r.status, r.header)
 	}
+	// Label names come sorted, as client_golang writes them.
 	for _, line := range []string{
-		`kev_http_requests_total{path="/v1/systemone",method="POST",status="200"} 1`,
-		`kev_http_requests_total{path="/v1/systemone",method="POST",status="422"} 1`,
-		`kev_http_requests_total{path="other",method="GET",status="404"} 1`,
+		`kev_http_requests_total{method="POST",path="/v1/systemone",status="200"} 1`,
+		`kev_http_requests_total{method="POST",path="/v1/systemone",status="422"} 1`,
+		`kev_http_requests_total{method="GET",path="other",status="404"} 1`,
 		`kev_http_request_duration_seconds_count{path="/v1/systemone"} 2`,
 		`kev_model_latency_ms_bucket{le="5"} 0`,
 		`kev_model_latency_ms_bucket{le="10"} 1`,
@@ -1145,7 +1168,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`kev_cuda_graphs_captured_total 2`,
 		`kev_http_requests_in_flight 0`,
 		`# TYPE kev_http_request_duration_seconds histogram`,
-		`kev_model_info{run="jaredpalmer/kev-4b",base="Qwen/Qwen3.5-4B-Base",device="cpu",backend="go",dtype="float32"} 1`,
+		`kev_model_info{backend="go",base="Qwen/Qwen3.5-4B-Base",device="cpu",dtype="float32",run="jaredpalmer/kev-4b"} 1`,
 	} {
 		if !strings.Contains(r.body, line+"\n") {
 			t.Errorf("metrics lack %q", line)
@@ -1169,49 +1192,36 @@ func checkExposition(t *testing.T, text string) {
 }
 
 func TestMetricsLabelEscaping(t *testing.T) {
-	got := labels("a", `x"y\z`+"\n")
-	if got != `a="x\"y\\z\n"` {
-		t.Errorf("%s", got)
+	c := testCard
+	c.Run = `x"y\z` + "\n"
+	srv, _ := serve(t, &fakeModel{latency: 1, card: c}, Options{})
+	r := httpCall(t, nil, "GET", srv.URL+"/metrics", "")
+	if !strings.Contains(r.body, `run="x\"y\\z\n"`) {
+		t.Errorf("label not escaped:\n%s", r.body)
 	}
-	m := NewMetrics()
-	var sb strings.Builder
-	if _, err := m.WriteTo(&sb); err != nil {
-		t.Fatal(err)
-	}
-	checkExposition(t, sb.String())
+	checkExposition(t, r.body)
 }
 
-func TestLaxInt(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want string // "" for an error
-	}{
-		{`6`, "6"}, {`-5`, "-5"}, {`true`, "1"}, {`false`, "0"}, {`6.0`, "6"}, {`1e3`, "1000"}, {`6.5`, ""},
-		{`"6"`, "6"}, {`" 7\n"`, "7"}, {`"1_000"`, "1000"}, {`"6.00"`, "6"}, {`"-6.0"`, "-6"}, {`"6."`, ""},
-		{`"1__0"`, ""}, {`"_1"`, ""}, {`"0x10"`, ""}, {`"6e0"`, ""}, {`""`, ""}, {`null`, ""}, {`[]`, ""},
-		{`NaN`, ""}, {`123456789012345678901234567890`, "123456789012345678901234567890"},
-	} {
-		n, fe := laxInt(parse(t, c.in), "f")
-		switch {
-		case c.want == "" && fe == nil:
-			t.Errorf("%s: accepted as %s", c.in, n)
-		case c.want != "" && (fe != nil || n.String() != c.want):
-			t.Errorf("%s: %v %v, want %s", c.in, n, fe, c.want)
-		}
+// requestCount returns the requests counted for a path, method and status.
+func requestCount(h *Handler, path, method string, status int) float64 {
+	var m dto.Metric
+	if err := h.metrics.requests.WithLabelValues(path, method, strconv.Itoa(status)).Write(&m); err != nil {
+		return -1
 	}
+	return m.GetCounter().GetValue()
 }
 
 func TestPermuteDirect(t *testing.T) {
 	m := &fakeModel{latency: 1}
-	req := NewRequest("s", Choice("q", "Pick", OptionNames("x", "y", "z")...), Noul("n", "Other?"))
-	out, err := Permute(context.Background(), m.Do, &PermuteRequest{Request: req, Question: "q", NPerm: 5, Seed: big.NewInt(42)})
+	req := systemone.NewRequest("s", systemone.Choice("q", "Pick", systemone.OptionNames("x", "y", "z")...), systemone.Noul("n", "Other?"))
+	out, err := systemone.Permute(context.Background(), m.Do, &systemone.PermuteRequest{Request: req, Question: "q", NPerm: 5, Seed: big.NewInt(42)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(out.Runs) != 5 || !out.ArgmaxStable {
 		t.Fatalf("%+v", out)
 	}
-	if _, err := Permute(context.Background(), m.Do, &PermuteRequest{Request: req, Question: "n", NPerm: 1}); err == nil || err.Error() != "kev: question must be an existing choice question" {
+	if _, err := systemone.Permute(context.Background(), m.Do, &systemone.PermuteRequest{Request: req, Question: "n", NPerm: 1}); err == nil || err.Error() != "kev: question must be an existing choice question" {
 		t.Errorf("noul question: %v", err)
 	}
 }
@@ -1219,7 +1229,7 @@ func TestPermuteDirect(t *testing.T) {
 func TestNewRequestID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		id := NewRequestID()
+		id := newRequestID()
 		if !requestIDPattern.MatchString(id) || id[12] != '4' || seen[id] {
 			t.Fatalf("id %q", id)
 		}
@@ -1227,57 +1237,16 @@ func TestNewRequestID(t *testing.T) {
 	}
 }
 
-func FuzzPermuteRequest(f *testing.F) {
-	f.Add(`{"request":` + permuteRequest + `,"question":"q","n_perm":3,"seed":"7"}`)
-	f.Add(`{"request":` + permuteRequest + `,"question":"q","n_perm":1e400,"seed":-1e2}`)
-	f.Add(`{"request":[],"question":null,"n_perm":"1_0","seed":true}`)
-	f.Add(`[1,2]`)
-	f.Fuzz(func(t *testing.T, body string) {
-		v, err := pyjson.Parse([]byte(body))
-		if err != nil {
-			return
-		}
-		pr, err := PermuteRequestFromValue(v)
-		if err != nil {
-			var ve *ValidationError
-			if !errors.As(err, &ve) || len(ve.Errors) == 0 {
-				t.Fatalf("%v", err)
-			}
-			return
-		}
-		if pr.NPerm < MinPermutations || pr.NPerm > MaxPermutations || pr.Seed == nil || pr.Request == nil {
-			t.Fatalf("accepted %+v", pr)
-		}
-	})
-}
-
-func ExamplePermuteOrders() {
-	// Python: r = random.Random(0); then for each run after the first, r.shuffle(a fresh copy of the keys).
-	for _, o := range PermuteOrders([]string{"returns", "shipping", "billing"}, 3, big.NewInt(0)) {
-		fmt.Println(o)
-	}
-	// Output:
-	// [returns shipping billing]
-	// [returns billing shipping]
-	// [billing shipping returns]
-}
-
-func ExampleModelCard_Description() {
-	c := ModelCard{Base: "Qwen/Qwen3.5-4B-Base", Run: "jaredpalmer/kev-4b", Temperature: 2.41}
-	fmt.Println(c.Description())
-	// Output: Kev pointer head on Qwen/Qwen3.5-4B-Base, serving jaredpalmer/kev-4b at temperature 2.41
-}
-
 // goldenPredictor loads the tiny-a fixture (LoRA checkpoint and its base) on the CPU, or skips without it.
-func goldenPredictor(t testing.TB, opts Options) (*Predictor, string) {
+func goldenPredictor(t testing.TB, opts kev.Options) (*kev.Predictor, string) {
 	t.Helper()
-	kevDir := "testdata/golden/tiny-a/kev"
+	kevDir := "../testdata/golden/tiny-a/kev"
 	if _, err := os.Stat(kevDir + "/head.pt"); err != nil {
 		t.Skip("golden fixture tiny-a not present")
 	}
-	opts.Base = "testdata/golden/tiny-a/base"
+	opts.Base = "../testdata/golden/tiny-a/base"
 	opts.Offline = true
-	p, err := Load(context.Background(), kevDir, opts)
+	p, err := kev.Load(context.Background(), kevDir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1285,12 +1254,12 @@ func goldenPredictor(t testing.TB, opts Options) (*Predictor, string) {
 	return p, kevDir
 }
 
-func servePredictor(t *testing.T, p *Predictor, opts HandlerOptions) *httptest.Server {
+func servePredictor(t *testing.T, p *kev.Predictor, opts Options) *httptest.Server {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
-	srv := httptest.NewServer(NewHandler(p, opts))
+	srv := httptest.NewServer(New(p, opts))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -1299,8 +1268,8 @@ func servePredictor(t *testing.T, p *Predictor, opts HandlerOptions) *httptest.S
 // tiny fixture: choice basic, null descriptions, structured instructions and criteria, object state with noul and
 // score, packed vs alone within 0.011, the accepted one-level score.
 func TestPredictorConformance(t *testing.T) {
-	p, _ := goldenPredictor(t, Options{})
-	srv := servePredictor(t, p, HandlerOptions{APIKey: "local"})
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{APIKey: "local"})
 	conformanceChecks(t, srv.URL, "Authorization", "Bearer local")
 	r := post(t, srv.URL+"/v1/systemone", `{"state":"I was charged twice.","model":"jev-latest","questions":{"billing":{"type":"noul","criteria":{"true":"About charges","false":"Not about charges"}},"urgency":{"type":"score","instructions":"How urgent is this?","criteria":["today"]}}}`,
 		"Authorization", "Bearer local")
@@ -1329,9 +1298,9 @@ func withoutLatency(t *testing.T, body string) string {
 // TestPredictorGoldenCases sends the reference requests over HTTP: the body is what Do gives (latency aside), and
 // the token counts are the reference's.
 func TestPredictorGoldenCases(t *testing.T) {
-	p, _ := goldenPredictor(t, Options{})
-	srv := servePredictor(t, p, HandlerOptions{})
-	data, err := os.ReadFile("testdata/golden/tiny-a/reference/cases.json")
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
+	data, err := os.ReadFile("../testdata/golden/tiny-a/reference/cases.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1349,18 +1318,22 @@ func TestPredictorGoldenCases(t *testing.T) {
 	if len(file.Cases) == 0 {
 		t.Fatal("no cases")
 	}
-	for _, c := range file.Cases {
+	cases := file.Cases
+	if testing.Short() {
+		cases = cases[:min(3, len(cases))] // the quick loop; CI sends every case
+	}
+	for _, c := range cases {
 		r := post(t, srv.URL+"/v1/systemone", string(c.Request))
 		checkCommon(t, r)
 		if r.status != 200 {
 			t.Errorf("%s: %d %s", c.Name, r.status, r.body)
 			continue
 		}
-		req, err := DecodeRequest(c.Request)
+		req, err := systemone.DecodeRequest(c.Request)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := p.Do(context.Background(), req)
+		resp, err := bridge.Predictor(p).Do(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1383,26 +1356,26 @@ func TestPredictorGoldenCases(t *testing.T) {
 // TestPredictorSeparateAndPermute checks separate against each question asked alone, and permute's runs against
 // the same question asked in each run's order, on the real model.
 func TestPredictorSeparateAndPermute(t *testing.T) {
-	p, _ := goldenPredictor(t, Options{})
-	srv := servePredictor(t, p, HandlerOptions{})
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
 	body := `{"state":` + conformancePackedState + `,"model":"m","questions":{` + conformancePackedA + `,` + conformancePackedB +
 		`,"c":{"type":"score","instructions":"How busy?","criteria":["empty","some","full"]}}}`
 	r := post(t, srv.URL+"/v1/systemone/separate", body)
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	req, _ := DecodeRequest([]byte(body))
-	var answers []AnswerEntry
+	req, _ := systemone.DecodeRequest([]byte(body))
+	var answers []systemone.AnswerEntry
 	input := 0
 	for _, q := range req.Questions {
-		resp, err := p.Do(context.Background(), single(req, q))
+		resp, err := bridge.Predictor(p).Do(context.Background(), single(req, q))
 		if err != nil {
 			t.Fatal(err)
 		}
 		answers = append(answers, resp.Answers...)
 		input += resp.Usage.InputTokens
 	}
-	want := &Response{Model: "m", Answers: answers, Usage: Usage{InputTokens: input, OutputTokens: OutputTokens(p.Tokenizer(), answers)}}
+	want := &systemone.Response{Model: "m", Answers: answers, Usage: systemone.Usage{InputTokens: input, OutputTokens: systemone.OutputTokens(bridge.Predictor(p).Tokenizer(), answers)}}
 	if got := withoutLatency(t, r.body); got != withoutLatency(t, want.String()) {
 		t.Errorf("separate:\n got %s\nwant %s", got, withoutLatency(t, want.String()))
 	}
@@ -1426,7 +1399,7 @@ func TestPredictorSeparateAndPermute(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := []string{"returns", "shipping", "billing"}
-	orders := PermuteOrders(keys, 6, big.NewInt(42))
+	orders := systemone.PermuteOrders(keys, 6, big.NewInt(42))
 	if len(out.Runs) != 6 {
 		t.Fatalf("%d runs", len(out.Runs))
 	}
@@ -1469,8 +1442,8 @@ func TestPredictorSeparateAndPermute(t *testing.T) {
 
 // TestPredictorCard checks the card of the loaded fixture and that its counters move.
 func TestPredictorCard(t *testing.T) {
-	p, kevDir := goldenPredictor(t, Options{})
-	srv := servePredictor(t, p, HandlerOptions{})
+	p, kevDir := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
 	post(t, srv.URL+"/v1/systemone", conformanceChoice)
 	r := httpCall(t, nil, "GET", srv.URL+"/v1/models", "")
 	info := p.Info()
@@ -1485,12 +1458,19 @@ func TestPredictorCard(t *testing.T) {
 	if !strings.Contains(r.body, `"batches":{"count":1,"requests":1,"queued":0}}`) {
 		t.Errorf("batches: %s", r.body)
 	}
+	// The predictor reports its batches to the handler's metrics.
+	m := httpCall(t, nil, "GET", srv.URL+"/metrics", "")
+	for _, line := range []string{"kev_batch_size_count 1", `kev_batch_size_bucket{le="1"} 1`, "kev_batches_total 1"} {
+		if !strings.Contains(m.body, line+"\n") {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
 }
 
 // TestPredictorTruncateMode checks a truncating server's extras on the real model.
 func TestPredictorTruncateMode(t *testing.T) {
-	p, _ := goldenPredictor(t, Options{TruncateStates: true})
-	srv := servePredictor(t, p, HandlerOptions{})
+	p, _ := goldenPredictor(t, kev.Options{TruncateStates: true})
+	srv := servePredictor(t, p, Options{})
 	r := post(t, srv.URL+"/v1/systemone", conformanceObjectState)
 	if r.status != 200 || !strings.HasSuffix(r.body, `,"truncated":false}`) || !strings.Contains(r.body, `"state_tokens":`) {
 		t.Errorf("%d %s", r.status, r.body)
@@ -1508,8 +1488,8 @@ func TestPredictorLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	p, _ := goldenPredictor(t, Options{})
-	srv := servePredictor(t, p, HandlerOptions{APIKey: "bench"})
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{APIKey: "bench"})
 	bodies := [][]byte{[]byte(conformanceChoice), []byte(`{"state":"Shoes arrived late.","questions":{"escalate":{"type":"noul","instructions":"Urgent?"}}}`),
 		[]byte(conformanceNullDescriptions), []byte(`{"state":"Charged twice.","questions":{"tone":{"type":"score","criteria":["calm","angry"]}}}`)}
 	rep, err := loadtest.Run(context.Background(), loadtest.Config{URL: srv.URL, APIKey: "bench", Bodies: bodies,
@@ -1550,7 +1530,7 @@ func FuzzHandler(f *testing.F) {
 	f.Add("/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q","n_perm":NaN}`)
 	f.Add("/v1/systemone", `{"state": [1, 2.5, {"a": null}], "questions": {"q": {"type": "score", "criteria": [true]}}}`)
 	f.Add("/v1/systemone", "\xff\xfe")
-	h := NewModelHandler(&fakeModel{latency: 1}, HandlerOptions{Logger: quietLogger(), MaxBodyBytes: 1 << 16})
+	h := newHandler(&fakeModel{latency: 1}, Options{Logger: quietLogger(), MaxBodyBytes: 1 << 16})
 	f.Fuzz(func(t *testing.T, path, body string) {
 		switch path {
 		case "/v1/systemone", "/v1/systemone/separate", "/v1/systemone/permute":
@@ -1573,34 +1553,84 @@ func FuzzHandler(f *testing.F) {
 	})
 }
 
-// ExampleNewHandler serves the small test checkpoint over loopback HTTP and asks it one question.
-func ExampleNewHandler() {
-	p, err := Load(context.Background(), "testdata/golden/tiny-a/kev",
-		Options{Base: "testdata/golden/tiny-a/base", Offline: true})
-	if err != nil {
-		fmt.Println(err)
-		return
+// TestHealth checks the probes: open even with a key, /readyz 503 while draining or stopped, /v1/models still behind
+// the key as in Kev.
+func TestHealth(t *testing.T) {
+	srv, h := serve(t, &fakeModel{latency: 1, card: testCard}, Options{APIKey: "secret"})
+	for _, c := range []struct {
+		path, body string
+		status     int
+	}{{"/healthz", `{"status":"ok"}`, 200}, {"/readyz", `{"status":"ready"}`, 200}, {"/v1/models", "", 401}} {
+		r := httpCall(t, nil, "GET", srv.URL+c.path, "")
+		checkCommon(t, r)
+		if r.status != c.status || (c.body != "" && r.body != c.body) {
+			t.Errorf("GET %s: %d %s", c.path, r.status, r.body)
+		}
+		if r := httpCall(t, nil, "HEAD", srv.URL+c.path, ""); r.status != c.status || r.body != "" {
+			t.Errorf("HEAD %s: %d %q", c.path, r.status, r.body)
+		}
 	}
-	defer p.Close()
-	srv := httptest.NewServer(NewHandler(p, HandlerOptions{APIKey: "local", Logger: slog.New(slog.DiscardHandler)}))
-	defer srv.Close()
+	if r := post(t, srv.URL+"/healthz", `{}`); r.status != 405 {
+		t.Errorf("POST /healthz: %d", r.status)
+	}
+	h.SetDraining(true)
+	if r := httpCall(t, nil, "GET", srv.URL+"/readyz", ""); r.status != 503 || r.body != `{"status":"draining"}` {
+		t.Errorf("draining: %d %s", r.status, r.body)
+	}
+	if r := httpCall(t, nil, "GET", srv.URL+"/healthz", ""); r.status != 200 {
+		t.Errorf("draining, liveness: %d", r.status)
+	}
+	// Draining only turns readiness off: requests are still answered.
+	if r := post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`, "Authorization", "Bearer secret"); r.status != 200 {
+		t.Errorf("draining, request: %d %s", r.status, r.body)
+	}
+	h.SetDraining(false)
+	if r := httpCall(t, nil, "GET", srv.URL+"/readyz", ""); r.status != 200 {
+		t.Errorf("no longer draining: %d", r.status)
+	}
+	h.Stop()
+	if r := httpCall(t, nil, "GET", srv.URL+"/readyz", ""); r.status != 503 {
+		t.Errorf("stopped: %d", r.status)
+	}
+	if r := httpCall(t, nil, "GET", srv.URL+"/healthz", ""); r.status != 200 {
+		t.Errorf("stopped, liveness: %d", r.status)
+	}
+}
 
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/systemone",
-		strings.NewReader(`{"state":"I was charged twice.","questions":{"billing":{"type":"noul","instructions":"About billing?"}}}`))
-	req.Header.Set("Authorization", "Bearer local")
-	resp, err := http.DefaultClient.Do(req)
+// TestCollector registers the handler with a registry of the embedding service's own, pedantic about descriptions.
+func TestCollector(t *testing.T) {
+	c := testCard
+	c.CUDAGraphs = &systemone.GraphCounts{Captured: 2, Kept: 2}
+	srv, h := serve(t, &fakeModel{latency: 7, card: c}, Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h)
+	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
+	mfs, err := reg.Gather()
 	if err != nil {
-		fmt.Println(err)
-		return
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Model   string `json:"model"`
-		Answers map[string]struct {
-			Type string `json:"type"`
-		} `json:"answers"`
+	got := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf
 	}
-	json.NewDecoder(resp.Body).Decode(&out)
-	fmt.Println(resp.StatusCode, out.Model, out.Answers["billing"].Type)
-	// Output: 200 kev-latest noul
+	for _, name := range []string{"kev_http_requests_total", "kev_http_request_duration_seconds", "kev_model_latency_ms",
+		"kev_batch_size", "kev_http_requests_in_flight", "kev_batches_total", "kev_cuda_graphs_captured_total", "kev_model_info"} {
+		if got[name] == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+	if mf := got["kev_http_requests_total"]; mf != nil {
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["path"] != "/v1/systemone" || labels["method"] != "POST" || labels["status"] != "200" || m.GetCounter().GetValue() != 1 {
+			t.Errorf("%v %v", labels, m.GetCounter().GetValue())
+		}
+	}
+	// Registering twice in one registry is refused, as for any collector.
+	if err := reg.Register(h); err == nil {
+		t.Error("registered twice")
+	}
 }

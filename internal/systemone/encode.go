@@ -1,6 +1,7 @@
-package kev
+package systemone
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -127,11 +128,13 @@ func (e *RowTooLongError) Detail() string { return e.Error() }
 // AdmissionDetail returns the {"detail": ...} text of the 422 Kev's server sends for an encoding error, and false
 // for errors that are not admission errors.
 func AdmissionDetail(err error) (string, bool) {
-	switch e := err.(type) {
-	case *StateTooLongError:
-		return e.Detail(), true
-	case *RowTooLongError:
-		return e.Detail(), true
+	var se *StateTooLongError
+	var re *RowTooLongError
+	switch {
+	case errors.As(err, &se):
+		return se.Detail(), true
+	case errors.As(err, &re):
+		return re.Detail(), true
 	}
 	return "", false
 }

@@ -1,4 +1,4 @@
-package kev
+package systemone
 
 import (
 	"io"
@@ -24,7 +24,7 @@ var (
 func qwen3(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
 	qwen3Once.Do(func() {
-		f, err := os.Open("tokenizer/testdata/qwen3-tokenizer.json.zst")
+		f, err := os.Open("../../tokenizer/testdata/qwen3-tokenizer.json.zst")
 		if err != nil {
 			qwen3Err = err
 			return
@@ -41,7 +41,7 @@ func qwen3(t *testing.T) *tokenizer.Tokenizer {
 			qwen3Err = err
 			return
 		}
-		cfg, err := os.ReadFile("tokenizer/testdata/qwen3-tokenizer_config.json")
+		cfg, err := os.ReadFile("../../tokenizer/testdata/qwen3-tokenizer_config.json")
 		if err != nil {
 			qwen3Err = err
 			return

@@ -1,0 +1,122 @@
+package kev
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/kevgo/kev/internal/systemone"
+)
+
+// ErrClosed is returned by a Predictor's methods after Close.
+var ErrClosed = errors.New("kev: predictor closed")
+
+// ValidationError is a request that does not fit the System One schema, with every problem found. Kev's HTTP API
+// answers it with status 422 and pydantic's detail list; package server sends those bytes.
+type ValidationError struct {
+	Problems []Problem
+	err      *systemone.ValidationError
+}
+
+// Problem is one thing wrong with a request: where, as a dotted path of JSON keys with array indexes in brackets
+// ("questions.urgency.criteria", "state"; "" for the request itself), and what.
+type Problem struct {
+	Field string
+	Msg   string
+}
+
+// Error lists the problems: "kev: invalid request: questions.q.criteria: list should have at least 1 item ...".
+func (e *ValidationError) Error() string {
+	var sb strings.Builder
+	sb.WriteString("kev: invalid request")
+	for i, p := range e.Problems {
+		if i == 0 {
+			sb.WriteString(": ")
+		} else {
+			sb.WriteString("; ")
+		}
+		if p.Field != "" {
+			sb.WriteString(p.Field)
+			sb.WriteString(": ")
+		}
+		sb.WriteString(p.Msg)
+	}
+	return sb.String()
+}
+
+// Unwrap returns the protocol-level error the problems were read from.
+func (e *ValidationError) Unwrap() error {
+	if e.err == nil {
+		return nil
+	}
+	return e.err
+}
+
+// StateTooLongError refuses a state over the token limit (65,536 tokens, the <state> token included) when the
+// predictor does not truncate long states (Options.TruncateStates).
+type StateTooLongError struct {
+	Tokens int // the state's tokens, <state> included
+	Limit  int
+	err    *systemone.StateTooLongError
+}
+
+// Error says how long the state is and what to do.
+func (e *StateTooLongError) Error() string {
+	return "kev: " + (&systemone.StateTooLongError{Tokens: e.Tokens, Limit: e.Limit}).Error()
+}
+
+// Unwrap returns the protocol-level error.
+func (e *StateTooLongError) Unwrap() error {
+	if e.err == nil {
+		return nil
+	}
+	return e.err
+}
+
+// RowTooLongError refuses a question whose row (the state read plus the question's own tokens) is over the row
+// limit (73,728 tokens).
+type RowTooLongError struct {
+	Question int    // index in the request
+	ID       string // the question's id
+	Tokens   int    // the question's tokens
+	StateLen int    // the state tokens read, <state> included
+	Limit    int    // the row limit
+	err      *systemone.RowTooLongError
+}
+
+// Error names the question and the counts.
+func (e *RowTooLongError) Error() string {
+	return fmt.Sprintf("kev: question %q: %d tokens with a %d-token state, over the %d-token row limit",
+		e.ID, e.Tokens, e.StateLen, e.Limit)
+}
+
+// Unwrap returns the protocol-level error.
+func (e *RowTooLongError) Unwrap() error {
+	if e.err == nil {
+		return nil
+	}
+	return e.err
+}
+
+// publicError turns the protocol's typed errors into the package's own; others pass through.
+func publicError(err error) error {
+	var ve *systemone.ValidationError
+	var se *systemone.StateTooLongError
+	var re *systemone.RowTooLongError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ve):
+		ps := ve.Problems()
+		out := &ValidationError{Problems: make([]Problem, len(ps)), err: ve}
+		for i, p := range ps {
+			out.Problems[i] = Problem{Field: p.Field, Msg: p.Msg}
+		}
+		return out
+	case errors.As(err, &se):
+		return &StateTooLongError{Tokens: se.Tokens, Limit: se.Limit, err: se}
+	case errors.As(err, &re):
+		return &RowTooLongError{Question: re.Question, ID: re.ID, Tokens: re.Tokens, StateLen: re.StateLen, Limit: re.Limit, err: re}
+	}
+	return err
+}
