@@ -50,7 +50,7 @@ func BenchmarkEncodeCorpusCold(b *testing.B) {
 
 // benchState returns the 2,200-token state of the serving benchmark.
 func benchState(b *testing.B) string {
-	data, err := os.ReadFile("../../shared/spec/bench-cases.json")
+	data, err := os.ReadFile("../scripts/golden/bench-cases.json")
 	if err != nil {
 		b.Skip("bench-cases.json not available: ", err)
 	}
