@@ -567,7 +567,7 @@ func TestInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := p.Info()
-	want := Info{Run: s.kev, Base: "Qwen/Qwen3.5-Tiny-A-Base", LoRA: 8, Device: "cpu", Backend: "go", DType: "float32",
+	want := Info{Run: s.kev, Base: "Qwen/Qwen3.5-Tiny-A-Base", LoRA: 8, Device: "cpu", Replicas: 1, Backend: "go", DType: "float32",
 		Temperature: 2.41, MaxStateTokens: 65536, ReleaseDate: fi.ModTime().Format("2006-01-02")}
 	want.BaseRevision, want.WeightBytes = got.BaseRevision, got.WeightBytes
 	if got != want {
