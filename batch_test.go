@@ -46,7 +46,7 @@ func TestBatchMixed(t *testing.T) {
 			// The model goroutine's second take waits for hold: the warm-up runs alone, the rest in one batch.
 			hold := make(chan struct{})
 			takes := 0
-			testBeforeTake = func() {
+			testBeforeTake = func(int) {
 				if takes++; takes == 2 {
 					<-hold
 				}

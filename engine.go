@@ -29,10 +29,10 @@ type engine struct {
 	cache   *prefixcache.Cache[*layers.State]
 	onBatch *atomic.Pointer[func(int)] // the predictor's
 
-	maxBatch    int    // requests one batch takes
-	passTokens  int    // token budget of one model pass (RowPassTokens)
-	sliceTokens int    // token budget of one batch (RowPassTokens)
-	beforeTake  func() // test hook: runs on the model goroutine before it takes a batch
+	maxBatch    int       // requests one batch takes
+	passTokens  int       // token budget of one model pass (RowPassTokens)
+	sliceTokens int       // token budget of one batch (RowPassTokens)
+	beforeTake  func(int) // test hook: runs on the model goroutine before it takes a batch
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -213,7 +213,7 @@ func (e *engine) loop() {
 	defer close(e.done)
 	for {
 		if e.beforeTake != nil {
-			e.beforeTake()
+			e.beforeTake(e.index)
 		}
 		batch := e.take()
 		if batch == nil {

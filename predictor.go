@@ -52,8 +52,9 @@ const (
 	defaultPassTokens  = systemone.RowPassTokens // tokens of one model pass, and of one batch's share
 )
 
-// testBeforeTake, set by tests only, becomes the beforeTake hook of the predictors loaded after.
-var testBeforeTake func()
+// testBeforeTake, set by tests only, becomes the beforeTake hook of every replica of the predictors loaded after;
+// it is called with the replica's index.
+var testBeforeTake func(replica int)
 
 // LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
 // fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the

@@ -42,7 +42,7 @@ func TestBatchInvariantCUDA(t *testing.T) {
 				r.Shuffle(size, func(i, j int) { order[i], order[j] = order[j], order[i] })
 				hold := make(chan struct{})
 				takes := 0
-				testBeforeTake = func() {
+				testBeforeTake = func(int) {
 					if takes++; takes == 2 {
 						<-hold
 					}

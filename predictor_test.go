@@ -332,7 +332,7 @@ func TestBatchSharesState(t *testing.T) {
 	alone := loadGolden(t, s, Options{PrefixCache: -1})
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
@@ -433,7 +433,7 @@ func TestCloseDrains(t *testing.T) {
 	reqs := smallRequests(t, s)
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
@@ -491,7 +491,7 @@ func TestCancelWhileQueued(t *testing.T) {
 	reqs := goldenRequests(t, s)
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
