@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,20 +123,21 @@ func TestSplitCancel(t *testing.T) {
 	s := goldenSets(t)[0]
 	reqs := goldenRequests(t, s)
 	big := bigRequest(reqs[1], 40)
-	var p *Predictor
 	ctx, cancel := context.WithCancel(context.Background())
-	slicesRun := 0
+	var armed atomic.Bool
+	slicesRun := 0 // model goroutine only
 	testBeforeTake = func(int) {
-		if p == nil {
+		if !armed.Load() {
 			return
 		}
 		if slicesRun++; slicesRun == 3 { // two slices have run
 			cancel()
 		}
 	}
-	p = loadGolden(t, s, Options{PrefixCache: -1})
+	p := loadGolden(t, s, Options{PrefixCache: -1})
 	testBeforeTake = nil
 	p.engines[0].sliceTokens = 400
+	armed.Store(true)
 	if _, err := p.Do(ctx, fromSysRequest(big)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled big request: %v", err)
 	}
