@@ -34,12 +34,12 @@ type Options struct {
 	DType           DType   // Float32 (CPU default) or BFloat16 (default elsewhere); "fp32" and "bf16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
-	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
+	PrefixCache     int     // states kept, per replica; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
 	PrefixMinTokens int     // default 0 (hybrid)
 	PrefixMaxTokens int     // 0 → 65536
 	TruncateStates  bool    // KEV_TRUNCATE_STATES
 	DateFacts       bool    // KEV_DATE_FACTS
-	MaxBatch        int     // 0 → 64
+	MaxBatch        int     // requests one batch takes, per replica; 0 → 64
 	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
 	Logger          *slog.Logger
@@ -473,10 +473,12 @@ func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEnt
 }
 
 // Do answers a System One request. The request is validated, rendered and encoded on the caller's goroutine:
-// a *ValidationError, *StateTooLongError or *RowTooLongError comes back before the request is queued. Otherwise it
-// waits for the model goroutine, which runs it in a batch with whatever else is waiting; the response's LatencyMS
-// is that batch's model time. If ctx ends while the request waits, Do returns ctx.Err() and the request is
-// skipped. After Close, Do returns ErrClosed.
+// a *ValidationError, *StateTooLongError, *RowTooLongError or *TooManyQuestionsError comes back before the request
+// is queued. Otherwise it is queued at the replica that will answer it soonest and waits for its model goroutine,
+// which runs it in a batch with whatever else is waiting (a request bigger than one pass runs in slices over
+// several batches, other requests between them); the response's LatencyMS is the model time of the batches it ran
+// in. If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped (a big one between its
+// slices). After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("kev: Do: nil request")
