@@ -41,7 +41,7 @@ func TestAllot(t *testing.T) {
 func TestSplitInvariance(t *testing.T) {
 	s := goldenSets(t)[0]
 	reqs := goldenRequests(t, s)
-	big := bigRequest(reqs[1], 12) // 36 questions on a 360-token state
+	big := bigRequest(reqs[1], 5) // 15 questions on a 360-token state: 1,425 tokens
 	alone := loadGolden(t, s, Options{PrefixCache: -1})
 	wantBig := probs(t, alone, big)
 	want := make([][][]float32, len(reqs))
@@ -186,6 +186,9 @@ func TestMaxQuestions(t *testing.T) {
 // slices a small request waited for the whole big one. The GPU test runs it at
 // full size: 50,000 questions and the default 16,384-token passes.
 func TestBigRequestDoesNotStarve(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a timing test: the race detector slows the model twentyfold; run it without -race")
+	}
 	starve(t, CPU, 480, 1024)
 }
 
