@@ -281,3 +281,25 @@ func bigRequest(req *systemone.Request, n int) *systemone.Request {
 	}
 	return out
 }
+
+// FuzzDeviceList reads any Device text without panicking; a list it accepts names one registered backend and no
+// negative device.
+func FuzzDeviceList(f *testing.F) {
+	for _, s := range []string{"cpu", "cuda:0,1", "cpu:all", "cpu:0,0", "cpu,", ":", "0", "cpu:0,x:1", "cpu:99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := Device(s).replicas()
+		if err != nil {
+			return
+		}
+		if len(rs) == 0 {
+			t.Fatalf("%q: no replicas and no error", s)
+		}
+		for _, r := range rs {
+			if r.name != rs[0].name || r.ordinal < 0 {
+				t.Fatalf("%q: %v", s, rs)
+			}
+		}
+	})
+}
