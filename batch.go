@@ -14,18 +14,56 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// call is one queued request: its encoding, and where the model goroutine sends the result.
+// call is one request: its encoding, and where the model goroutine sends the result. The engine that runs it keeps
+// the rest of its fields.
 type call struct {
 	ctx       context.Context
 	enc       *systemone.Encoding
-	done      chan result // buffered: the model goroutine never waits for the caller
-	cancelled atomic.Bool // the caller stopped waiting
+	rows      []systemone.Row
+	key       prefixcache.Key // the state's key, for the dispatcher's prefix affinity
+	rowTokens int             // tokens of all the rows
+	done      chan result     // buffered: the model goroutine never waits for the caller
+	cancelled atomic.Bool     // the caller stopped waiting
+
+	charged int  // tokens charged to the engine's queue for it (the engine's mu)
+	pending bool // counted in the engine's pending states (the engine's mu)
+
+	// Model goroutine only.
+	next    int           // rows answered so far
+	state   *layers.State // the state its later rows continue, once it has run a slice
+	probs   [][]float32   // per row, as answered
+	hit     bool          // its state's prefix was cached when it started
+	latency time.Duration // model time of the batches it ran in
+}
+
+// newCall returns the call of an encoded request.
+func newCall(ctx context.Context, enc *systemone.Encoding) *call {
+	c := &call{ctx: ctx, enc: enc, rows: enc.Rows(), key: prefixcache.NewKey(enc.StateIDs(), false),
+		done: make(chan result, 1)}
+	c.rowTokens = c.rowsTokens(0, len(c.rows))
+	c.probs = make([][]float32, len(c.rows))
+	return c
+}
+
+// rowsTokens returns the tokens of rows from..to-1.
+func (c *call) rowsTokens(from, to int) int {
+	n := 0
+	for _, r := range c.rows[from:to] {
+		n += len(r.IDs)
+	}
+	return n
+}
+
+// chunk is a request's part of a batch: its rows from..to-1 (all of them, or a slice).
+type chunk struct {
+	c        *call
+	from, to int
 }
 
 // result is what the model goroutine hands back for one call.
 type result struct {
 	probs   [][]float32   // per question, in option order
-	latency time.Duration // model time of the whole batch
+	latency time.Duration // model time of the batches it ran in
 	hit     bool          // the state's prefix was cached
 	err     error
 }
@@ -42,131 +80,120 @@ func isOOM(err error) bool {
 	return errors.As(err, &o) && o.OutOfMemory()
 }
 
-// enqueue puts c at the end of the queue, unless the predictor is closed.
-func (p *Predictor) enqueue(c *call) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.queue = append(p.queue, c)
-	p.accepted++
-	p.cond.Signal()
-	return nil
-}
-
-// take waits for a request and returns it with whatever else waits, up to MaxBatch, oldest first, skipping
-// requests whose caller has gone. It returns nil once the predictor is closed and the queue is empty.
-func (p *Predictor) take() []*call {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for {
-		for len(p.queue) == 0 && !p.closed {
-			p.cond.Wait()
-		}
-		if len(p.queue) == 0 {
-			return nil
-		}
-		var batch []*call
-		n := 0
-		for n < len(p.queue) && len(batch) < p.opts.MaxBatch {
-			c := p.queue[n]
-			n++
-			if c.cancelled.Load() || c.ctx.Err() != nil {
-				continue
-			}
-			batch = append(batch, c)
-		}
-		clear(p.queue[:n])
-		p.queue = p.queue[n:]
-		if len(batch) > 0 {
-			return batch
+// runBatch answers a batch through the prefix cache. Requests whose last rows ran are resolved, with their
+// probabilities and the model time of every batch they ran in; a request with rows left keeps its state and goes
+// back to the end of the queue. When the batch fails, every request of it gets the error.
+func (e *engine) runBatch(batch []chunk) {
+	// Only requests starting in this batch go through the cache: one lookup, one hit or miss each.
+	var fresh []int
+	var states [][]int
+	for i, ch := range batch {
+		if ch.from == 0 {
+			fresh = append(fresh, i)
+			states = append(states, ch.c.enc.StateIDs())
 		}
 	}
-}
-
-// loop is the model goroutine: it alone touches the model, the backend and the cached states.
-func (p *Predictor) loop() {
-	defer close(p.done)
-	for {
-		if p.beforeTake != nil {
-			p.beforeTake()
-		}
-		batch := p.take()
-		if batch == nil {
-			return
-		}
-		p.runBatch(batch)
-		p.trimWhenIdle()
-	}
-}
-
-// trimWhenIdle hands the backend's pooled memory back when no request waits, so memory after a burst returns to
-// what the weights and the cached states hold.
-func (p *Predictor) trimWhenIdle() {
-	t, ok := p.backend.(tensor.Trimmer)
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	idle := len(p.queue) == 0
-	p.mu.Unlock()
-	if idle {
-		if err := t.Trim(); err != nil {
-			p.log.Warn("kev: trim", "error", err)
-		}
-	}
-}
-
-// runBatch answers a batch through the prefix cache and resolves every request of it: with the probabilities
-// and the batch's model time, or with the batch's error.
-func (p *Predictor) runBatch(batch []*call) {
-	states := make([][]int, len(batch))
-	for i, c := range batch {
-		states[i] = c.enc.StateIDs()
-	}
-	probs := make([][][]float32, len(batch))
 	var created []*layers.State
+	var keep []*layers.State
 	start := time.Now()
-	plan, err := p.cache.Run(states, false, func(pl *prefixcache.Plan[*layers.State]) (err error) {
+	plan, err := e.cache.Run(states, false, func(pl *prefixcache.Plan[*layers.State]) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("kev: model pass panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
-		return p.runPasses(batch, pl.Slots, probs, &created)
+		slots := make([]*prefixcache.Slot[*layers.State], len(batch))
+		for k, i := range fresh {
+			slots[i] = &pl.Slots[k]
+		}
+		keep, err = e.runPasses(batch, slots, &created)
+		return err
 	}, isOOM)
 	elapsed := time.Since(start)
-	p.sweep(created)
 	if err != nil {
-		p.log.Error("kev: batch failed", "requests", len(batch), "error", err)
-		for _, c := range batch {
-			c.done <- result{err: err}
+		e.log.Error("kev: batch failed", "replica", e.index, "requests", len(batch), "error", err)
+		e.mu.Lock()
+		for _, ch := range batch {
+			e.finish(ch.c)
+		}
+		e.mu.Unlock()
+		e.sweep(created)
+		for _, ch := range batch {
+			ch.c.done <- result{err: err}
 		}
 		return
 	}
-	p.mu.Lock()
-	p.batches++
-	p.requests += len(batch)
-	p.mu.Unlock()
-	if f := p.onBatch.Load(); f != nil {
+	for k, i := range fresh {
+		batch[i].c.hit = plan.Slots[k].Hit
+	}
+	var done []*call
+	e.mu.Lock()
+	e.batches++
+	sliced := false
+	for i, ch := range batch {
+		c := ch.c
+		c.latency += elapsed
+		c.next = ch.to
+		e.unpend(c)
+		if c.next == len(c.rows) {
+			e.finish(c)
+			e.requests++
+			done = append(done, c)
+			continue
+		}
+		sliced = true
+		c.state = keep[i]
+		e.started[c] = true
+		charge := c.rowsTokens(c.next, len(c.rows))
+		e.tokens += charge - c.charged
+		c.charged = charge
+		e.queue = append(e.queue, c) // behind what arrived meanwhile
+	}
+	if sliced {
+		e.slices++
+	}
+	e.mu.Unlock()
+	e.sweep(created)
+	if f := e.onBatch.Load(); f != nil {
 		(*f)(len(batch))
 	}
-	p.log.Debug("kev: batch", "requests", len(batch), "ms", float64(elapsed.Microseconds())/1000)
-	for i, c := range batch {
-		c.done <- result{probs: probs[i], latency: elapsed, hit: plan.Slots[i].Hit}
+	e.log.Debug("kev: batch", "replica", e.index, "requests", len(batch), "answered", len(done),
+		"ms", float64(elapsed.Microseconds())/1000)
+	for _, c := range done {
+		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit}
+	}
+}
+
+// finish uncharges a request that leaves the engine, answered or failed (the engine's mu held), and unpins its
+// state.
+func (e *engine) finish(c *call) {
+	e.tokens -= c.charged
+	c.charged = 0
+	e.unpend(c)
+	delete(e.started, c)
+	c.state = nil
+}
+
+// unpend removes a request's state from the states of requests not started yet, once (the engine's mu held).
+func (e *engine) unpend(c *call) {
+	if !c.pending {
+		return
+	}
+	c.pending = false
+	if e.pending[c.key]--; e.pending[c.key] <= 0 {
+		delete(e.pending, c.key)
 	}
 }
 
 // newRef is a state a batch computes: the pass and position in that pass's Batch.New, and its State once that
-// pass has returned it (when kept for the cache or for rows of a later pass).
+// pass has returned it (when kept for the cache, for rows of a later pass, or for a later batch).
 type newRef struct {
 	pass, idx int
 	st        *layers.State
 }
 
-// rowRef is a question row of a pass: the request and question it answers, and the new state of an earlier pass
-// it continues (nil when it continues a cached state or one of its own pass).
+// rowRef is a question row of a pass: the chunk and question it answers, and the new state of an earlier pass it
+// continues (nil when it continues a cached state or one of its own pass).
 type rowRef struct {
 	req, q int
 	after  *newRef
@@ -180,18 +207,31 @@ type passPlan struct {
 }
 
 // planPasses splits a batch into passes of at most budget tokens (new state tokens plus row tokens; a pass takes
-// at least one row, so a longer state or row runs in a pass of its own). Requests are taken in order; a new state
-// runs once per batch, in the pass of the first row that needs it, and rows of later passes continue it as a kept
-// State. It returns the passes and, by state key, the states the batch computes.
-func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget int) ([]*passPlan, map[string]*newRef) {
+// at least one row, so a longer state or row runs in a pass of its own). Chunks are taken in order. A chunk with a
+// slot starts its request: its rows continue the slot's cached prefix on a hit, else a new state, which runs once
+// per batch, in the pass of the first row that needs it (rows of later passes continue it as a kept State); the
+// new state is kept when the slot keeps it or the request has rows left after the chunk. A chunk without a slot
+// continues the state its request kept from an earlier batch. It returns the passes and, by state key, the states
+// the batch computes.
+func planPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], budget int) ([]*passPlan, map[string]*newRef) {
 	news := map[string]*newRef{}
 	passes := []*passPlan{{}}
 	tokens := 0
-	for i, c := range batch {
-		slot := &slots[i]
-		ids := c.enc.StateIDs()
-		key := idsKey(ids)
-		needState := func() bool { return !slot.Hit && news[key] == nil }
+	for i, ch := range batch {
+		c, slot := ch.c, slots[i]
+		cached := c.state
+		var ids []int
+		var key string
+		keep := false
+		if slot != nil {
+			ids = c.enc.StateIDs()
+			key = idsKey(ids)
+			keep = slot.Keep || ch.to < len(c.rows)
+			if slot.Hit {
+				cached = slot.Cached
+			}
+		}
+		needState := func() bool { return cached == nil && news[key] == nil }
 		place := func(cost int) *passPlan {
 			if tokens > 0 && tokens+cost > budget {
 				passes = append(passes, &passPlan{})
@@ -200,18 +240,18 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 			cur := passes[len(passes)-1]
 			if needState() {
 				ref := &newRef{pass: len(passes) - 1, idx: len(cur.batch.New)}
-				cur.batch.New = append(cur.batch.New, layers.NewState{IDs: int32s(ids), Keep: slot.Keep})
+				cur.batch.New = append(cur.batch.New, layers.NewState{IDs: int32s(ids), Keep: keep})
 				cur.news = append(cur.news, ref)
 				news[key] = ref
 				tokens += len(ids)
 			}
 			return cur
 		}
-		rows := c.enc.Rows()
-		if len(rows) == 0 && needState() {
+		if ch.from == ch.to && needState() {
 			place(len(ids))
 		}
-		for q, r := range rows {
+		for q := ch.from; q < ch.to; q++ {
+			r := c.rows[q]
 			cost := len(r.IDs)
 			if needState() {
 				cost += len(ids)
@@ -219,8 +259,8 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 			cur := place(cost)
 			row := layers.Row{IDs: int32s(r.IDs)}
 			ref := rowRef{req: i, q: q}
-			if slot.Hit {
-				row.Cached = slot.Cached
+			if cached != nil {
+				row.Cached = cached
 			} else if nr := news[key]; nr.pass == len(passes)-1 {
 				row.New = nr.idx
 			} else {
@@ -231,28 +271,28 @@ func planPasses(batch []*call, slots []prefixcache.Slot[*layers.State], budget i
 			cur.rows = append(cur.rows, ref)
 			tokens += len(r.IDs)
 		}
+		if keep && cached == nil { // a state an earlier chunk of the batch brought in
+			nr := news[key]
+			passes[nr.pass].batch.New[nr.idx].Keep = true
+		}
 	}
 	return passes, news
 }
 
-// runPasses answers a batch: its passes in order, each inside tensor.Run, with the pointer head on every row of a
-// pass in one call; then the prefixes for the cache (a hit's own, the kept new states). Every State a pass returns
-// is appended to created.
-func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.State], probs [][][]float32, created *[]*layers.State) error {
-	passes, news := planPasses(batch, slots, p.passTokens)
-	rows := make([][]systemone.Row, len(batch))
-	for i, c := range batch {
-		rows[i] = c.enc.Rows()
-		probs[i] = make([][]float32, len(rows[i]))
-	}
+// runPasses answers a batch's chunks: its passes in order, each inside tensor.Run, with the pointer head on every
+// row of a pass in one call, the probabilities written to each request; then the prefixes for the cache (a hit's
+// own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
+// request has rows left, the state those rows continue.
+func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State) ([]*layers.State, error) {
+	passes, news := planPasses(batch, slots, e.passTokens)
 	for _, ps := range passes {
 		for k, rr := range ps.rows {
 			if rr.after != nil {
 				ps.batch.Rows[k].Cached = rr.after.st
 			}
 		}
-		err := tensor.Run(p.backend, func() error {
-			out, err := p.model.Forward(&ps.batch)
+		err := tensor.Run(e.backend, func() error {
+			out, err := e.model.Forward(&ps.batch)
 			if err != nil {
 				return err
 			}
@@ -262,32 +302,48 @@ func (p *Predictor) runPasses(batch []*call, slots []prefixcache.Slot[*layers.St
 					*created = append(*created, st)
 				}
 			}
-			err = p.point(out, ps, rows, probs)
+			err = e.point(out, ps, batch)
 			out.Free()
 			return err
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for i := range slots {
-		slot := &slots[i]
+	keep := make([]*layers.State, len(batch))
+	for i, ch := range batch {
+		slot := slots[i]
+		var st *layers.State
 		switch {
+		case slot == nil:
+			st = ch.c.state
 		case slot.Hit:
+			st = slot.Cached
 			slot.SetPrefix(slot.Cached)
-		case slot.Keep:
-			slot.SetPrefix(news[idsKey(batch[i].enc.StateIDs())].st)
+		default:
+			if nr := news[idsKey(ch.c.enc.StateIDs())]; nr != nil {
+				st = nr.st
+			}
+			if slot.Keep {
+				slot.SetPrefix(st)
+			}
+		}
+		if ch.to < len(ch.c.rows) {
+			if st == nil {
+				return nil, fmt.Errorf("kev: internal error: no state kept for a request with %d rows left", len(ch.c.rows)-ch.to)
+			}
+			keep[i] = st
 		}
 	}
-	return nil
+	return keep, nil
 }
 
 // point runs the pointer head on a pass's rows, one call per part of its hidden states.
-func (p *Predictor) point(out *layers.Output, ps *passPlan, rows [][]systemone.Row, probs [][][]float32) error {
+func (e *engine) point(out *layers.Output, ps *passPlan, batch []chunk) error {
 	qs := make([][]tensor.PointerQuery, len(out.Hidden))
 	refs := make([][]rowRef, len(out.Hidden))
 	for k, rr := range ps.rows {
-		r, at := rows[rr.req][rr.q], out.At[k]
+		r, at := batch[rr.req].c.rows[rr.q], out.At[k]
 		opts := make([]int, len(r.Opts))
 		for j, o := range r.Opts {
 			opts[j] = at.Off + o
@@ -299,25 +355,30 @@ func (p *Predictor) point(out *layers.Output, ps *passPlan, rows [][]systemone.R
 		if len(qs[part]) == 0 {
 			continue
 		}
-		ps, err := p.pointer.ProbabilitiesBatch(h, qs[part])
+		ps, err := e.pointer.ProbabilitiesBatch(h, qs[part])
 		if err != nil {
 			return err
 		}
 		for k, rr := range refs[part] {
-			probs[rr.req][rr.q] = ps[k]
+			batch[rr.req].c.probs[rr.q] = ps[k]
 		}
 	}
 	return nil
 }
 
-// sweep frees every state that the cache no longer holds: those made in this batch and not stored, and those
-// evicted.
-func (p *Predictor) sweep(created []*layers.State) {
+// sweep frees every state that neither the cache nor a started request holds: those made in this batch and not
+// kept, those evicted, and those of requests that have finished.
+func (e *engine) sweep(created []*layers.State) {
 	keep := map[*layers.State]bool{}
-	for _, s := range p.cache.Entries() {
+	for _, s := range e.cache.Entries() {
 		keep[s] = true
 	}
-	for s := range p.held {
+	for c := range e.started {
+		if c.state != nil {
+			keep[c.state] = true
+		}
+	}
+	for s := range e.held {
 		if !keep[s] {
 			s.Free()
 		}
@@ -327,7 +388,7 @@ func (p *Predictor) sweep(created []*layers.State) {
 			s.Free()
 		}
 	}
-	p.held = keep
+	e.held = keep
 }
 
 func int32s(ids []int) []int32 {

@@ -1,10 +1,12 @@
 package kev
 
 import (
-	"github.com/kevgo/kev/internal/systemone"
 	"sync"
 	"testing"
 
+	"github.com/kevgo/kev/internal/prefixcache"
+	"github.com/kevgo/kev/internal/systemone"
+	"github.com/kevgo/kev/layers"
 	"github.com/kevgo/kev/tensor"
 	"github.com/kevgo/kev/tensor/cpu"
 )
@@ -47,14 +49,14 @@ func TestBatchMixed(t *testing.T) {
 			// The model goroutine's second take waits for hold: the warm-up runs alone, the rest in one batch.
 			hold := make(chan struct{})
 			takes := 0
-			testBeforeTake = func() {
+			testBeforeTake = func(int) {
 				if takes++; takes == 2 {
 					<-hold
 				}
 			}
 			p := loadGolden(t, s, Options{PrefixCache: 2, Device: Device(tc.device), DType: "fp32"})
 			testBeforeTake = nil
-			p.passTokens = tc.passTokens
+			p.engines[0].passTokens = tc.passTokens
 			probs(t, p, reqs[0])
 			got := make([][][]float32, len(order))
 			hits := make([]bool, len(order))
@@ -88,8 +90,8 @@ func TestBatchMixed(t *testing.T) {
 				st.PrefixCache.Misses != 6 || st.PrefixCache.CachedStates != 2 {
 				t.Errorf("stats %+v", st)
 			}
-			if len(p.held) != 2 {
-				t.Errorf("%d states held, want 2", len(p.held))
+			if held := len(p.engines[0].held); held != 2 {
+				t.Errorf("%d states held, want 2", held)
 			}
 			// The kept states answer as fresh ones do.
 			for _, k := range []int{1, 2} {
@@ -111,7 +113,7 @@ func TestPlanPasses(t *testing.T) {
 	s := goldenSets(t)[0]
 	p := loadGolden(t, s, Options{})
 	reqs := smallRequests(t, s)
-	var batch []*call
+	var batch []chunk
 	for _, k := range []int{0, 1, 0} {
 		rec, err := systemone.ToRecord(reqs[k], systemone.RecordOptions{})
 		if err != nil {
@@ -121,22 +123,27 @@ func TestPlanPasses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, &call{enc: enc})
+		c := newCall(t.Context(), enc)
+		batch = append(batch, chunk{c: c, to: len(c.rows)})
 	}
 	states := make([][]int, len(batch))
 	tokens := 0 // the whole batch: two distinct states and every row
-	for i, c := range batch {
-		states[i] = c.enc.StateIDs()
+	for i, ch := range batch {
+		states[i] = ch.c.enc.StateIDs()
 		if i < 2 {
 			tokens += len(states[i])
 		}
-		for _, r := range c.enc.Rows() {
+		for _, r := range ch.c.rows {
 			tokens += len(r.IDs)
 		}
 	}
 	for _, budget := range []int{1 << 20, tokens, 1} {
-		plan := p.cache.Plan(states, false)
-		passes, news := planPasses(batch, plan.Slots, budget)
+		plan := p.engines[0].cache.Plan(states, false)
+		slots := make([]*prefixcache.Slot[*layers.State], len(batch))
+		for i := range slots {
+			slots[i] = &plan.Slots[i]
+		}
+		passes, news := planPasses(batch, slots, budget)
 		if len(news) != 2 {
 			t.Errorf("budget %d: %d new states, want 2", budget, len(news))
 		}
@@ -165,8 +172,8 @@ func TestPlanPasses(t *testing.T) {
 			rows += len(ps.batch.Rows)
 		}
 		wantRows := 0
-		for _, c := range batch {
-			wantRows += len(c.enc.Rows())
+		for _, ch := range batch {
+			wantRows += len(ch.c.rows)
 		}
 		if rows != wantRows || newTokens != len(states[0])+len(states[1]) {
 			t.Errorf("budget %d: %d rows, %d new state tokens in %d passes", budget, rows, newTokens, len(passes))

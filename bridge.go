@@ -42,13 +42,24 @@ func cardOf(info Info, st Stats) systemone.ModelCard {
 		Run: info.Run, Base: info.Base, ReleaseDate: info.ReleaseDate, LoRA: info.LoRA, Device: string(info.Device),
 		Backend: info.Backend, DType: string(info.DType), Temperature: info.Temperature, MaxStateTokens: info.MaxStateTokens,
 		TruncateStates: info.TruncateStates,
-		PrefixCache: systemone.PrefixCacheCounts{Size: st.PrefixCache.Size, MinStateTokens: st.PrefixCache.MinStateTokens,
-			MaxTokens: st.PrefixCache.MaxTokens, Hits: int64(st.PrefixCache.Hits), Misses: int64(st.PrefixCache.Misses),
-			CachedStates: st.PrefixCache.CachedStates, OOMRetries: int64(st.PrefixCache.OOMRetries)},
-		Batches: systemone.BatchCounts{Count: int64(st.Batches.Count), Requests: int64(st.Batches.Requests), Queued: st.Batches.Queued},
+		PrefixCache:    prefixCacheCounts(st.PrefixCache),
+		Batches:        batchCounts(st.Batches),
+	}
+	for _, r := range st.Replicas {
+		c.Replicas = append(c.Replicas, systemone.ReplicaCounts{Device: string(r.Device),
+			PrefixCache: prefixCacheCounts(r.PrefixCache), Batches: batchCounts(r.Batches), QueuedTokens: r.QueuedTokens})
 	}
 	if g := st.Graphs; g != nil {
 		c.CUDAGraphs = &systemone.GraphCounts{Captured: g.Captured, Kept: g.Kept, Pending: g.Pending, Failed: g.Failed}
 	}
 	return c
+}
+
+func prefixCacheCounts(pc PrefixCacheStats) systemone.PrefixCacheCounts {
+	return systemone.PrefixCacheCounts{Size: pc.Size, MinStateTokens: pc.MinStateTokens, MaxTokens: pc.MaxTokens,
+		Hits: int64(pc.Hits), Misses: int64(pc.Misses), CachedStates: pc.CachedStates, OOMRetries: int64(pc.OOMRetries)}
+}
+
+func batchCounts(b BatchStats) systemone.BatchCounts {
+	return systemone.BatchCounts{Count: int64(b.Count), Requests: int64(b.Requests), Queued: b.Queued}
 }

@@ -2,6 +2,7 @@ package kev
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,8 +11,11 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// Device is where a predictor runs: CPU, CUDA, or "cuda:N" for the Nth GPU. The CPU backend is always there; CUDA
-// is there in programs that import github.com/kevgo/kev/tensor/cuda (blank import) built with -tags cuda.
+// Device is where a predictor runs: CPU, CUDA, or "cuda:N" for the Nth GPU. A list runs one replica of the model
+// per entry, each with its own model goroutine, batcher and prefix cache, and the predictor sends each request to
+// the replica that will answer it soonest: "cuda:0,1" (or "cuda:0,cuda:1") is GPUs 0 and 1, "cuda:all" every GPU
+// the driver sees, "cuda:0,0" two replicas on GPU 0. All entries name one backend. The CPU backend is always there;
+// CUDA is there in programs that import github.com/kevgo/kev/tensor/cuda (blank import) built with -tags cuda.
 type Device string
 
 // The devices.
@@ -19,6 +23,102 @@ const (
 	CPU  Device = "cpu"  // the fp32 reference backend, on all cores
 	CUDA Device = "cuda" // the first NVIDIA GPU, the same as "cuda:0"
 )
+
+// replica is one entry of a Device list: a backend and its device number.
+type replica struct {
+	name     string
+	ordinal  int
+	numbered bool // written with a number ("cuda:0"), or a backend of several devices
+}
+
+// String is the replica's device as Stats report it: "cpu", "cuda:0".
+func (r replica) String() string {
+	if !r.numbered {
+		return r.name
+	}
+	return r.name + ":" + strconv.Itoa(r.ordinal)
+}
+
+// replicas returns the entries of d: one, or one per listed device ("all" asks the backend how many it has).
+func (d Device) replicas() ([]replica, error) {
+	bad := func(reason string) error { return &OptionError{Field: "Device", Value: string(d), Reason: reason} }
+	var out []replica
+	name := ""
+	for i, item := range strings.Split(string(d), ",") {
+		n, ord, hasOrd := strings.Cut(item, ":")
+		if !hasOrd && i > 0 && item != "" && item[0] >= '0' && item[0] <= '9' {
+			n, ord, hasOrd = name, item, true // "cuda:0,1": a bare number continues the backend before it
+		}
+		switch {
+		case n == "":
+			return nil, bad(`want a backend name, "cuda:N" with N a device number, "cuda:all", or a list of them ("cuda:0,1")`)
+		case name != "" && n != name:
+			return nil, bad("all replicas must run on one backend")
+		}
+		name = n
+		if err := backendThere(d, n); err != nil {
+			return nil, err
+		}
+		if !hasOrd {
+			out = append(out, replica{name: n})
+			continue
+		}
+		if ord == "all" {
+			count, err := tensor.DeviceCount(n)
+			if err != nil {
+				return nil, bad(err.Error())
+			}
+			if count == 0 {
+				return nil, bad("the " + n + " backend sees no device")
+			}
+			for k := range count {
+				out = append(out, replica{name: n, ordinal: k, numbered: true})
+			}
+			continue
+		}
+		k, err := strconv.Atoi(ord)
+		if err != nil || k < 0 || ord != strconv.Itoa(k) {
+			return nil, bad(`want a backend name, "cuda:N" with N a device number, "cuda:all", or a list of them ("cuda:0,1")`)
+		}
+		out = append(out, replica{name: n, ordinal: k, numbered: true})
+	}
+	return out, nil
+}
+
+// backendThere checks that the program has the backend a Device names.
+func backendThere(d Device, name string) error {
+	if slices.Contains(tensor.Backends(), name) {
+		return nil
+	}
+	reason := fmt.Sprintf("no such backend in this program (backends: %s)", strings.Join(tensor.Backends(), ", "))
+	if name == string(CUDA) {
+		reason += `; the CUDA backend needs a blank import of "github.com/kevgo/kev/tensor/cuda" and a build with -tags cuda`
+	}
+	return &OptionError{Field: "Device", Value: string(d), Reason: reason}
+}
+
+// openReplicas opens a backend instance per replica, closing those opened when one fails.
+func openReplicas(d Device, rs []replica) ([]tensor.Backend, error) {
+	var out []tensor.Backend
+	for _, r := range rs {
+		b, err := tensor.OpenDevice(r.name, r.ordinal)
+		if err != nil {
+			closeBackends(out)
+			return nil, &OptionError{Field: "Device", Value: string(d), Reason: err.Error()}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// closeBackends closes the backends that can be closed.
+func closeBackends(bs []tensor.Backend) {
+	for _, b := range bs {
+		if c, ok := b.(io.Closer); ok {
+			_ = c.Close() // best effort: the backend is given up
+		}
+	}
+}
 
 // DType is the type the model's parameters and activations are held in.
 type DType string
@@ -29,46 +129,10 @@ const (
 	BFloat16 DType = "bfloat16" // bf16 weights and activations with fp32 accumulation; the GPU's default
 )
 
-// backend returns the tensor backend name and device ordinal of d.
-func (d Device) backend() (string, int, error) {
-	name, ord, hasOrd := strings.Cut(string(d), ":")
-	if !hasOrd {
-		return name, 0, nil
-	}
-	n, err := strconv.Atoi(ord)
-	if err != nil || n < 0 || ord != strconv.Itoa(n) {
-		return "", 0, &OptionError{Field: "Device", Value: string(d), Reason: `want a backend name, or "cuda:N" with N a device number`}
-	}
-	return name, n, nil
-}
-
-// openDevice opens the backend of d. Only device 0 of a backend can be opened yet.
-func openDevice(d Device) (tensor.Backend, error) {
-	name, ord, err := d.backend()
-	if err != nil {
-		return nil, err
-	}
-	if ord != 0 {
-		return nil, &OptionError{Field: "Device", Value: string(d), Reason: "only device 0 is supported"}
-	}
-	if !slices.Contains(tensor.Backends(), name) {
-		reason := fmt.Sprintf("no such backend in this program (backends: %s)", strings.Join(tensor.Backends(), ", "))
-		if name == string(CUDA) {
-			reason += `; the CUDA backend needs a blank import of "github.com/kevgo/kev/tensor/cuda" and a build with -tags cuda`
-		}
-		return nil, &OptionError{Field: "Device", Value: string(d), Reason: reason}
-	}
-	b, err := tensor.Open(name)
-	if err != nil {
-		return nil, &OptionError{Field: "Device", Value: string(d), Reason: err.Error()}
-	}
-	return b, nil
-}
-
 // parseDType maps Options.DType to the weights' type and its canonical name; the default depends on the device.
-func parseDType(s DType, device Device) (qwen35.DType, DType, error) {
+func parseDType(s DType, backend string) (qwen35.DType, DType, error) {
 	if s == "" {
-		if device == CPU {
+		if backend == string(CPU) {
 			s = Float32
 		} else {
 			s = BFloat16

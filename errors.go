@@ -98,11 +98,33 @@ func (e *RowTooLongError) Unwrap() error {
 	return e.err
 }
 
+// TooManyQuestionsError refuses a request with more questions than Options.MaxQuestions allows. Kev has no such
+// limit, and none is set by default.
+type TooManyQuestionsError struct {
+	Questions int // the request's questions
+	Limit     int // Options.MaxQuestions
+	err       *systemone.TooManyQuestionsError
+}
+
+// Error says how many questions the request has and the limit.
+func (e *TooManyQuestionsError) Error() string {
+	return "kev: " + (&systemone.TooManyQuestionsError{Questions: e.Questions, Limit: e.Limit}).Error()
+}
+
+// Unwrap returns the protocol-level error.
+func (e *TooManyQuestionsError) Unwrap() error {
+	if e.err == nil {
+		return nil
+	}
+	return e.err
+}
+
 // publicError turns the protocol's typed errors into the package's own; others pass through.
 func publicError(err error) error {
 	var ve *systemone.ValidationError
 	var se *systemone.StateTooLongError
 	var re *systemone.RowTooLongError
+	var qe *systemone.TooManyQuestionsError
 	switch {
 	case err == nil:
 		return nil
@@ -115,6 +137,8 @@ func publicError(err error) error {
 		return out
 	case errors.As(err, &se):
 		return &StateTooLongError{Tokens: se.Tokens, Limit: se.Limit, err: se}
+	case errors.As(err, &qe):
+		return &TooManyQuestionsError{Questions: qe.Questions, Limit: qe.Limit, err: qe}
 	case errors.As(err, &re):
 		return &RowTooLongError{Question: re.Question, ID: re.ID, Tokens: re.Tokens, StateLen: re.StateLen, Limit: re.Limit, err: re}
 	}

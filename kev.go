@@ -178,7 +178,7 @@ type Response struct {
 	Model     string
 	Answers   []AnswerEntry
 	Usage     Usage
-	LatencyMS float64 // model time of the batch the request ran in, rounded to 0.1 ms
+	LatencyMS float64 // model time of the batch the request ran in (of all of them, when it ran in slices), rounded to 0.1 ms
 
 	// Truncated is set when the predictor truncates long states (Options.TruncateStates), on every response:
 	// whether this state was cut. It also makes the usage carry state_tokens and state_tokens_used.

@@ -30,16 +30,17 @@ import (
 // head.pt's temperature, a four-state prefix cache, strict 65,536-token states, batches of up to 64 requests.
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
-	Device          Device  // CPU (default), CUDA ("cuda:0" also); CUDA needs the tensor/cuda import and -tags cuda
+	Device          Device  // CPU (default), CUDA, "cuda:N", a list "cuda:0,1" or "cuda:all" (a replica per GPU); see Device
 	DType           DType   // Float32 (CPU default) or BFloat16 (default elsewhere); "fp32" and "bf16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
-	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
+	PrefixCache     int     // states kept, per replica; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
 	PrefixMinTokens int     // 0 → the model's: 0 on a hybrid (Qwen3.5) base, 384 on an attention-only one
 	PrefixMaxTokens int     // 0 → 65536
 	TruncateStates  bool    // KEV_TRUNCATE_STATES
 	DateFacts       bool    // KEV_DATE_FACTS
-	MaxBatch        int     // 0 → 64
+	MaxBatch        int     // requests one batch takes, per replica; 0 → 64
+	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
 	Logger          *slog.Logger
@@ -47,15 +48,17 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	defaultPrefixCache = 4  // states the prefix cache keeps
-	defaultMaxBatch    = 64 // requests one batch takes
+	defaultPrefixCache = 4                       // states the prefix cache keeps
+	defaultMaxBatch    = 64                      // requests one batch takes
+	defaultPassTokens  = systemone.RowPassTokens // tokens of one model pass, and of one batch's share
 	// attentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
 	// prefix_min_tokens there; hybrid bases cache every state.
 	attentionOnlyPrefixMinTokens = 384
 )
 
-// testBeforeTake, set by tests only, becomes the beforeTake hook of the predictors loaded after.
-var testBeforeTake func()
+// testBeforeTake, set by tests only, becomes the beforeTake hook of every replica of the predictors loaded after;
+// it is called with the replica's index.
+var testBeforeTake func(replica int)
 
 // LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
 // fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the
@@ -99,20 +102,30 @@ type Info struct {
 	BaseRevision   string  // head.pt's base_revision ("" when none)
 	LoRA           int     // adapter rank; 0 for full-weight checkpoints
 	Device         Device  // the device as given in Options ("cpu" when none was)
+	Replicas       int     // copies of the model, one per listed device (Stats.Replicas has each one's counters)
 	Backend        string  // "go"
 	DType          DType   // the parameters' type: Float32 or BFloat16
 	Temperature    float64 // the head temperature in use
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // long states are cut instead of refused
 	ReleaseDate    string  // YYYY-MM-DD: the hub's last-modified date of the revision when known, else head.pt's mtime
-	WeightBytes    int64   // bytes of model and head weights held by the backend
+	WeightBytes    int64   // bytes of model and head weights one replica's backend holds
 }
 
-// Stats are a predictor's counters, as Kev's model card reports them.
+// Stats are a predictor's counters, as Kev's model card reports them: over all replicas, and per replica.
 type Stats struct {
-	PrefixCache PrefixCacheStats
-	Batches     BatchStats
-	Graphs      *GraphStats // nil when the backend captures no graphs (CPU)
+	PrefixCache PrefixCacheStats // the sums of the replicas' counters (bounds: each replica's)
+	Batches     BatchStats       // the sums of the replicas' counters
+	Graphs      *GraphStats      // nil when the backend captures no graphs (CPU)
+	Replicas    []ReplicaStats   // one per replica, in the order of Options.Device
+}
+
+// ReplicaStats are one replica's counters.
+type ReplicaStats struct {
+	Device       Device // "cpu", "cuda:1"
+	PrefixCache  PrefixCacheStats
+	Batches      BatchStats
+	QueuedTokens int // tokens of the requests it has queued or running: how long a new request would wait
 }
 
 // PrefixCacheStats are the prefix cache's bounds, contents and counters.
@@ -128,8 +141,9 @@ type PrefixCacheStats struct {
 // BatchStats count the batches the model has run.
 type BatchStats struct {
 	Count    int // batches run
-	Requests int // requests run in them
+	Requests int // requests answered (a request split over several batches counts once)
 	Queued   int // requests waiting now
+	Slices   int // batches that ran only part of a big request's rows, the rest left for later batches
 }
 
 // GraphStats count captured device graphs.
@@ -138,33 +152,20 @@ type GraphStats struct {
 }
 
 // Predictor answers questions about texts with a loaded Kev checkpoint. It is safe for concurrent use: requests
-// are tokenised on the caller's goroutine and queued, and one goroutine owns the model, running what waits in
-// batches.
+// are tokenised on the caller's goroutine and queued at one of its replicas (one per device of Options.Device),
+// the one that will answer soonest; in each replica one goroutine owns the model, running what waits in batches.
 type Predictor struct {
 	info    Info
 	opts    Options
 	log     *slog.Logger
 	tok     *tokenizer.Tokenizer
-	backend tensor.Backend
-	model   *layers.Model
-	pointer *layers.Pointer
-	cache   *prefixcache.Cache[*layers.State]
+	engines []*engine
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	queue    []*call
+	mu       sync.Mutex // held while a request is sent to a replica
 	closed   bool
-	done     chan struct{} // closed when the model goroutine has exited
-	batches  int
-	requests int
+	accepted int // requests queued since Load
 
-	held       map[*layers.State]bool // states the cache holds (model goroutine only)
-	passTokens int                    // token budget of one model pass (RowPassTokens)
-
-	onBatch atomic.Pointer[func(int)] // receives every batch's size (the HTTP server's metrics)
-
-	accepted   int    // requests queued since Load
-	beforeTake func() // test hook: runs on the model goroutine before it takes a batch
+	onBatch atomic.Pointer[func(int)] // receives every batch's answered requests (the HTTP server's metrics)
 }
 
 // Load loads a Kev checkpoint, a local directory or a hub name "org/name[@revision]", and starts its model
@@ -178,7 +179,11 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if opts.Device == "" {
 		opts.Device = CPU
 	}
-	dt, dtName, err := parseDType(opts.DType, opts.Device)
+	replicas, err := opts.Device.replicas()
+	if err != nil {
+		return nil, err
+	}
+	dt, dtName, err := parseDType(opts.DType, replicas[0].name)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +202,19 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if opts.Temperature < 0 {
 		return nil, &OptionError{Field: "Temperature", Value: fmt.Sprint(opts.Temperature), Reason: "must be > 0 (or 0 for head.pt's)"}
 	}
-	backend, err := openDevice(opts.Device)
+	if opts.MaxQuestions < 0 {
+		return nil, &OptionError{Field: "MaxQuestions", Value: fmt.Sprint(opts.MaxQuestions), Reason: "must be ≥ 0 (0: no limit)"}
+	}
+	backends, err := openReplicas(opts.Device, replicas)
 	if err != nil {
 		return nil, err
 	}
+	loaded := false
+	defer func() {
+		if !loaded {
+			closeBackends(backends)
+		}
+	}()
 
 	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline)
 	if err != nil {
@@ -234,46 +248,59 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		return nil, loadError(runDir, err)
 	}
 	weightBytes := hostBytes(ck.Weights)
-	model, err := layers.New(backend, ck.Weights)
-	if err != nil {
-		return nil, &LoadError{File: runDir, Err: err}
-	}
 	temp := head.Temperature
 	if opts.Temperature > 0 {
 		temp = opts.Temperature
 	}
 	h := ck.Head
-	pointer, err := layers.NewPointer(backend, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
-	if err != nil {
-		return nil, &LoadError{File: headPath, Err: err}
-	}
 	for _, t := range []*qwen35.Tensor{h.QWeight, h.QBias, h.KWeight, h.KBias} {
 		weightBytes += int64(qwen35Numel(t)) * 4
 	}
 	if opts.PrefixMinTokens == 0 && !ck.Weights.Config.Hybrid() {
 		opts.PrefixMinTokens = attentionOnlyPrefixMinTokens
 	}
-	ck.Weights = nil // the backend holds its own copy
-
 	p := &Predictor{
 		info: Info{
 			Run: checkpointName, Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
-			Device: opts.Device, Backend: "go", DType: dtName, Temperature: temp,
+			Device: opts.Device, Replicas: len(replicas), Backend: "go", DType: dtName, Temperature: temp,
 			MaxStateTokens: systemone.MaxStateTokens, TruncateStates: opts.TruncateStates,
 			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,
 		},
-		opts: opts, log: log, tok: tok, backend: backend, model: model, pointer: pointer,
-		cache: prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
-		done:  make(chan struct{}),
-		held:  map[*layers.State]bool{},
-
-		passTokens: systemone.RowPassTokens,
+		opts: opts, log: log, tok: tok,
 	}
-	p.cond = sync.NewCond(&p.mu)
-	p.beforeTake = testBeforeTake
+	// Every replica uploads the host weights to its own backend, all at once.
+	p.engines = make([]*engine, len(replicas))
+	errs := make([]error, len(replicas))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			model, err := layers.New(b, ck.Weights)
+			if err != nil {
+				errs[i] = &LoadError{File: runDir, Err: err}
+				return
+			}
+			pointer, err := layers.NewPointer(b, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
+			if err != nil {
+				errs[i] = &LoadError{File: headPath, Err: err}
+				return
+			}
+			p.engines[i] = newEngine(i, Device(replicas[i].String()), b, model, pointer, opts, &p.onBatch, log)
+		}()
+	}
+	wg.Wait()
+	ck.Weights = nil // the backends hold their own copies
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	loaded = true
 	log.Info("kev: loaded", "run", checkpointName, "dir", runDir, "base", baseDir, "device", opts.Device,
-		"dtype", dtName, "temperature", temp, "weight_bytes", weightBytes, "seconds", time.Since(start).Seconds())
-	go p.loop()
+		"replicas", len(replicas), "dtype", dtName, "temperature", temp, "weight_bytes", weightBytes,
+		"seconds", time.Since(start).Seconds())
+	for _, e := range p.engines {
+		go e.loop()
+	}
 	return p, nil
 }
 
@@ -409,17 +436,26 @@ func releaseDate(snap *hub.Snapshot, headPath string) string {
 // Info describes the loaded checkpoint.
 func (p *Predictor) Info() Info { return p.info }
 
-// Stats returns the prefix cache's and the batcher's counters.
+// Stats returns the prefix caches' and the batchers' counters, summed over the replicas and per replica.
 func (p *Predictor) Stats() Stats {
-	cs := p.cache.Stats()
-	p.mu.Lock()
-	b := BatchStats{Count: p.batches, Requests: p.requests, Queued: len(p.queue)}
-	p.mu.Unlock()
-	return Stats{
-		PrefixCache: PrefixCacheStats{Size: cs.Size, MinStateTokens: cs.MinTokens, MaxTokens: cs.MaxTokens,
-			Hits: cs.Hits, Misses: cs.Misses, CachedStates: cs.Entries, OOMRetries: cs.OOMRetries},
-		Batches: b,
+	var st Stats
+	for i, e := range p.engines {
+		r := e.stats()
+		st.Replicas = append(st.Replicas, r)
+		pc, b := &st.PrefixCache, &st.Batches
+		if i == 0 {
+			pc.Size, pc.MinStateTokens, pc.MaxTokens = r.PrefixCache.Size, r.PrefixCache.MinStateTokens, r.PrefixCache.MaxTokens
+		}
+		pc.Hits += r.PrefixCache.Hits
+		pc.Misses += r.PrefixCache.Misses
+		pc.CachedStates += r.PrefixCache.CachedStates
+		pc.OOMRetries += r.PrefixCache.OOMRetries
+		b.Count += r.Batches.Count
+		b.Requests += r.Batches.Requests
+		b.Queued += r.Batches.Queued
+		b.Slices += r.Batches.Slices
 	}
+	return st
 }
 
 // Ask answers questions about a state, as a System One request with the default model name would. The state is
@@ -444,10 +480,12 @@ func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEnt
 }
 
 // Do answers a System One request. The request is validated, rendered and encoded on the caller's goroutine:
-// a *ValidationError, *StateTooLongError or *RowTooLongError comes back before the request is queued. Otherwise it
-// waits for the model goroutine, which runs it in a batch with whatever else is waiting; the response's LatencyMS
-// is that batch's model time. If ctx ends while the request waits, Do returns ctx.Err() and the request is
-// skipped. After Close, Do returns ErrClosed.
+// a *ValidationError, *StateTooLongError, *RowTooLongError or *TooManyQuestionsError comes back before the request
+// is queued. Otherwise it is queued at the replica that will answer it soonest and waits for its model goroutine,
+// which runs it in a batch with whatever else is waiting (a request bigger than one pass runs in slices over
+// several batches, other requests between them); the response's LatencyMS is the model time of the batches it ran
+// in. If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped (a big one between its
+// slices). After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("kev: Do: nil request")
@@ -491,12 +529,15 @@ func (p *Predictor) submitOnce(ctx context.Context, req *systemone.Request) (*sy
 	if err != nil {
 		return nil, nil, result{}, err
 	}
+	if limit := p.opts.MaxQuestions; limit > 0 && len(rec.Questions) > limit {
+		return nil, nil, result{}, &systemone.TooManyQuestionsError{Questions: len(rec.Questions), Limit: limit}
+	}
 	enc, err := systemone.Encode(p.tok, rec, systemone.EncodeOptions{Truncate: p.opts.TruncateStates})
 	if err != nil {
 		return nil, nil, result{}, err
 	}
-	c := &call{ctx: ctx, enc: enc, done: make(chan result, 1)}
-	if err := p.enqueue(c); err != nil {
+	c := newCall(ctx, enc)
+	if err := p.dispatch(c); err != nil {
 		return nil, nil, result{}, err
 	}
 	select {
@@ -528,26 +569,55 @@ func (p *Predictor) respond(req *systemone.Request, rec *systemone.Record, enc *
 	return resp, nil
 }
 
-// Close stops taking requests, lets the model goroutine finish every request already queued, then frees the
-// model's cached states. Later calls return ErrClosed; closing again does nothing.
+// dispatch queues c at the replica that will answer it soonest: the one with the fewest tokens queued and
+// running once c's are added, where c's state costs nothing on a replica that has it cached or queued already (a
+// request prefers the replica holding its state). Ties go to the first replica.
+func (p *Predictor) dispatch(c *call) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	var best *engine
+	bestWait, bestCost := 0, 0
+	for _, e := range p.engines {
+		cost := e.cost(c)
+		if wait := e.load() + cost; best == nil || wait < bestWait {
+			best, bestWait, bestCost = e, wait, cost
+		}
+	}
+	if err := best.enqueue(c, bestCost); err != nil {
+		return err
+	}
+	p.accepted++
+	return nil
+}
+
+// Close stops taking requests, lets every replica finish the requests already queued, then frees the model's
+// cached states and closes the backends. Later calls return ErrClosed; closing again does nothing.
 func (p *Predictor) Close() error {
 	p.mu.Lock()
 	already := p.closed
 	p.closed = true
-	p.cond.Broadcast()
 	p.mu.Unlock()
-	<-p.done
 	if already {
+		for _, e := range p.engines {
+			<-e.done
+		}
 		return nil
 	}
-	for s := range p.held {
-		s.Free()
+	errs := make([]error, len(p.engines))
+	var wg sync.WaitGroup
+	for i, e := range p.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.close()
+		}()
 	}
-	p.held = nil
-	p.cache.Clear()
-	p.model, p.pointer = nil, nil
+	wg.Wait()
 	p.log.Info("kev: closed")
-	return nil
+	return errors.Join(errs...)
 }
 
 func (p *Predictor) isClosed() bool {

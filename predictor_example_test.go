@@ -34,3 +34,26 @@ func ExamplePredictor_Ask() {
 	// department {"type":"choice","choice":"shipping","confidence":0.2462,"probabilities":{"returns":0.3581,"shipping":0.4974,"billing":0.1444}}
 	// urgency {"type":"score","score":1.5212,"legend":{"0":"can wait","1":"this week","2":"today"},"probabilities":{"0":0.1355,"1":0.2078,"2":0.6567},"confidence":0.2817}
 }
+
+// A device list loads one replica of the model per entry, each with its own batcher and prefix cache; requests go
+// to the replica that will answer soonest. "cuda:0,1" or "cuda:all" puts one on each GPU; here two on the CPU.
+func ExampleDevice_replicas() {
+	p, err := kev.Load(context.Background(), "testdata/golden/tiny-a/kev",
+		kev.Options{Base: "testdata/golden/tiny-a/base", Device: "cpu,cpu"})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+	if _, err := p.Ask(context.Background(), "I was charged twice.", kev.Noul("billing", "About a charge?")); err != nil {
+		panic(err)
+	}
+	st := p.Stats()
+	fmt.Println(p.Info().Replicas, "replicas;", st.Batches.Requests, "request answered")
+	for i, r := range st.Replicas {
+		fmt.Printf("replica %d on %s: %d\n", i, r.Device, r.Batches.Requests)
+	}
+	// Output:
+	// 2 replicas; 1 request answered
+	// replica 0 on cpu: 1
+	// replica 1 on cpu: 0
+}

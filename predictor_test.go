@@ -340,7 +340,7 @@ func TestBatchSharesState(t *testing.T) {
 	alone := loadGolden(t, s, Options{PrefixCache: -1})
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
@@ -444,7 +444,7 @@ func TestCloseDrains(t *testing.T) {
 	reqs := smallRequests(t, s)
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
@@ -502,7 +502,7 @@ func TestCancelWhileQueued(t *testing.T) {
 	reqs := goldenRequests(t, s)
 	release := make(chan struct{})
 	first := true
-	testBeforeTake = func() {
+	testBeforeTake = func(int) {
 		if first {
 			first = false
 			<-release
@@ -578,7 +578,7 @@ func TestInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := p.Info()
-	want := Info{Run: s.kev, Base: "Qwen/Qwen3.5-Tiny-A-Base", LoRA: 8, Device: "cpu", Backend: "go", DType: "float32",
+	want := Info{Run: s.kev, Base: "Qwen/Qwen3.5-Tiny-A-Base", LoRA: 8, Device: "cpu", Replicas: 1, Backend: "go", DType: "float32",
 		Temperature: 2.41, MaxStateTokens: 65536, ReleaseDate: fi.ModTime().Format("2006-01-02")}
 	want.BaseRevision, want.WeightBytes = got.BaseRevision, got.WeightBytes
 	if got != want {

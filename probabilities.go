@@ -19,16 +19,18 @@ func (p *Predictor) probabilities(ctx context.Context, req *systemone.Request) (
 	return r.probs, nil
 }
 
-// deviceMemory reports the memory the predictor's tensor backend holds from its device: held is all of it
-// (weights, cached states, buffers kept for reuse), free the part of held kept for reuse. ok is false for a
-// backend that does not report it, such as the CPU's, whose memory is the Go heap.
+// deviceMemory reports the memory the predictor's tensor backends hold from their devices, summed over the
+// replicas: held is all of it (weights, cached states, buffers kept for reuse), free the part of held kept for
+// reuse. ok is false for a backend that does not report it, such as the CPU's, whose memory is the Go heap.
 func (p *Predictor) deviceMemory() (held, free int64, ok bool) {
-	m, ok := p.backend.(interface{ MemStats() (held, cached int64) })
-	if !ok {
-		return 0, 0, false
+	for _, e := range p.engines {
+		h, f, eok := e.deviceMemory()
+		if !eok {
+			return 0, 0, false
+		}
+		held, free = held+h, free+f
 	}
-	held, free = m.MemStats()
-	return held, free, true
+	return held, free, len(p.engines) > 0
 }
 
 // Probabilities answers a request as Do does, through the same queue, batches and prefix cache, and returns the

@@ -161,7 +161,7 @@ func TestDeviceMemory(t *testing.T) {
 	if held, free, ok := p.deviceMemory(); ok || held != 0 || free != 0 {
 		t.Errorf("cpu backend: DeviceMemory() = %d, %d, %v; want 0, 0, false", held, free, ok)
 	}
-	q := &Predictor{backend: memBackend{held: 9 << 30, free: 3 << 20}}
+	q := &Predictor{engines: []*engine{{backend: memBackend{held: 9 << 30, free: 3 << 20}}}}
 	if held, free, ok := q.deviceMemory(); !ok || held != 9<<30 || free != 3<<20 {
 		t.Errorf("reporting backend: DeviceMemory() = %d, %d, %v; want %d, %d, true", held, free, ok, int64(9<<30), int64(3<<20))
 	}

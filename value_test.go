@@ -187,6 +187,12 @@ func TestOptionErrors(t *testing.T) {
 		{Options{Device: "cuda:x"}, "Device"},
 		{Options{Device: "cpu:1"}, "Device"},
 		{Options{Device: "cuda:-1"}, "Device"},
+		{Options{Device: "cpu,cuda"}, "Device"},
+		{Options{Device: "cpu,"}, "Device"},
+		{Options{Device: "cpu:0,,0"}, "Device"},
+		{Options{Device: ":0"}, "Device"},
+		{Options{Device: "cpu:all,x"}, "Device"},
+		{Options{MaxQuestions: -1}, "MaxQuestions"},
 		{Options{DType: "fp16"}, "DType"},
 		{Options{Temperature: -1}, "Temperature"},
 	} {
@@ -205,14 +211,14 @@ func TestOptionErrors(t *testing.T) {
 		in   DType
 		want DType
 	}{{"fp32", Float32}, {"FLOAT32", Float32}, {"bf16", BFloat16}, {BFloat16, BFloat16}} {
-		if _, got, err := parseDType(c.in, CPU); err != nil || got != c.want {
+		if _, got, err := parseDType(c.in, string(CPU)); err != nil || got != c.want {
 			t.Errorf("%q: %q %v", c.in, got, err)
 		}
 	}
-	if _, got, _ := parseDType("", CPU); got != Float32 {
+	if _, got, _ := parseDType("", string(CPU)); got != Float32 {
 		t.Errorf("cpu default %q", got)
 	}
-	if _, got, _ := parseDType("", "cuda:0"); got != BFloat16 {
+	if _, got, _ := parseDType("", "cuda"); got != BFloat16 {
 		t.Errorf("cuda default %q", got)
 	}
 }

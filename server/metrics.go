@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,7 +18,7 @@ var (
 
 // metrics are a handler's Prometheus metrics: requests by path, method and status; request duration and model
 // latency histograms; requests in flight; batch sizes as the predictor reports them; and, at scrape time, the
-// model card's counters (batches, queue depth, prefix cache hits and misses, graphs).
+// model card's counters (batches, queue depth, prefix cache hits and misses, graphs), and each replica's.
 type metrics struct {
 	requests  *prometheus.CounterVec
 	durations *prometheus.HistogramVec
@@ -77,6 +78,31 @@ var cardMetrics = []cardMetric{
 		graphs(func(g *systemone.GraphCounts) int { return g.Failed })},
 }
 
+// replicaMetric is one of the per-replica counters or gauges of the card, labelled with the replica's index and
+// device.
+type replicaMetric struct {
+	name, help string
+	typ        prometheus.ValueType
+	value      func(r *systemone.ReplicaCounts) float64
+}
+
+var replicaMetrics = []replicaMetric{
+	{"kev_replica_batches_total", "Model batches run, per replica.", prometheus.CounterValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.Batches.Count) }},
+	{"kev_replica_requests_total", "Requests answered, per replica.", prometheus.CounterValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.Batches.Requests) }},
+	{"kev_replica_queue_depth", "Requests waiting for the model now, per replica.", prometheus.GaugeValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.Batches.Queued) }},
+	{"kev_replica_queued_tokens", "Tokens of the requests queued or running, per replica.", prometheus.GaugeValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.QueuedTokens) }},
+	{"kev_replica_prefix_cache_hits_total", "Requests whose state prefix was cached, per replica.", prometheus.CounterValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.PrefixCache.Hits) }},
+	{"kev_replica_prefix_cache_misses_total", "Cacheable requests whose state prefix was not cached, per replica.", prometheus.CounterValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.PrefixCache.Misses) }},
+	{"kev_replica_prefix_cache_states", "State prefixes cached now, per replica.", prometheus.GaugeValue,
+		func(r *systemone.ReplicaCounts) float64 { return float64(r.PrefixCache.CachedStates) }},
+}
+
 func newMetrics(card func() systemone.ModelCard) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kev_http_requests_total",
@@ -96,6 +122,9 @@ func newMetrics(card func() systemone.ModelCard) *metrics {
 	}
 	for _, c := range cardMetrics {
 		m.descs[c.name] = prometheus.NewDesc(c.name, c.help, nil, nil)
+	}
+	for _, r := range replicaMetrics {
+		m.descs[r.name] = prometheus.NewDesc(r.name, r.help, []string{"replica", "device"}, nil)
 	}
 	return m
 }
@@ -121,6 +150,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range cardMetrics {
 		ch <- m.descs[c.name]
 	}
+	for _, r := range replicaMetrics {
+		ch <- m.descs[r.name]
+	}
 	ch <- m.info
 }
 
@@ -135,6 +167,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range cardMetrics {
 		if v, ok := c.value(&card); ok {
 			ch <- prometheus.MustNewConstMetric(m.descs[c.name], c.typ, v)
+		}
+	}
+	for i := range card.Replicas {
+		r := &card.Replicas[i]
+		for _, rm := range replicaMetrics {
+			ch <- prometheus.MustNewConstMetric(m.descs[rm.name], rm.typ, rm.value(r), strconv.Itoa(i), r.Device)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1, card.Run, card.Base, card.Device, card.Backend, card.DType)

@@ -74,3 +74,54 @@ func TestShapeChecks(t *testing.T) {
 		t.Errorf("5 elements: %v", err)
 	}
 }
+
+// TestRegistryDevices opens numbered devices of a backend registered with RegisterDevices, and checks what a
+// single-device backend answers for device numbers.
+func TestRegistryDevices(t *testing.T) {
+	var opened []int
+	RegisterDevices("test-devices", Devices{
+		Open: func(ordinal int) (Backend, error) {
+			opened = append(opened, ordinal)
+			return nil, nil
+		},
+		Count: func() (int, error) { return 3, nil },
+	})
+	for _, n := range []int{2, 0} {
+		if _, err := OpenDevice("test-devices", n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Open("test-devices"); err != nil {
+		t.Fatal(err)
+	}
+	if len(opened) != 3 || opened[0] != 2 || opened[1] != 0 || opened[2] != 0 {
+		t.Errorf("opened %v, want [2 0 0]", opened)
+	}
+	if n, err := DeviceCount("test-devices"); n != 3 || err != nil {
+		t.Errorf("DeviceCount = %d, %v", n, err)
+	}
+	if _, err := OpenDevice("test-devices", -1); err == nil || !strings.Contains(err.Error(), "-1") {
+		t.Errorf("device -1: %v", err)
+	}
+
+	calls := 0
+	Register("test-single", func() (Backend, error) { calls++; return nil, nil })
+	if n, err := DeviceCount("test-single"); n != 1 || err != nil {
+		t.Errorf("single-device count = %d, %v", n, err)
+	}
+	if _, err := OpenDevice("test-single", 1); err == nil || !strings.Contains(err.Error(), "no device 1") {
+		t.Errorf("device 1 of a single-device backend: %v", err)
+	}
+	if _, err := OpenDevice("test-single", 0); err != nil || calls != 1 {
+		t.Errorf("device 0: %v, %d calls", err, calls)
+	}
+	if _, err := DeviceCount("no-such-backend"); err == nil {
+		t.Error("DeviceCount of an unknown backend: no error")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("RegisterDevices without Count did not panic")
+		}
+	}()
+	RegisterDevices("test-nocount", Devices{Open: func(int) (Backend, error) { return nil, nil }})
+}

@@ -49,7 +49,7 @@ func serveCommand(args []string) error {
 
 // serveConfigFrom reads the flags and the KEV_* environment (flags win where both exist).
 func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, error) {
-	fs := newFlags("serve", "[-addr HOST:PORT] [-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu] [-dtype fp32]")
+	fs := newFlags("serve", "[-addr HOST:PORT] [-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda[:N[,N...]]|cuda:all] [-dtype fp32]")
 	var mf modelFlags
 	mf.register(fs)
 	cfg := serveConfig{}

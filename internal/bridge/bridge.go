@@ -23,7 +23,8 @@ type Model interface {
 	// a backend that does not report it (the CPU's).
 	DeviceMemory() (held, free int64, ok bool)
 	// OnBatch makes f receive the size of every batch the model runs from now on (nil: none). One receiver at a
-	// time; f runs on the model's goroutine and must not block.
+	// time; f runs on a replica's model goroutine (on several at once when the model has several replicas) and must
+	// not block.
 	OnBatch(f func(requests int))
 }
 

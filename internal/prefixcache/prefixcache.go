@@ -196,6 +196,14 @@ func (c *Cache[V]) Store(p *Plan[V]) {
 	}
 }
 
+// Contains reports whether a state with key k is cached now. It counts no hit or miss and moves nothing.
+func (c *Cache[V]) Contains(k Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[k]
+	return ok
+}
+
 // Clear drops every entry; the counters stay.
 func (c *Cache[V]) Clear() {
 	c.mu.Lock()

@@ -222,3 +222,24 @@ func TestRunOOMRetry(t *testing.T) {
 		t.Fatalf("other error: %v calls %d stats %+v", err, m.calls, c.Stats())
 	}
 }
+
+// TestContains checks that Contains sees what Store inserted and eviction removed, and counts nothing.
+func TestContains(t *testing.T) {
+	c := New[int](1, 0, 100)
+	a, b := []int{1, 2, 3}, []int{4, 5}
+	if c.Contains(NewKey(a, false)) {
+		t.Fatal("empty cache contains a state")
+	}
+	for _, ids := range [][]int{a, b} {
+		p := c.Plan([][]int{ids}, false)
+		p.Slots[0].SetPrefix(len(ids))
+		c.Store(p)
+	}
+	if c.Contains(NewKey(a, false)) || !c.Contains(NewKey(b, false)) || c.Contains(NewKey(b, true)) {
+		t.Errorf("after storing a then b in a one-state cache: a %v, b %v, b isolated %v",
+			c.Contains(NewKey(a, false)), c.Contains(NewKey(b, false)), c.Contains(NewKey(b, true)))
+	}
+	if st := c.Stats(); st.Hits != 0 || st.Misses != 2 {
+		t.Errorf("stats %+v: Contains counted", st)
+	}
+}

@@ -23,6 +23,18 @@ type ModelCard struct {
 	CUDAGraphs  *GraphCounts // nil: no graphs (sent as null)
 	PrefixCache PrefixCacheCounts
 	Batches     BatchCounts
+
+	// Replicas has each replica's counters when the model runs as several (one per device); the card then ends
+	// with a "replicas" list. With one replica the card is Kev's, without it.
+	Replicas []ReplicaCounts
+}
+
+// ReplicaCounts are one replica's device and counters.
+type ReplicaCounts struct {
+	Device       string
+	PrefixCache  PrefixCacheCounts
+	Batches      BatchCounts
+	QueuedTokens int // tokens of the requests it has queued or running
 }
 
 // GraphCounts are the CUDA graph counters of a card.
@@ -62,8 +74,7 @@ func (c *ModelCard) Value(name string) pyjson.Value {
 		graphs = pyjson.Object(pyjson.M("captured", intv(g.Captured)), pyjson.M("kept", intv(g.Kept)),
 			pyjson.M("pending", intv(g.Pending)), pyjson.M("failed", intv(g.Failed)))
 	}
-	pc := c.PrefixCache
-	return pyjson.Object(
+	members := []pyjson.Member{
 		pyjson.M("name", pyjson.String(name)),
 		pyjson.M("description", pyjson.String(c.Description())),
 		pyjson.M("release_date", pyjson.String(c.ReleaseDate)),
@@ -77,14 +88,32 @@ func (c *ModelCard) Value(name string) pyjson.Value {
 		pyjson.M("max_state_tokens", intv(c.MaxStateTokens)),
 		pyjson.M("truncate_states", pyjson.Bool(c.TruncateStates)),
 		pyjson.M("cuda_graphs", graphs),
-		pyjson.M("prefix_cache", pyjson.Object(
-			pyjson.M("size", intv(pc.Size)), pyjson.M("min_state_tokens", intv(pc.MinStateTokens)),
-			pyjson.M("max_tokens", intv(pc.MaxTokens)), pyjson.M("hits", pyjson.Int(pc.Hits)),
-			pyjson.M("misses", pyjson.Int(pc.Misses)), pyjson.M("cached_states", intv(pc.CachedStates)),
-			pyjson.M("oom_retries", pyjson.Int(pc.OOMRetries)))),
-		pyjson.M("batches", pyjson.Object(pyjson.M("count", pyjson.Int(c.Batches.Count)),
-			pyjson.M("requests", pyjson.Int(c.Batches.Requests)), pyjson.M("queued", intv(c.Batches.Queued)))),
-	)
+		pyjson.M("prefix_cache", prefixCacheValue(c.PrefixCache)),
+		pyjson.M("batches", batchesValue(c.Batches)),
+	}
+	if len(c.Replicas) > 1 {
+		rs := make([]pyjson.Value, len(c.Replicas))
+		for i, r := range c.Replicas {
+			rs[i] = pyjson.Object(pyjson.M("device", pyjson.String(r.Device)),
+				pyjson.M("prefix_cache", prefixCacheValue(r.PrefixCache)), pyjson.M("batches", batchesValue(r.Batches)),
+				pyjson.M("queued_tokens", intv(r.QueuedTokens)))
+		}
+		members = append(members, pyjson.M("replicas", pyjson.Array(rs...)))
+	}
+	return pyjson.Object(members...)
+}
+
+func prefixCacheValue(pc PrefixCacheCounts) pyjson.Value {
+	return pyjson.Object(
+		pyjson.M("size", intv(pc.Size)), pyjson.M("min_state_tokens", intv(pc.MinStateTokens)),
+		pyjson.M("max_tokens", intv(pc.MaxTokens)), pyjson.M("hits", pyjson.Int(pc.Hits)),
+		pyjson.M("misses", pyjson.Int(pc.Misses)), pyjson.M("cached_states", intv(pc.CachedStates)),
+		pyjson.M("oom_retries", pyjson.Int(pc.OOMRetries)))
+}
+
+func batchesValue(b BatchCounts) pyjson.Value {
+	return pyjson.Object(pyjson.M("count", pyjson.Int(b.Count)),
+		pyjson.M("requests", pyjson.Int(b.Requests)), pyjson.M("queued", intv(b.Queued)))
 }
 
 // ModelsValue returns the body of GET /v1/models: {"models": [card as kev-latest, card as jev-latest]}.

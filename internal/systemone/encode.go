@@ -130,11 +130,14 @@ func (e *RowTooLongError) Detail() string { return e.Error() }
 func AdmissionDetail(err error) (string, bool) {
 	var se *StateTooLongError
 	var re *RowTooLongError
+	var qe *TooManyQuestionsError
 	switch {
 	case errors.As(err, &se):
 		return se.Detail(), true
 	case errors.As(err, &re):
 		return re.Detail(), true
+	case errors.As(err, &qe):
+		return qe.Detail(), true
 	}
 	return "", false
 }

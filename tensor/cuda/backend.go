@@ -8,6 +8,9 @@ import (
 	"sync"
 	"unsafe"
 
+	"gorgonia.org/cu"
+
+	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/tensor"
@@ -17,8 +20,18 @@ import (
 const Name = "cuda"
 
 func init() {
-	// The factory opens GPU 0 only when tensor.Open("cuda") is called; importing touches no GPU.
-	tensor.Register(Name, func() (tensor.Backend, error) { return New(0) })
+	// A GPU is opened only when tensor.OpenDevice("cuda", n) (or tensor.Open, GPU 0) is called; importing touches
+	// no GPU.
+	tensor.RegisterDevices(Name, tensor.Devices{
+		Open:  func(ordinal int) (tensor.Backend, error) { return New(ordinal) },
+		Count: Count,
+	})
+}
+
+// Count returns the number of CUDA devices the driver sees.
+func Count() (int, error) {
+	n, err := cu.NumDevices()
+	return n, cudrv.Wrap("cuDeviceGetCount", err)
 }
 
 // Backend is tensor.Backend on one GPU. Storage: FromHost converts F32 matrices (rank ≥ 2) to BF16 once and keeps

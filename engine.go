@@ -1,0 +1,288 @@
+package kev
+
+import (
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kevgo/kev/internal/prefixcache"
+	"github.com/kevgo/kev/layers"
+	"github.com/kevgo/kev/tensor"
+)
+
+// engine is one replica of the model: a backend with its own copy of the weights and pointer head, its prefix
+// cache, its queue, and the goroutine that alone runs the model. The predictor sends each request to one engine.
+//
+// Batches are bounded in tokens so that what arrives waits for about one pass: a batch takes whole requests in
+// queue order while they fit sliceTokens, and a request too big for that (more tokens left than sliceTokens) runs
+// a slice of its rows, then goes back to the end of the queue with its state kept for the rest. A slice is as many
+// tokens as the biggest whole request of its batch, or an equal part of sliceTokens when no request runs whole:
+// the big request shares the model fairly by tokens with what arrives while it runs.
+type engine struct {
+	index   int
+	device  Device
+	log     *slog.Logger
+	backend tensor.Backend
+	model   *layers.Model
+	pointer *layers.Pointer
+	cache   *prefixcache.Cache[*layers.State]
+	onBatch *atomic.Pointer[func(int)] // the predictor's
+
+	maxBatch    int       // requests one batch takes
+	passTokens  int       // token budget of one model pass (RowPassTokens)
+	sliceTokens int       // token budget of one batch (RowPassTokens)
+	beforeTake  func(int) // test hook: runs on the model goroutine before it takes a batch
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*call
+	closed   bool
+	done     chan struct{} // closed when the model goroutine has exited
+	batches  int
+	requests int                     // requests answered (a split request once)
+	slices   int                     // batches that ran a slice of a request with rows left after it
+	tokens   int                     // tokens charged for the requests queued or running: how long a new one waits
+	pending  map[prefixcache.Key]int // states of queued requests not started yet, with their count
+
+	// Model goroutine only.
+	held    map[*layers.State]bool // states the cache holds and states of started requests
+	started map[*call]bool         // requests that have run a slice and wait for the rest
+}
+
+func newEngine(index int, device Device, backend tensor.Backend, model *layers.Model, pointer *layers.Pointer, opts Options, onBatch *atomic.Pointer[func(int)], log *slog.Logger) *engine {
+	e := &engine{
+		index: index, device: device, log: log, backend: backend, model: model, pointer: pointer,
+		cache:    prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
+		onBatch:  onBatch,
+		maxBatch: opts.MaxBatch, passTokens: defaultPassTokens, sliceTokens: defaultPassTokens,
+		beforeTake: testBeforeTake,
+		done:       make(chan struct{}),
+		pending:    map[prefixcache.Key]int{},
+		held:       map[*layers.State]bool{},
+		started:    map[*call]bool{},
+	}
+	e.cond = sync.NewCond(&e.mu)
+	return e
+}
+
+// cost returns the tokens c would add to the engine's work: its rows, and its state unless the engine has that
+// state cached or queued already.
+func (e *engine) cost(c *call) int {
+	e.mu.Lock()
+	queued := e.pending[c.key] > 0
+	e.mu.Unlock()
+	if queued || e.cache.Contains(c.key) {
+		return c.rowTokens
+	}
+	return c.rowTokens + len(c.enc.StateIDs())
+}
+
+// load returns the tokens charged to the engine now.
+func (e *engine) load() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.tokens
+}
+
+// enqueue puts c at the end of the queue, charged cost tokens, unless the engine is closed.
+func (e *engine) enqueue(c *call, cost int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	c.charged = cost
+	e.tokens += cost
+	e.pending[c.key]++
+	c.pending = true
+	e.queue = append(e.queue, c)
+	e.cond.Signal()
+	return nil
+}
+
+// remaining returns the tokens c has left to run: its rows from next on, and its state unless it has started or
+// is cached.
+func (e *engine) remaining(c *call) int {
+	n := 0
+	for _, r := range c.rows[c.next:] {
+		n += len(r.IDs)
+	}
+	if !e.started[c] && !e.cache.Contains(c.key) {
+		n += len(c.enc.StateIDs())
+	}
+	return n
+}
+
+// take waits for requests and returns the next batch, the chunks of at most maxBatch requests from the front of
+// the queue: whole requests while they fit sliceTokens, a slice of each request bigger than that (see engine).
+// Requests whose caller has gone are dropped. It returns nil once the engine is closed and the queue is empty.
+func (e *engine) take() []chunk {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for {
+		for len(e.queue) == 0 && !e.closed {
+			e.cond.Wait()
+		}
+		if len(e.queue) == 0 {
+			return nil
+		}
+		var cands []*call
+		var rem []int
+		n := 0
+		for n < len(e.queue) && len(cands) < e.maxBatch {
+			c := e.queue[n]
+			n++
+			if c.cancelled.Load() || c.ctx.Err() != nil {
+				e.drop(c)
+				continue
+			}
+			cands = append(cands, c)
+			rem = append(rem, e.remaining(c))
+		}
+		if len(cands) == 0 {
+			clear(e.queue[:n])
+			e.queue = e.queue[n:]
+			continue
+		}
+		shares, whole := allot(rem, e.sliceTokens)
+		var batch []chunk
+		left := e.queue[:0:0]
+		for i, c := range cands {
+			if shares[i] == 0 {
+				left = append(left, c) // waits for a later batch, in its place
+				continue
+			}
+			to := len(c.rows)
+			if !whole[i] {
+				to = c.next + 1
+				t := rem[i] - c.rowsTokens(c.next, len(c.rows)) + len(c.rows[c.next].IDs) // the state, if it runs
+				for to < len(c.rows) && t+len(c.rows[to].IDs) <= shares[i] {
+					t += len(c.rows[to].IDs)
+					to++
+				}
+			}
+			batch = append(batch, chunk{c: c, from: c.next, to: to})
+		}
+		e.queue = append(left, e.queue[n:]...)
+		return batch
+	}
+}
+
+// allot divides a batch's token budget among requests by the tokens they have left, in queue order: a request
+// with no more than budget left runs whole while the whole ones fit (the first always), one with more runs a slice.
+// A slice is as many tokens as the biggest whole request (so a small request batched with a big one waits about
+// twice its own time), or budget divided among the slices when none runs whole. shares[i] is 0 for a request
+// left for a later batch.
+func allot(rem []int, budget int) (shares []int, whole []bool) {
+	shares, whole = make([]int, len(rem)), make([]bool, len(rem))
+	total, biggest, slices := 0, 0, 0
+	full := false // a whole request did not fit: no more whole ones, to keep the queue's order
+	for i, r := range rem {
+		switch {
+		case r > budget:
+			slices++
+		case !full && (total == 0 || total+r <= budget):
+			whole[i], shares[i] = true, r
+			total += r
+			biggest = max(biggest, r)
+		default:
+			full = true
+		}
+	}
+	slice := biggest
+	if slice == 0 && slices > 0 {
+		slice = budget / slices
+	}
+	for i, r := range rem {
+		if r > budget {
+			shares[i] = max(slice, 1)
+		}
+	}
+	return shares, whole
+}
+
+// drop forgets a queued request whose caller has gone (the engine's mu held): it uncharges it and unpins its
+// state (the next sweep frees it).
+func (e *engine) drop(c *call) {
+	e.finish(c)
+}
+
+// loop is the model goroutine: it alone touches the model, the backend and the cached states.
+func (e *engine) loop() {
+	defer close(e.done)
+	for {
+		if e.beforeTake != nil {
+			e.beforeTake(e.index)
+		}
+		batch := e.take()
+		if batch == nil {
+			return
+		}
+		e.runBatch(batch)
+		e.trimWhenIdle()
+	}
+}
+
+// trimWhenIdle hands the backend's pooled memory back when no request waits, so memory after a burst returns to
+// what the weights and the cached states hold.
+func (e *engine) trimWhenIdle() {
+	t, ok := e.backend.(tensor.Trimmer)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	idle := len(e.queue) == 0
+	e.mu.Unlock()
+	if idle {
+		if err := t.Trim(); err != nil {
+			e.log.Warn("kev: trim", "replica", e.index, "error", err)
+		}
+	}
+}
+
+// close stops taking requests, lets the model goroutine finish every request queued, frees the cached states and
+// closes the backend.
+func (e *engine) close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.cond.Broadcast()
+	e.mu.Unlock()
+	<-e.done
+	for s := range e.held {
+		s.Free()
+	}
+	e.held = nil
+	e.cache.Clear()
+	e.model, e.pointer = nil, nil
+	if c, ok := e.backend.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// stats returns the engine's counters.
+func (e *engine) stats() ReplicaStats {
+	cs := e.cache.Stats()
+	e.mu.Lock()
+	b := BatchStats{Count: e.batches, Requests: e.requests, Queued: len(e.queue), Slices: e.slices}
+	tokens := e.tokens
+	e.mu.Unlock()
+	return ReplicaStats{
+		Device: e.device,
+		PrefixCache: PrefixCacheStats{Size: cs.Size, MinStateTokens: cs.MinTokens, MaxTokens: cs.MaxTokens,
+			Hits: cs.Hits, Misses: cs.Misses, CachedStates: cs.Entries, OOMRetries: cs.OOMRetries},
+		Batches:      b,
+		QueuedTokens: tokens,
+	}
+}
+
+// deviceMemory reports the memory the engine's backend holds from its device, as Predictor.deviceMemory does.
+func (e *engine) deviceMemory() (held, free int64, ok bool) {
+	m, ok := e.backend.(interface{ MemStats() (held, cached int64) })
+	if !ok {
+		return 0, 0, false
+	}
+	held, free = m.MemStats()
+	return held, free, true
+}

@@ -1,0 +1,261 @@
+package kev
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kevgo/kev/internal/systemone"
+)
+
+// TestAllot checks how a batch's token budget is shared: whole requests in queue order while they fit, slices for
+// requests bigger than the budget (as big as the biggest whole request, or an equal part of the budget).
+func TestAllot(t *testing.T) {
+	for _, c := range []struct {
+		rem, shares []int
+		whole       []bool
+	}{
+		{[]int{100, 200}, []int{100, 200}, []bool{true, true}},
+		{[]int{5000}, []int{1000}, []bool{false}},
+		{[]int{5000, 3000}, []int{500, 500}, []bool{false, false}},
+		{[]int{5000, 100, 300}, []int{300, 100, 300}, []bool{false, true, true}},
+		{[]int{600, 600, 50}, []int{600, 0, 0}, []bool{true, false, false}}, // the second does not fit: queue order kept
+		{[]int{1000, 1000}, []int{1000, 0}, []bool{true, false}},
+		{[]int{4000, 1000}, []int{1000, 1000}, []bool{false, true}},
+	} {
+		shares, whole := allot(c.rem, 1000)
+		if !slices.Equal(shares, c.shares) || !slices.Equal(whole, c.whole) {
+			t.Errorf("allot(%v, 1000) = %v %v, want %v %v", c.rem, shares, whole, c.shares, c.whole)
+		}
+	}
+}
+
+// TestSplitInvariance runs a big request whose rows are split into slices over several batches, interleaved with
+// small requests that arrive while it runs: every request's probabilities equal, bit for bit, those it gets alone
+// in one batch, with the prefix cache on and off, on the batched CPU backend and on the per-state path; and the
+// books balance after.
+func TestSplitInvariance(t *testing.T) {
+	s := goldenSets(t)[0]
+	reqs := goldenRequests(t, s)
+	big := bigRequest(reqs[1], 5) // 15 questions on a 360-token state: 1,425 tokens
+	alone := loadGolden(t, s, Options{PrefixCache: -1})
+	wantBig := probs(t, alone, big)
+	want := make([][][]float32, len(reqs))
+	for i, r := range reqs {
+		want[i] = probs(t, alone, r)
+	}
+	for _, tc := range []struct {
+		name   string
+		device Device
+		cache  int
+		slice  int
+	}{
+		{"cached", CPU, 4, 300},
+		{"uncached", CPU, -1, 300},
+		{"row slices", CPU, 4, 1},
+		{"per state", eachName, 4, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := holdReplicas(t)
+			p := loadGolden(t, s, Options{Device: tc.device, DType: "fp32", PrefixCache: tc.cache})
+			e := p.engines[0]
+			e.sliceTokens = tc.slice
+			e.passTokens = 200 // passes inside a batch too
+			var wg sync.WaitGroup
+			var gotBig [][]float32
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				gotBig = probs(t, p, big)
+			}()
+			waitAccepted(t, p, 1)
+			got := make([][][]float32, len(reqs)+1)
+			for i := range len(reqs) + 1 {
+				k := i % len(reqs) // golden 0 twice: its second copy may hit the first's state
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[i] = probs(t, p, reqs[k])
+				}()
+				waitAccepted(t, p, 2+i)
+			}
+			release()
+			wg.Wait()
+			if !equalProbs(gotBig, wantBig) {
+				t.Errorf("big request in slices: %v, alone %v", gotBig, wantBig)
+			}
+			for i, g := range got {
+				if k := i % len(reqs); !equalProbs(g, want[k]) {
+					t.Errorf("golden %d beside the big one: %v, alone %v", k, g, want[k])
+				}
+			}
+			st := p.Stats()
+			t.Logf("%d batches, %d of them slices; cache %d hits %d misses", st.Batches.Count, st.Batches.Slices,
+				st.PrefixCache.Hits, st.PrefixCache.Misses)
+			if st.Batches.Slices < 2 || st.Batches.Requests != len(reqs)+2 || st.Replicas[0].QueuedTokens != 0 {
+				t.Errorf("stats %+v", st)
+			}
+			if tc.cache > 0 && st.PrefixCache.Hits+st.PrefixCache.Misses != len(reqs)+2 {
+				t.Errorf("%d hits + %d misses for %d requests", st.PrefixCache.Hits, st.PrefixCache.Misses, len(reqs)+2)
+			}
+			if n := len(e.started); n != 0 {
+				t.Errorf("%d requests still started", n)
+			}
+			// Only the cache's states are held once the big request is done.
+			if held, cached := len(e.held), st.PrefixCache.CachedStates; held != cached {
+				t.Errorf("%d states held, %d cached", held, cached)
+			}
+			// The big request again, alone: its state from the cache when cached, the same answers.
+			if got := probs(t, p, big); !equalProbs(got, wantBig) {
+				t.Errorf("big request again: %v, want %v", got, wantBig)
+			}
+		})
+	}
+}
+
+// TestSplitCancel cancels a big request between its slices: its caller gets the context's error, the model stops
+// working on it, and its kept state is freed.
+func TestSplitCancel(t *testing.T) {
+	s := goldenSets(t)[0]
+	reqs := goldenRequests(t, s)
+	big := bigRequest(reqs[1], 40)
+	ctx, cancel := context.WithCancel(context.Background())
+	var armed atomic.Bool
+	slicesRun := 0 // model goroutine only
+	testBeforeTake = func(int) {
+		if !armed.Load() {
+			return
+		}
+		if slicesRun++; slicesRun == 3 { // two slices have run
+			cancel()
+		}
+	}
+	p := loadGolden(t, s, Options{PrefixCache: -1})
+	testBeforeTake = nil
+	p.engines[0].sliceTokens = 400
+	armed.Store(true)
+	if _, err := p.Do(ctx, fromSysRequest(big)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled big request: %v", err)
+	}
+	// The next request runs once the big one is dropped.
+	if got := probs(t, p, reqs[0]); len(got) != len(reqs[0].Questions) {
+		t.Fatalf("%v", got)
+	}
+	e := p.engines[0]
+	st := p.Stats()
+	if st.Batches.Requests != 1 || st.Replicas[0].QueuedTokens != 0 || len(e.started) != 0 || len(e.held) != 0 {
+		t.Errorf("after the cancelled request: stats %+v, %d started, %d held", st, len(e.started), len(e.held))
+	}
+	if st.Batches.Count > 4 {
+		t.Errorf("%d batches: the cancelled request kept running", st.Batches.Count)
+	}
+}
+
+// TestMaxQuestions refuses a request over Options.MaxQuestions before it is queued, as a 422 admission error; no
+// limit by default.
+func TestMaxQuestions(t *testing.T) {
+	s := goldenSets(t)[0]
+	big := bigRequest(goldenRequests(t, s)[0], 4) // 12 questions
+	p := loadGolden(t, s, Options{MaxQuestions: 10})
+	_, err := p.Do(context.Background(), fromSysRequest(big))
+	var qe *TooManyQuestionsError
+	if !errors.As(err, &qe) || qe.Questions != 12 || qe.Limit != 10 {
+		t.Fatalf("12 questions over a limit of 10: %v", err)
+	}
+	if detail, ok := systemone.AdmissionDetail(err); !ok || detail != "12 questions, over this server's limit of 10 per request: split them across requests" {
+		t.Errorf("detail %q %v", detail, ok)
+	}
+	if st := p.Stats(); st.Batches.Requests != 0 {
+		t.Errorf("refused request ran: %+v", st)
+	}
+	if _, err := p.Do(context.Background(), fromSysRequest(bigRequest(goldenRequests(t, s)[0], 3))); err != nil {
+		t.Errorf("9 questions: %v", err)
+	}
+	if _, err := loadGolden(t, s, Options{}).Do(context.Background(), fromSysRequest(big)); err != nil {
+		t.Errorf("no limit: %v", err)
+	}
+}
+
+// TestBigRequestDoesNotStarve measures a small request's latency alone and while a request of hundreds of
+// questions runs on the same replica, split into 1,024-token slices: the median of seven stays within three times
+// the unloaded latency plus one pass of the big request (the pass running when the small one arrives). Without the
+// slices a small request waited for the whole big one. The GPU test runs it at
+// full size: 50,000 questions and the default 16,384-token passes.
+func TestBigRequestDoesNotStarve(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a timing test: the race detector slows the model twentyfold; run it without -race")
+	}
+	starve(t, CPU, 480, 1024)
+}
+
+// starve runs TestBigRequestDoesNotStarve on device: a request of questions questions (golden 1's three, repeated),
+// slices of sliceTokens (0: the default).
+func starve(t *testing.T, device Device, questions, sliceTokens int) {
+	s := goldenSets(t)[0]
+	reqs := goldenRequests(t, s)
+	small := reqs[5] // 102 tokens
+	big := bigRequest(reqs[1], questions/3)
+	p := loadGolden(t, s, Options{Device: device, PrefixCache: -1})
+	e := p.engines[0]
+	if sliceTokens > 0 {
+		e.sliceTokens = sliceTokens
+	}
+	// One pass: golden 1 (360 state tokens, 213 row tokens) with as many copies of its questions as fit a slice.
+	onePass := bigRequest(reqs[1], (e.sliceTokens-360)/213)
+	latency := func(req *systemone.Request) time.Duration {
+		start := time.Now()
+		probs(t, p, req)
+		return time.Since(start)
+	}
+	median := func(req *systemone.Request, n int) time.Duration {
+		var ds []time.Duration
+		for range n {
+			ds = append(ds, latency(req))
+		}
+		slices.Sort(ds)
+		return ds[n/2]
+	}
+	latency(small) // warm-up
+	base := median(small, 7)
+	pass := median(onePass, 3)
+	if st := p.Stats(); st.Batches.Slices != 0 {
+		t.Fatalf("the one-pass request was split: %+v", st)
+	}
+
+	bigDone := make(chan time.Duration, 1)
+	bigStart := time.Now()
+	go func() {
+		probs(t, p, big)
+		bigDone <- time.Since(bigStart)
+	}()
+	for e.stats().Batches.Slices < 1 { // the big request is running
+		time.Sleep(time.Millisecond)
+	}
+	var loaded []time.Duration
+	for range 7 {
+		time.Sleep(pass / 3) // arrive anywhere in a pass
+		loaded = append(loaded, latency(small))
+	}
+	select {
+	case d := <-bigDone:
+		t.Fatalf("the big request finished (%v) before the small ones: make it bigger", d)
+	default:
+	}
+	bigTime := <-bigDone
+	batches := p.Stats().Batches.Count
+	t.Logf("loaded latencies %v", loaded)
+	worst := slices.Max(loaded)
+	slices.Sort(loaded)
+	bound := 3*base + pass
+	t.Logf("%s: small request (%d questions): unloaded median %v; beside a %d-question request (%v, %d batches in all; "+
+		"one pass %v): median %v, worst %v; bound 3 × %v + %v = %v", device, len(small.Questions), base,
+		len(big.Questions), bigTime.Round(time.Millisecond), batches, pass, loaded[len(loaded)/2], worst, base, pass, bound)
+	// The median of the seven: on a shared machine one of them may lose the CPU for longer than a pass.
+	if m := loaded[len(loaded)/2]; m > bound {
+		t.Errorf("small requests waited %v (median) beside the big one, over 3 × %v unloaded + %v (one pass) = %v", m, base, pass, bound)
+	}
+}
