@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	untrusted "github.com/kevgo/kev/internal/quote"
 )
 
 // File is an open safetensors file. Its tensors are zero-copy views of the
@@ -31,7 +33,7 @@ type MissingError struct {
 
 // Error describes the failure and where it happened.
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("safetensors: %s: no tensor %q", e.File, e.Tensor)
+	return fmt.Sprintf("safetensors: %s: no tensor %s", e.File, untrusted.Name(e.Tensor))
 }
 
 // Open memory-maps the safetensors file at path and validates its header.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"sort"
+
+	untrusted "github.com/kevgo/kev/internal/quote"
 )
 
 // Info describes one tensor of a header: its dtype, shape and the byte span
@@ -65,7 +67,7 @@ func ParseHeader(file string, prefix []byte, fileSize int64) (*Header, error) {
 	dec.UseNumber()
 	seen := map[string]bool{}
 	jerr := func(tensor string, err error) error {
-		return ferr(tensor, 8+dec.InputOffset(), "bad JSON header: %v", err)
+		return ferr(tensor, 8+dec.InputOffset(), "bad JSON header: %s", untrusted.Error(err))
 	}
 	if _, err := dec.Token(); err != nil { // '{'
 		return nil, jerr("", err)
@@ -77,7 +79,7 @@ func ParseHeader(file string, prefix []byte, fileSize int64) (*Header, error) {
 		}
 		key, ok := tok.(string)
 		if !ok {
-			return nil, jerr("", fmt.Errorf("key %v is not a string", tok))
+			return nil, jerr("", fmt.Errorf("key of type %T is not a string", tok))
 		}
 		if seen[key] {
 			return nil, ferr(key, 8+dec.InputOffset(), "duplicate key in header")
@@ -93,14 +95,14 @@ func ParseHeader(file string, prefix []byte, fileSize int64) (*Header, error) {
 			}
 			md, err := parseMetadata(raw)
 			if err != nil {
-				return nil, ferr("", 8+dec.InputOffset(), "__metadata__: %v", err)
+				return nil, ferr("", 8+dec.InputOffset(), "__metadata__: %s", untrusted.Error(err))
 			}
 			h.Metadata = md
 			continue
 		}
 		info, err := parseInfo(key, raw)
 		if err != nil {
-			return nil, ferr(key, 8+dec.InputOffset(), "%v", err)
+			return nil, ferr(key, 8+dec.InputOffset(), "%s", untrusted.Error(err))
 		}
 		h.Tensors = append(h.Tensors, info)
 	}
@@ -158,7 +160,7 @@ func parseMetadata(raw json.RawMessage) (map[string]string, error) {
 		}
 		key := tok.(string) // object keys are always strings
 		if _, dup := md[key]; dup {
-			return nil, fmt.Errorf("duplicate key %q", key)
+			return nil, fmt.Errorf("duplicate key %s", untrusted.Name(key))
 		}
 		tok, err = dec.Token()
 		if err != nil {
@@ -166,7 +168,7 @@ func parseMetadata(raw json.RawMessage) (map[string]string, error) {
 		}
 		v, ok := tok.(string)
 		if !ok {
-			return nil, fmt.Errorf("value of %q is not a string", key)
+			return nil, fmt.Errorf("value of %s is not a string", untrusted.Name(key))
 		}
 		md[key] = v
 	}
@@ -185,25 +187,25 @@ func parseInfo(name string, raw json.RawMessage) (Info, error) {
 	dec.UseNumber()
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return Info{}, fmt.Errorf("bad tensor entry: %v", err)
+		return Info{}, fmt.Errorf("bad tensor entry: %s", untrusted.Error(err))
 	}
 	if r.DType == nil || r.Shape == nil || r.DataOffsets == nil {
 		return Info{}, errors.New("tensor entry needs dtype, shape and data_offsets")
 	}
 	dt := DType(*r.DType)
 	if dt.Size() == 0 {
-		return Info{}, fmt.Errorf("unknown dtype %q", *r.DType)
+		return Info{}, fmt.Errorf("unknown dtype %s", untrusted.String(*r.DType))
 	}
 	info := Info{Name: name, DType: dt, Shape: make([]int, len(*r.Shape))}
 	numel := uint64(1)
 	for i, s := range *r.Shape {
 		v, err := parseUint(s)
 		if err != nil || v > math.MaxInt64 {
-			return Info{}, fmt.Errorf("shape[%d] = %s is not a valid dimension", i, s)
+			return Info{}, fmt.Errorf("shape[%d] = %s is not a valid dimension", i, untrusted.String(string(s)))
 		}
 		info.Shape[i] = int(v)
 		if v != 0 && numel > math.MaxInt64/v {
-			return Info{}, fmt.Errorf("shape %v overflows", info.Shape)
+			return Info{}, fmt.Errorf("shape %s overflows", dims(info.Shape[:i+1]))
 		}
 		numel *= v
 	}
@@ -213,18 +215,26 @@ func parseInfo(name string, raw json.RawMessage) (Info, error) {
 	b, err1 := parseUint((*r.DataOffsets)[0])
 	e, err2 := parseUint((*r.DataOffsets)[1])
 	if err1 != nil || err2 != nil || b > math.MaxInt64 || e > math.MaxInt64 {
-		return Info{}, fmt.Errorf("data_offsets %v are not valid offsets", *r.DataOffsets)
+		return Info{}, fmt.Errorf("data_offsets [%s, %s] are not valid offsets", untrusted.String(string((*r.DataOffsets)[0])), untrusted.String(string((*r.DataOffsets)[1])))
 	}
 	if e < b {
 		return Info{}, fmt.Errorf("data_offsets [%d, %d] end before they begin", b, e)
 	}
 	size := uint64(dt.Size())
 	if numel > math.MaxInt64/size || numel*size != e-b {
-		return Info{}, fmt.Errorf("dtype %s × shape %v needs %d bytes, data_offsets [%d, %d] span %d",
-			dt, info.Shape, numel*size, b, e, e-b)
+		return Info{}, fmt.Errorf("dtype %s × shape %s needs %d bytes, data_offsets [%d, %d] span %d",
+			dt, dims(info.Shape), numel*size, b, e, e-b)
 	}
 	info.Begin, info.End = int64(b), int64(e)
 	return info, nil
+}
+
+// dims shows a shape from a header, at most 8 dimensions.
+func dims(d []int) string {
+	if len(d) <= 8 {
+		return fmt.Sprint(d)
+	}
+	return fmt.Sprintf("%v…(%d dims)", d[:8], len(d))
 }
 
 func parseUint(n json.Number) (uint64, error) {
@@ -236,10 +246,10 @@ func parseUint(n json.Number) (uint64, error) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("%q is not a non-negative integer", s)
+			return 0, fmt.Errorf("%s is not a non-negative integer", untrusted.String(s))
 		}
 		if v > (math.MaxUint64-uint64(c-'0'))/10 {
-			return 0, fmt.Errorf("%q overflows", s)
+			return 0, fmt.Errorf("%s overflows", untrusted.String(s))
 		}
 		v = v*10 + uint64(c-'0')
 	}

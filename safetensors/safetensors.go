@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/kevgo/kev/internal/half"
+	untrusted "github.com/kevgo/kev/internal/quote"
 )
 
 // MaxHeaderSize is the largest JSON header accepted, in bytes (100 MB, the
@@ -78,7 +79,7 @@ func (e *FormatError) Error() string {
 	b.WriteString("safetensors: ")
 	b.WriteString(e.File)
 	if e.Tensor != "" {
-		fmt.Fprintf(&b, ": tensor %q", e.Tensor)
+		fmt.Fprintf(&b, ": tensor %s", untrusted.Name(e.Tensor))
 	}
 	if e.Offset >= 0 {
 		fmt.Fprintf(&b, " at offset %d", e.Offset)
@@ -99,7 +100,7 @@ type DTypeError struct {
 
 // Error describes the failure and where it happened.
 func (e *DTypeError) Error() string {
-	return fmt.Sprintf("safetensors: %s: tensor %q has dtype %s, want %s", e.File, e.Tensor, e.DType, e.Want)
+	return fmt.Sprintf("safetensors: %s: tensor %s has dtype %s, want %s", e.File, untrusted.Name(e.Tensor), untrusted.String(string(e.DType)), e.Want)
 }
 
 // ErrClosed is returned when a closed File or Checkpoint is used.
@@ -142,7 +143,7 @@ func (t *Tensor) Float32Into(dst []float32) error {
 	}
 	n := t.Len()
 	if len(dst) != n {
-		return fmt.Errorf("safetensors: %s: tensor %q has %d elements, destination %d", t.File, t.Name, n, len(dst))
+		return fmt.Errorf("safetensors: %s: tensor %s has %d elements, destination %d", t.File, untrusted.Name(t.Name), n, len(dst))
 	}
 	if len(t.Data) != n*t.DType.Size() {
 		return &FormatError{File: t.File, Tensor: t.Name, Offset: -1,

@@ -318,7 +318,7 @@ func TestShardedErrors(t *testing.T) {
 		{"missing tensor", `{"weight_map":{"a":"s1.safetensors","z":"s1.safetensors"}}`,
 			map[string][]string{one: {"a"}}, "z", "no such tensor"},
 		{"wrong file", `{"weight_map":{"a":"s2.safetensors","b":"s1.safetensors"}}`,
-			map[string][]string{one: {"a", "b"}, two: {"c"}}, "a", "index says s2.safetensors"},
+			map[string][]string{one: {"a", "b"}, two: {"c"}}, "a", `index says "s2.safetensors"`},
 		{"duplicate across shards", `{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}`,
 			map[string][]string{one: {"a", "b"}, two: {"b"}}, "b", "also present in"},
 		{"unlisted tensor", `{"weight_map":{"a":"s1.safetensors"}}`,
@@ -385,6 +385,9 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add(rawFile(`{"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"__metadata__":{"a":"b"}}`, 0))
 	f.Add([]byte{})
 	f.Add(rawFile(`{"__metadata__":null}`, 0))
+	for _, seed := range hardeningHeaderSeeds() {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz", data)
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	untrusted "github.com/kevgo/kev/internal/quote"
 )
 
 // IndexFile is the conventional name of a sharded checkpoint's index.
@@ -85,14 +87,14 @@ func OpenIndex(indexPath string) (*Checkpoint, error) {
 		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return nil, ierr("", "bad JSON: %v", err)
+		return nil, ierr("", "bad JSON: %s", untrusted.Error(err))
 	}
 	if top.WeightMap == nil {
 		return nil, ierr("", "no weight_map")
 	}
 	wm, order, err := stringMap(top.WeightMap)
 	if err != nil {
-		return nil, ierr("", "weight_map: %v", err)
+		return nil, ierr("", "weight_map: %s", untrusted.Error(err))
 	}
 	dir := filepath.Dir(indexPath)
 	var files []string
@@ -100,7 +102,7 @@ func OpenIndex(indexPath string) (*Checkpoint, error) {
 	for _, name := range order {
 		fn := wm[name]
 		if fn == "" || fn != filepath.Base(fn) || fn == "." || fn == ".." || strings.ContainsAny(fn, `/\`) {
-			return nil, ierr(name, "file %q is not a plain file name", fn)
+			return nil, ierr(name, "file %s is not a plain file name", untrusted.Name(fn))
 		}
 		if !seen[fn] {
 			seen[fn] = true
@@ -119,7 +121,7 @@ func OpenIndex(indexPath string) (*Checkpoint, error) {
 					break
 				}
 			}
-			return nil, ierr(t, "shard %q: %v", fn, err)
+			return nil, ierr(t, "shard %s: %v", untrusted.Name(fn), err)
 		}
 	}
 	c, err := OpenFiles(paths...)
@@ -132,9 +134,9 @@ func OpenIndex(indexPath string) (*Checkpoint, error) {
 		if f == nil || filepath.Base(f.Path) != wm[name] {
 			c.Close()
 			if f != nil {
-				return nil, ierr(name, "index says %s, but the tensor is in %s", wm[name], f.Path)
+				return nil, ierr(name, "index says %s, but the tensor is in %s", untrusted.Name(wm[name]), f.Path)
 			}
-			return nil, ierr(name, "index says %s, which has no such tensor", wm[name])
+			return nil, ierr(name, "index says %s, which has no such tensor", untrusted.Name(wm[name]))
 		}
 	}
 	for name, f := range c.where {
@@ -164,7 +166,7 @@ func stringMap(raw []byte) (map[string]string, []string, error) {
 		}
 		key := tok.(string)
 		if _, dup := m[key]; dup {
-			return nil, nil, fmt.Errorf("duplicate entry %q", key)
+			return nil, nil, fmt.Errorf("duplicate entry %s", untrusted.Name(key))
 		}
 		tok, err = dec.Token()
 		if err != nil {
@@ -172,7 +174,7 @@ func stringMap(raw []byte) (map[string]string, []string, error) {
 		}
 		v, ok := tok.(string)
 		if !ok {
-			return nil, nil, fmt.Errorf("entry %q is not a string", key)
+			return nil, nil, fmt.Errorf("entry %s is not a string", untrusted.Name(key))
 		}
 		m[key] = v
 		order = append(order, key)

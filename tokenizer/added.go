@@ -27,6 +27,7 @@ type addedMatcher struct {
 	only    int          // the single first byte when all patterns share it, else -1
 	first   [256]bool    // whether some pattern starts with the byte
 	empty   bool         // no patterns
+	maxLen  int          // the longest pattern's length in bytes
 }
 
 func newAddedMatcher(tokens []addedToken) *addedMatcher {
@@ -37,6 +38,7 @@ func newAddedMatcher(tokens []addedToken) *addedMatcher {
 			continue
 		}
 		m.empty = false
+		m.maxLen = max(m.maxLen, len(t.content))
 		b := t.content[0]
 		if !m.first[b] {
 			firsts++

@@ -28,5 +28,11 @@
 // Escape neutralises Kev's delimiter-shaped tokens in caller text
 // ("<|box_end|>" becomes "<¦box_end¦>") so that callers cannot forge them.
 //
+// EncodeLimit and EncodeEscapedLimit stop after a number of ids, with memory
+// proportional to that number rather than to the text: the text is encoded in
+// chunks cut only where every stage above splits on its own, so the ids are
+// exactly the first ones Encode gives. Count and CountEscaped count the ids
+// of a whole text the same way.
+//
 // A Tokenizer is immutable after loading and safe for concurrent use.
 package tokenizer

@@ -5,33 +5,64 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/kevgo/kev/internal/quote"
+)
+
+// Limits on what a tokenizer file may make the loader allocate: Qwen's
+// tokenizer.json is 11 MB with ids below 152,000.
+const (
+	// MaxFileBytes bounds tokenizer.json and tokenizer_config.json.
+	MaxFileBytes = 256 << 20
+	// MaxTokenID bounds every token id (the vocabulary's and the added
+	// tokens'): the id table is allocated up to the largest.
+	MaxTokenID = 4<<20 - 1
 )
 
 // Load reads a tokenizer.json file.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path, filepath.Base(path))
 	if err != nil {
 		return nil, err
 	}
 	return build(filepath.Base(path), data, "", nil)
 }
 
+// readFile reads at most MaxFileBytes of path; a larger file is refused with
+// a *FormatError naming name.
+func readFile(path, name string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &FormatError{File: name, Offset: -1, Msg: fmt.Sprintf("larger than the %d-byte limit", MaxFileBytes)}
+	}
+	return data, nil
+}
+
 // LoadDir reads dir/tokenizer.json and, when present,
 // dir/tokenizer_config.json (for the pad token).
 func LoadDir(dir string) (*Tokenizer, error) {
 	path := filepath.Join(dir, "tokenizer.json")
-	data, err := os.ReadFile(path)
+	data, err := readFile(path, "tokenizer.json")
 	if err != nil {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	cfg, err := os.ReadFile(cfgPath)
+	cfg, err := readFile(cfgPath, "tokenizer_config.json")
 	if errors.Is(err, os.ErrNotExist) {
 		cfg, err = nil, nil
 	}
@@ -127,9 +158,9 @@ func (l loader) jsonError(path string, err error) error {
 			p += te.Field
 		}
 		return &FormatError{File: l.file, Path: p, Offset: te.Offset,
-			Msg: fmt.Sprintf("cannot use JSON %s as %s", te.Value, te.Type)}
+			Msg: fmt.Sprintf("cannot use JSON %s as %s", quote.Cut(te.Value, quote.Max), te.Type)}
 	}
-	return &FormatError{File: l.file, Path: path, Offset: -1, Msg: err.Error()}
+	return &FormatError{File: l.file, Path: path, Offset: -1, Msg: quote.Error(err)}
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -152,6 +183,7 @@ func build(file string, data []byte, cfgFile string, cfg []byte) (*Tokenizer, er
 	if t.normalize, err = l.normalizer("normalizer", f.Normalizer); err != nil {
 		return nil, err
 	}
+	t.form, t.oneForm = singleForm(f.Normalizer)
 	if err = l.preTokenizer(t, "pre_tokenizer", f.PreTokenizer); err != nil {
 		return nil, err
 	}
@@ -218,7 +250,37 @@ func (l loader) normalizer(path string, raw json.RawMessage) (func(string) strin
 	case "":
 		return nil, l.format(path, "missing normalizer type")
 	}
-	return nil, l.unsupported(path, "normalizer type %q", c.Type)
+	return nil, l.unsupported(path, "normalizer type %s", quote.String(c.Type))
+}
+
+// singleForm reports the Unicode normalization form of a normalizer that is
+// exactly one form (nil for none), and false for any other normalizer.
+func singleForm(raw json.RawMessage) (*norm.Form, bool) {
+	if isNull(raw) {
+		return nil, true
+	}
+	var c componentJSON
+	if json.Unmarshal(raw, &c) != nil {
+		return nil, false
+	}
+	forms := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+	if f, ok := forms[c.Type]; ok {
+		return &f, true
+	}
+	if c.Type != "Sequence" {
+		return nil, false
+	}
+	var one *norm.Form
+	for _, r := range c.Normalizers {
+		f, ok := singleForm(r)
+		if !ok || f != nil && one != nil {
+			return nil, false
+		}
+		if f != nil {
+			one = f
+		}
+	}
+	return one, true
 }
 
 // preTokenizer fills t.steps (and t.fast for Qwen's pipeline).
@@ -271,7 +333,7 @@ func (l loader) addStep(t *Tokenizer, path string, raw json.RawMessage) error {
 		}
 		b, ok := behaviors[c.Behavior]
 		if !ok {
-			return l.unsupported(path+".behavior", "split behavior %q", c.Behavior)
+			return l.unsupported(path+".behavior", "split behavior %s", quote.String(c.Behavior))
 		}
 		if c.Pattern.Regex != nil {
 			p := *c.Pattern.Regex
@@ -281,14 +343,14 @@ func (l loader) addStep(t *Tokenizer, path string, raw json.RawMessage) error {
 			}
 			re, err := compileOniguruma(p)
 			if err != nil {
-				return l.unsupported(path+".pattern.Regex", "pattern %q: %v", p, err)
+				return l.unsupported(path+".pattern.Regex", "pattern %s: %s", quote.String(p), quote.Error(err))
 			}
 			t.steps = append(t.steps, regexStep{re: re, behavior: b, invert: c.Invert})
 			return nil
 		}
 		re, err := compileOniguruma(quoteOniguruma(*c.Pattern.String))
 		if err != nil {
-			return l.format(path+".pattern.String", "%v", err)
+			return l.format(path+".pattern.String", "%s", quote.Error(err))
 		}
 		t.steps = append(t.steps, regexStep{re: re, behavior: b, invert: c.Invert})
 		return nil
@@ -307,7 +369,7 @@ func (l loader) addStep(t *Tokenizer, path string, raw json.RawMessage) error {
 	case "":
 		return l.format(path, "missing pre-tokenizer type")
 	}
-	return l.unsupported(path, "pre-tokenizer type %q", c.Type)
+	return l.unsupported(path, "pre-tokenizer type %s", quote.String(c.Type))
 }
 
 // quoteOniguruma escapes a literal for compileOniguruma.
@@ -337,7 +399,7 @@ func (l loader) decoder(t *Tokenizer, path string, raw json.RawMessage) error {
 	case "":
 		return l.format(path, "missing decoder type")
 	}
-	return l.unsupported(path, "decoder type %q", c.Type)
+	return l.unsupported(path, "decoder type %s", quote.String(c.Type))
 }
 
 func (l loader) model(t *Tokenizer, mj *modelJSON) error {
@@ -345,7 +407,7 @@ func (l loader) model(t *Tokenizer, mj *modelJSON) error {
 		return l.format("model", "missing")
 	}
 	if mj.Type != "BPE" && (mj.Type != "" || mj.Merges == nil) {
-		return l.unsupported("model.type", "model type %q (only BPE)", mj.Type)
+		return l.unsupported("model.type", "model type %s (only BPE)", quote.String(mj.Type))
 	}
 	if mj.Vocab == nil {
 		return l.format("model.vocab", "missing")
@@ -357,16 +419,16 @@ func (l loader) model(t *Tokenizer, mj *modelJSON) error {
 		return l.unsupported("model.byte_fallback", "byte_fallback")
 	}
 	if p := mj.ContinuingSubwordPrefix; p != nil && *p != "" {
-		return l.unsupported("model.continuing_subword_prefix", "continuing_subword_prefix %q", *p)
+		return l.unsupported("model.continuing_subword_prefix", "continuing_subword_prefix %s", quote.String(*p))
 	}
 	if p := mj.EndOfWordSuffix; p != nil && *p != "" {
-		return l.unsupported("model.end_of_word_suffix", "end_of_word_suffix %q", *p)
+		return l.unsupported("model.end_of_word_suffix", "end_of_word_suffix %s", quote.String(*p))
 	}
 	m := &bpe{unk: -1, fuseUnk: mj.FuseUnk, ignoreMerges: mj.IgnoreMerges}
 	maxID := -1
 	for tok, id := range mj.Vocab {
-		if id < 0 || id > 1<<30 {
-			return l.format(fmt.Sprintf("model.vocab[%q]", tok), "id %d out of range", id)
+		if id < 0 || id > MaxTokenID {
+			return l.format("model.vocab["+quote.Name(tok)+"]", "id %d out of range [0, %d]", id, MaxTokenID)
 		}
 		maxID = max(maxID, id)
 	}
@@ -378,7 +440,7 @@ func (l loader) model(t *Tokenizer, mj *modelJSON) error {
 	if mj.UnkToken != nil {
 		id, ok := mj.Vocab[*mj.UnkToken]
 		if !ok {
-			return l.format("model.unk_token", "token %q not in the vocabulary", *mj.UnkToken)
+			return l.format("model.unk_token", "token %s not in the vocabulary", quote.Name(*mj.UnkToken))
 		}
 		m.unk = int32(id)
 	}
@@ -411,7 +473,7 @@ func (l loader) model(t *Tokenizer, mj *modelJSON) error {
 			}
 			a, b, ok := strings.Cut(s, " ")
 			if !ok || strings.Contains(b, " ") {
-				return l.format(path, "merge %q is not two tokens separated by one space", s)
+				return l.format(path, "merge %s is not two tokens separated by one space", quote.Name(s))
 			}
 			pair = [2]string{a, b}
 		} else if err := json.Unmarshal(r, &pair); err != nil {
@@ -419,15 +481,15 @@ func (l loader) model(t *Tokenizer, mj *modelJSON) error {
 		}
 		a, ok := mj.Vocab[pair[0]]
 		if !ok {
-			return l.format(path, "token %q not in the vocabulary", pair[0])
+			return l.format(path, "token %s not in the vocabulary", quote.Name(pair[0]))
 		}
 		b, ok := mj.Vocab[pair[1]]
 		if !ok {
-			return l.format(path, "token %q not in the vocabulary", pair[1])
+			return l.format(path, "token %s not in the vocabulary", quote.Name(pair[1]))
 		}
 		c, ok := mj.Vocab[pair[0]+pair[1]]
 		if !ok {
-			return l.format(path, "merged token %q not in the vocabulary", pair[0]+pair[1])
+			return l.format(path, "merged token %s not in the vocabulary", quote.Name(pair[0]+pair[1]))
 		}
 		m.merges[pairKey(int32(a), int32(b))] = merge{rank: int32(i), id: int32(c)}
 	}
@@ -442,8 +504,8 @@ func (l loader) added(t *Tokenizer, list []addedJSON) error {
 	var raw, normalized []addedToken
 	for i, a := range list {
 		path := fmt.Sprintf("added_tokens[%d]", i)
-		if a.ID == nil || *a.ID < 0 || *a.ID > 1<<30 {
-			return l.format(path+".id", "missing or out of range")
+		if a.ID == nil || *a.ID < 0 || *a.ID > MaxTokenID {
+			return l.format(path+".id", "missing or out of range [0, %d]", MaxTokenID)
 		}
 		if a.Content == nil || *a.Content == "" {
 			return l.format(path+".content", "missing or empty")
@@ -506,7 +568,7 @@ func (l loader) config(t *Tokenizer, data []byte) error {
 	}
 	id, ok := t.TokenID(name)
 	if !ok {
-		return l.format("pad_token", "token %q not in the vocabulary", name)
+		return l.format("pad_token", "token %s not in the vocabulary", quote.Name(name))
 	}
 	t.padID = id
 	return nil

@@ -3,12 +3,16 @@ package tokenizer
 import (
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer encodes and decodes text with one tokenizer.json. It is
 // immutable after loading and safe for concurrent use.
 type Tokenizer struct {
 	normalize   func(string) string // nil: no normalizer
+	form        *norm.Form          // the normalizer's one Unicode form, nil for none; with oneForm
+	oneForm     bool                // the normalizer is no more than one Unicode form
 	steps       []step              // pre-tokenizers, byte mapping implicit
 	fast        *qwenScanner        // set when steps is one Qwen split
 	byteLevel   bool

@@ -3,8 +3,9 @@ package checkpoint
 import (
 	"encoding/json"
 	"math"
-	"os"
 	"strings"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // AdapterConfig is the part of a PEFT adapter_config.json that the merge
@@ -35,7 +36,7 @@ func (a *AdapterConfig) Scaling() float64 {
 // field: trainable_token_indices, DoRA, fan_in_fan_out, biases, rank or
 // alpha patterns, modules_to_save.
 func ReadAdapterConfig(path string) (*AdapterConfig, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, maxConfigBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +48,7 @@ func ReadAdapterConfig(path string) (*AdapterConfig, error) {
 func ParseAdapterConfig(file string, data []byte) (*AdapterConfig, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, &ConfigError{File: file, Reason: "bad JSON: " + err.Error()}
+		return nil, &ConfigError{File: file, Reason: "bad JSON: " + quote.Error(err)}
 	}
 	o := jsonObj{file: file, m: m}
 	a := &AdapterConfig{}
@@ -56,7 +57,7 @@ func ParseAdapterConfig(file string, data []byte) (*AdapterConfig, error) {
 		return nil, err
 	}
 	if a.PeftType != "" && a.PeftType != "LORA" {
-		return nil, o.err("peft_type", "%q is not \"LORA\"", a.PeftType)
+		return nil, o.err("peft_type", "%s is not \"LORA\"", quote.String(a.PeftType))
 	}
 	if a.TaskType, _, err = o.str("task_type"); err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func ParseAdapterConfig(file string, data []byte) (*AdapterConfig, error) {
 	if v, ok, err := o.str("bias"); err != nil {
 		return nil, err
 	} else if ok && v != "none" {
-		return nil, o.err("bias", "%q: LoRA biases are not supported (want \"none\")", v)
+		return nil, o.err("bias", "%s: LoRA biases are not supported (want \"none\")", quote.String(v))
 	}
 	for _, name := range []string{"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform"} {
 		if o.has(name) && !emptyJSON(o.m[name]) {

@@ -11,10 +11,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strings"
 
+	"github.com/kevgo/kev/internal/quote"
 	"github.com/kevgo/kev/internal/qwen35"
 )
 
@@ -43,6 +45,21 @@ var textDefaults = map[string]any{
 	"linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
 	"full_attention_interval": 4, "partial_rotary_factor": 0.25, "attn_output_gate": true,
 }
+
+// maxDims bounds every size in a config.json before anything proportional to
+// it is allocated. They are generous for 27B-class models (64 layers, hidden
+// 5120, vocabulary 248,320, 24 heads of 256) and far below what would make
+// the per-layer bookkeeping itself a danger. A field over its bound is
+// refused with a *ConfigError naming it.
+var maxDims = map[string]int{
+	"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 20, "vocab_size": 4 << 20,
+	"num_attention_heads": 1024, "num_key_value_heads": 1024, "head_dim": 4096,
+	"linear_num_key_heads": 1024, "linear_num_value_heads": 1024, "linear_key_head_dim": 4096,
+	"linear_value_head_dim": 4096, "linear_conv_kernel_dim": 64, "full_attention_interval": 1024,
+}
+
+// maxConfigBytes bounds the size of a config.json (real ones are a few KB).
+const maxConfigBytes = 16 << 20
 
 // jsonObj is a decoded JSON object with the path it came from, for errors.
 type jsonObj struct {
@@ -123,19 +140,44 @@ func (o jsonObj) posInt(name string) (int, error) {
 		}
 		return d.(int), nil
 	}
-	if f != math.Trunc(f) || f < 1 || f > 1<<31 {
+	if f != math.Trunc(f) || f < 1 {
 		return 0, o.err(name, "%v is not a positive integer", f)
+	}
+	lim, ok := maxDims[name]
+	if !ok {
+		lim = 1 << 31
+	}
+	if f > float64(lim) {
+		return 0, o.err(name, "%v is over the limit of %d", f, lim)
 	}
 	return int(f), nil
 }
 
 // LoadConfig reads and validates a Qwen3.5 config.json.
 func LoadConfig(path string) (qwen35.Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, maxConfigBytes)
 	if err != nil {
 		return qwen35.Config{}, err
 	}
 	return ParseConfig(path, b)
+}
+
+// readSmall reads a file that may hold at most max bytes; a larger one is
+// refused with a *ConfigError before it is read.
+func readSmall(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, &ConfigError{File: path, Reason: fmt.Sprintf("larger than the %d-byte limit for this file", max)}
+	}
+	return b, nil
 }
 
 // ParseConfig validates a Qwen3.5 config.json (model_type "qwen3_5", fields
@@ -148,7 +190,7 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 	var m map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&m); err != nil {
-		return c, &ConfigError{File: file, Reason: "bad JSON: " + err.Error()}
+		return c, &ConfigError{File: file, Reason: "bad JSON: " + quote.Error(err)}
 	}
 	top := jsonObj{file: file, m: m}
 	mt, _, err := top.str("model_type")
@@ -169,13 +211,13 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 		if tmt, ok, err := text.str("model_type"); err != nil {
 			return c, err
 		} else if ok && tmt != "qwen3_5_text" {
-			return c, text.err("model_type", "%q, want \"qwen3_5_text\"", tmt)
+			return c, text.err("model_type", "%s, want \"qwen3_5_text\"", quote.String(tmt))
 		}
 	case "qwen3_5_text":
 	case "":
 		return c, top.err("model_type", "missing")
 	default:
-		return c, top.err("model_type", "%q is not a Qwen3.5 model (want \"qwen3_5\" or \"qwen3_5_text\")", mt)
+		return c, top.err("model_type", "%s is not a Qwen3.5 model (want \"qwen3_5\" or \"qwen3_5_text\")", quote.String(mt))
 	}
 
 	ints := []struct {
@@ -243,7 +285,7 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 			case "full_attention":
 				c.LayerTypes[i] = qwen35.FullAttention
 			default:
-				return c, text.err(fmt.Sprintf("layer_types[%d]", i), "unknown layer type %q", s)
+				return c, text.err(fmt.Sprintf("layer_types[%d]", i), "unknown layer type %s", quote.String(s))
 			}
 		}
 	} else {
@@ -283,7 +325,7 @@ func parseRope(text jsonObj, c *qwen35.Config) error {
 			if rt, ok, err := sub.str("rope_type"); err != nil {
 				return err
 			} else if ok && rt != "default" {
-				return sub.err("rope_type", "%q is not supported (want \"default\")", rt)
+				return sub.err("rope_type", "%s is not supported (want \"default\")", quote.String(rt))
 			}
 		}
 	}

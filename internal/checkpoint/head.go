@@ -3,7 +3,9 @@ package checkpoint
 import (
 	"fmt"
 	"math"
+	"strings"
 
+	"github.com/kevgo/kev/internal/quote"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/internal/torchpt"
 )
@@ -70,7 +72,7 @@ func headFromValue(path string, v any) (*Head, error) {
 				good = good || s == a
 			}
 			if !good {
-				return herr(key, "%q is not one of %q", s, allowed)
+				return herr(key, "%s is not one of %q", quote.String(s), allowed)
 			}
 		}
 		*dst = s
@@ -95,7 +97,7 @@ func headFromValue(path string, v any) (*Head, error) {
 		}
 		n, isInt := x.(int64)
 		if !isInt || n < min || n > 1<<30 {
-			return herr(key, "%v is not an integer ≥ %d", x, min)
+			return herr(key, "%s is not an integer ≥ %d", describe(x), min)
 		}
 		*dst = int(n)
 		return nil
@@ -160,7 +162,7 @@ func headFromValue(path string, v any) (*Head, error) {
 		dst **qwen35.Tensor
 	}{{"q.weight", &h.QWeight}, {"q.bias", &h.QBias}, {"k.weight", &h.KWeight}, {"k.bias", &h.KBias}}
 	if sd.Len() != len(want) {
-		return nil, herr("head", "has %d entries %v, want exactly q.weight, q.bias, k.weight, k.bias", sd.Len(), sd.Keys())
+		return nil, herr("head", "has %d entries %s, want exactly q.weight, q.bias, k.weight, k.bias", sd.Len(), keyList(sd.Keys()))
 	}
 	for _, w := range want {
 		tv, ok := sd.Get(w.key)
@@ -179,20 +181,55 @@ func headFromValue(path string, v any) (*Head, error) {
 	}
 	qs, ks := h.QWeight.Shape, h.KWeight.Shape
 	if len(qs) != 2 || qs[0] != h.HeadDim {
-		return nil, herr("head.q.weight", "shape %v, want [head_dim=%d, d]", qs, h.HeadDim)
+		return nil, herr("head.q.weight", "shape %s, want [head_dim=%d, d]", dims(qs), h.HeadDim)
 	}
 	if len(ks) != 2 || ks[0] != h.HeadDim || ks[1] != qs[1] {
-		return nil, herr("head.k.weight", "shape %v, want %v", ks, qs)
+		return nil, herr("head.k.weight", "shape %s, want %s", dims(ks), dims(qs))
 	}
 	for _, b := range []struct {
 		key string
 		t   *qwen35.Tensor
 	}{{"head.q.bias", h.QBias}, {"head.k.bias", h.KBias}} {
 		if len(b.t.Shape) != 1 || b.t.Shape[0] != h.HeadDim {
-			return nil, herr(b.key, "shape %v, want [%d]", b.t.Shape, h.HeadDim)
+			return nil, herr(b.key, "shape %s, want [%d]", dims(b.t.Shape), h.HeadDim)
 		}
 	}
 	return h, nil
+}
+
+// describe shows a value from head.pt in a message: numbers and booleans as
+// themselves, strings quoted and cut, anything else by type.
+func describe(x any) string {
+	switch v := x.(type) {
+	case string:
+		return quote.String(v)
+	case int64, float64, bool:
+		return fmt.Sprint(v)
+	case nil:
+		return "None"
+	}
+	return fmt.Sprintf("a %T", x)
+}
+
+// keyList shows at most four dict keys, each cut.
+func keyList(keys []any) string {
+	parts := make([]string, 0, 5)
+	for i, k := range keys {
+		if i == 4 {
+			parts = append(parts, fmt.Sprintf("…(%d keys)", len(keys)))
+			break
+		}
+		parts = append(parts, describe(k))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// dims shows a shape, at most 8 dimensions.
+func dims(d []int) string {
+	if len(d) <= 8 {
+		return fmt.Sprint(d)
+	}
+	return fmt.Sprintf("%v…(%d dims)", d[:8], len(d))
 }
 
 // Dim is the hidden size the head reads (the second dim of q.weight).

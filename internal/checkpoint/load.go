@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/quote"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/safetensors"
 )
@@ -29,12 +30,12 @@ type TensorError struct {
 
 // Error describes the failure and where it happened.
 func (e *TensorError) Error() string {
-	s := fmt.Sprintf("checkpoint: %s: tensor %q: %s", e.File, e.Tensor, e.Reason)
+	s := fmt.Sprintf("checkpoint: %s: tensor %s: %s", e.File, quote.Name(e.Tensor), e.Reason)
 	if e.Shape != nil {
-		s += fmt.Sprintf(" (shape %v)", e.Shape)
+		s += fmt.Sprintf(" (shape %s)", dims(e.Shape))
 	}
 	if e.Want != nil {
-		s += fmt.Sprintf(" (want %v)", e.Want)
+		s += fmt.Sprintf(" (want %s)", dims(e.Want))
 	}
 	return s
 }
@@ -197,7 +198,7 @@ func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safe
 			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Reason: "not a tensor of this config's text model"}
 		}
 		if prev, dup := src[canon]; dup {
-			return nil, &TensorError{File: t.File, Tensor: name, Reason: "same canonical name " + canon + " as " + prev.Name}
+			return nil, &TensorError{File: t.File, Tensor: name, Reason: "same canonical name " + quote.Name(canon) + " as " + quote.Name(prev.Name)}
 		}
 		if !reflect.DeepEqual(t.Shape, shape) {
 			return nil, &TensorError{File: t.File, Tensor: name, Shape: t.Shape, Want: shape, Reason: "wrong shape"}
@@ -226,10 +227,10 @@ func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safe
 			}
 			w, ok := want[target]
 			if !ok {
-				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: "adapts " + target + ", which this config's text model does not have"}
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: "adapts " + quote.Name(target) + ", which this config's text model does not have"}
 			}
 			if !acfg.targets(module) {
-				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("module %s is not in target_modules %v", module, acfg.TargetModules)}
+				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("module %s is not in target_modules %s", quote.Name(module), quote.Cut(fmt.Sprint(acfg.TargetModules), quote.MaxMessage))}
 			}
 			if !t.DType.IsFloat() {
 				return nil, &TensorError{File: adapter.Path, Tensor: name, Reason: fmt.Sprintf("dtype %s is not a float type", t.DType)}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -223,4 +225,54 @@ func BenchmarkDo(b *testing.B) {
 		n := b.N
 		fmt.Printf("KEVBENCH do inline ns=%.1f\n", float64(el.Nanoseconds())/float64(n))
 	})
+}
+
+// TestHardeningDeviceClose races Do calls that make a driver call against Close: each returns nil (it ran, with
+// the context current) or ErrClosed (it did not run); Close inside Do is refused instead of deadlocking, and a
+// second Close does nothing.
+func TestHardeningDeviceClose(t *testing.T) {
+	d, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Do(func() error {
+		if err := d.Close(); err == nil {
+			return errors.New("Close inside Do succeeded")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ran, closed atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				err := d.Do(func() error { _, err := d.Info(); return err })
+				switch err {
+				case nil:
+					ran.Add(1)
+				case ErrClosed:
+					closed.Add(1)
+				default:
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Millisecond)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := d.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if ran.Load()+closed.Load() != 8*200 {
+		t.Fatalf("%d ran, %d refused", ran.Load(), closed.Load())
+	}
+	t.Logf("%d calls ran before Close, %d were refused", ran.Load(), closed.Load())
 }

@@ -31,8 +31,7 @@ type Device struct {
 	Ctx     cu.CUContext
 
 	id     uint64 // ≠ 0, unique in the process: the owning thread's mark
-	work   chan func()
-	done   chan struct{}
+	own    *owner
 	hops   atomic.Int64
 	inline atomic.Int64
 }
@@ -57,12 +56,9 @@ type Info struct {
 	DriverVersion int // e.g. 13000
 }
 
-// ErrClosed is returned by Do on a closed Device.
-var ErrClosed = errors.New("cudrv: device is closed")
-
 // Open creates a context on device ordinal and starts the goroutine that owns it.
 func Open(ordinal int) (*Device, error) {
-	d := &Device{Ordinal: ordinal, id: lastID.Add(1), work: make(chan func()), done: make(chan struct{})}
+	d := &Device{Ordinal: ordinal, id: lastID.Add(1), own: newOwner()}
 	ready := make(chan error, 1)
 	go d.loop(ready)
 	if err := <-ready; err != nil {
@@ -74,30 +70,33 @@ func Open(ordinal int) (*Device, error) {
 func (d *Device) loop(ready chan<- error) {
 	runtime.LockOSThread() // never unlocked: the thread dies with the goroutine when the context is gone
 	C.kev_set_owner(C.uint64_t(d.id))
-	n, err := cu.NumDevices()
-	if err != nil {
-		ready <- Wrap("cuDeviceGetCount", err)
-		return
-	}
-	if d.Ordinal < 0 || d.Ordinal >= n {
-		ready <- fmt.Errorf("cudrv: device ordinal %d out of range [0, %d)", d.Ordinal, n)
-		return
-	}
-	if d.Dev, err = cu.GetDevice(d.Ordinal); err != nil {
-		ready <- Wrap("cuDeviceGet", err)
-		return
-	}
-	if d.Ctx, err = d.Dev.MakeContext(cu.SchedAuto); err != nil {
-		ready <- Wrap("cuCtxCreate", err)
+	if err := d.start(); err != nil {
+		d.own.stop()
+		ready <- err
 		return
 	}
 	ready <- nil
-	for f := range d.work {
-		f()
+	d.own.serve(func() {
+		_ = d.Ctx.Destroy() // nothing to report to: the Device is closed
+	})
+}
+
+// start creates the context on the calling (owning) thread.
+func (d *Device) start() error {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return Wrap("cuDeviceGetCount", err)
 	}
-	err = d.Ctx.Destroy()
-	_ = err // nothing to report to: Close already returned
-	close(d.done)
+	if d.Ordinal < 0 || d.Ordinal >= n {
+		return fmt.Errorf("cudrv: device ordinal %d out of range [0, %d)", d.Ordinal, n)
+	}
+	if d.Dev, err = cu.GetDevice(d.Ordinal); err != nil {
+		return Wrap("cuDeviceGet", err)
+	}
+	if d.Ctx, err = d.Dev.MakeContext(cu.SchedAuto); err != nil {
+		return Wrap("cuCtxCreate", err)
+	}
+	return nil
 }
 
 // OnOwner reports whether the caller runs on the OS thread that owns the context (inside Do).
@@ -110,42 +109,24 @@ func (d *Device) Stats() Stats { return Stats{Hops: d.hops.Load(), Inline: d.inl
 // serialised. Called from inside Do, it runs f at once on the same goroutine (nested calls cost no hand-over).
 // f must not call runtime.Goexit (testing's Fatal: it would end the owning goroutine) nor wait for another
 // goroutine that calls Do (it would deadlock); it may call the driver directly. A panic in f comes back as an
-// error from the outermost Do.
-func (d *Device) Do(f func() error) (err error) {
+// error from the outermost Do. After Close, Do returns ErrClosed.
+func (d *Device) Do(f func() error) error {
 	if d.OnOwner() {
 		d.inline.Add(1)
 		return f()
 	}
 	d.hops.Add(1)
-	res := make(chan error, 1)
-	defer func() {
-		if recover() != nil { // send on closed channel
-			err = ErrClosed
-		}
-	}()
-	d.work <- func() {
-		returned := false
-		defer func() {
-			if returned {
-				return
-			}
-			if p := recover(); p != nil {
-				res <- fmt.Errorf("cudrv: panic on the device goroutine: %v", p)
-			} else { // runtime.Goexit (t.Fatal): the owning goroutine is gone
-				res <- errors.New("cudrv: runtime.Goexit on the device goroutine; the device is unusable")
-			}
-		}()
-		err := f()
-		returned = true
-		res <- err
-	}
-	return <-res
+	return d.own.do(f)
 }
 
-// Close destroys the context after the pending Do calls. The Device cannot be used afterwards.
+// Close destroys the context once the function the owning goroutine runs, if any, has returned; Do calls not yet
+// handed over get ErrClosed. The Device cannot be used afterwards; closing it again does nothing. Close may not be
+// called inside Do (it would wait for itself): there it returns an error.
 func (d *Device) Close() error {
-	close(d.work)
-	<-d.done
+	if d.OnOwner() {
+		return errors.New("cudrv: Close called inside Do")
+	}
+	d.own.close()
 	return nil
 }
 

@@ -3,7 +3,8 @@
 // size, and the driver's own error names and messages. It also owns a device's context on one goroutine locked to
 // an OS thread (Device).
 //
-// Everything except this comment is behind the cuda build tag: gorgonia.org/cu initialises the driver when it is
+// Everything except this comment and the hand-over to the owning goroutine (owner.go, which holds no CUDA
+// state and is tested without a GPU) is behind the cuda build tag: gorgonia.org/cu initialises the driver when it is
 // imported and exits the process when that fails, so no untagged file may import it. Build with CUDA 12.x headers
 // and link against libcuda (the driver stub is enough to link):
 //

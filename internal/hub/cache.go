@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // repoCache is one repository's folder in the cache.
@@ -51,7 +53,7 @@ func (c repoCache) commitOf(rev string) (string, error) {
 	if IsCommit(rev) {
 		return rev, nil
 	}
-	b, err := os.ReadFile(c.refPath(rev))
+	b, err := readHead(c.refPath(rev), maxRefBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -60,9 +62,23 @@ func (c repoCache) commitOf(rev string) (string, error) {
 	}
 	commit := strings.TrimSpace(string(b))
 	if !IsCommit(commit) {
-		return "", &ProtocolError{URL: c.refPath(rev), Reason: fmt.Sprintf("cached ref holds %q, not a commit", commit)}
+		return "", &ProtocolError{URL: c.refPath(rev), Reason: fmt.Sprintf("cached ref holds %s, not a commit", quote.String(commit))}
 	}
 	return commit, nil
+}
+
+// maxRefBytes is how much of a refs/ file is read: a commit and some space.
+const maxRefBytes = 1024
+
+// readHead reads at most max bytes of a file; a longer file gives its first
+// max bytes and one more, enough to tell that it is too long.
+func readHead(p string, max int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max+1))
 }
 
 // writeRef records that rev points at commit, unless it already does or rev
@@ -104,7 +120,7 @@ func (c repoCache) lookup(cfg config) (*Snapshot, error) {
 		return nil, miss("", "refs/"+c.ref.Revision+" (the revision was never resolved online)")
 	}
 	dir := c.snapshotDir(commit)
-	files, err := snapshotFiles(dir)
+	files, err := snapshotFiles(dir, cfg.CacheDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, miss(commit, "snapshots/"+commit)
 	}
@@ -123,9 +139,16 @@ func (c repoCache) lookup(cfg config) (*Snapshot, error) {
 
 // snapshotFiles lists the files of a snapshot folder (slash-separated,
 // sorted), skipping hidden temporaries. A dangling link is listed with a
-// trailing " (dangling)" marker so that callers can report it.
-func snapshotFiles(dir string) ([]string, error) {
+// trailing " (dangling)" marker so that callers can report it. A file or
+// folder that resolves outside cacheDir (through a symbolic link) is refused
+// with an *OutsideCacheError: the snapshot would make a Hub name read local
+// files.
+func snapshotFiles(dir, cacheDir string) ([]string, error) {
 	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	inside := func(p, rel string) error { return checkInside(cacheDir, dir, p, rel) }
+	if err := inside(dir, "."); err != nil {
 		return nil, err
 	}
 	var files []string
@@ -144,6 +167,9 @@ func snapshotFiles(dir string) ([]string, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
+		if err := inside(p, rel); err != nil {
+			return err
+		}
 		if _, err := os.Stat(p); err != nil {
 			rel += danglingMark
 		}
@@ -155,6 +181,40 @@ func snapshotFiles(dir string) ([]string, error) {
 }
 
 const danglingMark = " (dangling link)"
+
+// checkInside returns an *OutsideCacheError when p (rel in snapshot) exists
+// and resolves outside cacheDir; a path that does not resolve is let be.
+func checkInside(cacheDir, snapshot, p, rel string) error {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return nil // missing or dangling: reported as missing elsewhere
+	}
+	root, err := filepath.EvalSymlinks(cacheDir)
+	if err != nil {
+		return err
+	}
+	if r, err := filepath.Rel(root, real); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) || filepath.IsAbs(r) {
+		return &OutsideCacheError{Snapshot: snapshot, File: rel, Target: real, CacheDir: cacheDir}
+	}
+	return nil
+}
+
+// checkFolders refuses a repository folder whose parts that files are
+// written into (the folder, blobs/, snapshots/, the snapshot, the locks) lead
+// outside the cache, before anything is written there.
+func (c repoCache) checkFolders(cacheDir, commit string) error {
+	snap := c.snapshotDir(commit)
+	for _, p := range []string{c.dir, filepath.Join(c.dir, "blobs"), filepath.Join(c.dir, "snapshots"), snap, c.lock} {
+		rel, err := filepath.Rel(snap, p)
+		if err != nil {
+			rel = p
+		}
+		if err := checkInside(cacheDir, snap, p, filepath.ToSlash(rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // checkComplete lists what a snapshot lacks: dangling links, required files,
 // files matching the allow-patterns at all, and the shards named by any
@@ -209,7 +269,7 @@ func indexShards(p, name string) ([]string, error) {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.NewDecoder(io.LimitReader(f, 256<<20)).Decode(&idx); err != nil {
-		return nil, fmt.Errorf("hub: %s: %w", p, err)
+		return nil, fmt.Errorf("hub: %s: %s", p, quote.Error(err))
 	}
 	seen := map[string]bool{}
 	var shards []string

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // userAgent is sent with every request.
@@ -77,10 +79,10 @@ func (c *client) info(ctx context.Context, ref Ref) (*modelInfo, error) {
 	}
 	var mi modelInfo
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxInfoBytes)).Decode(&mi); err != nil {
-		return nil, &ProtocolError{URL: u, Reason: "model info is not valid JSON: " + err.Error()}
+		return nil, &ProtocolError{URL: u, Reason: "model info is not valid JSON: " + quote.Error(err)}
 	}
 	if !IsCommit(mi.SHA) {
-		return nil, &ProtocolError{URL: u, Reason: fmt.Sprintf("model info has sha %q, not a 40-hex commit", mi.SHA)}
+		return nil, &ProtocolError{URL: u, Reason: fmt.Sprintf("model info has sha %s, not a 40-hex commit", quote.String(mi.SHA))}
 	}
 	if ref.Revision != mi.SHA && IsCommit(ref.Revision) {
 		return nil, &ProtocolError{URL: u, Reason: "model info names commit " + mi.SHA + ", not the one asked for"}
@@ -120,7 +122,7 @@ func (c *client) head(ctx context.Context, ref Ref, commit, file string) (*fileM
 			loc := resp.Header.Get("Location")
 			target, err := resp.Request.URL.Parse(loc)
 			if loc == "" || err != nil {
-				return nil, &ProtocolError{URL: u, Reason: fmt.Sprintf("redirect without a usable Location %q", loc)}
+				return nil, &ProtocolError{URL: u, Reason: fmt.Sprintf("redirect without a usable Location %s", quote.String(loc))}
 			}
 			if !isAbsoluteLocation(loc) {
 				if hops >= 10 {
@@ -140,7 +142,7 @@ func (c *client) head(ctx context.Context, ref Ref, commit, file string) (*fileM
 
 func (c *client) meta(resp *http.Response, ref Ref, commit, file, resolve, location string) (*fileMeta, error) {
 	if got := resp.Header.Get("X-Repo-Commit"); got != "" && got != commit {
-		return nil, &ProtocolError{URL: resolve, Reason: "X-Repo-Commit " + quote(got) + " is not the commit asked for"}
+		return nil, &ProtocolError{URL: resolve, Reason: "X-Repo-Commit " + quote.String(got) + " is not the commit asked for"}
 	}
 	raw := resp.Header.Get("X-Linked-Etag")
 	if raw == "" {
@@ -158,7 +160,7 @@ func (c *client) meta(resp *http.Response, ref Ref, commit, file, resolve, locat
 	if sz != "" {
 		n, err := strconv.ParseInt(sz, 10, 64)
 		if err != nil || n < 0 {
-			return nil, &ProtocolError{URL: resolve, Reason: fmt.Sprintf("bad file size %q", sz)}
+			return nil, &ProtocolError{URL: resolve, Reason: fmt.Sprintf("bad file size %s", quote.String(sz))}
 		}
 		m.size = n
 	}
@@ -362,10 +364,10 @@ func copyBody(ctx context.Context, dst io.Writer, src io.Reader, p *fileProgress
 func httpError(resp *http.Response, ref Ref, file string) *HTTPError {
 	e := &HTTPError{
 		Method:     resp.Request.Method,
-		URL:        resp.Request.URL.String(),
+		URL:        quote.Cut(resp.Request.URL.String(), 2*quote.MaxName),
 		StatusCode: resp.StatusCode,
-		Code:       resp.Header.Get("X-Error-Code"),
-		Message:    resp.Header.Get("X-Error-Message"),
+		Code:       quote.Cut(resp.Header.Get("X-Error-Code"), quote.Max),
+		Message:    quote.Cut(resp.Header.Get("X-Error-Message"), quote.MaxMessage),
 		Repo:       ref.Repo,
 		Revision:   ref.Revision,
 		File:       file,
@@ -375,7 +377,7 @@ func httpError(resp *http.Response, ref Ref, file string) *HTTPError {
 			Error string `json:"error"`
 		}
 		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body) == nil {
-			e.Message = body.Error
+			e.Message = quote.Cut(body.Error, quote.MaxMessage)
 		}
 	}
 	return e

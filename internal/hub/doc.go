@@ -27,5 +27,9 @@
 //
 // Names are checked before they reach the file system: path traversal in a
 // repository id, a revision or a file list sent by the server is refused with
-// a [*NameError].
+// a [*NameError]. A cached snapshot whose files or folders resolve outside the
+// cache through symbolic links is refused with an [*OutsideCacheError], and
+// [Options.HubOnly] keeps a name read from a downloaded file (a checkpoint's
+// base model) from naming a local directory. Whatever a server or the cache
+// sends appears in errors only cut to a short prefix.
 package hub

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // Sentinel errors, matched with errors.Is against the typed errors below.
@@ -35,7 +37,7 @@ type NameError struct {
 
 // Error describes the refused value and why.
 func (e *NameError) Error() string {
-	s := fmt.Sprintf("hub: bad %s %q: %s", e.Field, e.Value, e.Reason)
+	s := fmt.Sprintf("hub: bad %s %s: %s", e.Field, quote.Name(e.Value), e.Reason)
 	if e.Source != "" {
 		s += " (in " + e.Source + ")"
 	}
@@ -132,6 +134,22 @@ type IntegrityError struct {
 func (e *IntegrityError) Error() string {
 	return fmt.Sprintf("hub: %s: downloaded %s failed the %s check: want %s, got %s; the partial file was removed",
 		e.Repo, e.File, e.Check, e.Want, e.Got)
+}
+
+// OutsideCacheError reports a cached snapshot holding a file or folder that
+// resolves, through a symbolic link, to a path outside the cache. Such a
+// snapshot is refused: a Hub name must never make a loader read local files.
+type OutsideCacheError struct {
+	Snapshot string // the snapshot folder
+	File     string // the file or folder in it, slash-separated ("." for the folder itself)
+	Target   string // where it resolves
+	CacheDir string
+}
+
+// Error names the file, where it leads and the cache it leaves.
+func (e *OutsideCacheError) Error() string {
+	return fmt.Sprintf("hub: %s: %s resolves to %s, outside the cache %s; refusing the snapshot",
+		e.Snapshot, quote.Name(e.File), quote.Name(e.Target), e.CacheDir)
 }
 
 // ProtocolError reports a Hub answer that cannot be used: a missing or

@@ -49,7 +49,7 @@ func Resolve(ctx context.Context, name string, opts Options) (string, error) {
 // Fetch resolves name like Resolve and describes the result.
 //
 // A name that is an existing directory is returned as is, with no network
-// access. Otherwise it must be "org/name" or "org/name@revision" (see
+// access (unless Options.HubOnly is set). Otherwise it must be "org/name" or "org/name@revision" (see
 // ParseName). A complete cached snapshot of the revision is used without
 // asking the Hub (unless Options.Update is set and the revision is not a
 // commit). Otherwise the Hub names the revision's commit and files, and the
@@ -59,7 +59,7 @@ func Fetch(ctx context.Context, name string, opts Options) (*Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if name != "" {
+	if name != "" && !opts.HubOnly {
 		if fi, err := os.Stat(name); err == nil && fi.IsDir() {
 			abs, err := filepath.Abs(name)
 			if err != nil {
@@ -103,6 +103,9 @@ func fetchOnline(ctx context.Context, cfg config, rc repoCache) (*Snapshot, erro
 		return nil, err
 	}
 	commit := mi.SHA
+	if err := rc.checkFolders(cfg.CacheDir, commit); err != nil {
+		return nil, err
+	}
 	listed := map[string]bool{}
 	var files []string
 	for _, s := range mi.Siblings {
@@ -165,7 +168,7 @@ func fetchOnline(ctx context.Context, cfg config, rc repoCache) (*Snapshot, erro
 		return nil, err
 	}
 	dir := rc.snapshotDir(commit)
-	all, err := snapshotFiles(dir)
+	all, err := snapshotFiles(dir, cfg.CacheDir)
 	if errors.Is(err, fs.ErrNotExist) { // a revision with no matching files
 		all, err = nil, nil
 	}

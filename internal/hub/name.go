@@ -2,6 +2,8 @@ package hub
 
 import (
 	"strings"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // DefaultRevision is the revision used when a name gives none.
@@ -162,7 +164,7 @@ func checkEtag(etag, url string) error {
 	for i := 0; i < len(etag); i++ {
 		c := etag[i]
 		if !isWord(c) && c != '-' && (c != '.' || i == 0) {
-			return &ProtocolError{URL: url, Reason: "ETag " + quote(etag) + " is not a safe file name"}
+			return &ProtocolError{URL: url, Reason: "ETag " + quote.String(etag) + " is not a safe file name"}
 		}
 	}
 	return nil
@@ -178,5 +180,3 @@ func quoteByte(c byte) string {
 	}
 	return "'" + string(rune(c)) + "'"
 }
-
-func quote(s string) string { return "\"" + strings.ReplaceAll(s, "\"", "\\\"") + "\"" }

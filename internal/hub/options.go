@@ -58,6 +58,11 @@ type Options struct {
 	// Retries is how often a cut-off transfer is resumed (HTTP Range)
 	// before giving up. 0 means DefaultRetries; negative means never.
 	Retries int
+	// HubOnly takes the name as a Hub name even when a local directory of
+	// that name exists. Set it for names read from files that came from the
+	// Hub (a checkpoint's base model), which must never reach into the local
+	// file system.
+	HubOnly bool
 }
 
 // config is Options with every default applied.

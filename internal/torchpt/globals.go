@@ -1,6 +1,11 @@
 package torchpt
 
-import "fmt"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/kevgo/kev/internal/quote"
+)
 
 // ForbiddenGlobalError reports a pickle that refers to a Python global
 // outside the allowed set. Nothing is ever executed; loading stops.
@@ -10,7 +15,17 @@ type ForbiddenGlobalError struct {
 
 // Error describes the failure and where it happened.
 func (e *ForbiddenGlobalError) Error() string {
-	return fmt.Sprintf("torchpt: global %s.%s is not allowed", e.Module, e.Name)
+	return "torchpt: global " + globalName(e.Module, e.Name) + " is not allowed"
+}
+
+// globalName shows module.name from the pickle, quoted and cut when long or
+// unusual.
+func globalName(mod, name string) string {
+	s := mod + "." + name
+	if len(s) > quote.Max || strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) || r == '"' }) {
+		return quote.String(s)
+	}
+	return s
 }
 
 // Callables the unpickler knows how to apply without running Python.
@@ -61,7 +76,7 @@ func (u *unpickler) global(mod, name string) (any, error) {
 			return g, nil
 		}
 	}
-	return nil, &opError{off: u.pos, reason: fmt.Sprintf("global %s.%s is not allowed", mod, name),
+	return nil, &opError{off: u.pos, reason: "global " + globalName(mod, name) + " is not allowed",
 		err: &ForbiddenGlobalError{Module: mod, Name: name}}
 }
 
@@ -240,7 +255,7 @@ func (u *unpickler) rebuildTensor(st, off, size, stride any) (*Tensor, error) {
 	}
 	o, ok := off.(int64)
 	if !ok || o < 0 {
-		return nil, u.fail("storage offset %v is not a non-negative int", off)
+		return nil, u.fail("storage offset %s is not a non-negative int", describe(off))
 	}
 	shape, err := u.ints(size, "size")
 	if err != nil {
@@ -251,29 +266,29 @@ func (u *unpickler) rebuildTensor(st, off, size, stride any) (*Tensor, error) {
 		return nil, err
 	}
 	if len(shape) != len(strides) {
-		return nil, u.fail("size %v and stride %v differ in length", shape, strides)
+		return nil, u.fail("size %s and stride %s differ in length", dims(shape), dims(strides))
 	}
 	numel := int64(1)
 	last := o // highest element index touched
 	for _, n := range shape {
 		if n != 0 && numel > u.limits.MaxElements/int64(n) {
-			return nil, u.fail("tensor of shape %v exceeds %d elements", shape, u.limits.MaxElements)
+			return nil, u.failLimit("tensor of shape %s exceeds %d elements", dims(shape), u.limits.MaxElements)
 		}
 		numel *= int64(n)
 	}
 	if numel > s.numel && numel > 1<<24 {
-		return nil, u.fail("view of shape %v expands a %d-element storage to %d elements", shape, s.numel, numel)
+		return nil, u.fail("view of shape %s expands a %d-element storage to %d elements", dims(shape), s.numel, numel)
 	}
 	if numel > 0 {
 		for i, n := range shape {
 			span := int64(n-1) * int64(strides[i])
 			if strides[i] != 0 && int64(n-1) > (s.numel)/int64(strides[i]) {
-				return nil, u.fail("view of shape %v, stride %v runs past the %d-element storage", shape, strides, s.numel)
+				return nil, u.fail("view of shape %s, stride %s runs past the %d-element storage", dims(shape), dims(strides), s.numel)
 			}
 			last += span
 		}
 		if last >= s.numel {
-			return nil, u.fail("view of shape %v, stride %v at offset %d runs past the %d-element storage", shape, strides, o, s.numel)
+			return nil, u.fail("view of shape %s, stride %s at offset %d runs past the %d-element storage", dims(shape), dims(strides), o, s.numel)
 		}
 	}
 	return &Tensor{DType: s.dtype, Shape: shape, Stride: strides, Offset: int(o), Storage: s.data, StorageKey: s.key}, nil
@@ -292,7 +307,7 @@ func (u *unpickler) ints(v any, what string) ([]int, error) {
 	for i, x := range t {
 		n, ok := x.(int64)
 		if !ok || n < 0 || n > 1<<40 {
-			return nil, u.fail("tensor %s[%d] = %v is not a valid dimension", what, i, x)
+			return nil, u.fail("tensor %s[%d] = %s is not a valid dimension", what, i, describe(x))
 		}
 		out[i] = int(n)
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // Dict is a Python dict or collections.OrderedDict with its insertion order
@@ -102,6 +104,11 @@ func (u *unpickler) fail(format string, args ...any) error {
 	return &opError{off: u.pos, reason: fmt.Sprintf(format, args...)}
 }
 
+// failLimit is fail for a value over one of the Limits.
+func (u *unpickler) failLimit(format string, args ...any) error {
+	return &opError{off: u.pos, reason: fmt.Sprintf(format, args...), err: ErrLimit}
+}
+
 func (e *opError) Error() string { return fmt.Sprintf("offset %d: %s", e.off, e.reason) }
 
 func (e *opError) Unwrap() error { return e.err }
@@ -115,9 +122,20 @@ func (u *unpickler) need(n int) ([]byte, error) {
 	return b, nil
 }
 
+// maxLine bounds the text argument of an opcode (GLOBAL, INT, LONG, FLOAT,
+// PUT, GET): a longer one is refused before it is copied or parsed.
+const maxLine = 4096
+
 func (u *unpickler) line() (string, error) {
-	i := bytes.IndexByte(u.data[u.pos:], '\n')
+	window := u.data[u.pos:]
+	if len(window) > maxLine+1 {
+		window = window[:maxLine+1]
+	}
+	i := bytes.IndexByte(window, '\n')
 	if i < 0 {
+		if len(window) > maxLine {
+			return "", u.failLimit("text argument longer than %d bytes", maxLine)
+		}
 		return "", u.fail("unterminated line")
 	}
 	s := string(u.data[u.pos : u.pos+i])
@@ -261,14 +279,20 @@ func (u *unpickler) run() (any, error) {
 					return nil, err
 				}
 				n = int(b[0])
+				if n > u.limits.MaxLongBytes {
+					return nil, u.failLimit("LONG1 of %d bytes, over the %d-byte limit", n, u.limits.MaxLongBytes)
+				}
 			} else {
 				b, err := u.need(4)
 				if err != nil {
 					return nil, err
 				}
 				n32 := int32(binary.LittleEndian.Uint32(b))
-				if n32 < 0 || int(n32) > u.limits.MaxLongBytes {
+				if n32 < 0 {
 					return nil, u.fail("LONG4 of %d bytes", n32)
+				}
+				if int(n32) > u.limits.MaxLongBytes {
+					return nil, u.failLimit("LONG4 of %d bytes, over the %d-byte limit", n32, u.limits.MaxLongBytes)
 				}
 				n = int(n32)
 			}
@@ -290,7 +314,7 @@ func (u *unpickler) run() (any, error) {
 			default:
 				v, err := strconv.ParseInt(s, 10, 64)
 				if err != nil {
-					return nil, u.fail("bad INT %q", s)
+					return nil, u.fail("bad INT %s", quote.String(s))
 				}
 				u.push(v)
 			}
@@ -300,9 +324,12 @@ func (u *unpickler) run() (any, error) {
 				return nil, err
 			}
 			s = strings.TrimSuffix(s, "L")
+			if len(s) > u.limits.MaxLongBytes { // before parsing: SetString is quadratic
+				return nil, u.failLimit("LONG of %d digits, over the %d-byte limit", len(s), u.limits.MaxLongBytes)
+			}
 			bi, ok := new(big.Int).SetString(s, 10)
-			if !ok || len(s) > u.limits.MaxLongBytes {
-				return nil, u.fail("bad LONG %q", s)
+			if !ok {
+				return nil, u.fail("bad LONG %s", quote.String(s))
 			}
 			u.push(normInt(bi))
 		case 'G': // BINFLOAT, big-endian
@@ -318,7 +345,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			v, err := strconv.ParseFloat(s, 64)
 			if err != nil {
-				return nil, u.fail("bad FLOAT %q", s)
+				return nil, u.fail("bad FLOAT %s", quote.String(s))
 			}
 			u.push(v)
 		case 'X', 0x8c, 0x8d: // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
@@ -452,7 +479,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			i, err := strconv.ParseUint(s, 10, 32)
 			if err != nil {
-				return nil, u.fail("bad PUT %q", s)
+				return nil, u.fail("bad PUT %s", quote.String(s))
 			}
 			if err := u.memoPut(uint32(i)); err != nil {
 				return nil, err
@@ -484,7 +511,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			i, err := strconv.ParseUint(s, 10, 32)
 			if err != nil {
-				return nil, u.fail("bad GET %q", s)
+				return nil, u.fail("bad GET %s", quote.String(s))
 			}
 			if err := u.memoGet(uint32(i)); err != nil {
 				return nil, err
@@ -690,6 +717,32 @@ func normInt(bi *big.Int) any {
 		return bi.Int64()
 	}
 	return bi
+}
+
+// describe shows a value taken from the pickle in an error message: scalars
+// as themselves (strings and bytes quoted and cut), anything else by type.
+func describe(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "None"
+	case string:
+		return quote.String(v)
+	case []byte:
+		return "b" + quote.Bytes(v)
+	case int64, float64, bool:
+		return fmt.Sprint(v)
+	case *big.Int:
+		return fmt.Sprintf("an int of %d bits", v.BitLen())
+	}
+	return "a " + typeName(v)
+}
+
+// dims shows a shape or stride from the pickle, at most 8 entries.
+func dims(d []int) string {
+	if len(d) <= 8 {
+		return fmt.Sprint(d)
+	}
+	return fmt.Sprintf("%v…(%d dims)", d[:8], len(d))
 }
 
 func typeName(v any) string {

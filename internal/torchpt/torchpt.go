@@ -12,18 +12,23 @@
 package torchpt
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 
+	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zip"
 
 	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // DType is a tensor element type.
@@ -129,23 +134,76 @@ func (t *Tensor) Float32() ([]float32, error) {
 	return out, nil
 }
 
-// Limits bound what a file may make the loader allocate.
+// Limits bound what a file may make the loader allocate. A zero field takes
+// DefaultLimits' value.
+//
+// No declared size is trusted: an entry is read as a stream and refused as
+// soon as it yields more than it declares, so an archive cannot make Decode
+// allocate more than the limits below, whatever its headers say.
 type Limits struct {
+	MaxPickleBytes  int64 // the data.pkl entry
 	MaxStorageBytes int64 // largest storage entry
-	MaxElements     int64 // largest tensor
-	MaxStack        int   // pickle stack depth, MARKs and list length
-	MaxMemo         int   // pickle memo entries
-	MaxLongBytes    int   // bytes of one pickled integer
+	MaxTotalBytes   int64 // all entries read, data.pkl included
+	// MaxRatio is the largest expansion of a compressed entry over 1 MiB
+	// (uncompressed bytes per compressed byte); beyond it the entry is
+	// refused as a zip bomb. torch.save stores its entries uncompressed.
+	MaxRatio    int64
+	MaxElements int64 // largest tensor
+	MaxStack    int   // pickle stack depth, MARKs and list length
+	MaxMemo     int   // pickle memo entries
+	// MaxLongBytes bounds one pickled integer: the bytes of LONG1/LONG4, the
+	// digits of a text LONG. It is checked before anything is parsed.
+	MaxLongBytes int
 }
 
-// DefaultLimits suit any real checkpoint file.
+// DefaultLimits suit any real head file (kilobytes to a few megabytes: a
+// 27B-class head is 5 MB) with a wide margin: data.pkl up to 64 MiB, one
+// storage and the whole archive up to 1 GiB, compressed entries expanding at
+// most 200:1.
 var DefaultLimits = Limits{
-	MaxStorageBytes: 1 << 36,
+	MaxPickleBytes:  64 << 20,
+	MaxStorageBytes: 1 << 30,
+	MaxTotalBytes:   1 << 30,
+	MaxRatio:        200,
 	MaxElements:     1 << 34,
 	MaxStack:        1 << 22,
 	MaxMemo:         1 << 22,
 	MaxLongBytes:    1 << 10,
 }
+
+// withDefaults fills the zero fields of l from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	set := func(v *int64, def int64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&l.MaxPickleBytes, d.MaxPickleBytes)
+	set(&l.MaxStorageBytes, d.MaxStorageBytes)
+	set(&l.MaxTotalBytes, d.MaxTotalBytes)
+	set(&l.MaxRatio, d.MaxRatio)
+	set(&l.MaxElements, d.MaxElements)
+	if l.MaxStack <= 0 {
+		l.MaxStack = d.MaxStack
+	}
+	if l.MaxMemo <= 0 {
+		l.MaxMemo = d.MaxMemo
+	}
+	if l.MaxLongBytes <= 0 {
+		l.MaxLongBytes = d.MaxLongBytes
+	}
+	return l
+}
+
+// minBombBytes is the size under which a compressed entry is never refused
+// for its compression ratio.
+const minBombBytes = 1 << 20
+
+// ErrLimit is the Err of an *Error that refuses an entry or a value over one
+// of the Limits: a declared size over its limit, an entry longer than it
+// declares, a zip bomb, a pickled integer too long.
+var ErrLimit = errors.New("torchpt: over a size limit")
 
 // Error reports a file that cannot be loaded. Entry is the archive member
 // concerned ("archive/data.pkl"), Offset the byte offset in it (-1 when
@@ -166,7 +224,7 @@ func (e *Error) Error() string {
 	b.WriteString(e.File)
 	if e.Entry != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Entry)
+		b.WriteString(entryName(e.Entry))
 	}
 	if e.Offset >= 0 {
 		fmt.Fprintf(&b, " at offset %d", e.Offset)
@@ -178,6 +236,20 @@ func (e *Error) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *Error) Unwrap() error { return e.Err }
+
+// entryName shows an archive member's name as is when it is short and
+// printable, else quoted and cut (names come from the file).
+func entryName(name string) string {
+	if len(name) > quote.Max {
+		return quote.String(name)
+	}
+	for _, r := range name {
+		if !strconv.IsPrint(r) {
+			return quote.String(name)
+		}
+	}
+	return name
+}
 
 // Load reads the torch.save archive at path.
 func Load(path string) (any, error) {
@@ -196,6 +268,7 @@ func Load(path string) (any, error) {
 // Decode reads a torch.save archive of size bytes from r; name stands for
 // the file in errors.
 func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
+	lim = lim.withDefaults()
 	fail := func(entry string, off int64, err error, format string, args ...any) error {
 		return &Error{File: name, Entry: entry, Offset: off, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
@@ -218,7 +291,7 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 		entries[f.Name] = f
 		if path.Base(f.Name) == "data.pkl" && strings.Count(f.Name, "/") == 1 {
 			if root != "" {
-				return nil, fail(f.Name, -1, nil, "second data.pkl (first in %s/)", root)
+				return nil, fail(f.Name, -1, nil, "second data.pkl (first in %s/)", entryName(root))
 			}
 			root = path.Dir(f.Name)
 		}
@@ -226,27 +299,58 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 	if root == "" {
 		return nil, fail("", -1, nil, "no <root>/data.pkl entry")
 	}
-	read := func(f *zip.File, max int64) ([]byte, error) {
-		if f.UncompressedSize64 > uint64(max) {
-			return nil, fail(f.Name, -1, nil, "entry of %d bytes exceeds the %d-byte limit", f.UncompressedSize64, max)
+	budget := lim.MaxTotalBytes // bytes left to read in all
+	// read reads one entry as a stream, trusting none of its headers: what
+	// it holds may not exceed max, the budget, what the header declares, nor
+	// (compressed) MaxRatio times its compressed size.
+	read := func(f *zip.File, maxBytes int64) ([]byte, error) {
+		declared := f.UncompressedSize64
+		limit := func(format string, args ...any) error { return fail(f.Name, -1, ErrLimit, format, args...) }
+		switch {
+		case declared > uint64(maxBytes):
+			return nil, limit("entry declares %d bytes, over the %d-byte limit", declared, maxBytes)
+		case declared > uint64(budget):
+			return nil, limit("entry declares %d bytes, over the %d bytes left of the %d-byte limit on the archive", declared, budget, lim.MaxTotalBytes)
+		case f.CompressedSize64 > uint64(size):
+			return nil, fail(f.Name, -1, nil, "entry's compressed size %d is larger than the %d-byte archive", f.CompressedSize64, size)
+		case f.Method == zip.Store && declared != f.CompressedSize64:
+			return nil, fail(f.Name, -1, nil, "stored entry declares %d bytes but occupies %d", declared, f.CompressedSize64)
+		case f.Method != zip.Store && declared > minBombBytes && declared/max(f.CompressedSize64, 1) > uint64(lim.MaxRatio):
+			return nil, limit("entry expands %d compressed bytes to %d, more than %d:1 (a zip bomb?)", f.CompressedSize64, declared, lim.MaxRatio)
 		}
-		if f.Method == zip.Store && f.UncompressedSize64 > uint64(size) {
-			return nil, fail(f.Name, -1, nil, "stored entry of %d bytes is larger than the archive", f.UncompressedSize64)
-		}
-		rc, err := f.Open()
+		raw, err := f.OpenRaw()
 		if err != nil {
 			return nil, fail(f.Name, -1, err, "%v", err)
 		}
-		defer rc.Close()
-		b := make([]byte, f.UncompressedSize64)
-		if _, err := io.ReadFull(rc, b); err != nil {
+		var src io.Reader
+		switch f.Method {
+		case zip.Store:
+			src = raw
+		case zip.Deflate:
+			fr := flate.NewReader(raw)
+			defer fr.Close()
+			src = fr
+		default:
+			return nil, fail(f.Name, -1, nil, "compression method %d is not supported", f.Method)
+		}
+		// Grow with what actually arrives rather than allocating what the
+		// header declares; stop one byte past the declared size.
+		var buf bytes.Buffer
+		buf.Grow(int(min(declared, 1<<20)))
+		h := crc32.NewIEEE()
+		n, err := buf.ReadFrom(io.TeeReader(io.LimitReader(src, int64(declared)+1), h))
+		switch {
+		case uint64(n) > declared:
+			return nil, limit("entry is longer than the %d bytes it declares", declared)
+		case err != nil:
 			return nil, fail(f.Name, -1, err, "%v", err)
+		case uint64(n) < declared:
+			return nil, fail(f.Name, -1, io.ErrUnexpectedEOF, "entry holds %d bytes, shorter than the %d it declares", n, declared)
+		case h.Sum32() != f.CRC32:
+			return nil, fail(f.Name, -1, zip.ErrChecksum, "CRC-32 %08x, the header says %08x", h.Sum32(), f.CRC32)
 		}
-		var extra [1]byte
-		if n, _ := rc.Read(extra[:]); n > 0 {
-			return nil, fail(f.Name, -1, nil, "entry longer than its declared size")
-		}
-		return b, nil
+		budget -= n
+		return buf.Bytes(), nil
 	}
 	if bo, ok := entries[root+"/byteorder"]; ok {
 		b, err := read(bo, 16)
@@ -254,11 +358,11 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 			return nil, err
 		}
 		if string(b) != "little" {
-			return nil, fail(bo.Name, -1, nil, "byte order %q is not supported", b)
+			return nil, fail(bo.Name, -1, nil, "byte order %s is not supported", quote.Bytes(b))
 		}
 	}
 	pklEntry := root + "/data.pkl"
-	pkl, err := read(entries[pklEntry], lim.MaxStorageBytes)
+	pkl, err := read(entries[pklEntry], lim.MaxPickleBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +373,7 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 			return nil, fmt.Errorf("persistent id has %d fields, want 5", len(pid))
 		}
 		if tag, _ := pid[0].(string); tag != "storage" {
-			return nil, fmt.Errorf("persistent id kind %v is not \"storage\"", pid[0])
+			return nil, fmt.Errorf("persistent id kind %s is not \"storage\"", describe(pid[0]))
 		}
 		st, ok := pid[1].(Global)
 		if !ok {
@@ -282,28 +386,28 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 			return nil, fmt.Errorf("storage type %s is not supported", st)
 		}
 		key, ok := pid[2].(string)
-		if !ok || key == "" || strings.ContainsAny(key, "/\\") || key == "." || key == ".." {
-			return nil, fmt.Errorf("bad storage key %v", pid[2])
+		if !ok || key == "" || len(key) > 256 || strings.ContainsAny(key, "/\\") || key == "." || key == ".." {
+			return nil, fmt.Errorf("bad storage key %s", describe(pid[2]))
 		}
 		if _, ok := pid[3].(string); !ok {
 			return nil, fmt.Errorf("storage location is a %s", typeName(pid[3]))
 		}
 		numel, ok := pid[4].(int64)
 		if !ok || numel < 0 || numel > lim.MaxStorageBytes/int64(dt.Size()) {
-			return nil, fmt.Errorf("storage size %v is not valid", pid[4])
+			return nil, fmt.Errorf("storage size %s is not valid", describe(pid[4]))
 		}
 		if s, ok := storages[key]; ok {
 			if s.dtype != dt || s.numel != numel {
-				return nil, fmt.Errorf("storage %s used as %s[%d] and %s[%d]", key, s.dtype, s.numel, dt, numel)
+				return nil, fmt.Errorf("storage %s used as %s[%d] and %s[%d]", quote.String(key), s.dtype, s.numel, dt, numel)
 			}
 			return s, nil
 		}
 		ent, ok := entries[root+"/data/"+key]
 		if !ok {
-			return nil, fmt.Errorf("storage %s: no entry %s/data/%s", key, root, key)
+			return nil, fmt.Errorf("storage %s: no entry %s", quote.String(key), entryName(root+"/data/"+key))
 		}
 		if want := uint64(numel) * uint64(dt.Size()); ent.UncompressedSize64 != want {
-			return nil, fmt.Errorf("storage %s: entry holds %d bytes, %s[%d] needs %d", key, ent.UncompressedSize64, dt, numel, want)
+			return nil, fmt.Errorf("storage %s: entry holds %d bytes, %s[%d] needs %d", quote.String(key), ent.UncompressedSize64, dt, numel, want)
 		}
 		data, err := read(ent, lim.MaxStorageBytes)
 		if err != nil {

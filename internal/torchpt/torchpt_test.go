@@ -347,6 +347,9 @@ func FuzzPickle(f *testing.F) {
 		}
 		z.Close()
 	}
+	for _, seed := range hardeningPickleSeeds() {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		data := makeZip(t, entry{"a/data.pkl", p}, entry{"a/data/0", st}, entry{"a/data/1", st[:8]}, entry{"a/data/2", st[:12]}, entry{"a/data/3", st[:16]})
 		v, err := Decode(bytes.NewReader(data), int64(len(data)), "fuzz.pt", fuzzLimits)
@@ -372,6 +375,9 @@ func FuzzArchive(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+	}
+	for _, seed := range hardeningArchiveSeeds(f) {
+		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, err := Decode(bytes.NewReader(data), int64(len(data)), "fuzz.pt", fuzzLimits)
