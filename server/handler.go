@@ -536,6 +536,9 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 	if r.ContentLength > h.opts.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
 	}
+	// The deadline also bounds what the server discards of a body left unread (an overloaded or timed-out one).
+	rc := http.NewResponseController(w)
+	deadline := h.opts.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout)) == nil
 	t, _ := r.Context().Value(ticketKey{}).(*ticket)
 	if t == nil {
 		t = &ticket{h: h}
@@ -544,14 +547,6 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 	if r.ContentLength > 0 {
 		if err := t.takeBytes(r.ContentLength); err != nil {
 			return nil, err
-		}
-	}
-	if h.opts.BodyTimeout > 0 {
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout)) == nil {
-			// The deadline is for the body only: a request inside the model may take longer, and the connection's
-			// read of what follows must not time out under it.
-			defer rc.SetReadDeadline(time.Time{})
 		}
 	}
 	var data []byte
@@ -566,7 +561,13 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&admittedReader{r: r.Body, t: t}), h.opts.MaxBodyBytes))
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline stays in the past: the server reads nothing more from this connection and closes it.
 		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout}
+	}
+	if deadline && err == nil {
+		// The deadline is for the body only: the model may take longer, and the server's watch for the client
+		// going away must not time out under it.
+		rc.SetReadDeadline(time.Time{})
 	}
 	return data, err
 }
