@@ -46,8 +46,8 @@ const (
 )
 
 // Options configure a Handler and, for Serve, its HTTP server. The zero value serves open (no key), with a 32 MiB
-// body limit and the defaults below, and logs to slog.Default. Durations and counts: 0 means the default, a
-// negative value means no limit.
+// body limit and the defaults below, and logs to slog.Default. For the timeouts, the connection cap and the
+// in-flight bounds, 0 means the default and a negative value means none.
 type Options struct {
 	// APIKey, when not empty, makes every path that starts with /v1 require the header
 	// "Authorization: Bearer <APIKey>", the key compared in constant time (Kev's KEV_API_KEY). The scheme word may
@@ -87,7 +87,8 @@ type Options struct {
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds a request's header (a larger one gets 431). 0 means DefaultMaxHeaderBytes.
+	// MaxHeaderBytes bounds a request's header (a larger one gets 431). 0 or negative means
+	// DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
 	// MaxConns bounds the open connections: past it, new connections wait in the listen queue until one closes.
 	// 0 means DefaultMaxConns.
@@ -285,6 +286,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set(requestIDHeader, id)
 	h.cors(rw, r)
+	if h.opts.BodyTimeout > 0 && r.ContentLength != 0 {
+		// Bounds a body no handler reads too, which the server discards after the response.
+		http.NewResponseController(rw).SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
+	}
 	if h.stopping.Load() {
 		// Clients should not send more on this connection: it closes after this response.
 		rw.Header().Set("Connection", "close")

@@ -299,6 +299,24 @@ func TestHardeningSlowBody(t *testing.T) {
 		t.Error("the connection stays open")
 	}
 	t.Logf("slow body cut after %v", took.Round(time.Millisecond))
+
+	// A body no handler reads (an unknown path) is discarded under the same deadline.
+	c = dial(t, addr)
+	fmt.Fprintf(c, "POST /nowhere HTTP/1.1\r\nHost: kev\r\nContent-Length: 1000\r\n\r\n")
+	go func() {
+		for range 1000 {
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if !c.closedWithin(3 * time.Second) {
+		t.Error("a slow body on an unknown path keeps its connection open")
+	}
 }
 
 // TestHardeningSlowBodyThenSlowModel: the body timeout does not cut a request whose model time is longer.
