@@ -1,11 +1,17 @@
 // Package server is Kev's System One HTTP API over a loaded kev.Predictor, as an http.Handler: the endpoints of
 // Kev's server with its exact bodies (FastAPI's 422s, 404s and 405s included), bearer-key auth, CORS, request ids,
-// Server-Timing, health probes for load balancers, and Prometheus metrics as a prometheus.Collector.
+// Server-Timing, health probes for load balancers, and Prometheus metrics as a prometheus.Collector. Bodies have a
+// size limit and a read timeout, and the bodies and tokens of the requests in flight are bounded (503 with
+// Retry-After past them); Handler.Serve adds the connection limits and a drain for load balancers.
 //
 //	p, err := kev.Load(ctx, "jaredpalmer/kev-4b", kev.Options{})
 //	...
 //	h := server.New(p, server.Options{APIKey: os.Getenv("KEV_API_KEY")})
-//	http.ListenAndServe(":8000", h)
+//	ln, err := net.Listen("tcp", ":8000")
+//	...
+//	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+//	defer stop()
+//	err = h.Serve(ctx, ln) // or http.ListenAndServe(":8000", h), without Serve's connection limits and drain
 package server
 
 import (
@@ -755,7 +761,7 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // openAPI is the document served at /openapi.json: the endpoints and their bodies in brief.
 const openAPI = `{"openapi":"3.1.0","info":{"title":"Kev System One","version":"1.0.0","description":"Calibrated answers to typed questions about a document (TypeSafe System One API)."},` +
 	`"paths":{` +
-	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping"}}}},` +
+	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"408":{"description":"Body not received within the body timeout"},"413":{"description":"Body over the size limit"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping, or busy: retry after Retry-After"}}}},` +
 	`"/v1/systemone/permute":{"post":{"summary":"Ask one choice question under n_perm option orders","operationId":"permute","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/PermuteRequest"}}}},"responses":{"200":{"description":"Runs, argmax stability and spread"},"422":{"description":"Validation or admission error"}}}},` +
 	`"/v1/systemone/separate":{"post":{"summary":"Answer each question in its own request","operationId":"separate","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Merged answers"},"422":{"description":"Validation or admission error"}}}},` +
 	`"/v1/models":{"get":{"summary":"Model cards and serving counters","operationId":"models","responses":{"200":{"description":"Model cards"}}}}},` +
