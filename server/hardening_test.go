@@ -88,6 +88,16 @@ func (c *rawConn) closedWithin(d time.Duration) bool {
 	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
+// trickle writes a space to c every d until it fails, 1000 at most.
+func trickle(c net.Conn, d time.Duration) {
+	for range 1000 {
+		if _, err := c.Write([]byte(" ")); err != nil {
+			return
+		}
+		time.Sleep(d)
+	}
+}
+
 const noulBody = `{"state":"s","questions":{"q":{"type":"noul"}}}`
 
 // stateBody is a request whose state is n bytes.
@@ -276,14 +286,7 @@ func TestHardeningSlowBody(t *testing.T) {
 	c := dial(t, addr)
 	start := time.Now()
 	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
-	go func() {
-		for range 1000 {
-			if _, err := c.Write([]byte(" ")); err != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	go trickle(c, 50*time.Millisecond)
 	resp, body, err := c.response(10 * time.Second)
 	took := time.Since(start)
 	if err != nil {
@@ -303,14 +306,7 @@ func TestHardeningSlowBody(t *testing.T) {
 	// A body no handler reads (an unknown path) is discarded under the same deadline.
 	c = dial(t, addr)
 	fmt.Fprintf(c, "POST /nowhere HTTP/1.1\r\nHost: kev\r\nContent-Length: 1000\r\n\r\n")
-	go func() {
-		for range 1000 {
-			if _, err := c.Write([]byte(" ")); err != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	go trickle(c, 50*time.Millisecond)
 	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 404 {
 		t.Fatalf("%v %v", resp, err)
 	}
