@@ -118,3 +118,26 @@ func watchHeap() func() uint64 {
 	}()
 	return func() uint64 { close(stop); return <-done }
 }
+
+// FuzzEncodeLimit checks that the limited encoding agrees with tokenising everything for any texts and limits.
+func FuzzEncodeLimit(f *testing.F) {
+	f.Add("a state", "an instruction", "an option", uint16(3), uint16(8), false)
+	f.Add(strings.Repeat("word ", 50), "<|box_end|> q", "opt", uint16(20), uint16(40), true)
+	f.Add("naïve café 12345 !!", "", "日本語👍🏽", uint16(1), uint16(2), false)
+	f.Add(strings.Repeat("x", 300)+"<|fim_prefix|>", "i", "o", uint16(64), uint16(65), true)
+	f.Fuzz(func(t *testing.T, state, instr, opt string, maxState, maxRow uint16, truncate bool) {
+		tok := qwen3(t)
+		rec := &Record{State: state, Questions: []RecordQuestion{
+			{ID: "a", Type: TypeChoice, Instr: instr, Options: []string{opt, opt + opt}, Keys: []string{"x", "y"}},
+		}}
+		opts := EncodeOptions{Truncate: truncate, MaxState: int(maxState%512) + 1, MaxRow: int(maxRow%1024) + 1}
+		got, gerr := Encode(tok, rec, opts)
+		want, werr := Encode(plainTokenizer{tok}, rec, opts)
+		if (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("%+v: limited %v, whole %v", opts, gerr, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%+v: encodings differ", opts)
+		}
+	})
+}
