@@ -77,7 +77,7 @@ func TestServeConfig(t *testing.T) {
 	}
 	if h := cfg.hopts; h.BodyTimeout != 5*time.Second || h.IdleTimeout != 2*time.Minute || h.ReadHeaderTimeout != 4*time.Second ||
 		h.MaxHeaderBytes != 8192 || h.MaxConns != -1 || h.MaxInflightBytes != 1<<20 || h.MaxInflightTokens != 1000 ||
-		h.DrainGrace != 0 || h.DrainTimeout != time.Minute {
+		h.DrainGrace != -1 || h.DrainTimeout != time.Minute {
 		t.Errorf("server limits from flags and the environment: %+v", h)
 	}
 	cfg, err = serveConfigFrom(nil, env())

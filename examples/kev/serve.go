@@ -57,7 +57,7 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 		addr = "127.0.0.1:8008"
 	}
 	fs.StringVar(&cfg.addr, "addr", addr, "listen address (KEV_ADDR)")
-	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, the longest wait for requests in flight")
+	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, after the drain grace, the longest wait for requests still in flight")
 	limits := envReader{getenv: getenv}
 	limitFlags(fs, &limits, &cfg.hopts)
 	if err := parseFlags(fs, args); err != nil {
@@ -66,6 +66,7 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 	if limits.err != nil {
 		return cfg, limits.err
 	}
+	zeroMeansNone(&cfg.hopts)
 	if mf.checkpoint == "" {
 		mf.checkpoint = getenv("KEV_RUN")
 	}
@@ -97,7 +98,7 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 }
 
 // limitFlags registers the HTTP server's limits, each defaulting to its KEV_* variable, else the server's
-// default. A negative value turns a limit off.
+// default. 0 or a negative value turns a limit off (but for -max-header-bytes).
 func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
 	fs.DurationVar(&o.BodyTimeout, "body-timeout", env.duration("KEV_BODY_TIMEOUT", server.DefaultBodyTimeout),
 		"longest time to receive a request body; slower clients get 408 (KEV_BODY_TIMEOUT)")
@@ -115,6 +116,24 @@ func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
 		"most encoded tokens queued for or inside the model at once; more get 503 with Retry-After (KEV_MAX_INFLIGHT_TOKENS)")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", env.duration("KEV_DRAIN_GRACE", server.DefaultDrainGrace),
 		"at SIGINT/SIGTERM, how long the listener stays open answering 503 (and /readyz 503) before it closes (KEV_DRAIN_GRACE)")
+}
+
+// zeroMeansNone turns the limits given as 0 into "none" (negative): the flags show their real defaults, so a 0
+// there asks for no limit, where server.Options' 0 would mean the default.
+func zeroMeansNone(o *server.Options) {
+	for _, d := range []*time.Duration{&o.BodyTimeout, &o.IdleTimeout, &o.ReadHeaderTimeout, &o.DrainGrace} {
+		if *d == 0 {
+			*d = -1
+		}
+	}
+	for _, n := range []*int{&o.MaxConns, &o.MaxInflightTokens} {
+		if *n == 0 {
+			*n = -1
+		}
+	}
+	if o.MaxInflightBytes == 0 {
+		o.MaxInflightBytes = -1
+	}
 }
 
 // duration reads a Go duration ("30s", "2m"), def when unset.
