@@ -216,7 +216,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		}
 	}()
 
-	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline)
+	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline, false)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if err != nil {
 		return nil, loadError(headPath, err)
 	}
-	baseDir, err := resolveBase(ctx, runDir, head, opts)
+	baseDir, err := resolveBase(ctx, runDir, head, opts, !runSnap.Local)
 	if err != nil {
 		return nil, err
 	}
@@ -305,8 +305,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 }
 
 // resolveModel finds the directory of a model: a local directory as is (it must hold the required files),
-// or a hub name through the hub cache.
-func resolveModel(ctx context.Context, name string, base bool, offline bool) (string, *hub.Snapshot, error) {
+// or a hub name through the hub cache. With hubOnly (a name read from a file that came from the hub), the name is
+// only ever a hub name.
+func resolveModel(ctx context.Context, name string, base, offline, hubOnly bool) (string, *hub.Snapshot, error) {
 	required := []string{checkpoint.HeadFile}
 	if base {
 		required = []string{checkpoint.ConfigFile, "tokenizer.json"}
@@ -314,7 +315,9 @@ func resolveModel(ctx context.Context, name string, base bool, offline bool) (st
 	if name == "" {
 		return "", nil, &LoadError{Err: errors.New("no checkpoint named")}
 	}
-	if fi, err := os.Stat(name); err == nil {
+	if hubOnly {
+		// never a local directory
+	} else if fi, err := os.Stat(name); err == nil {
 		if !fi.IsDir() {
 			return "", nil, &LoadError{File: name, Err: errors.New("not a directory")}
 		}
@@ -333,7 +336,7 @@ func resolveModel(ctx context.Context, name string, base bool, offline bool) (st
 	if _, err := hub.ParseName(name); err != nil {
 		return "", nil, &LoadError{File: name, Err: fmt.Errorf("neither a directory nor a hub name: %w", err)}
 	}
-	snap, err := hub.Fetch(ctx, name, hub.Options{Offline: offline, Required: required})
+	snap, err := hub.Fetch(ctx, name, hub.Options{Offline: offline, Required: required, HubOnly: hubOnly})
 	if err != nil {
 		return "", nil, &LoadError{File: name, Err: err}
 	}
@@ -357,10 +360,11 @@ func looksLikePath(name string) bool {
 }
 
 // resolveBase finds the base model's directory: Options.Base, else a full-weight checkpoint's own directory when it
-// carries the tokenizer, else head.pt's base at its base_revision.
-func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts Options) (string, error) {
+// carries the tokenizer, else head.pt's base at its base_revision. The base named by a checkpoint from the hub
+// (fromHub) must be a hub name, and is fetched from the hub even where a local directory has that name.
+func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts Options, fromHub bool) (string, error) {
 	if opts.Base != "" {
-		dir, _, err := resolveModel(ctx, opts.Base, true, opts.Offline)
+		dir, _, err := resolveModel(ctx, opts.Base, true, opts.Offline, false)
 		return dir, err
 	}
 	if head.Weights == "full" {
@@ -375,7 +379,14 @@ func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts
 	if head.BaseRevision != "" {
 		name += "@" + head.BaseRevision
 	}
-	dir, _, err := resolveModel(ctx, name, true, opts.Offline)
+	if fromHub {
+		headPath := filepath.Join(runDir, checkpoint.HeadFile)
+		var err error
+		if name, err = head.HubBase(headPath); err != nil {
+			return "", loadError(headPath, err)
+		}
+	}
+	dir, _, err := resolveModel(ctx, name, true, opts.Offline, fromHub)
 	return dir, err
 }
 
@@ -536,6 +547,11 @@ func (p *Predictor) submitOnce(ctx context.Context, req *systemone.Request) (*sy
 	if err != nil {
 		return nil, nil, result{}, err
 	}
+	release, err := systemone.AdmitTokens(ctx, enc.InputTokens()) // the HTTP server's bound on tokens in flight
+	if err != nil {
+		return nil, nil, result{}, err
+	}
+	defer release()
 	c := newCall(ctx, enc)
 	if err := p.dispatch(c); err != nil {
 		return nil, nil, result{}, err

@@ -1,11 +1,17 @@
 // Package server is Kev's System One HTTP API over a loaded kev.Predictor, as an http.Handler: the endpoints of
 // Kev's server with its exact bodies (FastAPI's 422s, 404s and 405s included), bearer-key auth, CORS, request ids,
-// Server-Timing, health probes for load balancers, and Prometheus metrics as a prometheus.Collector.
+// Server-Timing, health probes for load balancers, and Prometheus metrics as a prometheus.Collector. Bodies have a
+// size limit and a read timeout, and the bodies and tokens of the requests in flight are bounded (503 with
+// Retry-After past them); Handler.Serve adds the connection limits and a drain for load balancers.
 //
 //	p, err := kev.Load(ctx, "jaredpalmer/kev-4b", kev.Options{})
 //	...
 //	h := server.New(p, server.Options{APIKey: os.Getenv("KEV_API_KEY")})
-//	http.ListenAndServe(":8000", h)
+//	ln, err := net.Listen("tcp", ":8000")
+//	...
+//	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+//	defer stop()
+//	err = h.Serve(ctx, ln) // or http.ListenAndServe(":8000", h), without Serve's connection limits and drain
 package server
 
 import (
@@ -19,6 +25,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,12 +51,14 @@ const (
 	serverTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
 )
 
-// Options configure a Handler. The zero value serves open (no key), with a 32 MiB body limit, and logs to
-// slog.Default.
+// Options configure a Handler and, for Serve, its HTTP server. The zero value serves open (no key), with a 32 MiB
+// body limit and the defaults below, and logs to slog.Default. For the timeouts, the connection cap and the
+// in-flight bounds, 0 means the default and a negative value means none.
 type Options struct {
 	// APIKey, when not empty, makes every path that starts with /v1 require the header
-	// "Authorization: Bearer <APIKey>", compared in constant time (Kev's KEV_API_KEY). The health probes,
-	// /metrics and /openapi.json never need it.
+	// "Authorization: Bearer <APIKey>", the key compared in constant time (Kev's KEV_API_KEY). The scheme word may
+	// be in any case ("bearer", as RFC 7235 and FastAPI's HTTPBearer allow; Kev's own server wants "Bearer").
+	// The health probes, /metrics and /openapi.json never need it.
 	APIKey string
 
 	// AuthPreflight reproduces a quirk of Kev's server: with a key set, a CORS preflight (OPTIONS) to /v1 gets the
@@ -59,6 +68,44 @@ type Options struct {
 
 	// MaxBodyBytes limits a request body; a larger one gets 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+
+	// BodyTimeout bounds the time to receive a request body, from when its header has been read: a slower client
+	// gets 408 and its connection is closed. 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+
+	// MaxInflightBytes bounds the bodies of the model requests being read and answered at once: a request whose
+	// body would go past it gets 503 with Retry-After, before its body is read when it declares its length. It is
+	// never less than MaxBodyBytes. 0 means DefaultMaxInflightBytes.
+	MaxInflightBytes int64
+
+	// MaxInflightTokens bounds the encoded tokens of the model requests queued or running at once: one that would
+	// go past it gets 503 with Retry-After (a request larger than the bound still runs when it is alone).
+	// 0 means DefaultMaxInflightTokens.
+	MaxInflightTokens int
+
+	// RetryAfter is the Retry-After of a 503 for a server over MaxInflightBytes or MaxInflightTokens, in whole
+	// seconds. 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
+
+	// The HTTP server's limits, used by Serve (set them on your own http.Server otherwise).
+
+	// ReadHeaderTimeout bounds the time to read a request's header. 0 means DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long. 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header (a larger one gets 431). 0 or negative means
+	// DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// MaxConns bounds the open connections: past it, new connections wait in the listen queue until one closes.
+	// 0 means DefaultMaxConns.
+	MaxConns int
+	// DrainGrace is how long Serve keeps its listener open after ctx ends, answering 503 with Connection: close
+	// (and /readyz 503) while requests in flight finish, so that load balancers see the server go unready before
+	// it stops listening. 0 means DefaultDrainGrace.
+	DrainGrace time.Duration
+	// DrainTimeout is how long Serve then waits for requests still in flight after the listener closes. 0 means
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 
 	// Logger gets one record per request and every server error. Nil: slog.Default().
 	Logger *slog.Logger
@@ -96,7 +143,9 @@ type Handler struct {
 	metrics *metrics
 	gather  http.Handler // GET /metrics: this handler's own registry
 	log     *slog.Logger
-	authz   []byte // "Bearer <key>", or nil when open
+	key     []byte // the API key, or nil when open
+	bytes   budget // body bytes in flight
+	tokens  budget // encoded tokens in flight
 
 	draining atomic.Bool
 	stopping atomic.Bool
@@ -116,16 +165,15 @@ func New(p *kev.Predictor, opts Options) *Handler {
 
 // newHandler returns a Handler serving m.
 func newHandler(m model, opts Options) *Handler {
-	h := &Handler{model: m, opts: opts, tok: m.Tokenizer(), metrics: newMetrics(m.Card), log: opts.Logger}
-	if h.opts.MaxBodyBytes <= 0 {
-		h.opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	h := &Handler{model: m, opts: opts.withDefaults(), tok: m.Tokenizer(), metrics: newMetrics(m.Card), log: opts.Logger}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
 	if opts.APIKey != "" {
-		h.authz = []byte("Bearer " + opts.APIKey)
+		h.key = []byte(opts.APIKey)
 	}
+	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, retryAfter: h.opts.RetryAfter}
+	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), retryAfter: h.opts.RetryAfter}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.metrics)
 	h.gather = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{h.log}})
@@ -245,6 +293,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set(requestIDHeader, id)
 	h.cors(rw, r)
+	if h.opts.BodyTimeout > 0 && r.ContentLength != 0 {
+		// Bounds a body no handler reads too, which the server discards after the response.
+		http.NewResponseController(rw).SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
+	}
 	if h.stopping.Load() {
 		// Clients should not send more on this connection: it closes after this response.
 		rw.Header().Set("Connection", "close")
@@ -297,17 +349,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer h.leave()
+		t := &ticket{h: h}
+		defer t.done()
+		ctx := systemone.WithAdmitter(context.WithValue(r.Context(), ticketKey{}, t), t)
+		r = r.WithContext(ctx)
 	}
 	rt.serve(h, rw, r)
 }
 
+// ticketKey keys a model request's *ticket in its context.
+type ticketKey struct{}
+
 // authorized reports whether r may pass the key check: always when no key is set or the path does not start
-// with /v1; otherwise when its Authorization header is exactly "Bearer <key>".
+// with /v1; otherwise when its Authorization header is the scheme "Bearer", in any case, one space and the key
+// (as FastAPI's HTTPBearer splits it).
 func (h *Handler) authorized(r *http.Request) bool {
-	if h.authz == nil || !strings.HasPrefix(r.URL.Path, "/v1") {
+	if h.key == nil || !strings.HasPrefix(r.URL.Path, "/v1") {
 		return true
 	}
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.authz) == 1
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(cred), h.key) == 1
 }
 
 // notFound answers an unknown path: a 307 to the same path with the trailing slash toggled when that is a route
@@ -407,6 +468,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *systemone.ValidationError
 	var pe *pyjson.ParseError
 	var mbe *http.MaxBytesError
+	var oe *systemone.OverloadError
+	var bte *BodyTimeoutError
 	switch {
 	case errors.As(err, &ve):
 		h.writeJSON(w, http.StatusUnprocessableEntity, ve.Detail())
@@ -414,6 +477,16 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
+	case errors.As(err, &oe):
+		secs := max(1, int64((oe.RetryAfter+time.Second-1)/time.Second))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		if oe.Resource == "bytes" {
+			w.Header().Set("Connection", "close") // the body is not read
+		}
+		h.detail(w, http.StatusServiceUnavailable, oe.Error())
+	case errors.As(err, &bte):
+		w.Header().Set("Connection", "close")
+		h.detail(w, http.StatusRequestTimeout, bte.Error())
 	case errors.Is(err, errStopping), errors.Is(err, kev.ErrClosed):
 		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
 	default:
@@ -441,10 +514,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // an empty body is null; a body whose Content-Type is not JSON stays raw text (which then fails validation); JSON
 // syntax errors are json_invalid validation errors; bytes that are not text are a *pyjson.ParseError.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value, error) {
-	if r.ContentLength > h.opts.MaxBodyBytes {
-		return pyjson.Value{}, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	data, err := h.bodyBytes(w, r)
 	if err != nil {
 		return pyjson.Value{}, err
 	}
@@ -469,6 +539,75 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value
 		return pyjson.Value{}, err
 	}
 	return v, nil
+}
+
+// bodyBytes reads the request body within the size limit, the body timeout and the bound on body bytes in flight:
+// a body that declares its length is admitted (or refused with an *systemone.OverloadError) before it is read, and
+// read into a buffer of that size; a chunked one is admitted as it arrives.
+func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > h.opts.MaxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
+	}
+	// The deadline also bounds what the server discards of a body left unread (an overloaded or timed-out one).
+	rc := http.NewResponseController(w)
+	deadline := h.opts.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout)) == nil
+	t, _ := r.Context().Value(ticketKey{}).(*ticket)
+	if t == nil {
+		t = &ticket{h: h}
+		defer t.done()
+	}
+	if r.ContentLength > 0 {
+		if err := t.takeBytes(r.ContentLength); err != nil {
+			return nil, err
+		}
+	}
+	var data []byte
+	var err error
+	if r.ContentLength >= 0 {
+		data = make([]byte, r.ContentLength)
+		if _, err = io.ReadFull(r.Body, data); err == nil {
+			var one [1]byte
+			r.Body.Read(one[:]) // reaches EOF, from when the server watches for the client going away
+		}
+	} else {
+		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&admittedReader{r: r.Body, t: t}), h.opts.MaxBodyBytes))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The deadline stays in the past: the server reads nothing more from this connection and closes it.
+		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout}
+	}
+	if deadline && err == nil {
+		// The deadline is for the body only: the model may take longer, and the server's watch for the client
+		// going away must not time out under it.
+		rc.SetReadDeadline(time.Time{})
+	}
+	return data, err
+}
+
+// admittedReader reserves the bytes of a body of unknown length as they are read.
+type admittedReader struct {
+	r io.Reader
+	t *ticket
+}
+
+func (a *admittedReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		if aerr := a.t.takeBytes(int64(n)); aerr != nil {
+			return n, aerr
+		}
+	}
+	return n, err
+}
+
+// BodyTimeoutError reports a request body not received within Options.BodyTimeout (HTTP 408).
+type BodyTimeoutError struct {
+	Timeout time.Duration
+}
+
+// Error says how long the server waited.
+func (e *BodyTimeoutError) Error() string {
+	return "request body not received within " + e.Timeout.String()
 }
 
 // jsonContentType reports whether FastAPI reads a body of this Content-Type as JSON: application/json or
@@ -623,7 +762,7 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // openAPI is the document served at /openapi.json: the endpoints and their bodies in brief.
 const openAPI = `{"openapi":"3.1.0","info":{"title":"Kev System One","version":"1.0.0","description":"Calibrated answers to typed questions about a document (TypeSafe System One API)."},` +
 	`"paths":{` +
-	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping"}}}},` +
+	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"408":{"description":"Body not received within the body timeout"},"413":{"description":"Body over the size limit"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping, or busy: retry after Retry-After"}}}},` +
 	`"/v1/systemone/permute":{"post":{"summary":"Ask one choice question under n_perm option orders","operationId":"permute","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/PermuteRequest"}}}},"responses":{"200":{"description":"Runs, argmax stability and spread"},"422":{"description":"Validation or admission error"}}}},` +
 	`"/v1/systemone/separate":{"post":{"summary":"Answer each question in its own request","operationId":"separate","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Merged answers"},"422":{"description":"Validation or admission error"}}}},` +
 	`"/v1/models":{"get":{"summary":"Model cards and serving counters","operationId":"models","responses":{"200":{"description":"Model cards"}}}}},` +

@@ -60,10 +60,11 @@ type fakeModel struct {
 	err        error
 	panics     bool
 
-	started chan struct{}
-	block   chan struct{}
-	calls   atomic.Int64
-	card    systemone.ModelCard
+	started    chan struct{}
+	block      chan struct{}
+	blockLarge int // with block: only states of this many bytes or more block
+	calls      atomic.Int64
+	card       systemone.ModelCard
 }
 
 func (f *fakeModel) Card() systemone.ModelCard { return f.card }
@@ -79,16 +80,22 @@ func (f *fakeModel) Do(ctx context.Context, req *systemone.Request) (*systemone.
 	if f.maxState > 0 && len(rec.State)+1 > f.maxState {
 		return nil, &systemone.StateTooLongError{Tokens: len(rec.State) + 1, Limit: f.maxState}
 	}
+	release, err := systemone.AdmitTokens(ctx, len(rec.State)+1) // as the predictor does, state bytes as tokens
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if f.err != nil {
 		return nil, f.err
 	}
 	if f.panics {
 		panic("fake model failure")
 	}
-	if f.started != nil {
+	blocks := f.block != nil && len(rec.State) >= f.blockLarge
+	if f.started != nil && (blocks || f.block == nil) {
 		f.started <- struct{}{}
 	}
-	if f.block != nil {
+	if blocks {
 		select {
 		case <-f.block:
 		case <-ctx.Done():
@@ -667,7 +674,7 @@ func TestAuth(t *testing.T) {
 	}{
 		{"GET", "/v1/models", "", 401},
 		{"GET", "/v1/models", "Bearer wrong", 401},
-		{"GET", "/v1/models", "bearer secret", 401},
+		{"GET", "/v1/models", "bearer secret", 200}, // any case of the scheme (TestHardeningBearerSchemeCase)
 		{"GET", "/v1/models", "Bearer  secret", 401},
 		{"GET", "/v1/models", "Bearer secre", 401},
 		{"GET", "/v1/models", "Bearer secret", 200},

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kevgo/kev/server"
 )
 
 func TestServeConfig(t *testing.T) {
@@ -64,6 +66,31 @@ func TestServeConfig(t *testing.T) {
 		_, err := serveConfigFrom(nil, env(bad...))
 		var ue *usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+	}
+	cfg, err = serveConfigFrom([]string{"-body-timeout", "5s", "-max-conns", "-1", "-drain-grace", "0s"},
+		env("KEV_BODY_TIMEOUT", "9s", "KEV_IDLE_TIMEOUT", "2m", "KEV_HEADER_TIMEOUT", "4s", "KEV_MAX_HEADER_BYTES", "8192",
+			"KEV_MAX_CONNS", "64", "KEV_MAX_INFLIGHT_BYTES", "1048576", "KEV_MAX_INFLIGHT_TOKENS", "1000", "KEV_DRAIN_GRACE", "30s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.BodyTimeout != 5*time.Second || h.IdleTimeout != 2*time.Minute || h.ReadHeaderTimeout != 4*time.Second ||
+		h.MaxHeaderBytes != 8192 || h.MaxConns != -1 || h.MaxInflightBytes != 1<<20 || h.MaxInflightTokens != 1000 ||
+		h.DrainGrace != -1 || h.DrainTimeout != time.Minute {
+		t.Errorf("server limits from flags and the environment: %+v", h)
+	}
+	cfg, err = serveConfigFrom(nil, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.BodyTimeout != server.DefaultBodyTimeout || h.IdleTimeout != server.DefaultIdleTimeout ||
+		h.MaxConns != server.DefaultMaxConns || h.MaxInflightBytes != server.DefaultMaxInflightBytes ||
+		h.DrainGrace != server.DefaultDrainGrace {
+		t.Errorf("server limits by default: %+v", h)
+	}
+	for _, bad := range [][]string{{"KEV_BODY_TIMEOUT", "soon"}, {"KEV_MAX_CONNS", "many"}} {
+		if _, err := serveConfigFrom(nil, env(bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
 		}
 	}
@@ -134,7 +161,7 @@ var (
 // TestServeShutdownDrains serves the bundled checkpoint, starts requests, shuts down while they are inside, and
 // checks every one of them is answered; the listener takes nothing after.
 func TestServeShutdownDrains(t *testing.T) {
-	cfg, err := serveConfigFrom([]string{"-addr", "127.0.0.1:0"}, func(k string) string {
+	cfg, err := serveConfigFrom([]string{"-addr", "127.0.0.1:0", "-drain-grace", "200ms"}, func(k string) string {
 		if k == "KEV_API_KEY" {
 			return "secret"
 		}
@@ -221,7 +248,7 @@ func TestServeShutdownDrains(t *testing.T) {
 // TestServeSignal runs the command itself and stops it with SIGTERM.
 func TestServeSignal(t *testing.T) {
 	addr, done, logs := startServe(t, func() error {
-		return serveCommand([]string{"-addr", "127.0.0.1:0", "-drain", "10s"})
+		return serveCommand([]string{"-addr", "127.0.0.1:0", "-drain", "10s", "-drain-grace", "200ms"})
 	})
 	resp, err := http.Get("http://" + addr + "/v1/models")
 	if err != nil {

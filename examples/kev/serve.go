@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -58,10 +57,16 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 		addr = "127.0.0.1:8008"
 	}
 	fs.StringVar(&cfg.addr, "addr", addr, "listen address (KEV_ADDR)")
-	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, the longest wait for requests in flight")
+	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, after the drain grace, the longest wait for requests still in flight")
+	limits := envReader{getenv: getenv}
+	limitFlags(fs, &limits, &cfg.hopts)
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
+	if limits.err != nil {
+		return cfg, limits.err
+	}
+	zeroMeansNone(&cfg.hopts)
 	if mf.checkpoint == "" {
 		mf.checkpoint = getenv("KEV_RUN")
 	}
@@ -88,7 +93,75 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 	}
 	cfg.opts = opts
 	cfg.hopts.APIKey = getenv("KEV_API_KEY")
+	cfg.hopts.DrainTimeout = cfg.drain
 	return cfg, nil
+}
+
+// limitFlags registers the HTTP server's limits, each defaulting to its KEV_* variable, else the server's
+// default. 0 or a negative value turns a limit off (but for -max-header-bytes).
+func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
+	fs.DurationVar(&o.BodyTimeout, "body-timeout", env.duration("KEV_BODY_TIMEOUT", server.DefaultBodyTimeout),
+		"longest time to receive a request body; slower clients get 408 (KEV_BODY_TIMEOUT)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", env.duration("KEV_IDLE_TIMEOUT", server.DefaultIdleTimeout),
+		"close keep-alive connections idle this long (KEV_IDLE_TIMEOUT)")
+	fs.DurationVar(&o.ReadHeaderTimeout, "header-timeout", env.duration("KEV_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout),
+		"longest time to receive a request's header (KEV_HEADER_TIMEOUT)")
+	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", env.signed("KEV_MAX_HEADER_BYTES", server.DefaultMaxHeaderBytes),
+		"largest request header; larger ones get 431 (KEV_MAX_HEADER_BYTES)")
+	fs.IntVar(&o.MaxConns, "max-conns", env.signed("KEV_MAX_CONNS", server.DefaultMaxConns),
+		"most connections open at once; more wait to be accepted (KEV_MAX_CONNS)")
+	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", int64(env.signed("KEV_MAX_INFLIGHT_BYTES", server.DefaultMaxInflightBytes)),
+		"most request-body bytes read and answered at once; more get 503 with Retry-After (KEV_MAX_INFLIGHT_BYTES)")
+	fs.IntVar(&o.MaxInflightTokens, "max-inflight-tokens", env.signed("KEV_MAX_INFLIGHT_TOKENS", server.DefaultMaxInflightTokens),
+		"most encoded tokens queued for or inside the model at once; more get 503 with Retry-After (KEV_MAX_INFLIGHT_TOKENS)")
+	fs.DurationVar(&o.DrainGrace, "drain-grace", env.duration("KEV_DRAIN_GRACE", server.DefaultDrainGrace),
+		"at SIGINT/SIGTERM, how long the listener stays open answering 503 (and /readyz 503) before it closes (KEV_DRAIN_GRACE)")
+}
+
+// zeroMeansNone turns the limits given as 0 into "none" (negative): the flags show their real defaults, so a 0
+// there asks for no limit, where server.Options' 0 would mean the default.
+func zeroMeansNone(o *server.Options) {
+	for _, d := range []*time.Duration{&o.BodyTimeout, &o.IdleTimeout, &o.ReadHeaderTimeout, &o.DrainGrace} {
+		if *d == 0 {
+			*d = -1
+		}
+	}
+	for _, n := range []*int{&o.MaxConns, &o.MaxInflightTokens} {
+		if *n == 0 {
+			*n = -1
+		}
+	}
+	if o.MaxInflightBytes == 0 {
+		o.MaxInflightBytes = -1
+	}
+}
+
+// duration reads a Go duration ("30s", "2m"), def when unset.
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	v := e.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.fail(name, v, "a duration such as 30s")
+		return def
+	}
+	return d
+}
+
+// signed reads a whole number (negative: no limit), def when unset.
+func (e *envReader) signed(name string, def int) int {
+	v := e.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.fail(name, v, "a whole number")
+		return def
+	}
+	return n
 }
 
 // envReader parses KEV_* variables, keeping the first error.
@@ -141,9 +214,10 @@ func (e *envReader) float(name string) float64 {
 	return f
 }
 
-// serve loads the model, serves it until ctx ends, then shuts down gracefully: the model endpoints answer 503 to
-// new requests from then on, the listener closes, every request already inside is answered (within cfg.drain),
-// and the model finishes what it queued before it is closed.
+// serve loads the model, serves it until ctx ends, then drains (server.Handler.Serve): /readyz and the model
+// endpoints answer 503 with Connection: close for the drain grace while the listener stays open, then the listener
+// closes and every request already inside is answered (within cfg.drain); the model finishes what it queued
+// before it is closed.
 func serve(ctx context.Context, cfg serveConfig) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg.opts.Logger = log
@@ -158,7 +232,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	info := p.Info()
 	auth := "open"
 	if cfg.hopts.APIKey != "" {
@@ -166,23 +239,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	log.Info("kev: serving", "run", info.Run, "base", info.Base, "device", info.Device, "dtype", info.DType,
 		"url", "http://"+ln.Addr().String(), "auth", auth)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	if serveReady != nil {
 		serveReady(ln.Addr().String())
 	}
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("kev: stopping: answering 503 to new requests, finishing those in flight")
-	h.Stop()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.drain)
-	defer cancel()
-	err = srv.Shutdown(sctx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+	err = h.Serve(ctx, ln)
+	if ctx.Err() == nil {
+		return err // serving failed
 	}
 	if cerr := p.Close(); err == nil {
 		err = cerr

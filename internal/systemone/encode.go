@@ -80,6 +80,35 @@ func UserTokens(tok Tokenizer, text string) []int {
 	return tok.Encode(Escape(text))
 }
 
+// LimitTokenizer is a Tokenizer that encodes caller text up to a limit with memory for the limit, not for the
+// text (the tokenizer package's does): Encode uses it, when the tokenizer has it, so that a state far over the
+// limit costs no more memory than one at the limit.
+type LimitTokenizer interface {
+	Tokenizer
+	// EncodeEscapedLimit returns Encode(Escape(text))[:min(n, max)] for its n ids, and whether n > max.
+	EncodeEscapedLimit(text string, max int) (ids []int, truncated bool)
+	// CountEscaped returns len(Encode(Escape(text))).
+	CountEscaped(text string) int
+}
+
+// userTokensLimit returns UserTokens(tok, text) cut to its first max ids, and the uncut count n. With a
+// LimitTokenizer, no more than limit ids (and one chunk) are ever held, and a text over the limit is only counted.
+func userTokensLimit(tok Tokenizer, text string, limit int) (ids []int, n int) {
+	if lt, ok := tok.(LimitTokenizer); ok {
+		ids, over := lt.EncodeEscapedLimit(text, limit)
+		if !over {
+			return ids, len(ids)
+		}
+		return ids, lt.CountEscaped(text)
+	}
+	ids = UserTokens(tok, text)
+	n = len(ids)
+	if n > limit {
+		ids = ids[:limit:limit]
+	}
+	return ids, n
+}
+
 // EncodeOptions set the limits Encode applies. The zero value is Kev's serving admission: strict, with the
 // 65,536-token state and 73,728-token row limits.
 type EncodeOptions struct {
@@ -177,13 +206,10 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 	if err != nil {
 		return nil, err
 	}
-	state := UserTokens(tok, rec.State)
-	n := len(state) + 1
+	state, full := userTokensLimit(tok, rec.State, maxState-1)
+	n := full + 1
 	if n > maxState && !opts.Truncate {
 		return nil, &StateTooLongError{Tokens: n, Limit: maxState}
-	}
-	if len(state) > maxState-1 {
-		state = state[:maxState-1]
 	}
 	ls := len(state) + 1
 	e := &Encoding{StateLen: ls, StateTokens: n, Truncated: n > maxState}
@@ -194,17 +220,29 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 		e.Pos[i] = i
 	}
 	for k, q := range rec.Questions {
-		br := append([]int{d.Q}, UserTokens(tok, q.Instr)...)
+		// The branch is encoded only up to the room the row leaves beside the state; past it, its pieces are only
+		// counted, for the message.
+		room := maxRow - ls
+		full := 1
+		piece := func(text string) []int {
+			ids, n := userTokensLimit(tok, text, max(0, room-full))
+			full += n
+			return ids
+		}
+		br := append([]int{d.Q}, piece(q.Instr)...)
 		ends := make([]int, 0, len(q.Options))
 		for _, o := range q.Options {
 			br = append(br, d.Opt)
-			br = append(br, UserTokens(tok, o)...)
+			full++
+			br = append(br, piece(o)...)
 			br = append(br, d.OptEnd)
+			full++
 			ends = append(ends, len(br)-1)
 		}
 		br = append(br, d.Decide)
-		if len(br) > maxRow-ls {
-			return nil, &RowTooLongError{Question: k, ID: q.ID, Tokens: len(br), StateLen: ls, Limit: maxRow}
+		full++
+		if full > room {
+			return nil, &RowTooLongError{Question: k, ID: q.ID, Tokens: full, StateLen: ls, Limit: maxRow}
 		}
 		base := len(e.IDs)
 		e.IDs = append(e.IDs, br...)

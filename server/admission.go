@@ -1,0 +1,116 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kevgo/kev/internal/systemone"
+)
+
+// Defaults of the admission bounds (Options.MaxInflightBytes, MaxInflightTokens, RetryAfter).
+const (
+	// DefaultMaxInflightBytes bounds the request bodies being read and answered at once: four bodies at the
+	// default 32 MiB limit, thousands of ordinary ones. The memory they take is a few times their size (the body,
+	// its parsed JSON and the rendered state), under 1 GB at this bound.
+	DefaultMaxInflightBytes = 128 << 20
+	// DefaultMaxInflightTokens bounds the encoded tokens of the requests queued for or inside the model at once:
+	// 64 requests at the 65,536-token state limit.
+	DefaultMaxInflightTokens = 64 * systemone.MaxStateTokens
+	// DefaultRetryAfter is the Retry-After of a 503 for a server over an admission bound.
+	DefaultRetryAfter = time.Second
+)
+
+// budget is a bound on a resource that requests in flight hold (body bytes or tokens).
+type budget struct {
+	resource   string // "bytes" or "tokens"
+	limit      int64  // <= 0: none
+	retryAfter time.Duration
+
+	mu   sync.Mutex
+	used int64
+}
+
+// acquire takes n of the budget for a request that already holds own of it. It fails when the requests in flight
+// would hold more than the limit, unless no other request holds any (a request larger than the whole budget then
+// runs alone rather than never).
+func (b *budget) acquire(n, own int64) error {
+	if b.limit <= 0 || n <= 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit && b.used > own {
+		return &systemone.OverloadError{Resource: b.resource, Want: n, InFlight: b.used, Limit: b.limit, RetryAfter: b.retryAfter}
+	}
+	b.used += n
+	return nil
+}
+
+// release gives back n.
+func (b *budget) release(n int64) {
+	if b.limit <= 0 || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+// inUse returns what the requests in flight hold.
+func (b *budget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// ticket is one HTTP request's share of the budgets; it admits the request's model calls (systemone.Admitter).
+type ticket struct {
+	h *Handler
+
+	mu     sync.Mutex
+	bytes  int64
+	tokens int64
+}
+
+// takeBytes reserves n more body bytes.
+func (t *ticket) takeBytes(n int64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.h.bytes.acquire(n, t.bytes); err != nil {
+		return err
+	}
+	t.bytes += n
+	return nil
+}
+
+// Admit reserves the tokens of one encoded model call until release (systemone.Admitter).
+func (t *ticket) Admit(tokens int) (func(), error) {
+	n := int64(tokens)
+	t.mu.Lock()
+	err := t.h.tokens.acquire(n, t.tokens)
+	if err == nil {
+		t.tokens += n
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			t.tokens -= n
+			t.mu.Unlock()
+			t.h.tokens.release(n)
+		})
+	}, nil
+}
+
+// done gives back the request's body bytes (its tokens go back as each model call ends).
+func (t *ticket) done() {
+	t.mu.Lock()
+	n := t.bytes
+	t.bytes = 0
+	t.mu.Unlock()
+	t.h.bytes.release(n)
+}

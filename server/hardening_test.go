@@ -1,0 +1,462 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/systemone"
+)
+
+// startServe runs a handler for m on a loopback listener with h.Serve until cancel; done receives what Serve
+// returned. Unless opts say otherwise, there is no drain grace.
+func startServe(t *testing.T, m model, opts Options) (h *Handler, addr string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	if opts.DrainGrace == 0 {
+		opts.DrainGrace = -1
+	}
+	h = newHandler(m, opts)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		ch <- h.Serve(ctx, ln)
+		close(finished)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return")
+		}
+	})
+	return h, ln.Addr().String(), cancel, ch
+}
+
+// rawConn is a client connection that writes requests by hand.
+type rawConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, br: bufio.NewReader(c)}
+}
+
+// response reads one response within d, its body whole.
+func (c *rawConn) response(d time.Duration) (*http.Response, string, error) {
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b), err
+}
+
+// closedWithin reports whether the server closes the connection within d.
+func (c *rawConn) closedWithin(d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.br.ReadByte()
+	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// trickle writes a space to c every d until it fails, 1000 at most.
+func trickle(c net.Conn, d time.Duration) {
+	for range 1000 {
+		if _, err := c.Write([]byte(" ")); err != nil {
+			return
+		}
+		time.Sleep(d)
+	}
+}
+
+const noulBody = `{"state":"s","questions":{"q":{"type":"noul"}}}`
+
+// stateBody is a request whose state is n bytes.
+func stateBody(n int) string {
+	return `{"state":"` + strings.Repeat("x", n) + `","questions":{"q":{"type":"noul"}}}`
+}
+
+// TestHardeningBearerSchemeCase (finding 8): "Authorization: bearer <key>" got 401; the scheme is
+// case-insensitive (RFC 7235), as FastAPI's HTTPBearer has it. The key stays exact, after exactly one space.
+func TestHardeningBearerSchemeCase(t *testing.T) {
+	srv, _ := serve(t, &fakeModel{latency: 1, card: testCard}, Options{APIKey: "secret"})
+	for _, c := range []struct {
+		authz  string
+		status int
+	}{
+		{"Bearer secret", 200}, {"bearer secret", 200}, {"BEARER secret", 200}, {"bEaReR secret", 200},
+		{"Bearer  secret", 401}, {"bearer Secret", 401}, {"Bearersecret", 401}, {"Basic secret", 401},
+		{"bearer", 401}, {"bearer ", 401}, {"secret", 401}, {"Token secret", 401},
+	} {
+		if r := post(t, srv.URL+"/v1/systemone", noulBody, "Authorization", c.authz); r.status != c.status {
+			t.Errorf("Authorization %q: %d %s, want %d", c.authz, r.status, r.body, c.status)
+		}
+	}
+}
+
+// TestHardeningAdmissionBytes (finding 4): bodies in flight are bounded. A request whose declared body would go
+// past MaxInflightBytes gets 503 with Retry-After and Connection: close without sending its body, a chunked one as
+// its bytes arrive; a small one still fits; once the big one inside is answered, the same request is served.
+func TestHardeningAdmissionBytes(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 4), block: make(chan struct{}), blockLarge: 1000}
+	h, addr, _, _ := startServe(t, m, Options{MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20, RetryAfter: 2 * time.Second})
+	url := "http://" + addr
+	first := make(chan reply, 1)
+	go func() { first <- post(t, url+"/v1/systemone", stateBody(700_000)) }()
+	<-m.started
+	held := int64(len(stateBody(700_000)))
+
+	c := dial(t, addr)
+	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: 700000\r\n\r\n")
+	resp, body, err := c.response(5 * time.Second) // no body sent: the answer does not wait for it
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"detail":"the server is busy: requests in flight hold %d bytes of its 1048576-byte limit and this one needs 700000; retry later"}`, held)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !resp.Close || body != want {
+		t.Errorf("declared body over the bound: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+
+	req, _ := http.NewRequest("POST", url+"/v1/systemone", io.MultiReader(strings.NewReader(stateBody(700_000))))
+	req.Header.Set("Content-Type", "application/json")
+	cresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := io.ReadAll(cresp.Body)
+	cresp.Body.Close()
+	if cresp.StatusCode != 503 || cresp.Header.Get("Retry-After") != "2" || req.ContentLength != 0 {
+		t.Errorf("chunked body over the bound: %d %s", cresp.StatusCode, cb)
+	}
+	if r := post(t, url+"/v1/systemone", noulBody); r.status != 200 {
+		t.Errorf("small request beside it: %d %s", r.status, r.body)
+	}
+	if got := h.bytes.inUse(); got != held {
+		t.Errorf("bytes in flight %d with the first request inside, want %d", got, held)
+	}
+	close(m.block)
+	if r := <-first; r.status != 200 {
+		t.Errorf("first request: %d %s", r.status, r.body)
+	}
+	if r := post(t, url+"/v1/systemone", stateBody(700_000)); r.status != 200 {
+		t.Errorf("after the first was answered: %d %s", r.status, r.body)
+	}
+	if got := h.bytes.inUse(); got != 0 {
+		t.Errorf("%d bytes still held with nothing in flight", got)
+	}
+}
+
+// TestHardeningAdmissionTokens (finding 4): encoded tokens in flight are bounded: past MaxInflightTokens a request
+// gets 503 with Retry-After (its body was read, so the connection stays open); a request larger than the bound
+// runs when it is alone.
+func TestHardeningAdmissionTokens(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 4), block: make(chan struct{}), blockLarge: 500}
+	srv, h := serve(t, m, Options{MaxInflightTokens: 1000})
+	first := make(chan reply, 1)
+	go func() { first <- post(t, srv.URL+"/v1/systemone", stateBody(600)) }()
+	<-m.started
+	r := post(t, srv.URL+"/v1/systemone", stateBody(499))
+	want := `{"detail":"the server is busy: requests in flight hold 601 tokens of its 1000-token limit and this one needs 500; retry later"}`
+	if r.status != 503 || r.header.Get("Retry-After") != "1" || r.close || r.body != want {
+		t.Errorf("over the token bound: %d %v %s", r.status, r.header, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone", stateBody(300)); r.status != 200 {
+		t.Errorf("within the bound: %d %s", r.status, r.body)
+	}
+	close(m.block)
+	if r := <-first; r.status != 200 {
+		t.Errorf("first: %d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone", stateBody(5000)); r.status != 200 {
+		t.Errorf("alone and over the bound: %d %s", r.status, r.body)
+	}
+	if got := h.tokens.inUse(); got != 0 {
+		t.Errorf("%d tokens still held", got)
+	}
+}
+
+// admitRecorder is an Admitter that records what it is asked and refuses past a limit.
+type admitRecorder struct {
+	mu       sync.Mutex
+	asked    []int
+	released int
+	refuse   bool
+}
+
+func (a *admitRecorder) Admit(n int) (func(), error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, n)
+	if a.refuse {
+		return nil, &systemone.OverloadError{Resource: "tokens", Want: int64(n), Limit: 1}
+	}
+	return func() { a.mu.Lock(); a.released++; a.mu.Unlock() }, nil
+}
+
+// TestHardeningPredictorAdmitsTokens: the predictor asks the request's Admitter for its encoded tokens (the usage's
+// input_tokens) before queueing, releases them once answered, and queues nothing it refuses.
+func TestHardeningPredictorAdmitsTokens(t *testing.T) {
+	p, _ := goldenPredictor(t, kev.Options{})
+	m := bridge.Predictor(p)
+	req, err := systemone.DecodeRequest([]byte(`{"state":"My shoes came in the wrong size.","questions":{"q":{"type":"choice","criteria":{"a":"returns","b":"billing"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admitRecorder{}
+	resp, err := m.Do(systemone.WithAdmitter(context.Background(), a), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.asked) != 1 || a.asked[0] != resp.Usage.InputTokens || a.released != 1 {
+		t.Errorf("asked %v, released %d, input tokens %d", a.asked, a.released, resp.Usage.InputTokens)
+	}
+	batches := p.Stats().Batches.Requests
+	a = &admitRecorder{refuse: true}
+	_, err = m.Do(systemone.WithAdmitter(context.Background(), a), req)
+	var oe *systemone.OverloadError
+	if !errors.As(err, &oe) || p.Stats().Batches.Requests != batches {
+		t.Errorf("refused: %v, %d requests run (was %d)", err, p.Stats().Batches.Requests, batches)
+	}
+}
+
+// TestHardeningOverLimitStateMessage (finding 4): a state far over the limit, tokenised only to the limit and
+// counted beyond, still gets Kev's exact 422 with its full token count, through the real predictor and tokenizer.
+func TestHardeningOverLimitStateMessage(t *testing.T) {
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
+	var sb strings.Builder
+	for i := 0; sb.Len() < 1<<20; i++ {
+		fmt.Fprintf(&sb, "Line %d: the order <|box_end|> shipped late, naïve café — %x.\n", i, i*7919)
+	}
+	state := sb.String()
+	n := len(systemone.UserTokens(bridge.Predictor(p).Tokenizer(), state)) + 1
+	if n <= systemone.MaxStateTokens {
+		t.Fatalf("state of %d tokens is not over the limit", n)
+	}
+	body := fmt.Sprintf(`{"state":%q,"questions":{"q":{"type":"noul"}}}`, state)
+	r := post(t, srv.URL+"/v1/systemone", body)
+	want := `{"detail":"state is ` + commaInt(n) + ` tokens, over the 65,536-token limit (the <state> token included): shorten the document or split it across requests; or start the server with KEV_TRUNCATE_STATES=1 to read only its first 65,536 tokens (responses then say truncated: true)"}`
+	if r.status != 422 || r.body != want {
+		t.Errorf("%d %s\nwant %s", r.status, r.body, want)
+	}
+}
+
+// commaInt formats n with comma thousands separators.
+func commaInt(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// TestHardeningSlowBody (finding 6): a body trickled at one byte every 50 ms is cut at the body timeout with 408
+// and the connection closed (it used to stay open as long as the client kept trickling).
+func TestHardeningSlowBody(t *testing.T) {
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{BodyTimeout: 400 * time.Millisecond})
+	c := dial(t, addr)
+	start := time.Now()
+	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	go trickle(c, 50*time.Millisecond)
+	resp, body, err := c.response(10 * time.Second)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 408 || !resp.Close || body != `{"detail":"request body not received within 400ms"}` {
+		t.Errorf("%d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if took < 400*time.Millisecond || took > 3*time.Second {
+		t.Errorf("cut after %v, want 400ms", took)
+	}
+	if !c.closedWithin(2 * time.Second) {
+		t.Error("the connection stays open")
+	}
+	t.Logf("slow body cut after %v", took.Round(time.Millisecond))
+
+	// A body no handler reads (an unknown path) is discarded under the same deadline.
+	c = dial(t, addr)
+	fmt.Fprintf(c, "POST /nowhere HTTP/1.1\r\nHost: kev\r\nContent-Length: 1000\r\n\r\n")
+	go trickle(c, 50*time.Millisecond)
+	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if !c.closedWithin(3 * time.Second) {
+		t.Error("a slow body on an unknown path keeps its connection open")
+	}
+}
+
+// TestHardeningSlowBodyThenSlowModel: the body timeout does not cut a request whose model time is longer.
+func TestHardeningSlowBodyThenSlowModel(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 1), block: make(chan struct{})}
+	_, addr, _, _ := startServe(t, m, Options{BodyTimeout: 200 * time.Millisecond})
+	res := make(chan reply, 1)
+	go func() { res <- post(t, "http://"+addr+"/v1/systemone", noulBody) }()
+	<-m.started
+	time.Sleep(500 * time.Millisecond)
+	close(m.block)
+	if r := <-res; r.status != 200 {
+		t.Errorf("%d %s", r.status, r.body)
+	}
+}
+
+// TestHardeningIdleTimeout (finding 6): an idle keep-alive connection is closed at the idle timeout (they used to
+// stay forever).
+func TestHardeningIdleTimeout(t *testing.T) {
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{IdleTimeout: 300 * time.Millisecond})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
+	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("%v %v", resp, err)
+	}
+	start := time.Now()
+	if !c.closedWithin(5 * time.Second) {
+		t.Fatal("the idle connection stays open")
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("closed after %v, want 300ms", d)
+	}
+}
+
+// TestHardeningMaxHeaderBytes (finding 6): a header over MaxHeaderBytes gets 431.
+func TestHardeningMaxHeaderBytes(t *testing.T) {
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{MaxHeaderBytes: 4096})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: kev\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 16<<10))
+	resp, _, err := c.response(5 * time.Second) // the server may reset the connection after its answer
+	if resp == nil || resp.StatusCode != 431 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	c = dial(t, addr)
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: kev\r\nX-Small: %s\r\n\r\n", strings.Repeat("a", 2<<10))
+	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+}
+
+// TestHardeningMaxConns (finding 6): past MaxConns open connections a new one is not served until one closes
+// (1,000 idle keep-alive connections used to hold 1,012 descriptors).
+func TestHardeningMaxConns(t *testing.T) {
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{MaxConns: 2})
+	var open []*rawConn
+	for range 2 {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
+		if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		open = append(open, c)
+	}
+	third := dial(t, addr)
+	fmt.Fprintf(third, "GET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
+	if resp, _, err := third.response(300 * time.Millisecond); err == nil {
+		t.Fatalf("a third connection was served: %d", resp.StatusCode)
+	}
+	open[0].Close()
+	third.br.Reset(third.Conn) // the timed-out read left nothing behind
+	if resp, _, err := third.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after one closed: %v %v", resp, err)
+	}
+}
+
+// TestHardeningDrain (finding 7): on ctx's end (SIGTERM in kev serve) /readyz fails at once; for the grace the
+// listener stays open and answers 503 with Connection: close, keep-alive clients included (no broken pipes);
+// requests in flight finish, even past the grace; then the listener closes.
+func TestHardeningDrain(t *testing.T) {
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 16), block: make(chan struct{}), blockLarge: 10}
+	const grace = 600 * time.Millisecond
+	h, addr, cancel, done := startServe(t, m, Options{DrainGrace: grace})
+	url := "http://" + addr
+	keepAlive := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	defer keepAlive.CloseIdleConnections()
+	if r := httpCall(t, keepAlive, "POST", url+"/v1/systemone", noulBody); r.status != 200 || r.close {
+		t.Fatalf("before: %d %v", r.status, r.close)
+	}
+
+	const n = 8
+	results := make(chan reply, n)
+	for i := range n {
+		go func() { results <- post(t, url+"/v1/systemone", stateBody(100+i)) }()
+	}
+	for range n {
+		<-m.started
+	}
+	start := time.Now()
+	cancel()
+	deadline := time.Now().Add(2 * time.Second)
+	for h.ready() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if r := httpCall(t, nil, "GET", url+"/readyz", ""); r.status != 503 || !r.close {
+		t.Errorf("readyz while draining: %d close %v", r.status, r.close)
+	}
+	// The keep-alive client's idle connection answers 503 and closes; nothing breaks.
+	var reused bool
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/systemone", strings.NewReader(noulBody))
+	resp, err := keepAlive.Do(req)
+	if err != nil {
+		t.Fatalf("keep-alive client while draining: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !resp.Close || string(b) != `{"detail":"the server is stopping"}` || !reused {
+		t.Errorf("keep-alive client while draining: %d close %v reused %v %s", resp.StatusCode, resp.Close, reused, b)
+	}
+	if r := post(t, url+"/v1/systemone", noulBody); r.status != 503 || !r.close {
+		t.Errorf("new client while draining: %d close %v", r.status, r.close)
+	}
+	time.Sleep(grace + 200*time.Millisecond - time.Since(start))
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Error("the listener still accepts after the grace")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned with requests in flight: %v", err)
+	default:
+	}
+	close(m.block)
+	for range n {
+		if r := <-results; r.status != 200 {
+			t.Errorf("in-flight request: %d %s", r.status, r.body)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+}

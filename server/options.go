@@ -1,0 +1,60 @@
+package server
+
+import "time"
+
+// Defaults of the HTTP server's limits (Options).
+const (
+	DefaultBodyTimeout       = time.Minute      // a 32 MiB body at 0.5 MiB/s
+	DefaultReadHeaderTimeout = 30 * time.Second // a request's header
+	DefaultIdleTimeout       = 75 * time.Second // longer than common load balancers' 60 s, so that they close first
+	DefaultMaxHeaderBytes    = 64 << 10         // request headers
+	DefaultMaxConns          = 1024             // open connections
+	DefaultDrainGrace        = 5 * time.Second  // listener kept answering 503 after a stop signal
+	DefaultDrainTimeout      = time.Minute      // wait for requests in flight once the listener is closed
+)
+
+// withDefaults returns o with every 0 replaced by its default and every negative limit by 0 (none).
+func (o Options) withDefaults() Options {
+	dur := func(d *time.Duration, def time.Duration) {
+		switch {
+		case *d == 0:
+			*d = def
+		case *d < 0:
+			*d = 0
+		}
+	}
+	dur(&o.BodyTimeout, DefaultBodyTimeout)
+	dur(&o.RetryAfter, DefaultRetryAfter)
+	dur(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	dur(&o.IdleTimeout, DefaultIdleTimeout)
+	dur(&o.DrainGrace, DefaultDrainGrace)
+	dur(&o.DrainTimeout, DefaultDrainTimeout)
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	switch {
+	case o.MaxInflightBytes == 0:
+		o.MaxInflightBytes = DefaultMaxInflightBytes
+	case o.MaxInflightBytes < 0:
+		o.MaxInflightBytes = 0
+	}
+	if o.MaxInflightBytes > 0 && o.MaxInflightBytes < o.MaxBodyBytes {
+		o.MaxInflightBytes = o.MaxBodyBytes
+	}
+	switch {
+	case o.MaxInflightTokens == 0:
+		o.MaxInflightTokens = DefaultMaxInflightTokens
+	case o.MaxInflightTokens < 0:
+		o.MaxInflightTokens = 0
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	switch {
+	case o.MaxConns == 0:
+		o.MaxConns = DefaultMaxConns
+	case o.MaxConns < 0:
+		o.MaxConns = 0
+	}
+	return o
+}
