@@ -5,7 +5,8 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// loader uploads named tensors, remembering the first error.
+// loader uploads named tensors, remembering the first error, and releases each
+// from a streaming source once uploaded.
 type loader struct {
 	b   tensor.Backend
 	w   *qwen35.Weights
@@ -28,8 +29,13 @@ func (l *loader) stacked(names []string, rows []int, cols int) tensor.Tensor {
 			return nil
 		}
 	}
+	host := parts[0]
+	if len(parts) > 1 {
+		host = qwen35.ConcatRows(parts...)
+	}
 	var t tensor.Tensor
-	t, l.err = l.b.FromHost(qwen35.ConcatRows(parts...))
+	t, l.err = l.b.FromHost(host)
+	l.w.Release(names...)
 	return t
 }
 
@@ -44,6 +50,7 @@ func (l *loader) vector(name string, n int) tensor.Tensor {
 	}
 	var t tensor.Tensor
 	t, l.err = l.b.FromFloat32([]int{n}, h.Float32s())
+	l.w.Release(name)
 	return t
 }
 

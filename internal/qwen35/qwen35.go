@@ -155,6 +155,9 @@ type Tensor struct {
 	DType DType
 	F32   []float32
 	BF16  []uint16
+	// Mapped says the data is read-only memory that outlives the engine (a weights file mapped into memory): a
+	// backend may keep a reference to it instead of copying. Writing to it faults.
+	Mapped bool
 }
 
 // Len is the number of elements, the product of Shape.
@@ -171,6 +174,9 @@ func (t *Tensor) Len() int {
 type Weights struct {
 	Config  Config
 	Tensors map[string]*Tensor
+	// Source, when not nil, supplies the tensors Tensors lacks (a streaming load): Lookup fetches them from it,
+	// and the engine calls Release once it has copied each.
+	Source Source
 }
 
 // TensorError says a named tensor is missing or does not have the shape or
@@ -191,6 +197,12 @@ func (e *TensorError) Error() string {
 // given shape and that its data matches its dtype and shape.
 func (w *Weights) Lookup(name string, shape ...int) (*Tensor, error) {
 	t, ok := w.Tensors[name]
+	if (!ok || t == nil) && w.Source != nil {
+		var err error
+		if t, ok, err = w.Source.Fetch(name); err != nil {
+			return nil, err
+		}
+	}
 	if !ok || t == nil {
 		return nil, &TensorError{Name: name, Want: shape, Reason: "missing"}
 	}
