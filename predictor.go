@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/kevgo/kev/internal/checkpoint"
 	"github.com/kevgo/kev/internal/hub"
+	"github.com/kevgo/kev/internal/loadprogress"
 	"github.com/kevgo/kev/internal/prefixcache"
 	"github.com/kevgo/kev/internal/pyjson"
 	"github.com/kevgo/kev/internal/qwen35"
@@ -43,6 +47,11 @@ type Options struct {
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
 	Logger          *slog.Logger
+
+	// Progress receives a one-line progress display while the weights load (bytes, rate, time left); nil means
+	// standard error when it is a terminal. Without a terminal, progress goes to Logger as "kev: loading" events.
+	// io.Discard shows none.
+	Progress io.Writer
 }
 
 // Defaults of Options.
@@ -163,6 +172,8 @@ type Predictor struct {
 
 	onBatch atomic.Pointer[func(int)] // receives every batch's size (the HTTP server's metrics)
 
+	files io.Closer // the mapped weights files the backend reads (CPU), closed by Close
+
 	accepted   int    // requests queued since Load
 	beforeTake func() // test hook: runs on the model goroutine before it takes a batch
 }
@@ -229,15 +240,27 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		copts.LoRAScale = &s
 	}
 	start := time.Now()
-	ck, err := checkpoint.Open(runDir, baseDir, copts)
+	pw := opts.Progress
+	if pw == nil {
+		pw = loadprogress.Terminal()
+	} else if pw == io.Discard {
+		pw = nil
+	}
+	var prog *loadprogress.Reporter
+	if pw != nil || opts.Progress == nil {
+		prog = loadprogress.New("kev: loading", pw, log)
+	}
+	ck, err := checkpoint.OpenStream(runDir, baseDir, checkpoint.StreamOptions{Options: copts, Progress: prog.Update})
 	if err != nil {
 		return nil, loadError(runDir, err)
 	}
-	weightBytes := hostBytes(ck.Weights)
+	weightBytes, total := ck.Bytes(), ck.Bytes()
 	model, err := layers.New(backend, ck.Weights)
 	if err != nil {
-		return nil, &LoadError{File: runDir, Err: err}
+		ck.Close()
+		return nil, loadError(runDir, err)
 	}
+	prog.Done(total, total)
 	temp := head.Temperature
 	if opts.Temperature > 0 {
 		temp = opts.Temperature
@@ -245,6 +268,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	h := ck.Head
 	pointer, err := layers.NewPointer(backend, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
 	if err != nil {
+		ck.Close()
 		return nil, &LoadError{File: headPath, Err: err}
 	}
 	for _, t := range []*qwen35.Tensor{h.QWeight, h.QBias, h.KWeight, h.KBias} {
@@ -253,7 +277,17 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if opts.PrefixMinTokens == 0 && !ck.Weights.Config.Hybrid() {
 		opts.PrefixMinTokens = attentionOnlyPrefixMinTokens
 	}
-	ck.Weights = nil // the backend holds its own copy
+	// The CPU backend keeps unmerged bf16 weights in the mapped files: those stay open until Close. Other backends
+	// hold their own copies, so the files close now and the host memory of the load goes back to the system.
+	var files io.Closer
+	if backend.Name() == "cpu" {
+		files = ck
+	} else if err := ck.Close(); err != nil {
+		return nil, loadError(runDir, err)
+	}
+	ck.Weights = nil
+	debug.FreeOSMemory()
+	secs := time.Since(start).Seconds()
 
 	p := &Predictor{
 		info: Info{
@@ -268,11 +302,13 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		held:  map[*layers.State]bool{},
 
 		passTokens: systemone.RowPassTokens,
+		files:      files,
 	}
 	p.cond = sync.NewCond(&p.mu)
 	p.beforeTake = testBeforeTake
 	log.Info("kev: loaded", "run", checkpointName, "dir", runDir, "base", baseDir, "device", opts.Device,
-		"dtype", dtName, "temperature", temp, "weight_bytes", weightBytes, "seconds", time.Since(start).Seconds())
+		"dtype", dtName, "temperature", temp, "weight_bytes", weightBytes, "seconds", round3(secs),
+		"gb_per_s", round3(float64(total)/1e9/max(secs, 1e-9)))
 	go p.loop()
 	return p, nil
 }
@@ -380,19 +416,7 @@ func loadError(fallback string, err error) error {
 
 func qwen35Numel(t *qwen35.Tensor) int { return tensor.Numel(t.Shape) }
 
-// hostBytes is the size of the weights as the backend stores them: BF16 matrices two bytes an element,
-// everything else four.
-func hostBytes(w *qwen35.Weights) int64 {
-	var n int64
-	for _, t := range w.Tensors {
-		size := int64(4)
-		if t.DType == qwen35.BF16 {
-			size = 2
-		}
-		n += int64(tensor.Numel(t.Shape)) * size
-	}
-	return n
-}
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // releaseDate is the hub's last-modified date of the revision when the hub was asked, else head.pt's mtime as a
 // local date.
@@ -546,6 +570,10 @@ func (p *Predictor) Close() error {
 	p.held = nil
 	p.cache.Clear()
 	p.model, p.pointer = nil, nil
+	if p.files != nil {
+		p.files.Close()
+		p.files = nil
+	}
 	p.log.Info("kev: closed")
 	return nil
 }

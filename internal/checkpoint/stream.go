@@ -98,6 +98,20 @@ func (ck *Checkpoint) Close() error {
 	return c.close()
 }
 
+// Bytes is the size of the weights as they are built: two bytes an element for BF16 tensors, four for F32.
+func (ck *Checkpoint) Bytes() int64 {
+	if ck.closer != nil {
+		return ck.closer.total
+	}
+	var n int64
+	if ck.Weights != nil {
+		for _, t := range ck.Weights.Tensors {
+			n += int64(len(t.F32))*4 + int64(len(t.BF16))*2
+		}
+	}
+	return n
+}
+
 // LoadOrder lists the canonical names of a model's tensors in the order the engine uploads them: the embedding and
 // the final norm, then layer by layer the two norms, the MLP and the mixer's tensors.
 func LoadOrder(c *qwen35.Config) []string {
