@@ -1,0 +1,74 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// TestModulesLoadedAtOpen checks that Open loaded every module this GPU runs, from machine code on 8.x and 9.0 (no
+// PTX compiled by the driver), and that loading one again costs nothing.
+func TestModulesLoadedAtOpen(t *testing.T) {
+	st := dev.Stats()
+	want := int64(0)
+	for _, m := range Modules() {
+		if len(m) < 6 || m[len(m)-6:] != "_sm90a" || dev.hopper() {
+			want++
+		}
+	}
+	if st.ModulesSASS+st.ModulesJIT != want {
+		t.Errorf("%d modules from machine code + %d from PTX, want %d in all", st.ModulesSASS, st.ModulesJIT, want)
+	}
+	if in := dev.Info(); (in.Major == 8 || (in.Major == 9 && in.Minor == 0)) && st.ModulesJIT != 0 {
+		t.Errorf("%d modules compiled from PTX on compute capability %d.%d, want 0", st.ModulesJIT, in.Major, in.Minor)
+	}
+	start := time.Now()
+	if err := dev.LoadModules(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Errorf("LoadModules again took %v", d)
+	}
+	t.Logf("modules: %d from machine code, %d from PTX", st.ModulesSASS, st.ModulesJIT)
+}
+
+// TestUploadLarge uploads random buffers of sizes around the ring's slices (several slices, a partial last one,
+// more slices than the ring holds) and reads them back.
+func TestUploadLarge(t *testing.T) {
+	r := newRand(t)
+	for _, n := range []int{stageMax + 2, ringSlot - 2, ringSlot + 6, ringSlots*ringSlot + 3*ringSlot/2} {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = byte(r.Uint32())
+		}
+		want := bytes.Clone(src)
+		before := dev.Stats().RingUploads
+		got := make([]byte, n)
+		err := dev.Do(func(q *Queue) error {
+			buf, err := q.Alloc(int64(n))
+			if err != nil {
+				return err
+			}
+			defer q.Free(buf)
+			if err := q.Upload(buf, src); err != nil {
+				return err
+			}
+			clear(src) // the caller may reuse src once Upload returns
+			if err := q.Download(got, buf); err != nil {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d bytes: the device holds other bytes", n)
+		}
+		if dev.Stats().RingUploads != before+1 {
+			t.Errorf("%d bytes: not uploaded through the ring", n)
+		}
+	}
+}
