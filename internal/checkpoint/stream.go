@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -53,11 +52,8 @@ func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error)
 		st.budget = DefaultBudget
 	}
 	st.cond = sync.NewCond(&st.mu)
-	for _, canon := range LoadOrder(&cfg) {
-		t, ok := src[canon]
-		if !ok {
-			return fail(fmt.Errorf("checkpoint: load order names %s, which the config does not have", canon))
-		}
+	for _, canon := range streamOrder(&cfg, want) {
+		t := src[canon]
 		dt := opts.DType
 		if KeepsF32(canon) {
 			dt = qwen35.F32
@@ -70,9 +66,6 @@ func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error)
 		st.total += it.bytes
 		st.order = append(st.order, it)
 		st.items[canon] = it
-	}
-	if len(st.order) != len(want) {
-		return fail(fmt.Errorf("checkpoint: load order has %d tensors, the config %d", len(st.order), len(want)))
 	}
 	workers := opts.Workers
 	if workers <= 0 {
@@ -129,6 +122,24 @@ func LoadOrder(c *qwen35.Config) []string {
 		l := p + "linear_attn."
 		names = append(names, l+"in_proj_qkv.weight", l+"in_proj_z.weight", l+"in_proj_b.weight",
 			l+"in_proj_a.weight", l+"conv1d.weight", l+"A_log", l+"dt_bias", l+"norm.weight", l+"out_proj.weight")
+	}
+	return names
+}
+
+// streamOrder is LoadOrder restricted to the tensors of want, then the tensors of want it does not name, sorted.
+func streamOrder(c *qwen35.Config, want map[string][]int) []string {
+	seen := make(map[string]bool, len(want))
+	var names []string
+	for _, n := range LoadOrder(c) {
+		if _, ok := want[n]; ok && !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	for _, n := range sortedNames(want) {
+		if !seen[n] {
+			names = append(names, n)
+		}
 	}
 	return names
 }
