@@ -35,7 +35,7 @@ import (
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
 	Device          Device  // CPU (default), CUDA ("cuda:0" also); CUDA needs the tensor/cuda import and -tags cuda
-	DType           DType   // Float32 (CPU default) or BFloat16 (default elsewhere); "fp32" and "bf16" also read
+	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere) or Float16 (CPU only); "fp32", "bf16", "fp16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
@@ -109,7 +109,7 @@ type Info struct {
 	LoRA           int     // adapter rank; 0 for full-weight checkpoints
 	Device         Device  // the device as given in Options ("cpu" when none was)
 	Backend        string  // "go"
-	DType          DType   // the parameters' type: Float32 or BFloat16
+	DType          DType   // the parameters' type: Float32, BFloat16 or Float16
 	Temperature    float64 // the head temperature in use
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // long states are cut instead of refused

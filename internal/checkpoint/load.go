@@ -43,9 +43,9 @@ func (e *TensorError) Error() string {
 // Options control how Open builds the weights.
 type Options struct {
 	// DType is the weights' type: qwen35.F32 keeps everything fp32 (the
-	// reference path); qwen35.BF16 rounds matrices, embedding and conv
-	// weights to bf16 once, after the merge, while KeepsF32 tensors stay
-	// fp32.
+	// reference path); qwen35.BF16 (qwen35.F16) rounds matrices, embedding
+	// and conv weights to bf16 (IEEE fp16) once, after the merge, while
+	// KeepsF32 tensors stay fp32.
 	DType qwen35.DType
 	// LoRAScale multiplies the adapter's delta (nil means 1).
 	LoRAScale *float64
@@ -232,9 +232,12 @@ func newOutput(canon string, t *safetensors.Tensor, dt qwen35.DType) *qwen35.Ten
 	}
 	out := &qwen35.Tensor{Shape: append([]int(nil), t.Shape...), DType: dt}
 	n := t.Len()
-	if dt == qwen35.F32 {
+	switch dt {
+	case qwen35.F32:
 		out.F32 = make([]float32, n)
-	} else {
+	case qwen35.F16:
+		out.F16 = make([]uint16, n)
+	default:
 		out.BF16 = make([]uint16, n)
 	}
 	return out
@@ -244,7 +247,7 @@ func newOutput(canon string, t *safetensors.Tensor, dt qwen35.DType) *qwen35.Ten
 // every tensor the config implies (canonical name → shape), src the base tensor of each, pairs the factors of each
 // adapted one.
 func planWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safetensors.File, acfg *AdapterConfig, opts Options) (want map[string][]int, src map[string]*safetensors.Tensor, pairs map[string]*loraPair, err error) {
-	if opts.DType != qwen35.F32 && opts.DType != qwen35.BF16 {
+	if opts.DType != qwen35.F32 && opts.DType != qwen35.BF16 && opts.DType != qwen35.F16 {
 		return nil, nil, nil, fmt.Errorf("checkpoint: unsupported weights dtype %s", opts.DType)
 	}
 	want = ExpectedShapes(&cfg)
@@ -401,6 +404,24 @@ func convertRange(t *safetensors.Tensor, out *qwen35.Tensor, lo, hi int) error {
 	if out.DType == qwen35.F32 {
 		return view.Float32Into(out.F32[lo:hi])
 	}
+	if out.DType == qwen35.F16 {
+		dst := out.F16[lo:hi]
+		if t.DType == safetensors.F16 {
+			b := view.Data
+			for i := range dst {
+				dst[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+			}
+			return nil
+		}
+		tmp := make([]float32, hi-lo)
+		if err := view.Float32Into(tmp); err != nil {
+			return err
+		}
+		for i, v := range tmp {
+			dst[i] = half.F16FromF32(v)
+		}
+		return nil
+	}
 	dst := out.BF16[lo:hi]
 	if t.DType == safetensors.BF16 {
 		b := view.Data
@@ -471,7 +492,7 @@ func (m *merge) jobs() []func() error {
 // Σ_k B[o,k]·A[k,i] accumulated in k order with one fused multiply-add per
 // step (fp32 rounding after each), then scaled by s in fp32 and added to
 // fp32(W) in fp32: the arithmetic of torch's fp32 merge, which this matches
-// bit for bit on the golden fixtures. A bf16 output rounds that sum once.
+// bit for bit on the golden fixtures. A bf16 or fp16 output rounds that sum once.
 func (m *merge) run(lo, hi int) error {
 	in, r := m.in, m.r
 	acc := make([]float32, in)
@@ -514,6 +535,11 @@ func (m *merge) run(lo, hi int) error {
 			dst := m.out.F32[o*in : (o+1)*in]
 			for i, a := range acc {
 				dst[i] = wrow[i] + float32(a*s) // the conversion forbids fusing into an FMA
+			}
+		} else if m.out.DType == qwen35.F16 {
+			dst := m.out.F16[o*in : (o+1)*in]
+			for i, a := range acc {
+				dst[i] = half.F16FromF32(wrow[i] + float32(a*s))
 			}
 		} else {
 			dst := m.out.BF16[o*in : (o+1)*in]

@@ -27,7 +27,7 @@ type StreamOptions struct {
 // OpenStream opens the Kev checkpoint in kevDir as Open does (same files, same checks, same merge, bit for bit)
 // but builds no tensor up front: the returned Checkpoint's Weights have an empty Tensors map and a Source that
 // builds each tensor when the engine asks for it, while Workers goroutines build the next ones in LoadOrder, at
-// most Budget bytes ahead. A BF16 tensor that no adapter touches, asked for as BF16 and stored as BF16, is not
+// most Budget bytes ahead. A BF16 (F16) tensor that no adapter touches, asked for as BF16 (F16) and stored so, is not
 // copied: it points into the mapped file (Tensor.Mapped). The weights files stay open, and the mapped tensors
 // valid, until Close.
 func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error) {
@@ -60,7 +60,7 @@ func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error)
 		}
 		it := &item{name: canon, src: t, pair: pairs[canon], dt: dt}
 		it.bytes = int64(t.Len()) * 4
-		if dt == qwen35.BF16 {
+		if dt != qwen35.F32 {
 			it.bytes = int64(t.Len()) * 2
 		}
 		st.total += it.bytes
@@ -91,7 +91,7 @@ func (ck *Checkpoint) Close() error {
 	return c.close()
 }
 
-// Bytes is the size of the weights as they are built: two bytes an element for BF16 tensors, four for F32.
+// Bytes is the size of the weights as they are built: two bytes an element for BF16 and F16 tensors, four for F32.
 func (ck *Checkpoint) Bytes() int64 {
 	if ck.closer != nil {
 		return ck.closer.total
@@ -99,7 +99,7 @@ func (ck *Checkpoint) Bytes() int64 {
 	var n int64
 	if ck.Weights != nil {
 		for _, t := range ck.Weights.Tensors {
-			n += int64(len(t.F32))*4 + int64(len(t.BF16))*2
+			n += int64(len(t.F32))*4 + int64(len(t.BF16))*2 + int64(len(t.F16))*2
 		}
 	}
 	return n
@@ -225,21 +225,25 @@ func (it *item) cost() int64 {
 	return it.bytes
 }
 
-// mapped reports whether the built tensor can point into the file: BF16 asked, BF16 stored, no merge, 2-byte
+// mapped reports whether the built tensor can point into the file: BF16 (F16) asked and stored, no merge, 2-byte
 // aligned.
 func (it *item) mapped() bool {
-	return it.pair == nil && it.dt == qwen35.BF16 && it.src.DType == safetensors.BF16 &&
-		(len(it.src.Data) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(it.src.Data)))%2 == 0)
+	same := (it.dt == qwen35.BF16 && it.src.DType == safetensors.BF16) || (it.dt == qwen35.F16 && it.src.DType == safetensors.F16)
+	return it.pair == nil && same && (len(it.src.Data) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(it.src.Data)))%2 == 0)
 }
 
 // build makes the tensor of it: a view of the file, a conversion or a merge.
 func (s *stream) build(it *item) (*qwen35.Tensor, error) {
 	if it.mapped() {
-		t := &qwen35.Tensor{Shape: append([]int(nil), it.src.Shape...), DType: qwen35.BF16, Mapped: true}
+		t := &qwen35.Tensor{Shape: append([]int(nil), it.src.Shape...), DType: it.dt, Mapped: true}
+		bits := []uint16{}
 		if n := len(it.src.Data) / 2; n > 0 {
-			t.BF16 = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(it.src.Data))), n)
+			bits = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(it.src.Data))), n)
+		}
+		if it.dt == qwen35.F16 {
+			t.F16 = bits
 		} else {
-			t.BF16 = []uint16{}
+			t.BF16 = bits
 		}
 		return t, nil
 	}

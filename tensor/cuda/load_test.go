@@ -4,8 +4,11 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/kevgo/kev/internal/qwen35"
 )
 
 // TestModulesLoadedAtOpen checks that Open loaded every module this GPU runs, from machine code on 8.x and 9.0 (no
@@ -70,5 +73,15 @@ func TestUploadLarge(t *testing.T) {
 		if dev.Stats().RingUploads != before+1 {
 			t.Errorf("%d bytes: not uploaded through the ring", n)
 		}
+	}
+}
+
+// TestFromHostF16Refused checks the typed error for fp16 weights.
+func TestFromHostF16Refused(t *testing.T) {
+	b := NewOn(dev)
+	_, err := b.FromHost(&qwen35.Tensor{Shape: []int{2, 2}, DType: qwen35.F16, F16: []uint16{0x3c00, 0x4000, 0x4200, 0x4400}})
+	var de *DTypeError
+	if !errors.As(err, &de) || de.DType != "F16" {
+		t.Errorf("FromHost F16: %v, want a *DTypeError for F16", err)
 	}
 }
