@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -127,6 +128,9 @@ func benchCommand(args []string) error {
 	run, opts, err := mf.options()
 	if err != nil {
 		return err
+	}
+	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s)
+		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
