@@ -78,7 +78,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	}
 	l := &Layer{Chunk: DefaultChunk, b: b, eps: float32(c.RMSNormEps), cfg: tensor.DeltaConfig{
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: hv, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
-	if l.inProj, err = b.FromHost(qwen35.ConcatRows(parts[:]...)); err != nil {
+	if l.inProj, err = tensor.FromHostRows(b, parts[:]...); err != nil {
 		return nil, err
 	}
 	w.Release(prefix+"in_proj_qkv.weight", prefix+"in_proj_z.weight", prefix+"in_proj_b.weight", prefix+"in_proj_a.weight")

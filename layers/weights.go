@@ -29,12 +29,8 @@ func (l *loader) stacked(names []string, rows []int, cols int) tensor.Tensor {
 			return nil
 		}
 	}
-	host := parts[0]
-	if len(parts) > 1 {
-		host = qwen35.ConcatRows(parts...)
-	}
 	var t tensor.Tensor
-	t, l.err = l.b.FromHost(host)
+	t, l.err = tensor.FromHostRows(l.b, parts...)
 	l.w.Release(names...)
 	return t
 }

@@ -440,6 +440,37 @@ func convertRange(t *safetensors.Tensor, out *qwen35.Tensor, lo, hi int) error {
 	return nil
 }
 
+// loraAccGo sets acc[i] = Σ_k b[k]·a[k·in+i] for the columns i ≥ lo, in k
+// order with one fused multiply-add per step, rounded to fp32 after each:
+// b·a is exact in float64, so float32(b·a + x) computed in float64 is the fp32
+// FMA.
+func loraAccGo(acc []float32, a []float64, b []float64, in, lo int) {
+	acc = acc[lo:in]
+	clear(acc)
+	r := len(b)
+	k := 0
+	for ; k+4 <= r; k += 4 {
+		b0, b1, b2, b3 := b[k], b[k+1], b[k+2], b[k+3]
+		a0 := a[k*in+lo : (k+1)*in]
+		a1 := a[(k+1)*in+lo : (k+2)*in][:len(a0)]
+		a2 := a[(k+2)*in+lo : (k+3)*in][:len(a0)]
+		a3 := a[(k+3)*in+lo : (k+4)*in][:len(a0)]
+		acc := acc[:len(a0)]
+		for i := range a0 {
+			x := float32(b0*a0[i] + float64(acc[i]))
+			x = float32(b1*a1[i] + float64(x))
+			x = float32(b2*a2[i] + float64(x))
+			acc[i] = float32(b3*a3[i] + float64(x))
+		}
+	}
+	for ; k < r; k++ {
+		ak := a[k*in+lo : (k+1)*in]
+		for i := range acc {
+			acc[i] = float32(b[k]*ak[i] + float64(acc[i]))
+		}
+	}
+}
+
 // merge computes out = W + s·(B@A) for one weight, row block by row block.
 type merge struct {
 	w        *safetensors.Tensor
@@ -497,33 +528,12 @@ func (m *merge) run(lo, hi int) error {
 	in, r := m.in, m.r
 	acc := make([]float32, in)
 	wrow := make([]float32, in)
+	bk := make([]float64, r)
 	for o := lo; o < hi; o++ {
-		clear(acc)
-		brow := m.b[o*r : (o+1)*r]
-		k := 0
-		for ; k+4 <= r; k += 4 {
-			b0, b1, b2, b3 := float64(brow[k]), float64(brow[k+1]), float64(brow[k+2]), float64(brow[k+3])
-			a0 := m.a64[k*in : (k+1)*in]
-			a1 := m.a64[(k+1)*in : (k+2)*in][:len(a0)]
-			a2 := m.a64[(k+2)*in : (k+3)*in][:len(a0)]
-			a3 := m.a64[(k+3)*in : (k+4)*in][:len(a0)]
-			acc := acc[:len(a0)]
-			for i := range a0 {
-				// b·a is exact in float64, so float64(b·a + x) is the
-				// fused result; rounding it to float32 is an fp32 FMA.
-				x := float32(b0*a0[i] + float64(acc[i]))
-				x = float32(b1*a1[i] + float64(x))
-				x = float32(b2*a2[i] + float64(x))
-				acc[i] = float32(b3*a3[i] + float64(x))
-			}
+		for k, v := range m.b[o*r : (o+1)*r] {
+			bk[k] = float64(v)
 		}
-		for ; k < r; k++ {
-			bk := float64(brow[k])
-			ak := m.a64[k*in : (k+1)*in]
-			for i := range acc {
-				acc[i] = float32(bk*ak[i] + float64(acc[i]))
-			}
-		}
+		loraAcc(acc, m.a64, bk, in)
 		size := m.w.DType.Size()
 		row := safetensors.Tensor{Name: m.w.Name, File: m.w.File, DType: m.w.DType, Shape: []int{in},
 			Data: m.w.Data[o*in*size : (o+1)*in*size]}

@@ -71,6 +71,9 @@ func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error)
 	if workers <= 0 {
 		workers = max(runtime.GOMAXPROCS(0), 2)
 	}
+	// Several goroutines per tensor, so that the cores stay busy when the budget holds fewer tensors than there
+	// are workers (9B matrices are 100 MB).
+	st.par = min(4, workers)
 	st.wg.Add(workers)
 	for range workers {
 		go st.work()
@@ -183,6 +186,7 @@ type stream struct {
 	base    *safetensors.Checkpoint
 	adapter *safetensors.File
 	scale   float32
+	par     int // goroutines building one tensor's row blocks
 }
 
 // errClosed is returned by Fetch after Close.
@@ -258,10 +262,8 @@ func (s *stream) build(it *item) (*qwen35.Tensor, error) {
 	} else {
 		jobs = convertJobs(it.src, out)
 	}
-	for _, j := range jobs {
-		if err := j(); err != nil {
-			return nil, err
-		}
+	if err := runJobs(jobs, s.par); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

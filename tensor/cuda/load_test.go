@@ -5,6 +5,7 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -83,5 +84,46 @@ func TestFromHostF16Refused(t *testing.T) {
 	var de *DTypeError
 	if !errors.As(err, &de) || de.DType != "F16" {
 		t.Errorf("FromHost F16: %v, want a *DTypeError for F16", err)
+	}
+}
+
+// TestFromHostRows uploads BF16 parts stacked by rows straight into one tensor and compares it with the upload of
+// their concatenation; mixed types fall back to the concatenation.
+func TestFromHostRows(t *testing.T) {
+	r := newRand(t)
+	b := NewOn(dev)
+	mk := func(rows, cols int) *qwen35.Tensor {
+		return &qwen35.Tensor{Shape: []int{rows, cols}, DType: qwen35.BF16, BF16: randBF16(r, rows*cols, 1)}
+	}
+	for _, parts := range [][]*qwen35.Tensor{
+		{mk(3, 40), mk(5, 40)},
+		{mk(4096, 2048), mk(1, 2048), mk(4096, 2048)}, // through the large-upload ring
+		{mk(2, 8), {Shape: []int{3, 8}, DType: qwen35.F32, F32: make([]float32, 24)}},
+	} {
+		got, err := b.FromHostRows(parts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := b.FromHost(qwen35.ConcatRows(parts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := b.ToHost(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := b.ToHost(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g) != len(w) || got.DType() != want.DType() {
+			t.Fatalf("%d values of %v, want %d of %v", len(g), got.DType(), len(w), want.DType())
+		}
+		for i := range w {
+			if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
+				t.Fatalf("element %d: %v, want %v", i, g[i], w[i])
+			}
+		}
+		b.Free(got, want)
 	}
 }
