@@ -534,6 +534,10 @@ func (m *merge) run(lo, hi int) error {
 			bk[k] = float64(v)
 		}
 		loraAcc(acc, m.a64, bk, in)
+		if m.out.DType == qwen35.BF16 && m.w.DType == safetensors.BF16 &&
+			mergeRowBF16(m.out.BF16[o*in:(o+1)*in], m.w.Data[o*in*2:(o+1)*in*2], acc, m.s) {
+			continue
+		}
 		size := m.w.DType.Size()
 		row := safetensors.Tensor{Name: m.w.Name, File: m.w.File, DType: m.w.DType, Shape: []int{in},
 			Data: m.w.Data[o*in*size : (o+1)*in*size]}

@@ -1,6 +1,12 @@
 package checkpoint
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/kevgo/kev/internal/half"
+)
 
 // useAVX2 selects the AVX2/FMA merge kernel.
 var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
@@ -22,4 +28,27 @@ func loraAcc(acc []float32, a []float64, b []float64, in int) {
 		}
 	}
 	loraAccGo(acc, a, b, in, nv)
+}
+
+// mergeOutBF16 is in merge_amd64.s.
+//
+//go:noescape
+func mergeOutBF16(dst *uint16, w *uint16, acc *float32, s float32, n int)
+
+// mergeRowBF16 sets dst[i] = bf16(w[i] + acc[i]·s) for a bf16 weight row w (little-endian bytes), as merge.run
+// does for bf16 weights and output, with AVX2 where the CPU has it; ok is false (nothing done) without it.
+func mergeRowBF16(dst []uint16, w []byte, acc []float32, s float32) (ok bool) {
+	if !useAVX2 {
+		return false
+	}
+	n := len(dst)
+	nv := n &^ 7
+	if nv > 0 {
+		mergeOutBF16(&dst[0], (*uint16)(unsafe.Pointer(&w[0])), &acc[0], s, nv)
+	}
+	for i := nv; i < n; i++ {
+		wi := half.BF16ToF32(uint16(w[2*i]) | uint16(w[2*i+1])<<8)
+		dst[i] = half.BF16FromF32(wi + float32(acc[i]*s))
+	}
+	return true
 }

@@ -81,3 +81,59 @@ store:
 done:
 	VZEROUPPER
 	RET
+
+// func mergeOutBF16(dst *uint16, w *uint16, acc *float32, s float32, n int)
+//
+// dst[i] = bf16(f32(w[i]) + acc[i]*s) for i < n (n a multiple of 8), each
+// operation rounded to fp32 and the sum rounded to bfloat16 to nearest even,
+// NaN kept quiet with its sign, as half.BF16FromF32.
+TEXT ·mergeOutBF16(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         w+8(FP), SI
+	MOVQ         acc+16(FP), DX
+	VBROADCASTSS s+24(FP), Y15
+	MOVQ         n+32(FP), CX
+	MOVL         $0x7fff, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $1, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0x7fffffff, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL         $0x7f800000, AX
+	VMOVD        AX, X11
+	VPBROADCASTD X11, Y11
+	MOVL         $0x40, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+
+out8:
+	CMPQ         CX, $8
+	JLT          outdone
+	VPMOVZXWD    (SI), Y0
+	VPSLLD       $16, Y0, Y0
+	VMULPS       (DX), Y15, Y1
+	VADDPS       Y1, Y0, Y0
+	VPSRLD       $16, Y0, Y2
+	VPAND        Y13, Y2, Y3
+	VPADDD       Y14, Y0, Y4
+	VPADDD       Y3, Y4, Y4
+	VPSRLD       $16, Y4, Y4
+	VPAND        Y12, Y0, Y5
+	VPCMPGTD     Y11, Y5, Y5
+	VPOR         Y10, Y2, Y2
+	VPBLENDVB    Y5, Y2, Y4, Y4
+	VEXTRACTI128 $1, Y4, X6
+	VPACKUSDW    X6, X4, X4
+	VMOVDQU      X4, (DI)
+	ADDQ         $16, DI
+	ADDQ         $16, SI
+	ADDQ         $32, DX
+	SUBQ         $8, CX
+	JMP          out8
+
+outdone:
+	VZEROUPPER
+	RET

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kevgo/kev/internal/half"
 )
 
 // TestLoRAAccKernel checks loraAcc (the AVX2/FMA kernel where the CPU has it) against loraAccGo bit for bit on
@@ -73,4 +75,46 @@ func BenchmarkLoRAAcc(b *testing.B) {
 			loraAccGo(acc, a, bk, in, 0)
 		}
 	})
+}
+
+// TestMergeRowBF16 checks the vector form of a bf16 merge row against the scalar arithmetic bit for bit: weights of
+// every kind (normal, subnormal, zero, infinite, NaN), sums that land on rounding ties, and every tail length.
+func TestMergeRowBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	specials := []uint16{0, 0x8000, 0x7f80, 0xff80, 0x7fc1, 0xffa0, 0x0001, 0x807f, 0x7f7f, 0xff7f}
+	for n := 1; n <= 70; n++ {
+		for trial := range 20 {
+			w := make([]byte, 2*n)
+			acc := make([]float32, n)
+			for i := range n {
+				var bits uint16
+				if rng.IntN(8) == 0 {
+					bits = specials[rng.IntN(len(specials))]
+				} else {
+					bits = half.BF16FromF32(float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-20)))
+				}
+				w[2*i], w[2*i+1] = byte(bits), byte(bits>>8)
+				switch rng.IntN(4) {
+				case 0: // lands exactly half a bf16 step from w: a tie
+					acc[i] = math.Float32frombits(uint32(bits)<<16|0x8000) - half.BF16ToF32(bits)
+				case 1:
+					acc[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+				default:
+					acc[i] = float32(rng.NormFloat64() * math.Ldexp(1, rng.IntN(40)-20))
+				}
+			}
+			s := float32([]float64{1, 2, 0.5, 1.0 / 3}[trial%4])
+			got := make([]uint16, n)
+			if !mergeRowBF16(got, w, acc, s) {
+				t.Skip("no vector form on this CPU")
+			}
+			for i := range n {
+				wi := half.BF16ToF32(uint16(w[2*i]) | uint16(w[2*i+1])<<8)
+				want := half.BF16FromF32(wi + float32(acc[i]*s))
+				if got[i] != want {
+					t.Fatalf("n %d, element %d: w %v, acc %v, s %v: %#04x, want %#04x", n, i, wi, acc[i], s, got[i], want)
+				}
+			}
+		}
+	}
 }
