@@ -94,8 +94,8 @@ type Buffer struct {
 	Bytes int64
 }
 
-// Open creates a context and a stream on GPU ordinal and loads every kernel module (LoadModules). It fails on GPUs
-// older than compute capability 8.0.
+// Open creates a context and a stream on GPU ordinal, loads every kernel module (LoadModules) and allocates the
+// staging ring for small uploads. It fails on GPUs older than compute capability 8.0.
 func Open(ordinal int) (*Device, error) {
 	drv, err := cudrv.Open(ordinal)
 	if err != nil {
@@ -120,6 +120,11 @@ func Open(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	if err := d.LoadModules(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	// The staging ring for small uploads too, so that the first request does not allocate it.
+	if err := d.Do(func(q *Queue) error { _, _, err := q.stageAlloc(0); return err }); err != nil {
 		d.Close()
 		return nil, err
 	}
