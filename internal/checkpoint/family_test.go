@@ -150,3 +150,21 @@ func mustAbs(t *testing.T, p string) string {
 	}
 	return a
 }
+
+// FuzzParseConfigForms feeds ParseConfig the family's config forms and mutations of them: never a panic, and a
+// config it accepts is consistent.
+func FuzzParseConfigForms(f *testing.F) {
+	f.Add(familyConfig("qwen3_5", "qwen3_5_text", 64, 4, 96, 4, 2, 2, 4, true))
+	f.Add(familyConfig("qwen3_8", "qwen3_8_text", 80, 8, 96, 6, 1, 2, 6, false))
+	f.Add([]byte(`{"model_type":"qwen3_8_text","rope_theta":1e6,"num_hidden_layers":4,"full_attention_interval":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig("config.json", b)
+		if err != nil {
+			return
+		}
+		if len(c.LayerTypes) != c.NumLayers || c.RotaryDim() < 2 || c.RotaryDim()%2 != 0 ||
+			c.NumHeads%c.NumKVHeads != 0 || c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
+			t.Errorf("accepted an inconsistent config %+v", c)
+		}
+	})
+}
