@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -129,22 +130,65 @@ func LoadOrder(c *qwen35.Config) []string {
 	return names
 }
 
-// streamOrder is LoadOrder restricted to the tensors of want, then the tensors of want it does not name, sorted.
+// streamOrder is the order the tensors of want are built in: LoadOrder's names that want has, with each layer's
+// other tensors (the biases of an attention-only base) right after that layer's, then anything else, sorted.
 func streamOrder(c *qwen35.Config, want map[string][]int) []string {
 	seen := make(map[string]bool, len(want))
-	var names []string
+	rest := map[string][]string{} // layer prefix -> its tensors LoadOrder does not name
+	var other []string
+	known := map[string]bool{}
 	for _, n := range LoadOrder(c) {
+		known[n] = true
+	}
+	for _, n := range sortedNames(want) {
+		if known[n] {
+			continue
+		}
+		if p, ok := layerPrefix(n); ok {
+			rest[p] = append(rest[p], n)
+		} else {
+			other = append(other, n)
+		}
+	}
+	var names []string
+	add := func(n string) {
 		if _, ok := want[n]; ok && !seen[n] {
 			seen[n] = true
 			names = append(names, n)
 		}
 	}
-	for _, n := range sortedNames(want) {
-		if !seen[n] {
-			names = append(names, n)
+	for _, n := range []string{"embed_tokens.weight", "norm.weight"} {
+		add(n)
+	}
+	for i := range c.LayerTypes {
+		p := layerName(i)
+		for _, n := range LoadOrder(&qwen35.Config{LayerTypes: []qwen35.LayerType{c.LayerTypes[i]}})[2:] {
+			add(p + strings.TrimPrefix(n, layerName(0)))
+		}
+		for _, n := range rest[p] {
+			add(n)
 		}
 	}
+	for _, n := range other {
+		add(n)
+	}
+	for _, n := range sortedNames(want) { // tensors of layers past LayerTypes, if a config ever has them
+		add(n)
+	}
 	return names
+}
+
+// layerPrefix returns "layers.<i>." of a canonical layer tensor name.
+func layerPrefix(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "layers.")
+	if !ok {
+		return "", false
+	}
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 {
+		return "", false
+	}
+	return "layers." + rest[:i+1], true
 }
 
 // item states.
