@@ -65,5 +65,6 @@ func (l *loader) vectors(names []string, sizes []int) tensor.Tensor {
 	}
 	var t tensor.Tensor
 	t, l.err = l.b.FromFloat32([]int{len(all)}, all)
+	l.w.Release(names...)
 	return t
 }
