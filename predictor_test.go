@@ -714,7 +714,7 @@ func TestLoadErrors(t *testing.T) {
 		field string
 	}{
 		{Options{Base: base, DType: "fp8"}, "DType"},
-		{Options{Base: base, DType: "fp16", Device: "gpu"}, "DType"},
+		{Options{Base: base, DType: "fp16", Device: CUDA}, "DType"},
 		{Options{Base: base, Device: "abacus"}, "Device"},
 		{Options{Base: base, Temperature: -1}, "Temperature"},
 	} {

@@ -187,7 +187,8 @@ func TestOptionErrors(t *testing.T) {
 		{Options{Device: "cuda:x"}, "Device"},
 		{Options{Device: "cpu:1"}, "Device"},
 		{Options{Device: "cuda:-1"}, "Device"},
-		{Options{DType: "fp16"}, "DType"},
+		{Options{DType: "fp8"}, "DType"},
+		{Options{DType: "fp16", Device: CUDA}, "DType"}, // fp16 compute is CPU only
 		{Options{Temperature: -1}, "Temperature"},
 	} {
 		_, err := Load(context.Background(), "testdata/golden/tiny-a/kev", c.opts)
