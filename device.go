@@ -123,10 +123,11 @@ func closeBackends(bs []tensor.Backend) {
 // DType is the type the model's parameters and activations are held in.
 type DType string
 
-// The parameter types. Load also reads "fp32" and "bf16".
+// The parameter types. Load also reads "fp32", "bf16" and "fp16".
 const (
 	Float32  DType = "float32"  // the reference; the CPU's default
 	BFloat16 DType = "bfloat16" // bf16 weights and activations with fp32 accumulation; the GPU's default
+	Float16  DType = "float16"  // IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only
 )
 
 // parseDType maps Options.DType to the weights' type and its canonical name; the default depends on the device.
@@ -143,6 +144,12 @@ func parseDType(s DType, backend string) (qwen35.DType, DType, error) {
 		return qwen35.F32, Float32, nil
 	case "bf16", "bfloat16":
 		return qwen35.BF16, BFloat16, nil
+	case "fp16", "float16", "half":
+		if backend != string(CPU) {
+			return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: "fp16 compute is supported on the cpu device only; the " +
+				backend + " backend computes with bf16 weights (use bfloat16)"}
+		}
+		return qwen35.F16, Float16, nil
 	}
-	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32" or "bfloat16" ("fp32", "bf16")`}
+	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32", "bfloat16" or "float16" ("fp32", "bf16", "fp16")`}
 }

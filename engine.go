@@ -1,6 +1,7 @@
 package kev
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -28,6 +29,7 @@ type engine struct {
 	pointer *layers.Pointer
 	cache   *prefixcache.Cache[*layers.State]
 	onBatch *atomic.Pointer[func(int)] // the predictor's
+	files   io.Closer                  // the mapped weights files the backend reads (CPU), closed by close
 
 	maxBatch    int       // requests one batch takes
 	passTokens  int       // token budget of one model pass (RowPassTokens)
@@ -255,10 +257,15 @@ func (e *engine) close() error {
 	e.held = nil
 	e.cache.Clear()
 	e.model, e.pointer = nil, nil
-	if c, ok := e.backend.(io.Closer); ok {
-		return c.Close()
+	var errs []error
+	if e.files != nil {
+		errs = append(errs, e.files.Close()) // after the model: the CPU backend's weights point into these files
+		e.files = nil
 	}
-	return nil
+	if c, ok := e.backend.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // stats returns the engine's counters.

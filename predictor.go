@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/kevgo/kev/internal/checkpoint"
 	"github.com/kevgo/kev/internal/hub"
+	"github.com/kevgo/kev/internal/loadprogress"
 	"github.com/kevgo/kev/internal/prefixcache"
 	"github.com/kevgo/kev/internal/pyjson"
 	"github.com/kevgo/kev/internal/qwen35"
@@ -31,7 +35,7 @@ import (
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
 	Device          Device  // CPU (default), CUDA, "cuda:N", a list "cuda:0,1" or "cuda:all" (a replica per GPU); see Device
-	DType           DType   // Float32 (CPU default) or BFloat16 (default elsewhere); "fp32" and "bf16" also read
+	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere) or Float16 (CPU only); "fp32", "bf16", "fp16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept, per replica; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
@@ -44,6 +48,11 @@ type Options struct {
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
 	Logger          *slog.Logger
+
+	// Progress receives a one-line progress display while the weights load (bytes, rate, time left); nil means
+	// standard error when it is a terminal. Without a terminal, progress goes to Logger as "kev: loading" events.
+	// io.Discard shows none.
+	Progress io.Writer
 }
 
 // Defaults of Options.
@@ -104,7 +113,7 @@ type Info struct {
 	Device         Device  // the device as given in Options ("cpu" when none was)
 	Replicas       int     // copies of the model, one per listed device (Stats.Replicas has each one's counters)
 	Backend        string  // "go"
-	DType          DType   // the parameters' type: Float32 or BFloat16
+	DType          DType   // the parameters' type: Float32, BFloat16 or Float16
 	Temperature    float64 // the head temperature in use
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // long states are cut instead of refused
@@ -243,11 +252,23 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		copts.LoRAScale = &s
 	}
 	start := time.Now()
-	ck, err := checkpoint.Open(runDir, baseDir, copts)
+	pw := opts.Progress
+	if pw == nil {
+		pw = loadprogress.Terminal()
+	} else if pw == io.Discard {
+		pw = nil
+	}
+	var prog *loadprogress.Reporter
+	if pw != nil || opts.Progress == nil {
+		prog = loadprogress.New("kev: loading", pw, log)
+	}
+	progress := &loadProgress{rep: prog, done: make([]int64, len(replicas))}
+	ck, err := checkpoint.OpenStream(runDir, baseDir, checkpoint.StreamOptions{Options: copts, Progress: progress.of(0)})
 	if err != nil {
 		return nil, loadError(runDir, err)
 	}
-	weightBytes := hostBytes(ck.Weights)
+	weightBytes, total := ck.Bytes(), ck.Bytes()
+	progress.total = total
 	temp := head.Temperature
 	if opts.Temperature > 0 {
 		temp = opts.Temperature
@@ -268,7 +289,10 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		},
 		opts: opts, log: log, tok: tok,
 	}
-	// Every replica uploads the host weights to its own backend, all at once.
+	// Every replica streams the weights to its own backend, all at once: the first from ck, the others each from a
+	// stream of its own (a streamed tensor is built once and dropped after its upload). Progress counts them all.
+	streams := make([]*checkpoint.Checkpoint, len(replicas))
+	streams[0] = ck
 	p.engines = make([]*engine, len(replicas))
 	errs := make([]error, len(replicas))
 	var wg sync.WaitGroup
@@ -276,9 +300,17 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			model, err := layers.New(b, ck.Weights)
+			if i > 0 {
+				s, err := checkpoint.OpenStream(runDir, baseDir, checkpoint.StreamOptions{Options: copts, Progress: progress.of(i)})
+				if err != nil {
+					errs[i] = loadError(runDir, err)
+					return
+				}
+				streams[i] = s
+			}
+			model, err := layers.New(b, streams[i].Weights)
 			if err != nil {
-				errs[i] = &LoadError{File: runDir, Err: err}
+				errs[i] = loadError(runDir, err)
 				return
 			}
 			pointer, err := layers.NewPointer(b, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
@@ -286,18 +318,33 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 				errs[i] = &LoadError{File: headPath, Err: err}
 				return
 			}
-			p.engines[i] = newEngine(i, Device(replicas[i].String()), b, model, pointer, opts, &p.onBatch, log)
+			e := newEngine(i, Device(replicas[i].String()), b, model, pointer, opts, &p.onBatch, log)
+			// The CPU backend keeps unmerged 16-bit weights in the mapped files: those stay open until Close. Other
+			// backends hold their own copies, so the files close now and the host memory of the load goes back.
+			if b.Name() == "cpu" {
+				e.files = streams[i]
+			} else if err := streams[i].Close(); err != nil {
+				errs[i] = loadError(runDir, err)
+				return
+			}
+			streams[i].Weights = nil
+			p.engines[i] = e
 		}()
 	}
 	wg.Wait()
-	ck.Weights = nil // the backends hold their own copies
 	if err := errors.Join(errs...); err != nil {
+		for _, s := range streams {
+			s.Close() // the backends, closed by the deferred call, free what was uploaded
+		}
 		return nil, err
 	}
+	progress.finish()
+	debug.FreeOSMemory()
+	secs := time.Since(start).Seconds()
 	loaded = true
 	log.Info("kev: loaded", "run", checkpointName, "dir", runDir, "base", baseDir, "device", opts.Device,
 		"replicas", len(replicas), "dtype", dtName, "temperature", temp, "weight_bytes", weightBytes,
-		"seconds", time.Since(start).Seconds())
+		"seconds", round3(secs), "gb_per_s", round3(float64(total)*float64(len(replicas))/1e9/max(secs, 1e-9)))
 	for _, e := range p.engines {
 		go e.loop()
 	}
@@ -418,19 +465,7 @@ func loadError(fallback string, err error) error {
 
 func qwen35Numel(t *qwen35.Tensor) int { return tensor.Numel(t.Shape) }
 
-// hostBytes is the size of the weights as the backend stores them: BF16 matrices two bytes an element,
-// everything else four.
-func hostBytes(w *qwen35.Weights) int64 {
-	var n int64
-	for _, t := range w.Tensors {
-		size := int64(4)
-		if t.DType == qwen35.BF16 {
-			size = 2
-		}
-		n += int64(tensor.Numel(t.Shape)) * size
-	}
-	return n
-}
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // releaseDate is the hub's last-modified date of the revision when the hub was asked, else head.pt's mtime as a
 // local date.
@@ -640,4 +675,40 @@ func (p *Predictor) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closed
+}
+
+// loadProgress sums the progress of the streamed loads of several replicas into one report.
+type loadProgress struct {
+	rep   *loadprogress.Reporter // nil: no report
+	mu    sync.Mutex
+	done  []int64 // bytes uploaded, per replica
+	total int64   // bytes of one replica's weights, once a stream has reported
+}
+
+// of returns the Progress function of replica i's stream (nil when nothing is reported).
+func (lp *loadProgress) of(i int) func(done, total int64) {
+	if lp.rep == nil {
+		return nil
+	}
+	return func(done, total int64) {
+		lp.mu.Lock()
+		lp.done[i], lp.total = done, total
+		var sum int64
+		for _, d := range lp.done {
+			sum += d
+		}
+		lp.mu.Unlock()
+		lp.rep.Update(sum, total*int64(len(lp.done)))
+	}
+}
+
+// finish reports the load complete.
+func (lp *loadProgress) finish() {
+	if lp.rep == nil {
+		return
+	}
+	lp.mu.Lock()
+	t := lp.total * int64(len(lp.done))
+	lp.mu.Unlock()
+	lp.rep.Done(t, t)
 }

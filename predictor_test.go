@@ -591,13 +591,20 @@ func TestInfo(t *testing.T) {
 	if bf.Info().DType != "bfloat16" || bf.Info().WeightBytes >= got.WeightBytes {
 		t.Errorf("bf16 info %+v", bf.Info())
 	}
-	// bf16 weights stay close to the fp32 answers.
+	h := loadGolden(t, s, Options{DType: "float16"})
+	if h.Info().DType != "float16" || h.Info().WeightBytes != bf.Info().WeightBytes {
+		t.Errorf("fp16 info %+v", h.Info())
+	}
+	// bf16 and fp16 weights stay close to the fp32 answers (fp16 closer: three more mantissa bits).
 	req := goldenRequests(t, s)[0]
-	a, b := probs(t, p, req), probs(t, bf, req)
+	a, b, c := probs(t, p, req), probs(t, bf, req), probs(t, h, req)
 	for q := range a {
 		for j := range a[q] {
 			if d := math.Abs(float64(a[q][j] - b[q][j])); d > 0.05 {
 				t.Errorf("bf16 q%d p[%d] = %v, fp32 %v", q, j, b[q][j], a[q][j])
+			}
+			if d := math.Abs(float64(a[q][j] - c[q][j])); d > 0.01 {
+				t.Errorf("fp16 q%d p[%d] = %v, fp32 %v", q, j, c[q][j], a[q][j])
 			}
 		}
 	}
@@ -706,7 +713,8 @@ func TestLoadErrors(t *testing.T) {
 		opts  Options
 		field string
 	}{
-		{Options{Base: base, DType: "fp16"}, "DType"},
+		{Options{Base: base, DType: "fp8"}, "DType"},
+		{Options{Base: base, DType: "fp16", Device: CUDA}, fp16Field()},
 		{Options{Base: base, Device: "abacus"}, "Device"},
 		{Options{Base: base, Temperature: -1}, "Temperature"},
 	} {

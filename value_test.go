@@ -193,7 +193,8 @@ func TestOptionErrors(t *testing.T) {
 		{Options{Device: ":0"}, "Device"},
 		{Options{Device: "cpu:all,x"}, "Device"},
 		{Options{MaxQuestions: -1}, "MaxQuestions"},
-		{Options{DType: "fp16"}, "DType"},
+		{Options{DType: "fp8"}, "DType"},
+		{Options{DType: "fp16", Device: CUDA}, fp16Field()}, // fp16 compute is CPU only
 		{Options{Temperature: -1}, "Temperature"},
 	} {
 		_, err := Load(context.Background(), "testdata/golden/tiny-a/kev", c.opts)
@@ -311,4 +312,13 @@ func TestDefaultModelIsKevs(t *testing.T) {
 	if DefaultModel != systemone.DefaultModel {
 		t.Errorf("%q, the protocol's %q", DefaultModel, systemone.DefaultModel)
 	}
+}
+
+// fp16Field is the Options field that Load refuses for fp16 weights on CUDA: DType where the CUDA backend is in the
+// program (fp16 compute is CPU only), Device where it is not.
+func fp16Field() string {
+	if slices.Contains(tensor.Backends(), string(CUDA)) {
+		return "DType"
+	}
+	return "Device"
 }

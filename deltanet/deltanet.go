@@ -78,9 +78,10 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	}
 	l := &Layer{Chunk: DefaultChunk, b: b, eps: float32(c.RMSNormEps), cfg: tensor.DeltaConfig{
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: hv, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
-	if l.inProj, err = b.FromHost(qwen35.ConcatRows(parts[:]...)); err != nil {
+	if l.inProj, err = tensor.FromHostRows(b, parts[:]...); err != nil {
 		return nil, err
 	}
+	w.Release(prefix+"in_proj_qkv.weight", prefix+"in_proj_z.weight", prefix+"in_proj_b.weight", prefix+"in_proj_a.weight")
 	cw, err := get("conv1d.weight", conv, 1, c.LinearConvKernel)
 	if err != nil {
 		return nil, err
@@ -88,6 +89,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	if l.conv, err = b.FromFloat32([]int{conv, c.LinearConvKernel}, cw.Float32s()); err != nil {
 		return nil, err
 	}
+	w.Release(prefix + "conv1d.weight")
 	small := []struct {
 		dst  *tensor.Tensor
 		name string
@@ -101,6 +103,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 		if *s.dst, err = b.FromFloat32([]int{s.n}, t.Float32s()); err != nil {
 			return nil, err
 		}
+		w.Release(prefix + s.name)
 	}
 	ow, err := get("out_proj.weight", d, vd)
 	if err != nil {
@@ -109,6 +112,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	if l.out, err = b.FromHost(ow); err != nil {
 		return nil, err
 	}
+	w.Release(prefix + "out_proj.weight")
 	return l, nil
 }
 

@@ -5,7 +5,8 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// loader uploads named tensors, remembering the first error.
+// loader uploads named tensors, remembering the first error, and releases each
+// from a streaming source once uploaded.
 type loader struct {
 	b   tensor.Backend
 	w   *qwen35.Weights
@@ -29,7 +30,8 @@ func (l *loader) stacked(names []string, rows []int, cols int) tensor.Tensor {
 		}
 	}
 	var t tensor.Tensor
-	t, l.err = l.b.FromHost(qwen35.ConcatRows(parts...))
+	t, l.err = tensor.FromHostRows(l.b, parts...)
+	l.w.Release(names...)
 	return t
 }
 
@@ -44,6 +46,7 @@ func (l *loader) vector(name string, n int) tensor.Tensor {
 	}
 	var t tensor.Tensor
 	t, l.err = l.b.FromFloat32([]int{n}, h.Float32s())
+	l.w.Release(name)
 	return t
 }
 
@@ -62,5 +65,6 @@ func (l *loader) vectors(names []string, sizes []int) tensor.Tensor {
 	}
 	var t tensor.Tensor
 	t, l.err = l.b.FromFloat32([]int{len(all)}, all)
+	l.w.Release(names...)
 	return t
 }

@@ -41,7 +41,7 @@ func (m *modelFlags) register(fs interface {
 	fs.StringVar(&m.checkpoint, "checkpoint", "", "Kev checkpoint: a directory or a hub name org/name[@revision] (default: the bundled test checkpoint "+bundledRun+")")
 	fs.StringVar(&m.base, "base", "", "base model: a directory or a hub name (default: head.pt's base; with the bundled checkpoint, "+bundledBase+")")
 	fs.StringVar(&m.device, "device", "cpu", "tensor backend")
-	fs.StringVar(&m.dtype, "dtype", "", "weight type: fp32 or bf16 (default fp32 on cpu, bf16 elsewhere)")
+	fs.StringVar(&m.dtype, "dtype", "", "weight type: fp32, bf16 or fp16 (fp16: cpu only; default fp32 on cpu, bf16 elsewhere)")
 	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only")
 }
 

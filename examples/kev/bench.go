@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kevgo/kev"
 	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/procstat"
 	"github.com/kevgo/kev/internal/pyjson"
 	"github.com/kevgo/kev/internal/systemone"
 )
@@ -127,11 +129,16 @@ func benchCommand(args []string) error {
 	if err != nil {
 		return err
 	}
+	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s)
+		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	loadStart := time.Now()
+	sampler := procstat.Sample(10 * time.Millisecond)
 	p, err := kev.Load(ctx, run, opts)
+	peakAnon, _ := sampler.Stop()
 	if err != nil {
 		return err
 	}
@@ -151,8 +158,10 @@ func benchCommand(args []string) error {
 	rep.set("load_seconds", round(time.Since(loadStart).Seconds(), 2))
 	mem := memoryReport(p)
 	rep.set("memory", mem)
-	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s) in %.1f s; %s\n", run, info.DType, info.Device,
-		time.Since(loadStart).Seconds(), mem.describe())
+	host := hostMemory(peakAnon)
+	rep.set("host_memory", host)
+	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s) in %.1f s; %s; host %s\n", run, info.DType, info.Device,
+		time.Since(loadStart).Seconds(), mem.describe(), host.describe())
 	rep.set("runs", cfg.runs)
 	rep.set("warmup", cfg.warmup)
 	rep.set("cases_file", path)
@@ -660,6 +669,29 @@ type memReport struct {
 	FreeBytes     int64   `json:"free_bytes"`  // device: part of resident kept for reuse
 	WeightBytes   int64   `json:"weight_bytes"`
 	ProcessRSS    int64   `json:"process_rss_bytes"`
+}
+
+// hostReport is the process's host memory after the load (/proc/self/status), with the peak of its anonymous
+// memory during the load.
+type hostReport struct {
+	RSS          int64 `json:"rss_bytes"`
+	RssAnon      int64 `json:"rss_anon_bytes"`
+	RssFile      int64 `json:"rss_file_bytes"`
+	VmHWM        int64 `json:"vm_hwm_bytes"`
+	PeakAnonLoad int64 `json:"load_peak_rss_anon_bytes"`
+}
+
+func hostMemory(peakAnon int64) hostReport {
+	st, err := procstat.Read()
+	if err != nil {
+		return hostReport{}
+	}
+	return hostReport{RSS: st.VmRSS, RssAnon: st.RssAnon, RssFile: st.RssFile, VmHWM: st.VmHWM, PeakAnonLoad: peakAnon}
+}
+
+func (h hostReport) describe() string {
+	return fmt.Sprintf("RSS %s (anonymous %s, file %s), anonymous peak during load %s, VmHWM %s", mib(h.RSS),
+		mib(h.RssAnon), mib(h.RssFile), mib(h.PeakAnonLoad), mib(h.VmHWM))
 }
 
 func memoryReport(p *kev.Predictor) memReport {

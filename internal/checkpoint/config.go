@@ -198,6 +198,7 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 	if err != nil {
 		return c, err
 	}
+	mt = familyModelType(mt)
 	text := top
 	switch mt {
 	case "qwen3_5":
@@ -211,7 +212,7 @@ func ParseConfig(file string, data []byte) (qwen35.Config, error) {
 		text = sub
 		if tmt, ok, err := text.str("model_type"); err != nil {
 			return c, err
-		} else if ok && tmt != "qwen3_5_text" {
+		} else if ok && familyModelType(tmt) != "qwen3_5_text" {
 			return c, text.err("model_type", "%s, want \"qwen3_5_text\"", quote.String(tmt))
 		}
 	case "qwen3_5_text":

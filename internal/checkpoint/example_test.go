@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kevgo/kev/internal/checkpoint"
+	"github.com/kevgo/kev/internal/qwen35"
 )
 
 func ExampleParseConfig() {
@@ -38,4 +39,28 @@ func ExampleParseConfig_qwen3() {
 	}
 	fmt.Println(cfg.Arch, cfg.Hybrid(), cfg.QKNorm(), cfg.PlusOneNorm(), cfg.RotaryDim(), len(checkpoint.ExpectedShapes(&cfg)))
 	// Output: qwen3 false true false 128 398
+}
+
+// A streaming load: each tensor is built when asked for and released once the engine has its own copy; tensors
+// no adapter touches point into the mapped file.
+func ExampleOpenStream() {
+	dir := "../../testdata/golden/tiny-a/"
+	ck, err := checkpoint.OpenStream(dir+"kev", dir+"base", checkpoint.StreamOptions{Options: checkpoint.Options{DType: qwen35.BF16}})
+	if err != nil {
+		panic(err)
+	}
+	defer ck.Close()
+	w := ck.Weights
+	c := w.Config
+	embed, err := w.Lookup("embed_tokens.weight", c.VocabSize, c.HiddenSize)
+	if err != nil {
+		panic(err)
+	}
+	q, err := w.Lookup("layers.3.self_attn.q_proj.weight", 2*c.NumHeads*c.HeadDim, c.HiddenSize)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(embed.DType, embed.Mapped, q.DType, q.Mapped, ck.Bytes())
+	w.Release("embed_tokens.weight", "layers.3.self_attn.q_proj.weight")
+	// Output: BF16 true BF16 false 489088
 }

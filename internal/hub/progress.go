@@ -112,7 +112,11 @@ func (p *progress) draw(final bool) {
 		line += fmt.Sprintf(" / %s (%d%%)", byteSize(total), done*100/max(total, done, 1))
 	}
 	if secs := time.Since(p.start).Seconds(); secs > 0 {
-		line += fmt.Sprintf(", %s/s", byteSize(int64(float64(done-p.resumed.Load())/secs)))
+		rate := float64(done-p.resumed.Load()) / secs
+		line += fmt.Sprintf(", %s/s", byteSize(int64(rate)))
+		if rate > 0 && total > done && !final {
+			line += fmt.Sprintf(", %.0f s left", float64(total-done)/rate)
+		}
 	}
 	pad := ""
 	if n := p.last - len(line); n > 0 {

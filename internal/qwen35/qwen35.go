@@ -10,6 +10,8 @@ package qwen35
 import (
 	"fmt"
 	"math"
+
+	"github.com/kevgo/kev/internal/half"
 )
 
 // LayerType says which token mixer a decoder layer uses.
@@ -135,26 +137,34 @@ const (
 	F32 DType = iota
 	// BF16 is bfloat16, stored as raw uint16 bits.
 	BF16
+	// F16 is IEEE binary16, stored as raw uint16 bits.
+	F16
 )
 
-// String returns "F32" or "BF16".
+// String returns "F32", "BF16" or "F16".
 func (d DType) String() string {
 	switch d {
 	case F32:
 		return "F32"
 	case BF16:
 		return "BF16"
+	case F16:
+		return "F16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
-// Tensor is a dense row-major host tensor. Exactly one of F32 and BF16 holds
-// the data, as DType says; len = product of Shape.
+// Tensor is a dense row-major host tensor. Exactly one of F32, BF16 and F16
+// holds the data, as DType says; len = product of Shape.
 type Tensor struct {
 	Shape []int
 	DType DType
 	F32   []float32
 	BF16  []uint16
+	F16   []uint16 // IEEE binary16 bits (DType F16)
+	// Mapped says the data is read-only memory that outlives the engine (a weights file mapped into memory): a
+	// backend may keep a reference to it instead of copying. Writing to it faults.
+	Mapped bool
 }
 
 // Len is the number of elements, the product of Shape.
@@ -171,6 +181,9 @@ func (t *Tensor) Len() int {
 type Weights struct {
 	Config  Config
 	Tensors map[string]*Tensor
+	// Source, when not nil, supplies the tensors Tensors lacks (a streaming load): Lookup fetches them from it,
+	// and the engine calls Release once it has copied each.
+	Source Source
 }
 
 // TensorError says a named tensor is missing or does not have the shape or
@@ -191,6 +204,12 @@ func (e *TensorError) Error() string {
 // given shape and that its data matches its dtype and shape.
 func (w *Weights) Lookup(name string, shape ...int) (*Tensor, error) {
 	t, ok := w.Tensors[name]
+	if (!ok || t == nil) && w.Source != nil {
+		var err error
+		if t, ok, err = w.Source.Fetch(name); err != nil {
+			return nil, err
+		}
+	}
 	if !ok || t == nil {
 		return nil, &TensorError{Name: name, Want: shape, Reason: "missing"}
 	}
@@ -202,17 +221,24 @@ func (w *Weights) Lookup(name string, shape ...int) (*Tensor, error) {
 		return nil, &TensorError{Name: name, Shape: t.Shape, Want: shape, Reason: fmt.Sprintf("has shape %v, want %v", t.Shape, shape)}
 	}
 	if (t.DType == F32 && len(t.F32) != t.Len()) || (t.DType == BF16 && len(t.BF16) != t.Len()) ||
-		(t.DType != F32 && t.DType != BF16) {
+		(t.DType == F16 && len(t.F16) != t.Len()) || (t.DType != F32 && t.DType != BF16 && t.DType != F16) {
 		return nil, &TensorError{Name: name, Shape: t.Shape, Want: shape, Reason: fmt.Sprintf("%v data does not match shape %v", t.DType, t.Shape)}
 	}
 	return t, nil
 }
 
-// Float32s returns t's values as float32: F32 data itself, BF16 widened exactly
+// Float32s returns t's values as float32: F32 data itself, BF16 and F16 widened exactly
 // into a new slice.
 func (t *Tensor) Float32s() []float32 {
 	if t.DType == F32 {
 		return t.F32
+	}
+	if t.DType == F16 {
+		out := make([]float32, len(t.F16))
+		for i, h := range t.F16 {
+			out[i] = half.F16ToF32(h)
+		}
+		return out
 	}
 	out := make([]float32, len(t.BF16))
 	for i, h := range t.BF16 {
@@ -221,19 +247,26 @@ func (t *Tensor) Float32s() []float32 {
 	return out
 }
 
-// ConcatRows stacks 2-D tensors with equal column counts, in order: BF16 when
-// all of them are, F32 otherwise.
+// ConcatRows stacks 2-D tensors with equal column counts, in order: BF16 (or
+// F16) when all of them are, F32 otherwise.
 func ConcatRows(ts ...*Tensor) *Tensor {
-	rows, cols, allBF16 := 0, ts[0].Shape[1], true
+	rows, cols, same := 0, ts[0].Shape[1], ts[0].DType != F32
 	for _, t := range ts {
 		rows += t.Shape[0]
-		allBF16 = allBF16 && t.DType == BF16
+		same = same && t.DType == ts[0].DType
 	}
 	out := &Tensor{Shape: []int{rows, cols}}
-	if allBF16 {
+	if same && ts[0].DType == BF16 {
 		out.DType = BF16
 		for _, t := range ts {
 			out.BF16 = append(out.BF16, t.BF16...)
+		}
+		return out
+	}
+	if same && ts[0].DType == F16 {
+		out.DType = F16
+		for _, t := range ts {
+			out.F16 = append(out.F16, t.F16...)
 		}
 		return out
 	}

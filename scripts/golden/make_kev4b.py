@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""A Kev-4B-shaped random checkpoint in the released layout, for full-size parity and speed runs on a GPU.
+"""A Kev-4B-shaped random checkpoint in the released layout, for full-size parity and speed runs on a GPU; with
+--shapes, the other sizes of Kev's family too (0.8b, 4b, 9b, 27b; --layers truncates, for a 27B that fits).
 
     PYTHONUNBUFFERED=1 python3 scripts/golden/make_kev4b.py OUTDIR --tokenizer .gold-in/tokenizer.json
+    PYTHONUNBUFFERED=1 python3 scripts/golden/make_kev4b.py ROOT --shapes 0.8b,4b,9b --tokenizer ...   # ROOT/<shape>/
 
 Writes OUTDIR/base (a Qwen3.5-4B-shaped `Qwen3_5ForConditionalGeneration`: text tower with the released 4B
 dimensions, the smallest vision tower of the tiny fixtures, one fake MTP tensor; BF16 shards, A_log F32) and
@@ -21,6 +23,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import shutil  # noqa: E402
@@ -61,6 +64,43 @@ FX = {
     "base_id": "Qwen/Qwen3.5-4B-Base",
     "mtp": True,
 }
+FX4B = json.loads(json.dumps(FX))
+# The family's text shapes (qwen35.md §1.1; Qwen3.8-27B: 64 layers, hidden 5120, 24 query / 4 KV heads, 16 / 48
+# DeltaNet heads, MLP 17408, untied): the fields of FX["text"] that differ from the 4B's.
+SHAPES = {
+    "0.8b": {"text": {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 3584,
+                      "num_attention_heads": 8, "num_key_value_heads": 2, "linear_num_value_heads": 16,
+                      "tie_word_embeddings": True},
+             "seed": 8008, "base_id": "Qwen/Qwen3.5-0.8B-Base", "temperature": 2.2},
+    "4b": {"text": {}, "seed": 4004, "base_id": "Qwen/Qwen3.5-4B-Base", "temperature": 2.41},
+    "9b": {"text": {"hidden_size": 4096, "num_hidden_layers": 32, "intermediate_size": 12288,
+                    "num_attention_heads": 16, "num_key_value_heads": 4, "linear_num_value_heads": 32,
+                    "tie_word_embeddings": False},
+           "seed": 9009, "base_id": "Qwen/Qwen3.5-9B-Base", "temperature": 2.30},
+    "27b": {"text": {"hidden_size": 5120, "num_hidden_layers": 64, "intermediate_size": 17408,
+                     "num_attention_heads": 24, "num_key_value_heads": 4, "linear_num_value_heads": 48,
+                     "tie_word_embeddings": False},
+            "seed": 27027, "base_id": "Qwen/Qwen3.8-27B", "temperature": 1.38},
+}
+
+
+def set_shape(shape, layers=None):
+    """Points FX at one size of the family (the 4B is the default), optionally cut to its first `layers` layers."""
+    global FX, SHARD_BYTES
+    sh = SHAPES[shape]
+    fx = json.loads(json.dumps(FX4B))
+    fx["text"].update(sh["text"])
+    n = layers or fx["text"]["num_hidden_layers"]
+    expect(n % 4 == 0 and n <= fx["text"]["num_hidden_layers"], f"--layers {n}: want a multiple of 4 up to the model's")
+    fx["text"]["num_hidden_layers"] = n
+    fx["layer_types"] = fx["expect_layer_types"] = [L, L, L, F] * (n // 4)
+    fx["name"] = f"kev-{shape}" + (f"-{n}l" if layers else "")
+    fx["seed"], fx["base_id"], fx["temperature"] = sh["seed"], sh["base_id"], sh["temperature"]
+    FX = fx
+    # at least two shards, as the released bases have
+    SHARD_BYTES = 4_000_000_000 if fx["text"]["hidden_size"] >= 2560 and n >= 16 else 500_000_000
+
+
 BASE_REVISION = "1001bb4d826a52d1f399e183466143f4da7b741b"
 VOCAB_SIZE = 248320
 EOS_ID = 248044  # the released text config's eos_token_id (not a Qwen3 tokenizer id; Kev never generates)
@@ -134,7 +174,7 @@ def build(tk, base_dir):
         vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
                        "in_channels": 3, "patch_size": 2, "temporal_patch_size": 2, "spatial_merge_size": 2,
                        "out_hidden_size": t["hidden_size"], "num_position_embeddings": 16},
-        tie_word_embeddings=True,
+        tie_word_embeddings=t["tie_word_embeddings"],
         image_token_id=tk.token_to_id("<|image_pad|>"), video_token_id=tk.token_to_id("<|video_pad|>"),
         vision_start_token_id=tk.token_to_id("<|vision_start|>"),
         vision_end_token_id=tk.token_to_id("<|vision_end|>"),
@@ -169,9 +209,14 @@ def build(tk, base_dir):
     for i, kind in enumerate(FX["expect_layer_types"]):
         if kind == L:
             tm.layers[i].linear_attn.A_log = nn.Parameter(a_log[f"layers.{i}.linear_attn.A_log"])
-    if model.lm_head.weight.data_ptr() != tm.embed_tokens.weight.data_ptr():
+    tied = FX["text"]["tie_word_embeddings"]
+    if tied and model.lm_head.weight.data_ptr() != tm.embed_tokens.weight.data_ptr():
         model.tie_weights()
-    expect(model.lm_head.weight.data_ptr() == tm.embed_tokens.weight.data_ptr(), "lm_head is not tied to embed_tokens")
+    expect((model.lm_head.weight.data_ptr() == tm.embed_tokens.weight.data_ptr()) == tied,
+           f"lm_head tied {not tied}, want {tied}")
+    if not tied:
+        with torch.no_grad():
+            model.lm_head.weight.normal_(0.0, 1.0 / math.sqrt(t["hidden_size"]), generator=gen)
     model.eval()
     truth = {n: p.detach() for n, p in tm.named_parameters()}
     for n, v in truth.items():
@@ -211,7 +256,7 @@ def verify_base(base_dir, truth):
     shards = sorted(set(idx["weight_map"].values()))
     expect(len(shards) >= 2, f"base has {len(shards)} shard(s), want >= 2")
     prefix = "model.language_model."
-    seen, visual, mtp = set(), 0, 0
+    seen, visual, mtp, head = set(), 0, 0, 0
     for shard in shards:
         header = mf.st_header(base_dir / shard)
         with safe_open(str(base_dir / shard), framework="pt", device="cuda") as f:
@@ -219,6 +264,10 @@ def verify_base(base_dir, truth):
                 expect(idx["weight_map"].get(key) == shard, f"index does not place {key} in {shard}")
                 if key.startswith("mtp."):
                     mtp += 1
+                    continue
+                if key == "lm_head.weight":
+                    expect(not FX["text"]["tie_word_embeddings"], "lm_head.weight saved for tied embeddings")
+                    head += 1
                     continue
                 if key.startswith("model.visual."):
                     expect(info["dtype"] == "BF16", f"{key} is {info['dtype']}")
@@ -235,7 +284,8 @@ def verify_base(base_dir, truth):
     expect(seen == set(truth), f"missing from the files: {sorted(set(truth) - seen)[:5]}")
     expect(visual > 0, "no model.visual.* tensors")
     expect(mtp == 1, f"{mtp} mtp tensors")
-    expect(len(idx["weight_map"]) == len(seen) + visual + mtp, "the index names tensors that no shard holds")
+    expect(head == (0 if FX["text"]["tie_word_embeddings"] else 1), f"{head} lm_head tensors")
+    expect(len(idx["weight_map"]) == len(seen) + visual + mtp + head, "the index names tensors that no shard holds")
     return len(shards), visual
 
 
@@ -268,11 +318,11 @@ def write_head(kev_dir, gen):
     # Kev-4B's own base revision (make_fixtures derives a fake one from the fixture name). The file was written just
     # above, so the full unpickler may read it: it keeps the state_dict's _metadata for the rewrite.
     meta = torch.load(str(path), map_location="cpu", weights_only=False)
-    meta["base_revision"] = BASE_REVISION
+    meta["base_revision"] = BASE_REVISION if FX["name"] == "kev-4b" else meta["base_revision"]
     torch.save(meta, str(path))
     back = torch.load(str(path), map_location="cpu", weights_only=True)
     expect(list(back) == list(meta), f"head.pt key order {list(back)}")
-    expect(back["base"] == FX["base_id"] and back["base_revision"] == BASE_REVISION, "head.pt base / revision")
+    expect(back["base"] == FX["base_id"] and back["base_revision"] == meta["base_revision"], "head.pt base / revision")
     expect(back["temperature"] == FX["temperature"] and back["head_dim"] == FX["head_dim"], "head.pt temperature")
     expect(back["lora"] == FX["lora"]["r"] and back["weights"] == "lora", "head.pt lora / weights")
     sd = head.state_dict()
@@ -281,24 +331,9 @@ def write_head(kev_dir, gen):
     expect(list(back["head"]["q.weight"].shape) == [FX["head_dim"], FX["text"]["hidden_size"]], "head shape")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("outdir", type=Path)
-    ap.add_argument("--tokenizer", type=Path, required=True, help="the Qwen3 tokenizer.json (uncompressed)")
-    ap.add_argument("--tokenizer-config", type=Path, default=REPO / "tokenizer/testdata/qwen3-tokenizer_config.json",
-                    help="the Qwen3 tokenizer_config.json (default: the copy under tokenizer/testdata)")
-    args = ap.parse_args()
+def make_one(root, args):
+    """Writes root/base and root/kev for the current FX; returns the seconds it took."""
     t_start = time.time()
-    torch.set_grad_enabled(False)
-    expect(torch.cuda.is_available(), "a CUDA GPU is needed")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    import peft
-    import transformers
-    log(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
-        f"peft {peft.__version__}")
-
-    root = args.outdir
     base_dir, kev_dir = root / "base", root / "kev"
     for d in (base_dir, kev_dir):
         if d.exists():
@@ -329,14 +364,46 @@ def main():
     write_head(kev_dir, gen)
     log("head.pt written and verified")
     del model, tm
+    gc.collect()
     torch.cuda.empty_cache()
 
     rows = mf.file_table(root)
     total = sum(size for _, size, _ in rows)
     print("\n" + "=" * 100)
-    print(f"kev-4b: {total / 1e9:.2f} GB in {len(rows)} files, {time.time() - t_start:.1f}s in all")
+    print(f"{FX['name']}: {total / 1e9:.2f} GB in {len(rows)} files, {time.time() - t_start:.1f}s in all")
     for path, size, extra in rows:
         print(f"  {path:44s} {size:>14,d}  {extra}")
+    (root / ".complete").write_text(FX["name"] + "\n")
+    return time.time() - t_start
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--tokenizer", type=Path, required=True, help="the Qwen3 tokenizer.json (uncompressed)")
+    ap.add_argument("--tokenizer-config", type=Path, default=REPO / "tokenizer/testdata/qwen3-tokenizer_config.json",
+                    help="the Qwen3 tokenizer_config.json (default: the copy under tokenizer/testdata)")
+    ap.add_argument("--shapes", default="", help="comma-separated sizes (0.8b, 4b, 9b, 27b), each written to "
+                    "OUTDIR/<size>; without it, the 4B into OUTDIR itself")
+    ap.add_argument("--layers", type=int, default=0, help="keep only the first N layers (a multiple of 4) of each size")
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    expect(torch.cuda.is_available(), "a CUDA GPU is needed")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    import peft
+    import transformers
+    log(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
+        f"peft {peft.__version__}")
+    if not args.shapes:
+        if args.layers:
+            set_shape("4b", args.layers)
+        make_one(args.outdir, args)
+    else:
+        for shape in args.shapes.split(","):
+            expect(shape in SHAPES, f"--shapes: unknown size {shape!r} (want {', '.join(SHAPES)})")
+            set_shape(shape, args.layers or None)
+            make_one(args.outdir / shape, args)
     if mf.NOTES:
         print("\nNOTES")
         for n in mf.NOTES:

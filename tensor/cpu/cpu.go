@@ -78,7 +78,8 @@ func checkShape(shape []int, n int) error {
 	return nil
 }
 
-// FromHost uploads a host tensor, copying its data and keeping its type.
+// FromHost uploads a host tensor, copying its data and keeping its type. BF16 and F16 data marked Mapped (read-only, from a
+// weights file mapped into memory) is kept by reference, not copied: those pages stay file-backed.
 func (b *Backend) FromHost(t *qwen35.Tensor) (tensor.Tensor, error) {
 	if t == nil {
 		return nil, errors.New("cpu: FromHost: nil tensor")
@@ -87,7 +88,21 @@ func (b *Backend) FromHost(t *qwen35.Tensor) (tensor.Tensor, error) {
 	case qwen35.F32:
 		return b.FromFloat32(t.Shape, t.F32)
 	case qwen35.BF16:
+		if t.Mapped {
+			if err := checkShape(t.Shape, len(t.BF16)); err != nil {
+				return nil, err
+			}
+			return &Tensor{shape: append([]int(nil), t.Shape...), dtype: tensor.BF16, bits: t.BF16}, nil
+		}
 		return b.FromBits(tensor.BF16, t.Shape, t.BF16)
+	case qwen35.F16:
+		if t.Mapped {
+			if err := checkShape(t.Shape, len(t.F16)); err != nil {
+				return nil, err
+			}
+			return &Tensor{shape: append([]int(nil), t.Shape...), dtype: tensor.F16, bits: t.F16}, nil
+		}
+		return b.FromBits(tensor.F16, t.Shape, t.F16)
 	}
 	return nil, fmt.Errorf("cpu: FromHost: unsupported dtype %v", t.DType)
 }

@@ -270,9 +270,20 @@ func (b *Backend) FromHost(t *qwen35.Tensor) (tensor.Tensor, error) {
 		return b.FromBits(tensor.BF16, t.Shape, bits)
 	case qwen35.BF16:
 		return b.FromBits(tensor.BF16, t.Shape, t.BF16)
+	case qwen35.F16:
+		return nil, &DTypeError{DType: "F16", Reason: "fp16 weights are not supported: the CUDA backend computes with bf16 weights (use bf16 or fp32, which it rounds to bf16)"}
 	}
 	return nil, fmt.Errorf("cuda: FromHost: unsupported dtype %v", t.DType)
 }
+
+// DTypeError reports weights of a type the CUDA backend does not compute with.
+type DTypeError struct {
+	DType  string // "F16"
+	Reason string
+}
+
+// Error names the type and why it is refused.
+func (e *DTypeError) Error() string { return "cuda: " + e.DType + ": " + e.Reason }
 
 // FromFloat32 uploads data into a new F32 tensor of the given shape.
 func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error) {

@@ -5,6 +5,7 @@ package cuda
 import (
 	"embed"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -14,7 +15,7 @@ import (
 	"github.com/kevgo/kev/internal/cudrv"
 )
 
-//go:embed kernels/*.ptx
+//go:embed kernels/*.ptx kernels/*.cubin
 var ptxFS embed.FS
 
 // Device is one GPU: its context (owned by a locked goroutine), a stream, and the kernels loaded so far.
@@ -28,17 +29,22 @@ type Device struct {
 	shared map[fnKey]int                    // dynamic shared-memory limit raised so far, per kernel
 	maps   map[cudrv.Tile2D]cudrv.TensorMap // encoded tensor maps (a pure function of their description)
 
-	ws        Buffer      // split-K partial sums
-	cnt       Buffer      // split-K tile counters (maxGEMMTiles uint32, zero between GEMMs)
-	stage     []byte      // pinned staging ring for small uploads (allocated on first use), two halves
-	stageAt   int         // next free offset in stage
-	stageHalf int         // the half stageAt is in
-	stageEv   [2]cu.Event // recorded on the stream when the ring leaves half i
-	stageOK   [2]bool     // stageEv[i] has been recorded
+	ws        Buffer              // split-K partial sums
+	cnt       Buffer              // split-K tile counters (maxGEMMTiles uint32, zero between GEMMs)
+	stage     []byte              // pinned staging ring for small uploads (allocated on first use), two halves
+	stageAt   int                 // next free offset in stage
+	stageHalf int                 // the half stageAt is in
+	stageEv   [2]cu.Event         // recorded on the stream when the ring leaves half i
+	stageOK   [2]bool             // stageEv[i] has been recorded
+	ring      [ringSlots][]byte   // page-locked buffers for large uploads (allocated on first use)
+	ringEv    [ringSlots]cu.Event // recorded after the copy out of ring[i]
+	ringUsed  [ringSlots]bool     // ringEv[i] has been recorded
+	ringNext  int                 // the ring buffer the next slice goes through
 	closeMu   sync.Mutex
 	closed    bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
+	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
 
 	prof *launchProfile // set while a launch profile runs (benchmarks)
 	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
@@ -60,6 +66,9 @@ type Stats struct {
 	MapsEncoded     int64
 	MapsReused      int64
 	DriverAllocs    int64
+	ModulesSASS     int64 // kernel modules loaded from embedded machine code
+	ModulesJIT      int64 // kernel modules the driver compiled from PTX
+	RingUploads     int64 // large uploads through the page-locked ring
 }
 
 // Stats returns the counters so far. Safe on any goroutine.
@@ -67,7 +76,7 @@ func (d *Device) Stats() Stats {
 	ds := d.drv.Stats()
 	return Stats{Hops: ds.Hops, Inline: ds.Inline, Launches: d.launches.Load(), Syncs: d.syncs.Load(),
 		Staged: d.staged.Load(), Direct: d.direct.Load(), StageStalls: d.stalls.Load(),
-		MapsEncoded: d.encoded.Load(), MapsReused: d.reused.Load()}
+		MapsEncoded: d.encoded.Load(), MapsReused: d.reused.Load(), ModulesSASS: d.sass.Load(), ModulesJIT: d.jit.Load(), RingUploads: d.ringed.Load()}
 }
 
 // Queue issues work to a Device's stream. It is valid only inside the Device.Do call that handed it out; its
@@ -85,7 +94,8 @@ type Buffer struct {
 	Bytes int64
 }
 
-// Open creates a context and a stream on GPU ordinal. It fails on GPUs older than compute capability 8.0.
+// Open creates a context and a stream on GPU ordinal, loads every kernel module (LoadModules) and allocates the
+// staging ring for small uploads. It fails on GPUs older than compute capability 8.0.
 func Open(ordinal int) (*Device, error) {
 	drv, err := cudrv.Open(ordinal)
 	if err != nil {
@@ -107,6 +117,15 @@ func Open(ordinal int) (*Device, error) {
 	})
 	if err != nil {
 		drv.Close()
+		return nil, err
+	}
+	if err := d.LoadModules(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	// The staging ring for small uploads too, so that the first request does not allocate it.
+	if err := d.Do(func(q *Queue) error { _, _, err := q.stageAlloc(0); return err }); err != nil {
+		d.Close()
 		return nil, err
 	}
 	return d, nil
@@ -143,6 +162,7 @@ func (d *Device) Close() error {
 		if d.cnt.Ptr != 0 {
 			cu.MemFree(d.cnt.Ptr)
 		}
+		d.freeRing()
 		if d.stage != nil {
 			cudrv.HostFree(d.stage)
 			d.stage = nil
@@ -169,21 +189,10 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 		return f, d.raiseShared(key, f, shared)
 	}
 	if !ok {
-		file := "kernels/" + mod + ".sm80.ptx"
-		if len(mod) > 6 && mod[len(mod)-6:] == "_sm90a" {
-			if d.info.Major != 9 || d.info.Minor != 0 {
-				return cu.Function{}, fmt.Errorf("cuda: module %s needs compute capability 9.0, have %d.%d", mod, d.info.Major, d.info.Minor)
-			}
-			file = "kernels/" + mod + ".sm90a.ptx"
+		var err error
+		if m, err = d.loadModule(mod); err != nil {
+			return cu.Function{}, err
 		}
-		ptx, err := ptxFS.ReadFile(file)
-		if err != nil {
-			return cu.Function{}, fmt.Errorf("cuda: kernel module %s: %w", mod, err)
-		}
-		if m, err = cu.LoadData(string(ptx)); err != nil {
-			return cu.Function{}, cudrv.Wrap("cuModuleLoadData "+file, err)
-		}
-		d.mods[mod] = m
 	}
 	f, err := m.Function(name)
 	if err != nil {
@@ -194,6 +203,88 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	}
 	d.fns[key] = f
 	return f, nil
+}
+
+// loadModule loads module mod ("gemm": kernels/gemm.sm80.*) into the context: the machine code (cubin) built for
+// this GPU's architecture when there is one, so that nothing is compiled at run time, else the PTX, which the driver
+// compiles now.
+func (d *Device) loadModule(mod string) (cu.Module, error) {
+	if m, ok := d.mods[mod]; ok {
+		return m, nil
+	}
+	target := "sm80"
+	if strings.HasSuffix(mod, "_sm90a") {
+		if !d.hopper() {
+			return cu.Module{}, fmt.Errorf("cuda: module %s needs compute capability 9.0, have %d.%d", mod, d.info.Major, d.info.Minor)
+		}
+		target = "sm90a"
+	}
+	stem := "kernels/" + mod + "." + target
+	var m cu.Module
+	var err error
+	if cubin, ok := d.cubin(stem); ok {
+		if m, err = cu.LoadData(string(cubin)); err == nil {
+			d.mods[mod] = m
+			d.sass.Add(1)
+			return m, nil
+		}
+	}
+	ptx, err := ptxFS.ReadFile(stem + ".ptx")
+	if err != nil {
+		return cu.Module{}, fmt.Errorf("cuda: kernel module %s: %w", mod, err)
+	}
+	if m, err = cu.LoadData(string(ptx)); err != nil {
+		return cu.Module{}, cudrv.Wrap("cuModuleLoadData "+stem+".ptx", err)
+	}
+	d.mods[mod] = m
+	d.jit.Add(1)
+	return m, nil
+}
+
+// cubin returns the embedded machine code of the module file stem for this GPU: sm_90a for the Hopper-only
+// modules, sm_90 on compute capability 9.0, sm_80 on 8.x.
+func (d *Device) cubin(stem string) ([]byte, bool) {
+	var arch string
+	switch {
+	case strings.HasSuffix(stem, ".sm90a"):
+		arch = "sm_90a"
+	case d.info.Major == 9 && d.info.Minor == 0:
+		arch = "sm_90"
+	case d.info.Major == 8:
+		arch = "sm_80"
+	default:
+		return nil, false
+	}
+	b, err := ptxFS.ReadFile(stem + "." + arch + ".cubin")
+	return b, err == nil
+}
+
+// Modules lists the kernel modules embedded in the package ("attn", "gemm_sm90a", ...).
+func Modules() []string {
+	ents, _ := ptxFS.ReadDir("kernels")
+	var mods []string
+	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), ".ptx"); ok {
+			mods = append(mods, name[:strings.IndexByte(name, '.')])
+		}
+	}
+	return mods
+}
+
+// LoadModules loads every kernel module this GPU can run (the Hopper-only ones only on compute capability 9.0), so
+// that no pass pays for loading or compiling one later. Open calls it.
+func (d *Device) LoadModules() error {
+	return d.Do(func(*Queue) error {
+		for _, mod := range Modules() {
+			if strings.HasSuffix(mod, "_sm90a") && !d.hopper() {
+				continue
+			}
+			if _, err := d.loadModule(mod); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // raiseShared lets kernel key (function f) use shared bytes of dynamic shared memory when that is above 48 KiB.
@@ -333,8 +424,9 @@ func (q *Queue) stageAlloc(n int) (at int, ok bool, err error) {
 }
 
 // Upload copies src into dst in stream order; src may be reused as soon as Upload returns. Copies of up to
-// 64 KiB are staged in a pinned ring and copied asynchronously (see stageAlloc); larger ones wait for the queued
-// work and copy synchronously from pageable memory.
+// 64 KiB are staged in a pinned ring and copied asynchronously (see stageAlloc); larger ones go through a second
+// ring of page-locked buffers in slices (see uploadLarge), and only when that ring cannot be allocated wait for the
+// queued work and copy synchronously from pageable memory.
 func (q *Queue) Upload(dst Buffer, src []byte) error {
 	if int64(len(src)) > dst.Bytes {
 		return fmt.Errorf("cuda: Upload of %d bytes into a %d-byte buffer", len(src), dst.Bytes)
@@ -354,11 +446,93 @@ func (q *Queue) Upload(dst Buffer, src []byte) error {
 			return cudrv.Wrap("cuMemcpyHtoDAsync", cu.MemcpyHtoDAsync(dst.Ptr, unsafe.Pointer(&d.stage[at]), int64(len(src)), q.s))
 		}
 	}
+	if ok, err := q.uploadLarge(dst, src); ok || err != nil {
+		return err
+	}
 	d.direct.Add(1)
 	if err := q.Sync(); err != nil {
 		return err
 	}
 	return cudrv.Wrap("cuMemcpyHtoD", cu.MemcpyHtoD(dst.Ptr, unsafePtr(src), int64(len(src))))
+}
+
+// The ring for large uploads (weights at load): ringSlots page-locked buffers of ringSlot bytes, each with an
+// event recorded after the copy out of it.
+const (
+	ringSlots = 4
+	ringSlot  = 16 << 20
+)
+
+// uploadLarge copies src into dst slice by slice: each slice is copied (by several goroutines when large) into the
+// next buffer of the ring, once the copy queued from that buffer before has run, and then copied to the device
+// asynchronously. The host never waits for the device except for a buffer's previous copy, so reading the next
+// slice overlaps the transfer of the last. ok is false when the ring cannot be allocated.
+func (q *Queue) uploadLarge(dst Buffer, src []byte) (ok bool, err error) {
+	d := q.d
+	if d.ring[0] == nil {
+		for i := range d.ring {
+			if d.ring[i], err = cudrv.HostAlloc(ringSlot); err != nil {
+				d.freeRing()
+				return false, nil
+			}
+			if d.ringEv[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
+				cudrv.HostFree(d.ring[i])
+				d.ring[i] = nil
+				d.freeRing()
+				return false, cudrv.Wrap("cuEventCreate", err)
+			}
+		}
+	}
+	for off := 0; off < len(src); off += ringSlot {
+		n := min(ringSlot, len(src)-off)
+		i := d.ringNext
+		d.ringNext = (i + 1) % ringSlots
+		if d.ringUsed[i] && d.ringEv[i].Query() != nil {
+			d.stalls.Add(1)
+			if err := d.ringEv[i].Synchronize(); err != nil {
+				return true, cudrv.Wrap("cuEventSynchronize", err)
+			}
+		}
+		parallelCopy(d.ring[i][:n], src[off:off+n])
+		if err := cu.MemcpyHtoDAsync(dst.Ptr+cu.DevicePtr(off), unsafe.Pointer(&d.ring[i][0]), int64(n), q.s); err != nil {
+			return true, cudrv.Wrap("cuMemcpyHtoDAsync", err)
+		}
+		if err := d.ringEv[i].Record(q.s); err != nil {
+			return true, cudrv.Wrap("cuEventRecord", err)
+		}
+		d.ringUsed[i] = true
+	}
+	d.ringed.Add(1)
+	return true, nil
+}
+
+// freeRing frees the large-upload ring's buffers and events (after the stream has finished with them).
+func (d *Device) freeRing() {
+	for i := range d.ring {
+		if d.ring[i] != nil {
+			cudrv.HostFree(d.ring[i])
+			cu.DestroyEvent(&d.ringEv[i])
+			d.ring[i] = nil
+		}
+		d.ringUsed[i] = false
+	}
+}
+
+// parallelCopy copies src into dst with up to four goroutines (one for less than 4 MiB).
+func parallelCopy(dst, src []byte) {
+	const part = 4 << 20
+	if len(src) < part {
+		copy(dst, src)
+		return
+	}
+	parts := min(4, len(src)/part)
+	step := (len(src) + parts - 1) / parts
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += step {
+		hi := min(lo+step, len(src))
+		wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
 }
 
 // Download copies len(dst) bytes from src after the queued work has finished.

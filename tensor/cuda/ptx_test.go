@@ -79,3 +79,71 @@ func TestPTXFresh(t *testing.T) {
 		}
 	}
 }
+
+// TestCubinFresh checks that every PTX has its machine code for the architectures kernels/build.sh assembles
+// (sm_80 and sm_90 for the portable modules, sm_90a for the Hopper-only ones), that each cubin's .sum line names
+// the current PTX's sha256, and that the cubin is the one the line describes. No GPU needed.
+func TestCubinFresh(t *testing.T) {
+	ptxs, _ := filepath.Glob("kernels/*.ptx")
+	if len(ptxs) == 0 {
+		t.Fatal("no kernels/*.ptx")
+	}
+	want := map[string]bool{}
+	for _, p := range ptxs {
+		archs := []string{"sm_80", "sm_90"}
+		if strings.HasSuffix(p, ".sm90a.ptx") {
+			archs = []string{"sm_90a"}
+		}
+		ptx, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptxHash := sha256.Sum256(ptx)
+		for _, arch := range archs {
+			cubin := strings.TrimSuffix(p, ".ptx") + "." + arch + ".cubin"
+			want[cubin] = true
+			code, err := os.ReadFile(cubin)
+			if err != nil {
+				t.Errorf("%s: no machine code for %s (%v); run go generate ./tensor/cuda/", p, arch, err)
+				continue
+			}
+			sum, err := os.ReadFile(cubin + ".sum")
+			if err != nil {
+				t.Errorf("%s: %v", cubin, err)
+				continue
+			}
+			line := strings.TrimSuffix(string(sum), "\n")
+			const pre = "kev-cubin ptx-sha256="
+			rest, ok := strings.CutPrefix(line, pre)
+			if !ok {
+				t.Errorf("%s.sum: %q lacks %q", cubin, line, pre)
+				continue
+			}
+			fields := strings.Fields(rest)
+			if len(fields) < 3 || !strings.HasPrefix(fields[len(fields)-1], "cubin-sha256=") {
+				t.Errorf("%s.sum: %q is not ptx-sha256=… flags=… cubin-sha256=…", cubin, line)
+				continue
+			}
+			if fields[0] != hex.EncodeToString(ptxHash[:]) {
+				t.Errorf("%s is stale: made from a PTX hashing to %s, %s now hashes to %x; run go generate ./tensor/cuda/",
+					cubin, fields[0], p, ptxHash)
+			}
+			if !strings.Contains(rest, "-arch="+arch) {
+				t.Errorf("%s.sum: flags in %q are not for %s", cubin, line, arch)
+			}
+			codeHash := sha256.Sum256(code)
+			if got := strings.TrimPrefix(fields[len(fields)-1], "cubin-sha256="); got != hex.EncodeToString(codeHash[:]) {
+				t.Errorf("%s hashes to %x, its .sum says %s", cubin, codeHash, got)
+			}
+			if !bytes.HasPrefix(code, []byte("\x7fELF")) {
+				t.Errorf("%s is not an ELF cubin", cubin)
+			}
+		}
+	}
+	cubins, _ := filepath.Glob("kernels/*.cubin")
+	for _, c := range cubins {
+		if !want[c] {
+			t.Errorf("%s belongs to no PTX; remove it", c)
+		}
+	}
+}

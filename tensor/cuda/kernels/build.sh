@@ -7,8 +7,16 @@
 #   // kev-ptx source-sha256=<hex> flags=<nvcc flags>
 # where the hash covers the .cu, then every *.cuh here in name order, then the flags string. The pure-Go test
 # ptx_test.go recomputes it, so a PTX that is stale against its source fails CI.
+# Each PTX is then assembled by ptxas into machine code (cubin) for the GPUs the project runs on, so that the driver
+# has nothing to compile when a module loads:
+#   NAME.sm80.ptx        -> NAME.sm80.sm_80.cubin, NAME.sm80.sm_90.cubin
+#   NAME_sm90a.sm90a.ptx -> NAME_sm90a.sm90a.sm_90a.cubin
+# beside each a NAME….cubin.sum text line:
+#   kev-cubin ptx-sha256=<hex of the .ptx file> flags=<ptxas flags> cubin-sha256=<hex of the .cubin>
+# which ptx_test.go checks against the PTX and the cubin.
 set -euo pipefail
 cd "$(dirname "$0")"
+command -v ptxas >/dev/null || { echo "build.sh: ptxas not found (it comes with nvcc)" >&2; exit 1; }
 command -v nvcc >/dev/null || { echo "build.sh: nvcc not found (bash scripts/cuda-toolchain.sh installs 12.4)" >&2; exit 1; }
 nvcc --version | grep -q "release 12\." || { echo "build.sh: need nvcc 12.x (PTX ISA ≤ 8.x loads on drivers ≥ 550)" >&2; exit 1; }
 export LC_ALL=C
@@ -29,4 +37,18 @@ for src in "${sources[@]}"; do
   { printf '// kev-ptx source-sha256=%s flags=%s\n' "$hash" "$flags"; cat "$tmp"; } > "$out"
   rm -f "$tmp"
   echo "build.sh: $src -> $out"
+  case "$target" in
+    sm90a) archs="sm_90a" ;;
+    *) archs="sm_80 sm_90" ;;
+  esac
+  ptxhash=$(sha256sum "$out" | cut -d' ' -f1)
+  for arch in $archs; do
+    cubin="$base.$target.$arch.cubin"
+    pflags="-arch=$arch -O3"
+    # shellcheck disable=SC2086
+    ptxas $pflags -o "$cubin" "$out"
+    printf 'kev-cubin ptx-sha256=%s flags=%s cubin-sha256=%s\n' "$ptxhash" "$pflags" \
+      "$(sha256sum "$cubin" | cut -d' ' -f1)" > "$cubin.sum"
+    echo "build.sh: $out -> $cubin"
+  done
 done
