@@ -16,7 +16,7 @@ import (
 const (
 	warmSentence    = "The order arrived two weeks late and the customer asks whether a refund is possible. "
 	warmRepeatsGPU  = 40 // about 700 tokens
-	warmRepeatsCPU  = 2
+	warmRepeatsCPU  = 1
 	warmPassesTotal = 2 // passes one warm-up runs (see engine.warmUp)
 )
 
