@@ -335,15 +335,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 			streams[i].Weights = nil
 			if !testSkipWarmUp {
 				t0 := time.Now()
-				repeats := warmRepeatsGPU
-				if b.Name() == "cpu" {
-					repeats = warmRepeatsCPU
-				}
-				enc, err := p.warmEncoding(repeats)
-				if err == nil {
-					err = e.warmUp(enc)
-				}
-				if err != nil {
+				if err := p.warmReplica(e); err != nil {
 					errs[i] = fmt.Errorf("kev: warm-up pass on replica %d (%s): %w", i, replicas[i], err)
 					return
 				}

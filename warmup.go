@@ -10,18 +10,47 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// Warm-up state lengths, in repetitions of warmSentence: on a GPU long enough for several 64-token DeltaNet chunks
-// and split attention, so that the kernels, workspaces and tensor maps of a real request are all in place; on the
-// CPU (where little is done once) short, to keep Load quick.
+// Warm-up state lengths, in repetitions of warmSentence. On a GPU two requests: a short state (a pass of few rows:
+// the small-M GEMM schedules, a state shorter than one 64-token DeltaNet chunk) and one of about 700 tokens (several
+// chunks, the long-pass schedules), so that the kernels, workspaces and tensor maps of short and long requests are
+// all in place. On the CPU, where little is done once, only the short one, to keep Load quick.
 const (
 	warmSentence    = "The order arrived two weeks late and the customer asks whether a refund is possible. "
-	warmRepeatsGPU  = 40 // about 700 tokens
-	warmRepeatsCPU  = 1
-	warmPassesTotal = 2 // passes one warm-up runs (see engine.warmUp)
+	warmRepeatsLong = 40
+	warmPassesEach  = 2 // passes one warm-up request runs (see engine.warmUp)
 )
 
-// testSkipWarmUp, set by tests, makes Load skip the warm-up (to compare answers with and without it).
-var testSkipWarmUp bool
+// warmLengths returns the warm-up state lengths, in repetitions of warmSentence, for a backend.
+func warmLengths(backend string) []int {
+	if testWarmLengths != nil {
+		return testWarmLengths
+	}
+	if backend == "cpu" {
+		return []int{1}
+	}
+	return []int{1, warmRepeatsLong}
+}
+
+// warmReplica runs e's warm-up requests (warmLengths), shortest first.
+func (p *Predictor) warmReplica(e *engine) error {
+	for _, n := range warmLengths(e.backend.Name()) {
+		enc, err := p.warmEncoding(n)
+		if err != nil {
+			return err
+		}
+		if err := e.warmUp(enc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Test hooks: testSkipWarmUp makes Load skip the warm-up (to compare answers with and without it);
+// testWarmLengths, when set, replaces warmLengths' answer (the GPU's several lengths, on the CPU).
+var (
+	testSkipWarmUp  bool
+	testWarmLengths []int
+)
 
 // warmEncoding returns the made-up request a replica answers inside Load, encoded: a state of repeats sentences and
 // two questions (a yes/no and a choice), so that both pointer-head forms run.
@@ -100,7 +129,7 @@ func (e *engine) warmUp(enc *systemone.Encoding) error {
 	}
 	st.Free()
 	st = nil
-	e.warmPasses += warmPassesTotal
+	e.warmPasses += warmPassesEach
 	if t, ok := e.backend.(tensor.Trimmer); ok {
 		return t.Trim()
 	}

@@ -10,9 +10,16 @@ import (
 // TestWarmUp checks the warm-up pass of Load: every replica runs it, it leaves Stats and the prefix cache as if
 // it never ran (its own state is not cached: asking about it is a miss), and answers are bit for bit those of a
 // predictor loaded without it.
-func TestWarmUp(t *testing.T) { testWarmUp(t, Options{Device: "cpu,cpu"}, warmRepeatsCPU) }
+func TestWarmUp(t *testing.T) {
+	t.Run("cpu", func(t *testing.T) { testWarmUp(t, Options{Device: "cpu,cpu"}) })
+	t.Run("short and long", func(t *testing.T) { // as on a GPU, shorter
+		testWarmLengths = []int{1, 4}
+		t.Cleanup(func() { testWarmLengths = nil })
+		testWarmUp(t, Options{Device: "cpu"})
+	})
+}
 
-func testWarmUp(t *testing.T, opts Options, repeats int) {
+func testWarmUp(t *testing.T, opts Options) {
 	for _, s := range goldenSets(t) {
 		t.Run(s.name, func(t *testing.T) {
 			g := readGolden(t, s.cases)
@@ -21,8 +28,8 @@ func testWarmUp(t *testing.T, opts Options, repeats int) {
 			cold := loadGolden(t, s, opts)
 			testSkipWarmUp = false
 			for i, e := range warm.engines {
-				if e.warmPasses != warmPassesTotal {
-					t.Errorf("replica %d ran %d warm-up passes, want %d", i, e.warmPasses, warmPassesTotal)
+				if want := warmPassesEach * len(warmLengths(e.backend.Name())); e.warmPasses != want {
+					t.Errorf("replica %d ran %d warm-up passes, want %d", i, e.warmPasses, want)
 				}
 				if cold.engines[i].warmPasses != 0 {
 					t.Errorf("replica %d of the predictor loaded without warm-up ran %d passes", i, cold.engines[i].warmPasses)
@@ -66,23 +73,25 @@ func testWarmUp(t *testing.T, opts Options, repeats int) {
 			if w, c := warm.Stats().PrefixCache, cold.Stats().PrefixCache; w != c {
 				t.Errorf("prefix cache after the same requests: %+v with the warm-up, %+v without", w, c)
 			}
-			// The warm-up's own request is not cached: asked now, it is no hit, and the caches agree after it.
-			before := warm.Stats().PrefixCache
-			req := &Request{State: Text(strings.Repeat(warmSentence, repeats)), Questions: []QuestionEntry{
-				Noul("refund", "Does the customer ask for a refund?"),
-				Choice("tone", "How does the customer sound?", Opt("calm", ""), Opt("upset", "angry or annoyed")),
-			}}
-			for _, p := range []*Predictor{warm, cold} {
-				if _, err := p.Do(context.Background(), req); err != nil {
-					t.Fatal(err)
+			// The warm-up's own requests are not cached: asked now, they are no hits, and the caches agree after them.
+			for _, n := range warmLengths(warm.engines[0].backend.Name()) {
+				before := warm.Stats().PrefixCache
+				req := &Request{State: Text(strings.Repeat(warmSentence, n)), Questions: []QuestionEntry{
+					Noul("refund", "Does the customer ask for a refund?"),
+					Choice("tone", "How does the customer sound?", Opt("calm", ""), Opt("upset", "angry or annoyed")),
+				}}
+				for _, p := range []*Predictor{warm, cold} {
+					if _, err := p.Do(context.Background(), req); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			after := warm.Stats().PrefixCache
-			if after.Hits != before.Hits {
-				t.Errorf("the warm-up's request after Load hit the cache: hits %d→%d", before.Hits, after.Hits)
-			}
-			if c := cold.Stats().PrefixCache; after != c {
-				t.Errorf("prefix cache after the warm-up's request: %+v with the warm-up, %+v without", after, c)
+				after := warm.Stats().PrefixCache
+				if after.Hits != before.Hits {
+					t.Errorf("the warm-up's request of %d sentences after Load hit the cache: hits %d→%d", n, before.Hits, after.Hits)
+				}
+				if c := cold.Stats().PrefixCache; after != c {
+					t.Errorf("prefix cache after the warm-up's request of %d sentences: %+v with the warm-up, %+v without", n, after, c)
+				}
 			}
 		})
 	}
