@@ -48,8 +48,9 @@ type engine struct {
 	pending  map[prefixcache.Key]int // states of queued requests not started yet, with their count
 
 	// Model goroutine only.
-	held    map[*layers.State]bool // states the cache holds and states of started requests
-	started map[*call]bool         // requests that have run a slice and wait for the rest
+	held       map[*layers.State]bool // states the cache holds and states of started requests
+	started    map[*call]bool         // requests that have run a slice and wait for the rest
+	warmPasses int                    // passes run by warmUp (inside Load, before the loop starts)
 }
 
 func newEngine(index int, device Device, backend tensor.Backend, model *layers.Model, pointer *layers.Pointer, opts Options, onBatch *atomic.Pointer[func(int)], log *slog.Logger) *engine {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,9 @@ type Predictor struct {
 
 // Load loads a Kev checkpoint, a local directory or a hub name "org/name[@revision]", and starts its model
 // goroutine. The base model is Options.Base, or head.pt's base at its base_revision; the tokenizer is the base's.
+// Before it returns, every replica answers one made-up request and throws the answer away (a warm-up: kernels,
+// workspaces and pooled memory are then in place, so the first request costs what the tenth does); the prefix
+// cache and Stats are as if it never ran.
 // Files that cannot be read are reported as a *LoadError naming the file.
 func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor, error) {
 	log := opts.Logger
@@ -295,6 +299,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	streams[0] = ck
 	p.engines = make([]*engine, len(replicas))
 	errs := make([]error, len(replicas))
+	warmNs := make([]int64, len(replicas)) // the warm-up pass of each replica (see engine.warmUp)
 	var wg sync.WaitGroup
 	for i, b := range backends {
 		wg.Add(1)
@@ -328,6 +333,14 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 				return
 			}
 			streams[i].Weights = nil
+			if !testSkipWarmUp {
+				t0 := time.Now()
+				if err := p.warmReplica(e); err != nil {
+					errs[i] = fmt.Errorf("kev: warm-up pass on replica %d (%s): %w", i, replicas[i], err)
+					return
+				}
+				warmNs[i] = time.Since(t0).Nanoseconds()
+			}
 			p.engines[i] = e
 		}()
 	}
@@ -344,7 +357,8 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	loaded = true
 	log.Info("kev: loaded", "run", checkpointName, "dir", runDir, "base", baseDir, "device", opts.Device,
 		"replicas", len(replicas), "dtype", dtName, "temperature", temp, "weight_bytes", weightBytes,
-		"seconds", round3(secs), "gb_per_s", round3(float64(total)*float64(len(replicas))/1e9/max(secs, 1e-9)))
+		"seconds", round3(secs), "gb_per_s", round3(float64(total)*float64(len(replicas))/1e9/max(secs, 1e-9)),
+		"warm_up_s", round3(float64(slices.Max(warmNs))/1e9))
 	for _, e := range p.engines {
 		go e.loop()
 	}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The family table from scripts/gpu/family.sh's results: per size, from kev bench's report (kev_bench_<size>.json)
-and the comparison with PyTorch (compare_<size>.json, when it exists).
+"""The family table from scripts/gpu/family.sh's (or family_27b.sh's) results: per size, from kev bench's report
+(kev_bench_<size>.json; the family's sizes in order, then any other label such as 27b-8l) and the comparison with
+PyTorch (compare_<size>.json, when it exists).
 
     python3 scripts/gpu/family_table.py OUTDIR
 
@@ -38,7 +39,9 @@ def main():
           " 2 q short | 6 q short | 5 q 370 | 5 q 2,200 | first / median (worst case) | 16k state first / median |"
           " vs PyTorch bf16: max abs dp, flips |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for size in SIZES:
+    found = sorted(p.name[len("kev_bench_"):-len(".json")] for p in out.glob("kev_bench_*.json"))
+    sizes = [s for s in SIZES if s in found] + [s for s in found if s not in SIZES]
+    for size in sizes:
         b = load(out / f"kev_bench_{size}.json")
         if b is None:
             continue
