@@ -405,37 +405,27 @@ func convertRange(t *safetensors.Tensor, out *qwen35.Tensor, lo, hi int) error {
 		return view.Float32Into(out.F32[lo:hi])
 	}
 	if out.DType == qwen35.F16 {
-		dst := out.F16[lo:hi]
-		if t.DType == safetensors.F16 {
-			b := view.Data
-			for i := range dst {
-				dst[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
-			}
-			return nil
-		}
-		tmp := make([]float32, hi-lo)
-		if err := view.Float32Into(tmp); err != nil {
-			return err
-		}
-		for i, v := range tmp {
-			dst[i] = half.F16FromF32(v)
-		}
-		return nil
+		return convert16(view, safetensors.F16, out.F16[lo:hi], half.F16FromF32)
 	}
-	dst := out.BF16[lo:hi]
-	if t.DType == safetensors.BF16 {
+	return convert16(view, safetensors.BF16, out.BF16[lo:hi], half.BF16FromF32)
+}
+
+// convert16 fills dst, a 16-bit tensor's elements, from view: the bytes as they are when the file stores the same
+// type (as), or else each element widened to float32 and rounded once by round.
+func convert16(view safetensors.Tensor, as safetensors.DType, dst []uint16, round func(float32) uint16) error {
+	if view.DType == as {
 		b := view.Data
 		for i := range dst {
 			dst[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
 		}
 		return nil
 	}
-	tmp := make([]float32, hi-lo)
+	tmp := make([]float32, len(dst))
 	if err := view.Float32Into(tmp); err != nil {
 		return err
 	}
 	for i, v := range tmp {
-		dst[i] = half.BF16FromF32(v)
+		dst[i] = round(v)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"github.com/kevgo/kev/internal/loadprogress"
 	"io"
 	"strings"
 	"sync"
@@ -107,13 +108,13 @@ func (p *progress) close() {
 // close, never from both at once.
 func (p *progress) draw(final bool) {
 	done, total := p.done.Load(), p.total.Load()
-	line := fmt.Sprintf("%s: %d/%d files, %s", p.label, p.filesDone.Load(), p.files.Load(), byteSize(done))
+	line := fmt.Sprintf("%s: %d/%d files, %s", p.label, p.filesDone.Load(), p.files.Load(), loadprogress.Size(done))
 	if total > 0 {
-		line += fmt.Sprintf(" / %s (%d%%)", byteSize(total), done*100/max(total, done, 1))
+		line += fmt.Sprintf(" / %s (%d%%)", loadprogress.Size(total), done*100/max(total, done, 1))
 	}
 	if secs := time.Since(p.start).Seconds(); secs > 0 {
 		rate := float64(done-p.resumed.Load()) / secs
-		line += fmt.Sprintf(", %s/s", byteSize(int64(rate)))
+		line += fmt.Sprintf(", %s/s", loadprogress.Size(int64(rate)))
 		if rate > 0 && total > done && !final {
 			line += fmt.Sprintf(", %.0f s left", float64(total-done)/rate)
 		}
@@ -128,17 +129,4 @@ func (p *progress) draw(final bool) {
 		end = "\n"
 	}
 	fmt.Fprintf(p.w, "\r%s%s%s", line, pad, end)
-}
-
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
