@@ -163,7 +163,8 @@ func FuzzParseConfigForms(f *testing.F) {
 			return
 		}
 		if len(c.LayerTypes) != c.NumLayers || c.RotaryDim() < 2 || c.RotaryDim()%2 != 0 ||
-			c.NumHeads%c.NumKVHeads != 0 || c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
+			c.NumKVHeads < 1 || c.NumHeads%c.NumKVHeads != 0 ||
+			c.Hybrid() && (c.LinearNumKeyHeads < 1 || c.LinearNumValueHeads%c.LinearNumKeyHeads != 0) {
 			t.Errorf("accepted an inconsistent config %+v", c)
 		}
 	})
