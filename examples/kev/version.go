@@ -72,12 +72,19 @@ func (v buildVersion) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kev %s\n", v.Version)
 	fmt.Fprintf(&b, "  module    %s\n", v.Module)
-	if v.Revision != "" {
+	switch {
+	case v.Revision != "":
 		rev := v.Revision
-		if v.Modified != nil && *v.Modified {
-			rev += " (with uncommitted changes)"
+		if v.Modified != nil {
+			if *v.Modified {
+				rev += " (with uncommitted changes)"
+			} else {
+				rev += " (clean)"
+			}
 		}
 		fmt.Fprintf(&b, "  revision  %s\n", rev)
+	case v.Version == "(devel)":
+		b.WriteString("  revision  unknown (built outside a git clone, or with -buildvcs=false)\n")
 	}
 	if v.Time != "" {
 		fmt.Fprintf(&b, "  time      %s\n", v.Time)
