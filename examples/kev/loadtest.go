@@ -44,7 +44,7 @@ Exit status: 0 when every request was answered and every check held, 1 otherwise
 	var cfg loadtestConfig
 	levels := fs.String("levels", "1,32,64", "concurrent clients per level, comma-separated")
 	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8008", "the server's root URL")
-	fs.StringVar(&cfg.key, "key", os.Getenv("KEV_API_KEY"), "API key sent as a bearer token; enables the 401 check (KEV_API_KEY)")
+	fs.StringVar(&cfg.key, "key", "", "API key sent as a bearer token; enables the 401 check (default: KEV_API_KEY)")
 	fs.StringVar(&cfg.cases, "cases", "", "bench cases file, {\"cases\": {name: request}} (default: Kev's serving benchmark shapes, built in)")
 	fs.StringVar(&cfg.caseName, "case", "6 questions, short state", "the case whose request is sent, each body with a new state")
 	fs.DurationVar(&cfg.duration, "duration", 8*time.Second, "how long each level sends requests")
@@ -54,6 +54,9 @@ Exit status: 0 when every request was answered and every check held, 1 otherwise
 	fs.BoolVar(&cfg.json, "json", false, "print the JSON report on standard output instead of the table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if cfg.key == "" {
+		cfg.key = os.Getenv("KEV_API_KEY") // read after parsing, so that -h never prints it
 	}
 	var err error
 	if cfg.levels, err = parseClients(*levels); err != nil || len(cfg.levels) == 0 {
