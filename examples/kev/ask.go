@@ -44,11 +44,10 @@ func (m *modelFlags) register(fs interface {
 // when it is not.
 func deviceChoices() string {
 	names := tensor.Backends()
-	s := strings.Join(names, " or ")
 	if !slices.Contains(names, "cuda") {
-		s += " (cuda needs a binary built with -tags cuda)"
+		return strings.Join(names, " or ") + " (cuda needs a binary built with -tags cuda)"
 	}
-	return s
+	return strings.Join(names, ", ") + ", or cuda:N for the Nth GPU"
 }
 
 // options resolves the flags into Load's arguments; the checkpoint is "" when none was given (the bundled one).

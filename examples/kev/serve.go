@@ -79,8 +79,8 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: kev serve %s\n\n", synopsis)
 		fmt.Fprint(w, `Serves Kev's System One HTTP API: POST /v1/systemone, /v1/systemone/permute, /v1/systemone/separate,
-GET /v1/models, /metrics, /openapi.json. SIGINT or SIGTERM: new requests get 503, those inside are answered,
-then it exits.
+GET /v1/models, /healthz, /readyz, /metrics, /openapi.json. SIGINT or SIGTERM: new requests get 503, those
+inside are answered, then it exits.
 
 Flags:
 `)
