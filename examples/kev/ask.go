@@ -7,26 +7,21 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kevgo/kev"
 	"github.com/kevgo/kev/internal/bridge"
 	"github.com/kevgo/kev/internal/systemone"
+	"github.com/kevgo/kev/tensor"
 )
 
 func init() {
 	commands["ask"] = askCommand
 	summaries["ask"] = "answer one System One request read from standard input"
 }
-
-// bundledRun and bundledBase are the test checkpoint shipped with the repository, relative to its root.
-var (
-	bundledRun  = filepath.Join("testdata", "golden", "tiny-a", "kev")
-	bundledBase = filepath.Join("testdata", "golden", "tiny-a", "base")
-)
 
 // modelFlags are the flags every command that loads a model shares.
 type modelFlags struct {
@@ -38,49 +33,69 @@ func (m *modelFlags) register(fs interface {
 	StringVar(p *string, name, value, usage string)
 	BoolVar(p *bool, name string, value bool, usage string)
 }) {
-	fs.StringVar(&m.checkpoint, "checkpoint", "", "Kev checkpoint: a directory or a hub name org/name[@revision] (default: the bundled test checkpoint "+bundledRun+")")
-	fs.StringVar(&m.base, "base", "", "base model: a directory or a hub name (default: head.pt's base; with the bundled checkpoint, "+bundledBase+")")
-	fs.StringVar(&m.device, "device", "cpu", "tensor backend")
+	fs.StringVar(&m.checkpoint, "checkpoint", "", "Kev checkpoint: a directory or a hub name org/name[@revision] (default: the small random test checkpoint built into the command)")
+	fs.StringVar(&m.base, "base", "", "base model: a directory or a hub name (default: head.pt's base at its revision)")
+	fs.StringVar(&m.device, "device", "cpu", "tensor backend: "+deviceChoices())
 	fs.StringVar(&m.dtype, "dtype", "", "weight type: fp32, bf16 or fp16 (fp16: cpu only; default fp32 on cpu, bf16 elsewhere)")
-	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only")
+	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only (HF_HUB_OFFLINE=1)")
 }
 
-// options resolves the flags into Load's arguments, finding the bundled checkpoint when none is given.
-func (m *modelFlags) options() (string, kev.Options, error) {
-	opts := kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline}
-	run := m.checkpoint
+// deviceChoices lists the valid -device values: the backends compiled into this binary, and how to get cuda
+// when it is not.
+func deviceChoices() string {
+	names := tensor.Backends()
+	if !slices.Contains(names, "cuda") {
+		return strings.Join(names, " or ") + " (cuda needs a binary built with -tags cuda)"
+	}
+	return strings.Join(names, ", ") + ", or cuda:N for the Nth GPU"
+}
+
+// options resolves the flags into Load's arguments; the checkpoint is "" when none was given (the bundled one).
+func (m *modelFlags) options() (string, kev.Options) {
+	return m.checkpoint, kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline}
+}
+
+// model is a loaded predictor; Close also removes the bundled checkpoint's temporary copy.
+type model struct {
+	*kev.Predictor
+	bundled bool   // the bundled test checkpoint was loaded because none was given
+	name    string // the checkpoint as the user knows it
+	remove  func()
+}
+
+// Close closes the predictor and removes what loadModel unpacked.
+func (m *model) Close() error {
+	err := m.Predictor.Close()
+	if m.remove != nil {
+		m.remove()
+		m.remove = nil
+	}
+	return err
+}
+
+// loadModel loads the checkpoint run with opts; run "" loads the bundled test checkpoint, unpacked into a
+// temporary directory that Close removes (with opts.Base "" meaning its own base).
+func loadModel(ctx context.Context, run string, opts kev.Options) (*model, error) {
+	m := &model{name: run}
 	if run == "" {
-		root, err := moduleRoot()
+		dir, base, remove, err := bundledModel()
 		if err != nil {
-			return "", opts, err
+			return nil, err
 		}
-		run = filepath.Join(root, bundledRun)
+		run, m.bundled, m.name, m.remove = dir, true, "built-in test checkpoint "+bundledRun, remove
 		if opts.Base == "" {
-			opts.Base = filepath.Join(root, bundledBase)
+			opts.Base = base
 		}
 	}
-	return run, opts, nil
-}
-
-// moduleRoot finds the repository holding the bundled checkpoint, from the current directory upwards.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
+	p, err := kev.Load(ctx, run, opts)
 	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, bundledRun, "head.pt")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				return dir, nil
-			}
+		if m.remove != nil {
+			m.remove()
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no -checkpoint given, and the bundled test checkpoint " + bundledRun +
-				" is not in this directory or above it (run from the repository, or pass -checkpoint)")
-		}
-		dir = parent
+		return nil, err
 	}
+	m.Predictor = p
+	return m, nil
 }
 
 func askCommand(args []string) error {
@@ -98,19 +113,19 @@ func askCommand(args []string) error {
 	if err != nil {
 		return requestError(err)
 	}
-	run, opts, err := mf.options()
-	if err != nil {
-		return err
-	}
+	run, opts := mf.options()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	p, err := kev.Load(ctx, run, opts)
+	p, err := loadModel(ctx, run, opts)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if p.bundled {
+		fmt.Fprintln(stderr, noCheckpointNote)
+	}
 	reportMemory(p.Info())
-	resp, err := bridge.Predictor(p).Do(ctx, req)
+	resp, err := bridge.Predictor(p.Predictor).Do(ctx, req)
 	if err != nil {
 		return requestError(err)
 	}

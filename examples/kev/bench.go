@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -31,9 +30,6 @@ func init() {
 	commands["bench"] = benchCommand
 	summaries["bench"] = "time Kev's serving cases (new and cached state) and concurrent clients; JSON report"
 }
-
-// benchCasesFile is the default cases file, relative to the repository root: Kev's serving benchmark shapes.
-var benchCasesFile = filepath.Join("scripts", "golden", "bench-cases.json")
 
 // defaultSweepCase is the case the concurrency sweep sends, when the cases file has it.
 const defaultSweepCase = "6 questions, short state"
@@ -88,7 +84,7 @@ func benchCommand(args []string) error {
 	var mf modelFlags
 	mf.register(fs)
 	var cfg benchConfig
-	casesPath := fs.String("cases", "", "the cases file, {\"cases\": {name: request}} (default: the repository's "+benchCasesFile+")")
+	casesPath := fs.String("cases", "", "the cases file, {\"cases\": {name: request}} (default: Kev's serving benchmark shapes, built in)")
 	fs.IntVar(&cfg.runs, "runs", 20, "timed requests of each kind per case")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "requests of each kind per case run first and not counted")
 	clients := fs.String("clients", "1,32,64", "concurrency levels: clients calling Do at once, comma-separated (\"\" or 0: no sweep)")
@@ -114,21 +110,14 @@ func benchCommand(args []string) error {
 		return usagef("-budget %v: want 0 (none) or a positive duration", cfg.budget)
 	}
 	path := *casesPath
+	cases, err := readCasesOrBundled(path)
+	if err != nil {
+		return err
+	}
 	if path == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return fmt.Errorf("no -cases given and no repository found: %w", err)
-		}
-		path = filepath.Join(root, benchCasesFile)
+		path = bundledCasesRef
 	}
-	cases, err := readCases(path)
-	if err != nil {
-		return err
-	}
-	run, opts, err := mf.options()
-	if err != nil {
-		return err
-	}
+	run, opts := mf.options()
 	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s)
 		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
@@ -137,12 +126,20 @@ func benchCommand(args []string) error {
 	defer stop()
 	loadStart := time.Now()
 	sampler := procstat.Sample(10 * time.Millisecond)
-	p, err := kev.Load(ctx, run, opts)
+	m, err := loadModel(ctx, run, opts)
 	peakAnon, _ := sampler.Stop()
 	if err != nil {
 		return err
 	}
-	defer p.Close()
+	defer m.Close()
+	if m.bundled {
+		fmt.Fprintln(stderr, noCheckpointNote)
+		run = m.name
+		if opts.Base == "" {
+			opts.Base = "built-in test base " + bundledBase
+		}
+	}
+	p := m.Predictor
 	info := p.Info()
 	b := &bench{p: p, m: bridge.Predictor(p), cfg: cfg, start: start, ctx: ctx}
 	rep := &b.report
@@ -257,6 +254,18 @@ func (e *CasesError) Error() string {
 
 // Unwrap returns the cause.
 func (e *CasesError) Unwrap() error { return e.Err }
+
+// readCasesOrBundled reads a cases file, or the built-in cases for path "".
+func readCasesOrBundled(path string) ([]benchCase, error) {
+	if path != "" {
+		return readCases(path)
+	}
+	data, err := bundled.ReadFile(bundledDir + "/" + bundledCases)
+	if err != nil {
+		return nil, &CasesError{File: bundledCasesRef, Err: err}
+	}
+	return parseCases(bundledCasesRef, data)
+}
 
 // readCases reads a cases file.
 func readCases(path string) ([]benchCase, error) {

@@ -97,11 +97,7 @@ func TestBench(t *testing.T) {
 		t.Errorf("graphs %s on the cpu, want null", rep.Graphs)
 	}
 
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := kev.Load(context.Background(), filepath.Join(root, bundledRun), kev.Options{Base: filepath.Join(root, bundledBase)})
+	p, err := kev.Load(context.Background(), repoTinyA("kev"), kev.Options{Base: repoTinyA("base")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +276,7 @@ func TestBenchErrors(t *testing.T) {
 }
 
 func TestParseCases(t *testing.T) {
-	cs, err := readCases(filepath.Join("..", "..", benchCasesFile))
+	cs, err := readCasesOrBundled("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kevgo/kev"
 	"github.com/kevgo/kev/eval"
 )
 
@@ -77,22 +76,19 @@ func evalCommand(args []string) error {
 		return err
 	}
 
-	run, opts, err := mf.options()
-	if err != nil {
-		return err
-	}
+	run, opts := mf.options()
 	opts.Temperature = *temperature
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	p, err := kev.Load(ctx, run, opts)
+	m, err := loadModel(ctx, run, opts)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
-	reportMemory(p.Info())
+	defer m.Close()
+	reportMemory(m.Info())
 
 	bar := newProgress(stderr)
-	rep, err := eval.RunExamples(ctx, p, examples, eval.Options{
+	rep, err := eval.RunExamples(ctx, m.Predictor, examples, eval.Options{
 		Rotations: *rotations, FitTemperature: *fit, Concurrency: *concurrency, Progress: bar.update,
 	})
 	bar.finish()

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/kevgo/kev/internal/loadtest"
 )
@@ -33,13 +33,18 @@ func TestLoadtestAgainstServe(t *testing.T) {
 	}()
 
 	out := filepath.Join(t.TempDir(), "http-bench.json")
-	err = loadtestRun(context.Background(), loadtestConfig{
-		url: "http://" + addr, key: "secret", cases: "testdata/bench-cases.json", caseName: "2 questions",
-		out: out, levels: []int{1, 4}, duration: 300 * time.Millisecond, bodies: 3, warmup: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
+	code, table, errOut := runCmd(t, "", "loadtest", "-url", "http://"+addr, "-key", "secret", "-cases", "testdata/bench-cases.json",
+		"-case", "2 questions", "-out", out, "-levels", "1,4", "-duration", "300ms", "-bodies", "3", "-warmup", "2")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
+	for _, s := range []string{"clients  requests  errors", "model p50 ms", "no key → 401 ok; invalid body → 422 ok; request ids ok",
+		"answers: the same for every request with the same body"} {
+		if !strings.Contains(table, s) {
+			t.Errorf("table lacks %q:\n%s", s, table)
+		}
+	}
+	t.Logf("kev loadtest printed:\n%s", table)
 	data, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)

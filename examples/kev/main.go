@@ -5,7 +5,7 @@
 //	kev <command> [flags]
 //
 // Each command lives in its own file and registers itself in commands from its init function; "kev help" lists
-// them. From the repository root, with the small test checkpoint bundled in testdata:
+// them. Without -checkpoint, commands load the small random test checkpoint built into the binary:
 //
 //	go run ./examples/kev ask < examples/kev/testdata/request.json
 //
@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // commands maps a command name to its function, which receives the arguments after the name. Each command file
@@ -59,6 +60,8 @@ func run(args []string) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		name, args = "version", append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := commands[name]
 	if !ok {
@@ -75,12 +78,18 @@ func run(args []string) int {
 		return 0
 	case errors.As(err, &ue):
 		if !ue.reported {
-			fmt.Fprintf(stderr, "kev %s: %v\n", name, err)
+			fmt.Fprintf(stderr, "kev %s: %s\n", name, errorText(err))
 		}
 		return 2
 	}
-	fmt.Fprintf(stderr, "kev %s: %v\n", name, err)
+	fmt.Fprintf(stderr, "kev %s: %s\n", name, errorText(err))
 	return 1
+}
+
+// errorText is an error's message without the library's own "kev: " prefix, which the command's "kev <command>: "
+// already says.
+func errorText(err error) string {
+	return strings.TrimPrefix(err.Error(), "kev: ")
 }
 
 func usage(w io.Writer) {
@@ -101,12 +110,14 @@ Commands:
 		fmt.Fprintf(w, "\t%-8s %s\n", n, summaries[n])
 	}
 	fmt.Fprint(w, `
-"kev <command> -h" describes a command's flags. Without -checkpoint, commands use the small random test
-checkpoint bundled with the repository (testdata/golden/tiny-a), found from the current directory upwards, so
+"kev <command> -h" describes a command's flags; "kev -version" is "kev version". Without -checkpoint, commands
+load the small random test checkpoint built into the binary (its answers are exact but meaningless), so from the
+repository root
 
 	go run ./examples/kev ask < examples/kev/testdata/request.json
 
-works from the repository root.
+answers a request with nothing else installed. A real checkpoint is a directory (head.pt and the LoRA adapter
+or full weights) or a hub name such as jaredpalmer/kev-4b.
 `)
 }
 

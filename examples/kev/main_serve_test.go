@@ -31,7 +31,7 @@ func TestServeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != "127.0.0.1:8008" || !strings.HasSuffix(cfg.run, bundledRun) || cfg.hopts.APIKey != "" ||
+	if cfg.addr != "127.0.0.1:8008" || cfg.run != "" || cfg.hopts.APIKey != "" ||
 		cfg.opts.PrefixCache != 0 || cfg.opts.TruncateStates || cfg.opts.DateFacts || cfg.drain != time.Minute {
 		t.Errorf("defaults: %+v", cfg)
 	}

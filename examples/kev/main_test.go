@@ -42,11 +42,7 @@ func TestAsk(t *testing.T) {
 		t.Fatalf("output %q", out)
 	}
 
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := kev.Load(context.Background(), filepath.Join(root, bundledRun), kev.Options{Base: filepath.Join(root, bundledBase)})
+	p, err := kev.Load(context.Background(), repoTinyA("kev"), kev.Options{Base: repoTinyA("base")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +68,8 @@ func TestAsk(t *testing.T) {
 }
 
 func TestAskFlags(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	req, _ := os.ReadFile(filepath.Join("testdata", "request.json"))
-	code, out, errOut := runCmd(t, string(req), "ask", "-checkpoint", filepath.Join(root, "testdata", "golden", "tiny-a", "kev-full"), "-dtype", "bf16")
+	code, out, errOut := runCmd(t, string(req), "ask", "-checkpoint", repoTinyA("kev-full"), "-dtype", "bf16")
 	if code != 0 || !strings.Contains(errOut, "bfloat16 weights on cpu") || !strings.Contains(out, `"answers":{"billing"`) {
 		t.Errorf("kev-full bf16: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kevgo/kev"
@@ -21,13 +21,45 @@ func init() {
 	summaries["serve"] = "serve Kev's System One HTTP API (POST /v1/systemone, GET /v1/models, ...)"
 }
 
-// serveConfig is everything serve needs: the model to load, where to listen, and the handler's options.
+// serveConfig is everything serve needs: the model to load, where to listen, how to log, and the handler's
+// options.
 type serveConfig struct {
-	run   string
+	run   string // "" for the bundled test checkpoint
 	opts  kev.Options
 	addr  string
 	drain time.Duration
 	hopts server.Options
+	log   logConfig
+}
+
+// serveEnv lists every environment variable kev serve reads, with its meaning, for serve -h.
+// TestServeHelpListsEnvironment checks that every KEV_ name the command's code uses is here.
+var serveEnv = []struct{ name, meaning string }{
+	{"KEV_ADDR", "listen address, as -addr (default 127.0.0.1:8008)"},
+	{"KEV_RUN", "the Kev checkpoint, as -checkpoint"},
+	{"KEV_API_KEY", "when set, every model endpoint requires \"Authorization: Bearer <key>\" (401 otherwise)"},
+	{"KEV_PREFIX_CACHE", "states the prefix cache keeps (default 4; 0 disables it)"},
+	{"KEV_PREFIX_MIN_TOKENS", "shortest state the prefix cache keeps, in tokens (default 0)"},
+	{"KEV_PREFIX_MAX_TOKENS", "state tokens the prefix cache holds in all; a longer state is never cached (default 65536)"},
+	{"KEV_TRUNCATE_STATES", "1: read only the first 65,536 tokens of a longer state (responses say truncated) instead of answering 422"},
+	{"KEV_DATE_FACTS", "1: add the days between the dates a state mentions to it (date_facts), as Kev does"},
+	{"KEV_TEMPERATURE", "> 0: overrides head.pt's temperature"},
+	{"KEV_LORA_SCALE", "> 0: scales the LoRA adapter (default 1)"},
+	{"KEV_MAX_QUESTIONS", "> 0: refuse (422) a request with more questions; 0, the default: no limit, as Kev"},
+	{"KEV_BODY_TIMEOUT", "as -body-timeout (default 60s; 0: none)"},
+	{"KEV_HEADER_TIMEOUT", "as -header-timeout (default 30s; 0: none)"},
+	{"KEV_IDLE_TIMEOUT", "as -idle-timeout (default 75s; 0: none)"},
+	{"KEV_MAX_HEADER_BYTES", "as -max-header-bytes (default 65536)"},
+	{"KEV_MAX_CONNS", "as -max-conns (default 1024; 0: none)"},
+	{"KEV_MAX_INFLIGHT_BYTES", "as -max-inflight-bytes (default 128 MiB; 0: none)"},
+	{"KEV_MAX_INFLIGHT_TOKENS", "as -max-inflight-tokens (default 4194304; 0: none)"},
+	{"KEV_DRAIN_GRACE", "as -drain-grace (default 5s; 0: none)"},
+	{"KEV_LOG_FORMAT", "as -log-format"},
+	{"KEV_LOG_LEVEL", "as -log-level"},
+	{"HF_HOME, HF_HUB_CACHE", "where hub models are cached (default ~/.cache/huggingface/hub)"},
+	{"HF_TOKEN, HF_TOKEN_PATH", "the Hugging Face token for gated or private models"},
+	{"HF_HUB_OFFLINE", "1: read hub models from the cache only, as -offline"},
+	{"HF_ENDPOINT", "the hub's URL"},
 }
 
 // serveReady, when set, is told the listening address once the server accepts requests (tests use it).
@@ -48,7 +80,25 @@ func serveCommand(args []string) error {
 
 // serveConfigFrom reads the flags and the KEV_* environment (flags win where both exist).
 func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, error) {
-	fs := newFlags("serve", "[-addr HOST:PORT] [-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda[:N[,N...]]|cuda:all] [-dtype fp32]")
+	const synopsis = "[-addr HOST:PORT] [-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda[:N[,N...]]|cuda:all] [-dtype fp32] [-log-format text|json] [-log-level info]"
+	fs := newFlags("serve", synopsis)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: kev serve %s\n\n", synopsis)
+		fmt.Fprint(w, `Serves Kev's System One HTTP API: POST /v1/systemone, /v1/systemone/permute, /v1/systemone/separate,
+GET /v1/models, /healthz, /readyz, /metrics, /openapi.json. SIGINT or SIGTERM: new requests get 503, those
+inside are answered, then it exits.
+
+Flags:
+`)
+		fs.PrintDefaults()
+		fmt.Fprint(w, "\nEnvironment (flags win over it):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, e := range serveEnv {
+			fmt.Fprintf(tw, "  %s\t%s\n", e.name, e.meaning)
+		}
+		tw.Flush()
+	}
 	var mf modelFlags
 	mf.register(fs)
 	cfg := serveConfig{}
@@ -58,9 +108,13 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 	}
 	fs.StringVar(&cfg.addr, "addr", addr, "listen address (KEV_ADDR)")
 	fs.DurationVar(&cfg.drain, "drain", time.Minute, "at SIGINT/SIGTERM, after the drain grace, the longest wait for requests still in flight")
+	cfg.log.register(fs, getenv)
 	limits := envReader{getenv: getenv}
 	limitFlags(fs, &limits, &cfg.hopts)
 	if err := parseFlags(fs, args); err != nil {
+		return cfg, err
+	}
+	if err := cfg.log.check(); err != nil {
 		return cfg, err
 	}
 	if limits.err != nil {
@@ -70,10 +124,7 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 	if mf.checkpoint == "" {
 		mf.checkpoint = getenv("KEV_RUN")
 	}
-	run, opts, err := mf.options()
-	if err != nil {
-		return cfg, err
-	}
+	run, opts := mf.options()
 	cfg.run = run
 	env := envReader{getenv: getenv}
 	if n, ok := env.int("KEV_PREFIX_CACHE"); ok {
@@ -88,6 +139,7 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 	opts.TruncateStates = env.bool("KEV_TRUNCATE_STATES")
 	opts.Temperature = env.float("KEV_TEMPERATURE")
 	opts.LoRAScale = env.float("KEV_LORA_SCALE")
+	opts.MaxQuestions, _ = env.int("KEV_MAX_QUESTIONS")
 	if env.err != nil {
 		return cfg, env.err
 	}
@@ -219,15 +271,18 @@ func (e *envReader) float(name string) float64 {
 // closes and every request already inside is answered (within cfg.drain); the model finishes what it queued
 // before it is closed.
 func serve(ctx context.Context, cfg serveConfig) error {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := cfg.log.logger(stderr)
 	cfg.opts.Logger = log
-	p, err := kev.Load(ctx, cfg.run, cfg.opts)
+	if cfg.run == "" {
+		log.Warn("kev: no checkpoint given (-checkpoint or KEV_RUN): serving the small random test checkpoint built into the binary; its answers are exact but meaningless")
+	}
+	p, err := loadModel(ctx, cfg.run, cfg.opts)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	cfg.hopts.Logger = log
-	h := server.New(p, cfg.hopts)
+	h := server.New(p.Predictor, cfg.hopts)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
@@ -237,7 +292,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.hopts.APIKey != "" {
 		auth = "KEV_API_KEY required"
 	}
-	log.Info("kev: serving", "run", info.Run, "base", info.Base, "device", info.Device, "dtype", info.DType,
+	log.Info("kev: serving", "version", versionOf(readBuildInfo()).Version, "run", p.name, "base", info.Base, "device", info.Device, "dtype", info.DType,
 		"url", "http://"+ln.Addr().String(), "auth", auth)
 	if serveReady != nil {
 		serveReady(ln.Addr().String())

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultLevels are the concurrent clients of each level when Config.Levels is empty.
@@ -46,8 +47,9 @@ type Level struct {
 	RPS         float64 `json:"rps"`
 	P50MS       float64 `json:"p50_ms"`
 	P99MS       float64 `json:"p99_ms"`
-	ProcessP50  float64 `json:"process_p50"` // Server-Timing app;dur
-	ModelP50    float64 `json:"model_p50"`   // the response's latency_ms
+	ProcessP50  float64 `json:"process_p50"`           // Server-Timing app;dur
+	ModelP50    float64 `json:"model_p50"`             // the response's latency_ms
+	FirstError  string  `json:"first_error,omitempty"` // what the first failed request got, when one failed
 }
 
 // Protocol holds the status codes the protocol checks got; 0 for a check not made.
@@ -83,6 +85,7 @@ type sample struct {
 	hasID           bool
 	status          int
 	transportFailed bool
+	err             string // why the request failed: the transport error, or the status and the body's start
 }
 
 // Run runs the warm-up, the protocol checks and every level in turn. It fails only for a bad Config or when ctx
@@ -148,6 +151,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	inv := send(ctx, client, url, cfg.APIKey, [][]byte{[]byte(`{"state":"x","questions":{}}`)}, 0)
 	inv.body = -1
+	if inv.transportFailed {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("loadtest: no System One server answers at %s: %s", cfg.URL, inv.err)
+	}
 	rep.Protocol.Invalid = inv.status
 	ok = ok && inv.status == http.StatusUnprocessableEntity
 	if !inv.hasID {
@@ -206,6 +215,9 @@ func runLevel(ctx context.Context, client *http.Client, url string, cfg Config, 
 	var wall, process, model []float64
 	for _, s := range samples {
 		if !s.ok {
+			if lv.Errors == 0 {
+				lv.FirstError = s.err
+			}
 			lv.Errors++
 			continue
 		}
@@ -232,7 +244,7 @@ func send(ctx context.Context, client *http.Client, url, key string, bodies [][]
 	s := sample{body: i, process: math.NaN(), model: math.NaN()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[i]))
 	if err != nil {
-		s.transportFailed = true
+		s.transportFailed, s.err = true, err.Error()
 		return s
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -242,7 +254,7 @@ func send(ctx context.Context, client *http.Client, url, key string, bodies [][]
 	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		s.transportFailed = true
+		s.transportFailed, s.err = true, err.Error()
 		return s
 	}
 	data, err := io.ReadAll(resp.Body)
@@ -251,7 +263,15 @@ func send(ctx context.Context, client *http.Client, url, key string, bodies [][]
 	s.status = resp.StatusCode
 	s.hasID = resp.Header.Get("X-Typesafe-Request-Id") != ""
 	s.process = ServerTiming(resp.Header.Get("Server-Timing"))
-	if err != nil || resp.StatusCode != http.StatusOK {
+	switch {
+	case err != nil:
+		s.err = fmt.Sprintf("HTTP %d, reading the body: %v", resp.StatusCode, err)
+		return s
+	case resp.StatusCode != http.StatusOK:
+		s.err = fmt.Sprintf("HTTP %d", resp.StatusCode)
+		if body := clip(data, 200); body != "" {
+			s.err += ": " + body
+		}
 		return s
 	}
 	var body struct {
@@ -259,6 +279,7 @@ func send(ctx context.Context, client *http.Client, url, key string, bodies [][]
 		LatencyMS *float64        `json:"latency_ms"`
 	}
 	if json.Unmarshal(data, &body) != nil || body.Answers == nil {
+		s.err = fmt.Sprintf("HTTP 200 without answers: %s", clip(data, 200))
 		return s
 	}
 	s.ok = true
@@ -267,6 +288,18 @@ func send(ctx context.Context, client *http.Client, url, key string, bodies [][]
 		s.model = *body.LatencyMS
 	}
 	return s
+}
+
+// clip returns data as text, cut to at most n bytes (at a rune boundary) with "..." when longer.
+func clip(data []byte, n int) string {
+	s := strings.ToValidUTF8(strings.TrimSpace(string(data)), "?")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // ServerTiming returns the milliseconds of the "app" metric of a Server-Timing header ("app;dur=12.3"), or NaN.

@@ -122,3 +122,59 @@ func TestServerTiming(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReportsFailures checks that failed requests are counted with what the first got, that the table and
+// Problems say so, and that an unreachable server is an error rather than a report of errors.
+func TestRunReportsFailures(t *testing.T) {
+	var n atomic.Int64
+	srv := fakeServer(t, "k", &n)
+	rep, err := Run(context.Background(), Config{URL: srv.URL, APIKey: "k", Bodies: [][]byte{[]byte(`{"a":1}`)},
+		Levels: []int{2}, Duration: 5 * time.Second, Requests: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := rep.Levels[0]
+	if lv.Requests != 30 || lv.Errors != 3 || lv.FirstError != "HTTP 500" {
+		t.Errorf("%+v", lv)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"clients  requests  errors", "p50 ms  p99 ms  server p50 ms  model p50 ms\n",
+		"concurrency 2: 3 of 30 requests failed; the first: HTTP 500\n", "no key → 401 ok; invalid body → 422 ok; request ids ok"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, b.String())
+		}
+	}
+	if p := rep.Problems(); len(p) != 1 || p[0] != "3 of 30 requests failed at concurrency 2" {
+		t.Errorf("problems %q", p)
+	}
+
+	wrongKey, err := Run(context.Background(), Config{URL: srv.URL, APIKey: "wrong", Bodies: [][]byte{[]byte(`{}`)},
+		Levels: []int{1}, Requests: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := wrongKey.Problems(); len(p) != 2 || p[0] != "2 of 2 requests failed at concurrency 1" || p[1] != "an invalid body got 401, want 422" {
+		t.Errorf("wrong key: problems %q", p)
+	}
+
+	srv.Close()
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Bodies: [][]byte{[]byte(`{}`)}, Levels: []int{1}}); err == nil ||
+		!strings.Contains(err.Error(), "no System One server answers at "+srv.URL) {
+		t.Errorf("closed server: %v", err)
+	}
+}
+
+func TestClip(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{{" short \n", 10, "short"}, {"abcdef", 3, "abc..."}, {"aé", 2, "a..."}, {"a\xffb", 5, "a?b"}} {
+		if got := clip([]byte(c.in), c.n); got != c.want {
+			t.Errorf("clip(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
