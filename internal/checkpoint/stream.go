@@ -227,6 +227,9 @@ type stream struct {
 	progress func(done, total int64)
 	wg       sync.WaitGroup
 
+	reportMu sync.Mutex // serialises progress calls, so that done never goes back
+	reported int64      // the last done passed to progress
+
 	base    *safetensors.Checkpoint
 	adapter *safetensors.File
 	scale   float32
@@ -361,7 +364,14 @@ func (s *stream) Release(name string) {
 	s.done += it.bytes
 	done, total, progress := s.done, s.total, s.progress
 	s.mu.Unlock()
-	if progress != nil {
+	if progress == nil {
+		return
+	}
+	// Releases from several goroutines reach this point in any order: report only what is newer than the last.
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	if done > s.reported {
+		s.reported = done
 		progress(done, total)
 	}
 }
