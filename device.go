@@ -20,8 +20,10 @@ type Device string
 
 // The devices.
 const (
-	CPU  Device = "cpu"  // the fp32 reference backend, on all cores
-	CUDA Device = "cuda" // the first NVIDIA GPU, the same as "cuda:0"
+	// CPU is the fp32 reference backend, on all cores.
+	CPU Device = "cpu"
+	// CUDA is the first NVIDIA GPU, the same as "cuda:0".
+	CUDA Device = "cuda"
 )
 
 // replica is one entry of a Device list: a backend and its device number.
@@ -125,9 +127,12 @@ type DType string
 
 // The parameter types. Load also reads "fp32", "bf16" and "fp16".
 const (
-	Float32  DType = "float32"  // the reference; the CPU's default
-	BFloat16 DType = "bfloat16" // bf16 weights and activations with fp32 accumulation; the GPU's default
-	Float16  DType = "float16"  // IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only
+	// Float32 is the reference type and the CPU's default.
+	Float32 DType = "float32"
+	// BFloat16 is bf16 weights and activations with fp32 accumulation, the GPU's default.
+	BFloat16 DType = "bfloat16"
+	// Float16 is IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only.
+	Float16 DType = "float16"
 )
 
 // parseDType maps Options.DType to the weights' type and its canonical name; the default depends on the device.

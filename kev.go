@@ -31,9 +31,12 @@ type QuestionType string
 
 // The three question types.
 const (
-	TypeNoul   QuestionType = "noul"   // yes or no: the answer is P(yes)
-	TypeChoice QuestionType = "choice" // one of named options: the answer is the most likely name
-	TypeScore  QuestionType = "score"  // ordered levels: the answer is the expected level index
+	// TypeNoul is a yes-or-no question: the answer is P(yes).
+	TypeNoul QuestionType = "noul"
+	// TypeChoice picks one of named options: the answer is the most likely name.
+	TypeChoice QuestionType = "choice"
+	// TypeScore rates on ordered levels: the answer is the expected level index.
+	TypeScore QuestionType = "score"
 )
 
 // Question is one typed question. Instructions and every description are content (text, objects, arrays,

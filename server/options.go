@@ -4,13 +4,21 @@ import "time"
 
 // Defaults of the HTTP server's limits (Options).
 const (
-	DefaultBodyTimeout       = time.Minute      // a 32 MiB body at 0.5 MiB/s
-	DefaultReadHeaderTimeout = 30 * time.Second // a request's header
-	DefaultIdleTimeout       = 75 * time.Second // longer than common load balancers' 60 s, so that they close first
-	DefaultMaxHeaderBytes    = 64 << 10         // request headers
-	DefaultMaxConns          = 1024             // open connections
-	DefaultDrainGrace        = 5 * time.Second  // listener kept answering 503 after a stop signal
-	DefaultDrainTimeout      = time.Minute      // wait for requests in flight once the listener is closed
+	// DefaultBodyTimeout bounds reading a request body from the end of its header: a 32 MiB body at 0.5 MiB/s.
+	DefaultBodyTimeout = time.Minute
+	// DefaultReadHeaderTimeout bounds reading a request's header.
+	DefaultReadHeaderTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes an idle keep-alive connection; longer than common load balancers' 60 s, so that
+	// they close first.
+	DefaultIdleTimeout = 75 * time.Second
+	// DefaultMaxHeaderBytes bounds the size of the request headers.
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultMaxConns bounds the open connections.
+	DefaultMaxConns = 1024
+	// DefaultDrainGrace is how long the listener keeps answering 503 after a stop signal.
+	DefaultDrainGrace = 5 * time.Second
+	// DefaultDrainTimeout is how long Serve waits for requests in flight once the listener is closed.
+	DefaultDrainTimeout = time.Minute
 )
 
 // withDefaults returns o with every 0 replaced by its default and every negative limit by 0 (none).
