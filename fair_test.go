@@ -3,6 +3,7 @@ package kev
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -189,12 +190,21 @@ func TestBigRequestDoesNotStarve(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a timing test: the race detector slows the model twentyfold; run it without -race")
 	}
-	starve(t, CPU, 480, 1024)
+	// A real starvation makes the small requests wait for the whole big one (seconds here, against a bound of
+	// ~0.1 s) on every try; a machine busy with other work can delay one try past the bound. So up to three tries.
+	var err error
+	for try := range 3 {
+		if err = starve(t, CPU, 480, 1024); err == nil {
+			return
+		}
+		t.Logf("try %d: %v", try+1, err)
+	}
+	t.Error(err)
 }
 
 // starve runs TestBigRequestDoesNotStarve on device: a request of questions questions (golden 1's three, repeated),
-// slices of sliceTokens (0: the default).
-func starve(t *testing.T, device Device, questions, sliceTokens int) {
+// slices of sliceTokens (0: the default). It reports the small requests' median over the bound as an error.
+func starve(t *testing.T, device Device, questions, sliceTokens int) error {
 	s := goldenSets(t)[0]
 	reqs := goldenRequests(t, s)
 	small := reqs[5] // 102 tokens
@@ -256,6 +266,7 @@ func starve(t *testing.T, device Device, questions, sliceTokens int) {
 		len(big.Questions), bigTime.Round(time.Millisecond), batches, pass, loaded[len(loaded)/2], worst, base, pass, bound)
 	// The median of the seven: on a shared machine one of them may lose the CPU for longer than a pass.
 	if m := loaded[len(loaded)/2]; m > bound {
-		t.Errorf("small requests waited %v (median) beside the big one, over 3 × %v unloaded + %v (one pass) = %v", m, base, pass, bound)
+		return fmt.Errorf("small requests waited %v (median) beside the big one, over 3 × %v unloaded + %v (one pass) = %v", m, base, pass, bound)
 	}
+	return nil
 }

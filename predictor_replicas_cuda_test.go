@@ -95,5 +95,7 @@ func TestReplicasCUDA(t *testing.T) {
 // TestBigRequestDoesNotStarveCUDA is TestBigRequestDoesNotStarve at full size on the GPU: 50,000 questions in the
 // default 16,384-token passes.
 func TestBigRequestDoesNotStarveCUDA(t *testing.T) {
-	starve(t, "cuda", 50000, 0)
+	if err := starve(t, "cuda", 50000, 0); err != nil {
+		t.Error(err)
+	}
 }
