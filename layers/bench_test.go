@@ -10,7 +10,7 @@ import (
 	"github.com/kevgo/kev/tensor/cpu"
 )
 
-// config08B is Qwen3.5-0.8B's text shape (qwen35.md §1.1) with a small
+// config08B is Qwen3.5-0.8B's text shape (its released config.json) with a small
 // vocabulary: the embedding is a gather, so its size does not change the
 // prefill cost.
 func config08B() qwen35.Config {

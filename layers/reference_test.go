@@ -7,7 +7,7 @@ import (
 	"github.com/kevgo/kev/internal/qwen35"
 )
 
-// referenceModel runs the model in float64 from qwen35.md's definitions,
+// referenceModel runs the model in float64 from the Qwen3.5 definitions (transformers' qwen3_5 modeling),
 // token by token (recurrent DeltaNet, explicit causal attention), and returns
 // the residual stream at every observation point.
 func referenceModel(w *qwen35.Weights, ids []int32) map[int][]float64 {

@@ -289,7 +289,7 @@ func TestSystemOneMatchesModel(t *testing.T) {
 	}
 }
 
-// The spec's HTTP conformance requests (kev-api.md §7.11).
+// Kev's HTTP conformance requests: each endpoint's answers and errors as Kev's server gives them.
 const (
 	department                  = `{"returns":"Exchanges, refunds, wrong or damaged items","shipping":"Delivery status, delays, lost packages","billing":"Charges, invoices, payment problems"}`
 	conformanceChoice           = `{"state":"My running shoes arrived in the wrong size. Can I swap them for a size 10?","model":"jev-latest","questions":{"department":{"type":"choice","instructions":"Which team should handle this?","criteria":` + department + `}}}`

@@ -1,4 +1,4 @@
-"""Kev's serving path in plain Python, written from the project spec (kev-api.md §2-§4).
+"""Kev's serving path in plain Python, written from Kev's public source (jaredpalmer/kev: rendering, encoding, answers).
 
 Everything here is independent of torch: a System One request becomes an internal record (render, option
 texts, keys, legend), the record becomes token rows (delimiters, escaping), and a question's probabilities
@@ -12,7 +12,7 @@ A tokenizer is passed in as a function from text to ids (add_special_tokens=Fals
 import json
 import re
 
-# Roles of the five reused Qwen special tokens (kev-api.md §3.1). Ids are looked up by string.
+# Roles of the five reused Qwen special tokens. Ids are looked up by string.
 DELIMITERS = {
     "state": "<|fim_prefix|>",
     "q": "<|fim_middle|>",
@@ -31,7 +31,7 @@ def escape(text):
 
 
 def render(value, indent=0):
-    """JSON content as Kev's labelled text (kev-api.md §2.2)."""
+    """JSON content as Kev's labelled text."""
     pad = "  " * indent
     if value is None:
         return ""

@@ -331,7 +331,7 @@ LINEAR = re.compile(r"\.(?:(?:q|k|v|o|gate|up|down)_proj|in_proj_(?:qkv|z|a|b)|o
 
 
 def expected_shapes(t, layer_types, vocab_size):
-    """Canonical text tensor name -> shape, from the spec (qwen35.md §4-§7)."""
+    """Canonical text tensor name -> shape, as transformers' Qwen3.5 modules name and shape them."""
     d, hd, h, kv = t["hidden_size"], t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
     hk, hv, dk, dv = (t["linear_num_key_heads"], t["linear_num_value_heads"], t["linear_key_head_dim"],
                       t["linear_value_head_dim"])

@@ -44,7 +44,7 @@ from transformers import AutoConfig, Qwen3_5Config, Qwen3_5ForConditionalGenerat
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The released Kev-4B / Qwen3.5-4B text shape (qwen35.md §1.1), in make_fixtures' fixture form so its helpers apply.
+# The released Kev-4B / Qwen3.5-4B text shape (its released config.json), in make_fixtures' fixture form so its helpers apply.
 FX = {
     "name": "kev-4b",
     "multimodal": True,
@@ -65,7 +65,7 @@ FX = {
     "mtp": True,
 }
 FX4B = json.loads(json.dumps(FX))
-# The family's text shapes (qwen35.md §1.1; Qwen3.8-27B: 64 layers, hidden 5120, 24 query / 4 KV heads, 16 / 48
+# The family's text shapes (the released configs; Qwen3.8-27B: 64 layers, hidden 5120, 24 query / 4 KV heads, 16 / 48
 # DeltaNet heads, MLP 17408, untied): the fields of FX["text"] that differ from the 4B's.
 SHAPES = {
     "0.8b": {"text": {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 3584,

@@ -1,4 +1,4 @@
-"""Checks kevref.py against the test vectors of kev-api.md §7. Runs with plain python3 (no torch needed):
+"""Checks kevref.py against the test vectors of Kev's API (the same vectors the Go tests check). Runs with plain python3 (no torch needed):
 
     python3 scripts/golden/test_kevref.py
 """

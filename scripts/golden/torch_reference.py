@@ -545,7 +545,7 @@ def main():
             f"cached {r['cached']['median']:.1f} ms, {reps} runs each")
     peak_gb = torch.cuda.max_memory_allocated() / 1e9
 
-    # ---- bf16 with A_log kept fp32 (a reimplementation may keep it; qwen35.md §8.1)
+    # ---- bf16 with A_log kept fp32 (a reimplementation may keep it in fp32)
     layers_with = {n.rpartition(".")[0] for n in a_log32}
     for mod_name in layers_with:
         tm.get_submodule(mod_name).A_log = torch.nn.Parameter(a_log32[mod_name + ".A_log"], requires_grad=False)

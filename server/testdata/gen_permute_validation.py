@@ -1,5 +1,5 @@
 """Writes permute_validation.json: FastAPI + pydantic v2's answer to /v1/systemone/permute bodies, with the body
-schema written out from Kev's API spec (kev-api.md section 1.5): {"status": 422, "detail": [...]} for a rejected
+schema written out from Kev's permute endpoint (jaredpalmer/kev): {"status": 422, "detail": [...]} for a rejected
 body, {"status": 200, "n_perm": n, "seed": "s"} for an accepted one; and "orders", the option order of each of six
 runs under random.Random(seed), a fresh copy of the keys shuffled for every run after the first. Needs pydantic 2; run from this directory:
 python3 gen_permute_validation.py > permute_validation.json"""

@@ -1,5 +1,5 @@
 """Writes semantics.json: Kev's rendering, date facts and answers as CPython computes them, from the rules in Kev's
-API spec (kev-api.md sections 2 and 4), for the Go tests to match byte for byte. Run here: python3 gen_semantics.py
+API (rendering and answers, jaredpalmer/kev), for the Go tests to match byte for byte. Run here: python3 gen_semantics.py
 (CPython 3.11+; sum() is written out as 3.12's compensated sum, which Kev's Python 3.12/3.13 uses)."""
 import json, random, re, struct
 from datetime import datetime

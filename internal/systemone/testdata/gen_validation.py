@@ -1,5 +1,5 @@
 """Writes validation.json: the 422 detail lists FastAPI + pydantic v2 give for System One request bodies, with the
-request schema written out from Kev's API spec (kev-api.md section 1.3). Needs pydantic 2: python3 gen_validation.py"""
+request schema written out from Kev's request model (jaredpalmer/kev). Needs pydantic 2: python3 gen_validation.py"""
 import json, sys
 from typing import Literal, Union
 import pydantic
