@@ -3,9 +3,6 @@
 package kev
 
 import (
-	"context"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,34 +38,8 @@ func TestReplicasCUDA(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	const goroutines, each = 16, 6
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 5))
-	t.Logf("seed %d", seed)
-	picks := make([][]int, goroutines)
-	for g := range picks {
-		for range each {
-			picks[g] = append(picks[g], rng.IntN(len(reqs)))
-		}
-	}
-	var wg sync.WaitGroup
 	start := time.Now()
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, k := range picks[g] {
-				_, _, r, err := p.submit(context.Background(), reqs[k])
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !equalProbs(r.probs, want[k]) {
-					t.Errorf("goroutine %d golden %d: %v, alone %v", g, k, r.probs, want[k])
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	submitConcurrently(t, p, reqs, want, goroutines, each)
 	elapsed := time.Since(start)
 	st := p.Stats()
 	if st.Batches.Requests != goroutines*each || len(st.Replicas) != 2 {

@@ -389,6 +389,43 @@ func waitAccepted(t testing.TB, p *Predictor, n int) {
 	}
 }
 
+// submitConcurrently sends goroutines × each requests, each picked at random from reqs, from goroutines goroutines at
+// once, and checks that every answer is want's (the request's answers alone). It returns how many requests each
+// goroutine had answered when it stopped.
+func submitConcurrently(t *testing.T, p *Predictor, reqs []*systemone.Request, want [][][]float32, goroutines, each int) []int {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	picks := make([][]int, goroutines)
+	for g := range picks {
+		for range each {
+			picks[g] = append(picks[g], rng.IntN(len(reqs)))
+		}
+	}
+	answered := make([]int, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, k := range picks[g] {
+				_, _, r, err := p.submit(context.Background(), reqs[k])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !equalProbs(r.probs, want[k]) {
+					t.Errorf("goroutine %d request %d: %v, alone %v", g, k, r.probs, want[k])
+				}
+				answered[g]++
+			}
+		}()
+	}
+	wg.Wait()
+	return answered
+}
+
 // TestConcurrentAsk sends requests on mixed states from many goroutines: each gets exactly the answers it gets
 // alone.
 func TestConcurrentAsk(t *testing.T) {
@@ -404,31 +441,7 @@ func TestConcurrentAsk(t *testing.T) {
 	if testing.Short() {
 		goroutines, each = 4, 2
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	picks := make([][]int, goroutines)
-	for g := range picks {
-		for range each {
-			picks[g] = append(picks[g], rng.IntN(len(reqs)))
-		}
-	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, k := range picks[g] {
-				_, _, r, err := p.submit(context.Background(), reqs[k])
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !equalProbs(r.probs, want[k]) {
-					t.Errorf("goroutine %d request %d: %v, alone %v", g, k, r.probs, want[k])
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	submitConcurrently(t, p, reqs, want, goroutines, each)
 	st := p.Stats()
 	if st.Batches.Requests != goroutines*each || st.PrefixCache.Hits+st.PrefixCache.Misses != goroutines*each {
 		t.Errorf("stats %+v", st)

@@ -3,7 +3,6 @@ package kev
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -87,35 +86,7 @@ func TestReplicasNoLoss(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	const goroutines, each = 24, 4
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 11))
-	t.Logf("seed %d", seed)
-	picks := make([][]int, goroutines)
-	for g := range picks {
-		for range each {
-			picks[g] = append(picks[g], rng.IntN(len(reqs)))
-		}
-	}
-	var wg sync.WaitGroup
-	answered := make([]int, goroutines)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, k := range picks[g] {
-				_, _, r, err := p.submit(context.Background(), reqs[k])
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !equalProbs(r.probs, want[k]) {
-					t.Errorf("goroutine %d golden %d: %v, alone %v", g, k, r.probs, want[k])
-				}
-				answered[g]++
-			}
-		}()
-	}
-	wg.Wait()
+	answered := submitConcurrently(t, p, reqs, want, goroutines, each)
 	total := 0
 	for _, n := range answered {
 		total += n

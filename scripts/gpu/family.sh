@@ -27,20 +27,7 @@ TOKCFG=$repo/tokenizer/testdata/qwen3-tokenizer_config.json
 mkdir -p "$OUT" "$ROOT"
 cd "$repo"
 export PYTHONUNBUFFERED=1
-left() { echo $((TOTAL - SECONDS)); }
-step() { # step NAME CAP LOG CMD...: runs CMD with at most CAP seconds (less when the run has less left)
-  local name=$1 cap=$2 log=$3 lim
-  shift 3
-  lim=$(left)
-  [ "$lim" -gt "$cap" ] && lim=$cap
-  if [ "$lim" -lt 5 ]; then echo "== $name: skipped, $(left) s left"; return 124; fi
-  local t0=$SECONDS
-  timeout -k 3 "$lim" "$@" >"$log" 2>&1
-  local rc=$?
-  echo "== $name: exit $rc after $((SECONDS - t0)) s (limit $lim)"
-  [ $rc -ne 0 ] && tail -8 "$log" | sed 's/^/   | /'
-  return $rc
-}
+. "$repo/scripts/gpu/steps.sh" # left, step
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.log"
 for f in kev cuda.test kev.test; do [ -x "$BIN/$f" ] || { cp "$BIN/$f" /tmp/$f && chmod +x /tmp/$f; }; done
 bin() { if [ -x "$BIN/$1" ]; then echo "$BIN/$1"; else echo "/tmp/$1"; fi; }
