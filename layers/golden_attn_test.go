@@ -228,7 +228,7 @@ func TestGoldenPackedRowForm(t *testing.T) {
 	}
 }
 
-// probsTol is worst.probs with a given bound.
+// probsTol checks probabilities against the reference within tol and records the worst difference.
 func (w *worst) probsTol(t *testing.T, got, want []float32, at string, tol float64) {
 	t.Helper()
 	if len(got) != len(want) {

@@ -122,21 +122,10 @@ func (w *worst) layer(e layerErr, at string) {
 	}
 }
 
+// probs is probsTol at goldenTol.
 func (w *worst) probs(t *testing.T, got, want []float32, at string) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s: %d probabilities, want %d", at, len(got), len(want))
-		return
-	}
-	for j := range want {
-		d := math.Abs(float64(got[j]) - float64(want[j]))
-		if math.IsNaN(d) || d > goldenTol {
-			t.Errorf("%s: p[%d] = %v, want %v (|Δ| %.3g)", at, j, got[j], want[j], d)
-		}
-		if d > w.prob || math.IsNaN(d) {
-			w.prob, w.probAt = d, at
-		}
-	}
+	w.probsTol(t, got, want, at, goldenTol)
 }
 
 // hiddenRef reads the reference hidden states of one case.
