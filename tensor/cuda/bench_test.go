@@ -4,7 +4,10 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"gorgonia.org/cu"
@@ -94,6 +97,69 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 						M, N, K, plan, p.kern, p.chunk, p.skTiles, p.splits, t*1e6, model,
 						float64(2*(M*K+N*K+M*N))/t/1e9, 2*float64(M)*float64(N)*float64(K)/t/1e12)
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkGEMMTiles times the default plan and every schedule it chooses among, at Kev-4B's shapes and the token
+// counts of its passes, each beside the model's time: every wgmma tile kernel with one split (unchunked shapes) or
+// with one split per chunk (split-K), and the stream-K kernel, for chunks of ⌈k tiles / s⌉ (s = 2 … 8): the data
+// the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
+// 64,89,240,567,2392).
+func BenchmarkGEMMTiles(b *testing.B) {
+	if !dev.hopper() {
+		b.Skip("wgmma kernels need compute capability 9.0")
+	}
+	sms := dev.sms()
+	Ms := []int{64, 89, 240, 567, 2392}
+	if v := os.Getenv("KEV_TILES_M"); v != "" {
+		Ms = nil
+		for _, f := range strings.Split(v, ",") {
+			if m, err := strconv.Atoi(f); err == nil && m > 0 {
+				Ms = append(Ms, m)
+			}
+		}
+	}
+	for _, M := range Ms {
+		for _, s := range gemmShapes {
+			N, K := s[0], s[1]
+			kTiles := (K + 63) / 64
+			c0 := fixedChunk(N, K, sms)
+			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/plan", M, N, K), func(b *testing.B) {
+				t, p := timeGEMM(b, GEMM{M: M, N: N, K: K})
+				fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=plan:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
+					M, N, K, c0, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
+			})
+			chunks := []int{kTiles}
+			if c0 < kTiles {
+				chunks = nil
+				for sp := 2; sp <= 8; sp++ {
+					if c := (kTiles + sp - 1) / sp; (kTiles+c-1)/c == sp {
+						chunks = append(chunks, c)
+					}
+				}
+			}
+			for _, c := range chunks {
+				sp := (kTiles + c - 1) / c
+				for _, xt := range wgTiles {
+					b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%dx%d", M, N, K, c, xt.bm, xt.bn), func(b *testing.B) {
+						t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp})
+						fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%dx%d splits=%d us=%.2f model=%.1f\n",
+							M, N, K, c, xt.bm, xt.bn, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
+					})
+				}
+				if c < kTiles {
+					b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/sk", M, N, K, c), func(b *testing.B) {
+						sk, force := bestSK(M, N, K, sms, c), -1 // planSK: sk < 0 means no stream-K tiles
+						if sk > 0 {
+							force = sk
+						}
+						t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, kern: gemmSK, chunk: c, sk: force})
+						fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=sk splits=1 skTiles=%d us=%.2f model=%.1f\n",
+							M, N, K, c, sk, t*1e6, skCost(M, N, K, sms, c, sk))
+					})
+				}
 			}
 		}
 	}

@@ -277,8 +277,11 @@ func TestGEMMSchedulePlans(t *testing.T) {
 		line := fmt.Sprintf("N=%d K=%d chunk %d/%d:", N, K, c, kTiles)
 		for _, M := range []int{1, 64, 240, 567, 2392, 20000} {
 			p := d.plan(&GEMM{M: M, N: N, K: K})
-			if c < kTiles && p.kern != gemmSK {
-				t.Errorf("N=%d K=%d M=%d: chunked (N, K) planned on %v", N, K, M, p.kern)
+			if c < kTiles && p.kern != gemmSK && (p.splits != (kTiles+c-1)/c || p.tps != c) {
+				t.Errorf("N=%d K=%d M=%d: chunked (N, K) planned on %v with %d splits of %d tiles", N, K, M, p.kern, p.splits, p.tps)
+			}
+			if c == kTiles && p.kern != gemmSK && p.splits != 1 {
+				t.Errorf("N=%d K=%d M=%d: unchunked (N, K) planned with %d splits", N, K, M, p.splits)
 			}
 			if p.kern == gemmSK {
 				if p.tps != c || p.grid != 132 || p.skTiles < 0 || p.skTiles > p.blocksM*p.blkN {
@@ -288,7 +291,7 @@ func TestGEMMSchedulePlans(t *testing.T) {
 					t.Errorf("N=%d K=%d M=%d: workspace %d bytes", N, K, M, ws)
 				}
 			}
-			line += fmt.Sprintf(" M=%d %v/%d %.1fµs", M, p.kern, p.skTiles, schedAt(M, N, K, 132, c).us)
+			line += fmt.Sprintf(" M=%d %s/%d/%d %.1fµs", M, p.fn[len("gemm_wgmma_"):], p.splits, p.skTiles, schedAt(M, N, K, 132, c).us)
 		}
 		t.Log(line)
 	}

@@ -30,7 +30,7 @@ func partitionOf(p gemmPlan, K int) kPartition {
 		r = p.chunk
 	}
 	family := p.kern.String()
-	if p.kern == gemmWG128 || p.kern == gemmWG256 || p.kern == gemmSK {
+	if p.kern == gemmWG128 || p.kern == gemmWG256 || p.kern == gemmSK || p.kern == gemmWGX {
 		family = "wgmma"
 	}
 	return kPartition{family, r}
@@ -175,6 +175,42 @@ func TestGEMMBatchInvariant(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGEMMTiles checks every wgmma tile kernel (wgTiles) bit for bit against the 128×128 one: with one split, and
+// with the k tiles in splits (split-K, partials added in split order by gemm_splitk_reduce against the 128×128
+// kernel's in-kernel finish), at M that leave the second consumer without rows or end inside a tile, and N that
+// are not multiples of the tile width, with a residual.
+func TestGEMMTiles(t *testing.T) {
+	if !dev.hopper() {
+		t.Skip("wgmma kernels need compute capability 9.0")
+	}
+	r := newRand(t)
+	for _, s := range [][2]int{{264, 4096}, {392, 1000}, {2560, 9216}, {12352, 2560}} {
+		N, K := s[0], s[1]
+		const maxM = 300
+		x := randBF16(r, maxM*K, 1)
+		w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
+		res := randBF16(r, maxM*N, 1)
+		kTiles := (K + 63) / 64
+		for _, M := range []int{16, 100, 240, 300} {
+			for _, sp := range []int{1, 3} {
+				if sp > 1 && (kTiles+sp-1)/sp*(sp-1) >= kTiles {
+					continue
+				}
+				base := gemmRows(t, x, w, res, M, N, K, GEMM{kern: gemmWG128, splits: sp})
+				for _, xt := range wgTiles[2:] {
+					got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp})
+					for i := range base {
+						if got[i] != base[i] {
+							t.Errorf("N=%d K=%d M=%d %d splits: %dx%d: row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, i/N, i%N, got[i], base[i])
+							break
+						}
+					}
+				}
+			}
+		}
 	}
 }
 

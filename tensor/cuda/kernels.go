@@ -54,6 +54,7 @@ type GEMM struct {
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
+	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
 }
 
 // gemmKernel names a GEMM kernel family.
@@ -67,11 +68,12 @@ const (
 	gemmWG256             // wgmma + TMA, 128×256 tiles, 4 stages, warp-specialised (sm_90a)
 	gemmStream            // weight streaming, 128 W rows per block, M ≤ 128 (compute_80; gemm_stream.go)
 	gemmSK                // wgmma + TMA, 128×128 tiles, persistent stream-K over fixed k chunks (sm_90a)
+	gemmWGX               // wgmma + TMA, another tile of wgTiles (sm_90a; the plan's bm × bn)
 )
 
 // String returns the kernel's short name, as the benchmarks print it.
 func (k gemmKernel) String() string {
-	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream", "sk"}[k]
+	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream", "sk", "wgx"}[k]
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -80,11 +82,12 @@ type gemmPlan struct {
 	mod, fn       string
 	bm, bn, bk    int
 	threads       int
-	shared        int // dynamic shared memory, bytes
-	splits, tps   int // gridDim.z and k tiles (of bk) per split
-	chunk         int // wg128 (one split) or sk: k tiles per chunk of the chunked accumulation (0: none)
-	skTiles       int // sk: output tiles dealt out by chunk (stream-K); the others are whole
-	grid          int // sk: blocks (persistent)
+	shared        int  // dynamic shared memory, bytes
+	splits, tps   int  // gridDim.z and k tiles (of bk) per split
+	chunk         int  // wg128 (one split) or sk: k tiles per chunk of the chunked accumulation (0: none)
+	skTiles       int  // sk: output tiles dealt out by chunk (stream-K); the others are whole
+	grid          int  // sk: blocks (persistent)
+	reduce        bool // split-K finished by gemm_splitk_reduce (a launch of its own), not by each tile's last split
 	blocksM, blkN int
 }
 
@@ -111,6 +114,12 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 	}
 	if g.kern == gemmSK {
 		return d.planSK(g)
+	}
+	if g.xt.bm != 0 {
+		kTiles := (g.K + 63) / 64
+		sp := max(1, min(g.splits, kTiles))
+		tps := (kTiles + sp - 1) / sp
+		return tilePlan(g.xt, g.M, g.N, g.K, (kTiles+tps-1)/tps, tps)
 	}
 	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM && !d.byM {
 		if g.v3 {
@@ -270,7 +279,11 @@ func (d *Device) planFixed(g *GEMM) gemmPlan {
 		if s.kern == gemmSK {
 			return skPlan(g.M, g.N, g.K, c, s.skTiles, sms)
 		}
-		return tiledPlan(s.kern, g.M, g.N, g.K)
+		kTiles := (g.K + 63) / 64
+		if s.splits > 1 {
+			return tilePlan(s.tile, g.M, g.N, g.K, s.splits, min(c, kTiles))
+		}
+		return tilePlan(s.tile, g.M, g.N, g.K, 1, kTiles)
 	}
 	var p gemmPlan
 	p.kern, p.mod, p.bk, p.threads = gemmMMA64, "gemm", 32, 128
@@ -285,14 +298,51 @@ func (d *Device) planFixed(g *GEMM) gemmPlan {
 	return p
 }
 
+// wgTile is one of the wgmma tile kernels of gemm_sm90a.cu: bm × bn output tiles (bm = 128), a TMA ring of stages
+// k steps.
+type wgTile struct{ bm, bn, stages int }
+
+// wgTiles are the wgmma tile kernels: the first two are the 128×256 and 128×128 kernels (gemmWG256, gemmWG128),
+// the others (gemmWGX) exist so that at small M the tiles, or the tiles times the splits of a chunked shape, fill
+// the multiprocessors. (Tiles of 256 rows, each W tile read once for up to 256 rows, were measured slower at every
+// M on the H200: NOTES-perf.md, "GEMM tiles per M".)
+var wgTiles = []wgTile{
+	{128, 256, 4}, {128, 128, 6},
+	{128, 64, 8}, {128, 96, 7}, {128, 144, 6}, {128, 192, 5},
+}
+
+// kern is the kernel family of the tile kernel t.
+func (t wgTile) kern() gemmKernel {
+	switch {
+	case t.bm == 128 && t.bn == 256:
+		return gemmWG256
+	case t.bm == 128 && t.bn == 128:
+		return gemmWG128
+	}
+	return gemmWGX
+}
+
+// shared is the tile kernel's dynamic shared memory: the ring, 1 KiB of alignment, the barriers.
+func (t wgTile) shared() int { return t.stages*(t.bm+t.bn)*64*2 + 1024 + 16*t.stages }
+
+// tileOf returns the tile kernel of family k (gemmWG256 or gemmWG128).
+func tileOf(k gemmKernel) wgTile {
+	if k == gemmWG128 {
+		return wgTiles[1]
+	}
+	return wgTiles[0]
+}
+
 // tiledPlan is the wgmma tile kernel k (128×128 or 128×256) with one split and no chunks.
 func tiledPlan(k gemmKernel, M, N, K int) gemmPlan {
-	p := gemmPlan{kern: k, mod: "gemm_sm90a", bm: 128, bk: 64, threads: 384, splits: 1, tps: (K + 63) / 64}
-	if k == gemmWG128 {
-		p.bn, p.fn, p.shared = 128, "gemm_wgmma_128x128", 6*(128+128)*64*2+1024+16*6
-	} else {
-		p.bn, p.fn, p.shared = 256, "gemm_wgmma_128x256", 4*(128+256)*64*2+1024+16*4
-	}
+	return tilePlan(tileOf(k), M, N, K, 1, (K+63)/64)
+}
+
+// tilePlan is the wgmma tile kernel t with splits splits of tps k tiles each; with splits, the partial sums are
+// added in split order by gemm_splitk_reduce after the tile kernel (the bits of the in-kernel finish).
+func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
+	p := gemmPlan{kern: t.kern(), mod: "gemm_sm90a", bm: t.bm, bn: t.bn, bk: 64, threads: 384, splits: splits,
+		tps: tps, shared: t.shared(), fn: fmt.Sprintf("gemm_wgmma_%dx%d", t.bm, t.bn), reduce: splits > 1}
 	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
 	return p
 }
@@ -353,13 +403,18 @@ func (d *Device) planSK(g *GEMM) gemmPlan {
 // time its multiprocessor's copy engine needs to bring the X and W tiles from L2 (the measured bound: 128×128
 // steps take ~0.6 µs, 128×256 ~0.9 µs, whatever M ≥ 128); a call takes at least its W and X from device memory.
 const (
-	schedSMBW   = 56e9   // bytes/s one multiprocessor fills shared memory from L2 with while all of them load
-	schedTC     = 660e12 // FLOP/s of the tensor cores of the whole GPU in these kernels
-	schedDRAM   = 2.6e12 // bytes/s from device memory as these kernels stream it (measured 2.1–2.6 TB/s at M ≤ 128)
-	schedFixed  = 3.0    // µs: launch, pipeline fill, the last epilogue
-	schedFixBW  = 150e9  // bytes/s one block moves partial sums with (batched loads through L2)
-	schedFixLat = 1.0    // µs: fence, counter and first loads of a fix-up
-	schedWSMax  = 256 << 20
+	schedSMBW     = 56e9   // bytes/s one multiprocessor fills shared memory from L2 with while all of them load
+	schedTC       = 660e12 // FLOP/s of the tensor cores of the whole GPU in these kernels
+	schedDRAM     = 2.6e12 // bytes/s from device memory as these kernels stream it (measured 2.1–2.6 TB/s at M ≤ 128)
+	schedFixed    = 3.0    // µs: launch, pipeline fill, the last epilogue
+	schedFixBW    = 150e9  // bytes/s one block moves partial sums with (batched loads through L2)
+	schedFixLat   = 1.0    // µs: fence, counter and first loads of a fix-up
+	schedWSMax    = 256 << 20
+	schedPartBW   = 8e12   // bytes/s split-K partial sums are written, read back and Y stored with, within L2
+	schedDRAMPart = 2.5e12 // the same when they do not fit in L2
+	schedL2       = 40e6   // bytes of partial-sum traffic that stay in L2
+	schedReduce   = 2.0    // µs: gemm_splitk_reduce's launch and tail
+	schedSKSplit  = 1.4    // the stream-K kernel's measured time over the model when it splits tiles (fix-ups)
 )
 
 // schedMs are the token counts fixedChunk weighs: question-row passes (64, 240), a medium pass and a prefill.
@@ -371,6 +426,33 @@ func stepUS(bn, M, sms int) float64 {
 	live := float64((rows+63)/64) / 2 // consumer warpgroups with rows
 	tc := 128 * float64(bn) * 64 * 2 * live / (schedTC / float64(sms)) * 1e6
 	return max(tc, float64((rows+bn)*64*2)/schedSMBW*1e6)
+}
+
+// tileStepUS is the modelled time of one 64-deep k step of a bm×bn tile at M rows (stepUS for any tile).
+func tileStepUS(t wgTile, M, sms int) float64 {
+	rows := min(M, t.bm)
+	live := float64((rows + 63) / 64) // 64-row wgmma tiles with rows
+	tc := live * 64 * float64(t.bn) * 64 * 2 / (schedTC / float64(sms)) * 1e6
+	return max(tc, float64((rows+t.bn)*64*2)/schedSMBW*1e6)
+}
+
+// tileCost models the tile kernel t with splits splits of tps k tiles: waves of one block per multiprocessor;
+// with splits, each block also stores its partial sums, all of them cross device memory (written, then read by
+// gemm_splitk_reduce), and the reduce is a launch of its own.
+func tileCost(t wgTile, M, N, K, sms, splits, tps int) float64 {
+	blocks := ((M + t.bm - 1) / t.bm) * ((N + t.bn - 1) / t.bn) * splits
+	waves := (blocks + sms - 1) / sms
+	us := max(float64(waves*tps)*tileStepUS(t, M, sms), floorUS(M, N, K)) + schedFixed
+	if splits > 1 {
+		slot := float64(min(M, t.bm) * t.bn * 4)
+		part := float64(2*splits*4+2) * float64(M) * float64(N)
+		bw := schedPartBW
+		if part > schedL2 {
+			bw = schedDRAMPart
+		}
+		us += float64(waves)*slot/(2*schedFixBW)*1e6 + schedReduce + part/bw*1e6
+	}
+	return us
 }
 
 // floorUS is the time to read W and X once from device memory.
@@ -402,6 +484,7 @@ func skCost(M, N, K, grid, c, skTiles int) float64 {
 	if skTiles > 0 && nch > 1 {
 		slot := float64(min(M, 128) * 128 * 4)
 		t += schedFixLat + float64(nch)*slot/schedFixBW*1e6 + float64(min(per, nch))*slot/(2*schedFixBW)*1e6
+		t *= schedSKSplit
 	}
 	return t
 }
@@ -439,26 +522,36 @@ func bestSK(M, N, K, grid, c int) int {
 
 // schedChoice is the schedule schedAt picks for one M.
 type schedChoice struct {
-	kern    gemmKernel // gemmSK, gemmWG256 or gemmWG128
+	kern    gemmKernel // gemmSK, or a tile kernel (tile)
+	tile    wgTile     // tile kernels: which one
+	splits  int        // tile kernels: 1, or one split per chunk
 	skTiles int
 	us      float64
 }
 
-// schedAt picks the fastest schedule by the model for chunks of c k tiles at M: the tile kernels when c covers
-// all k tiles (the same bits as the stream-K kernel then), else the stream-K kernel with bestSK's tile count.
+// schedAt picks the fastest schedule by the model for chunks of c k tiles at M: a tile kernel (any of wgTiles)
+// with one split when c covers all k tiles, or with one split per chunk (split-K, the partials added in chunk
+// order: the same bits) when its workspace fits; or the stream-K kernel with bestSK's tile count.
 func schedAt(M, N, K, sms, c int) schedChoice {
 	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	nch := (kTiles + c - 1) / c
 	var best schedChoice
 	best.us = -1
-	if c >= kTiles {
-		for _, k := range []gemmKernel{gemmWG256, gemmWG128} {
-			bn := 256
-			if k == gemmWG128 {
-				bn = 128
+	for i, t := range wgTiles {
+		if schedPrev && (i > 1 || nch > 1) {
+			continue
+		}
+		tps, sp := kTiles, 1
+		if nch > 1 {
+			tps, sp = c, nch
+			if 4*int64(sp)*int64(M)*int64(N) > schedWSMax ||
+				((M+t.bm-1)/t.bm)*((N+t.bn-1)/t.bn) > maxGEMMTiles {
+				continue
 			}
-			if t := tiledCost(bn, M, N, K, sms); best.us < 0 || t < best.us-1e-9 {
-				best = schedChoice{kern: k, us: t}
-			}
+		}
+		if us := tileCost(t, M, N, K, sms, sp, tps); best.us < 0 || us < best.us-1e-9 {
+			best = schedChoice{kern: t.kern(), tile: t, splits: sp, us: us}
 		}
 	}
 	sk := bestSK(M, N, K, sms, c)
@@ -468,7 +561,15 @@ func schedAt(M, N, K, sms, c int) schedChoice {
 	return best
 }
 
-type chunkKey struct{ N, K, sms int }
+// schedPrev restricts the schedule to what it was before the per-M tile kernels (the 128×256 and 128×128 tiles
+// for unchunked shapes, stream-K for chunked ones), for benchmarks that compare both in one run. Set only on the
+// device thread, between GEMMs.
+var schedPrev bool
+
+type chunkKey struct {
+	N, K, sms int
+	prev      bool
+}
 
 var chunkMemo sync.Map // chunkKey → int
 
@@ -476,7 +577,7 @@ var chunkMemo sync.Map // chunkKey → int
 // k tiles: unchunked): among c = ⌈k tiles / s⌉ for s = 1 … 16 chunks (at least 4 tiles per chunk), the one with the
 // least sum over schedMs of its modelled time (schedAt) relative to the best c at that M.
 func fixedChunk(N, K, sms int) int {
-	key := chunkKey{N, K, sms}
+	key := chunkKey{N, K, sms, schedPrev}
 	if c, ok := chunkMemo.Load(key); ok {
 		return c.(int)
 	}
@@ -641,7 +742,7 @@ func (q *Queue) GEMM(g GEMM) error {
 		return &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
 	}
 	d := q.d
-	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK) && !d.hopper() {
+	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK || g.kern == gemmWGX || g.xt.bm != 0) && !d.hopper() {
 		return &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
@@ -678,7 +779,11 @@ func (q *Queue) GEMM(g GEMM) error {
 		if err != nil {
 			return fmt.Errorf("cuda: GEMM: W: %w", err)
 		}
-		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).
+		cnt := d.cnt.Ptr
+		if p.reduce {
+			cnt = 0 // no in-kernel finish: gemm_splitk_reduce below
+		}
+		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 		if p.kern == gemmSK {
 			a.I32(int32(p.tps)).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
@@ -700,7 +805,12 @@ func (q *Queue) GEMM(g GEMM) error {
 		}
 		defer func() { q.tag = "" }()
 	}
-	return q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared)
+	if err := q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared); err != nil || !p.reduce {
+		return err
+	}
+	a.Reset()
+	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.splits))
+	return q.launch("gemm_sm90a", "gemm_splitk_reduce", gridFor(int64(g.M)*int64(g.N)/4, 256, d.sms()), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
 }
 
 // gridFor sizes a grid-stride loop over n items: enough blocks to cover n, at most 8 per multiprocessor.

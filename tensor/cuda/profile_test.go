@@ -51,7 +51,7 @@ func BenchmarkPassKernels(b *testing.B) {
 		byM  bool
 		reg  bool // the register delta-rule kernels for every segment (no tensor-core kernels)
 	}
-	modes := []pmode{{"invariant", false, false}, {"byM", true, false}}
+	modes := []pmode{{"invariant", false, false}, {"byM", true, false}, {"invariant/prev-sched", false, false}}
 	if os.Getenv("KEV_PROFILE_MODES") == "delta" {
 		modes = []pmode{{"invariant", false, false}, {"invariant/reg-delta", false, true}}
 	}
@@ -62,6 +62,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
+	defer dev.Do(func(q *Queue) error { schedPrev = false; return nil })
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -98,6 +99,7 @@ func BenchmarkPassKernels(b *testing.B) {
 			}{{"new", pass(newBatch)}, {"cached", pass(cachedBatch)}} {
 				for _, mode := range modes {
 					setByM(mode.byM)
+					_ = dev.Do(func(q *Queue) error { schedPrev = strings.HasSuffix(mode.name, "prev-sched"); return nil })
 					gdnOn = !mode.reg
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {

@@ -100,13 +100,59 @@ __device__ __forceinline__ void wgmma_m64n192(float *d, uint64_t da, uint64_t db
 	             : "l"(da), "l"(db), "r"(acc));
 }
 
+// wgmma_m64n64: d[64×64] = A[64×16] · B[64×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n64(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+// wgmma_m64n80: d[64×80] = A[64×16] · B[80×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n80(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, %40, %41, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+// wgmma_m64n96: d[64×96] = A[64×16] · B[96×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n96(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+// wgmma_m64n144: d[64×144] = A[64×16] · B[144×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n144(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71}, %72, %73, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
 template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t da, uint64_t db, int acc) {
 	if constexpr (BN == 256)
 		wgmma_m64n256(d, da, db, acc);
 	else if constexpr (BN == 192)
 		wgmma_m64n192(d, da, db, acc);
-	else
+	else if constexpr (BN == 144)
+		wgmma_m64n144(d, da, db, acc);
+	else if constexpr (BN == 128)
 		wgmma_m64n128(d, da, db, acc);
+	else if constexpr (BN == 96)
+		wgmma_m64n96(d, da, db, acc);
+	else if constexpr (BN == 80)
+		wgmma_m64n80(d, da, db, acc);
+	else {
+		static_assert(BN == 64, "no wgmma wrapper for this tile width");
+		wgmma_m64n64(d, da, db, acc);
+	}
 }
 
 template <int BN, int STAGES, bool CHUNK>
@@ -213,7 +259,9 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		store(tot);
 	else
 		store(d);
-	if (split) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
+	// Split-K: the last split of a tile adds the partials in order here, or, launched without tile counters (cnt
+	// null), gemm_splitk_reduce does it for all tiles afterwards.
+	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
 }
 
 #define WG_PARAMS                                                                                                \
@@ -231,6 +279,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAM
 // chunked accumulation.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
 	gemm_wgmma<128, 6, true>(WG_ARGS);
+}
+
+// Other tile widths, chosen per M so that the tiles (and the splits of a chunked shape) fill the multiprocessors.
+// Stages: as many as fit in 227 KiB of shared memory. No chunked accumulation (split-K with one split per chunk
+// instead).
+#define WG_TILE(BN, STAGES)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x##BN(WG_PARAMS) {                      \
+		gemm_wgmma<BN, STAGES, false>(WG_ARGS);                                                             \
+	}
+WG_TILE(64, 8)
+WG_TILE(96, 7)
+WG_TILE(144, 6)
+WG_TILE(192, 5)
+
+// gemm_splitk_reduce ends a split-K launch made without tile counters: for every output element it adds the
+// splits' partial sums ws[z][M][N] in split order, then the residual, and stores Y — the operations of
+// gemm_splitk_finish, so the same bits, but spread over the whole GPU instead of one block per tile. One thread per
+// 4 consecutive columns of a row (N is a multiple of 8), grid-stride.
+extern "C" __global__ void __launch_bounds__(256) gemm_splitk_reduce(void *Y, const void *R, const float *ws, int M,
+                                                                     int N, int ldy, int yF32, int splits) {
+	const int Q = N / 4;
+	const long long n = (long long)M * Q;
+	const size_t plane = (size_t)M * N;
+	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+		const int row = (int)(i / Q), col = (int)(i % Q) * 4;
+		const float *p = ws + (size_t)row * N + col;
+		float4 s = __ldcg((const float4 *)p);
+		for (int z = 1; z < splits; z++) {
+			float4 v = __ldcg((const float4 *)(p + z * plane));
+			s.x += v.x;
+			s.y += v.y;
+			s.z += v.z;
+			s.w += v.w;
+		}
+		gemm_store2(Y, R, ldy, yF32, row, col, s.x, s.y);
+		gemm_store2(Y, R, ldy, yF32, row, col + 2, s.z, s.w);
+	}
 }
 
 // ---- Persistent stream-K schedule ----
