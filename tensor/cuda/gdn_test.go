@@ -337,7 +337,8 @@ func TestGDNBatchInvariant(t *testing.T) {
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own) and the register kernels ("reg"): device
+// own; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
+// kernels ("reg"): device
 // time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
 // is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
 // states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
@@ -408,8 +409,9 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc"} {
-			gdnOn, gdnGroup = kind != "reg", kind == "tc"
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-ns1", "tc-ns2", "tc"} {
+			gdnOn, gdnGroup = kind != "reg", kind != "tc-ungrouped"
+			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
 				return o, func() { gb.Free(append(kept, o)...) }, err
@@ -426,7 +428,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup = true, true
+			gdnOn, gdnGroup, gdnNS = true, true, 0
 			if err != nil {
 				b.Fatal(err)
 			}
