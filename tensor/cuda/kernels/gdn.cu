@@ -1,5 +1,5 @@
-// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for segments longer than one chunk
-// (the register kernels of delta.cu keep question rows). Two launches per call:
+// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for every non-empty segment of bf16
+// rows. Two launches per call:
 //
 //   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once. From the raw bf16
 //   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
@@ -10,7 +10,8 @@
 //   the chunk's decay γ_C = e^{Γ_C} (C its last token). T and M go to the workspace in bf16, the factors in fp32.
 //
 //   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
-//   128×32 fp32 state slice S in the accumulator registers of 4 warps. Per chunk, with K, Q, V the raw rows:
+//   128×32 fp32 state slice S in the accumulator registers of 8 warps, then the rows that continue the segment's
+//   final state (one chunk each, no update). Per chunk, with K, Q, V the raw rows:
 //     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
 //     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
 //     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
@@ -318,22 +319,15 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	const int dh = warp >> 2;    // Δ columns 16dh … 16dh + 15
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
 	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z], nit = nch + sd.nrows;
-	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk. The row
-	// entries are read two items ahead, so their loads never wait on the serial path.
-	struct Item {
-		int t0, len, ck;
-	};
-	auto fetch = [&](int i) {
-		Item it{0, 0, 0};
+	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk
+	auto item = [&](int i, int &t0, int &len, int &ck) {
 		if (i < nch) {
-			it = Item{sd.start + GC * i, min(GC, sd.len - GC * i), cb + i};
-		} else if (i < nit) {
+			t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i), ck = cb + i;
+		} else {
 			const int32_t *rw = rows + 3 * (sd.rows + i - nch);
-			it = Item{rw[0], rw[1], rw[2]};
+			t0 = rw[0], len = rw[1], ck = rw[2];
 		}
-		return it;
 	};
-	Item cur = fetch(0), nxt = fetch(1), nn = fetch(2);
 	float S[4][4]; // rows 16·warp + gq (+8), columns 8nt + 2qq (+1)
 #pragma unroll
 	for (int nt = 0; nt < 4; nt++)
@@ -343,12 +337,13 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
 		}
 	// issue(i, qk, rest) loads item i's q and k rows (qk), its v rows, T, M and factors (rest), as one group
-	auto issue = [&](int i, const Item &it, bool qk, bool rest) {
+	auto issue = [&](int i, bool qk, bool rest) {
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
 		float *F = (float *)(Tm + 2 * GC * TP);
-		const int t0 = it.t0, len = it.len, ck = it.ck;
+		int t0, len, ck;
+		item(i, t0, len, ck);
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that hold tokens (the others are never read)
 		if (qk)
 			for (int p = tid; p < GC * 32; p += 256) { // per row: 16 pieces of q, 16 of k
@@ -374,7 +369,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
-	if (NS == 2 && nit > 0) issue(0, cur, true, true);
+	if (NS == 2 && nit > 0) issue(0, true, true);
 	bool qkin = false; // NS = 1: this item's q and k are on their way already (issued during the previous row)
 	for (int i = 0; i < nit; i++) {
 		__syncthreads(); // the previous chunk's shared memory is no longer read
@@ -382,18 +377,14 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
 		const float *F = (const float *)(Ms + GC * TP);
-		if (i > 0) {
-			cur = nxt;
-			nxt = nn;
-			nn = fetch(i + 2);
-		}
-		const int t0 = cur.t0, len = cur.len;
+		int t0, len, ck;
+		item(i, t0, len, ck);
 		const int nb = (len + 15) >> 4; // 16-token tiles holding tokens; warps of later tiles skip X, P, R, Δ, O
 		const bool live = mw < nb;
 		const bool row = i >= nch;      // a row: outputs only, the state stays
 		if (NS == 1) { // q and k first: X and P wait for them only
-			if (!qkin) issue(i, cur, true, false);
-			issue(i, cur, false, true);
+			if (!qkin) issue(i, true, false);
+			issue(i, false, true);
 		}
 		// S → bf16 hi/lo, [dim][col] (the rows after the first find it there already)
 		if (i <= nch) {
@@ -410,40 +401,16 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				}
 		}
 		if (NS == 2 && i + 1 < nit) {
-			issue(i + 1, nxt, true, true);
+			issue(i + 1, true, true);
 			cp_wait<1>();
 		} else if (NS == 2)
 			cp_wait<0>();
 		else
 			cp_wait<1>();
 		__syncthreads();
-		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …). For a row (no state update after it), warps 0–3
-		// compute both X and P of their tile from one load of the S fragments (PR: P), and the outputs too: the
-		// same products in the same order, so the same bits.
-		float XP[4][4] = {}, PR[4][4] = {};
-		if (row && xw && live) {
-#pragma unroll
-			for (int kk = 0; kk < GDK / 16; kk++) {
-				uint32_t ak[4], aq[4];
-				ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-				ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-#pragma unroll
-				for (int np = 0; np < 2; np++) {
-					uint32_t bh[4], bl[4];
-					const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
-					ldsm4t(bh, Sh + off);
-					ldsm4t(bl, Sl + off);
-					mma16816(XP[2 * np], ak, bh[0], bh[1]);
-					mma16816(XP[2 * np + 1], ak, bh[2], bh[3]);
-					mma16816(XP[2 * np], ak, bl[0], bl[1]);
-					mma16816(XP[2 * np + 1], ak, bl[2], bl[3]);
-					mma16816(PR[2 * np], aq, bh[0], bh[1]);
-					mma16816(PR[2 * np + 1], aq, bh[2], bh[3]);
-					mma16816(PR[2 * np], aq, bl[0], bl[1]);
-					mma16816(PR[2 * np + 1], aq, bl[2], bl[3]);
-				}
-			}
-		} else if (!row && live) {
+		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
+		float XP[4][4] = {};
+		if (live) {
 			const __nv_bfloat16 *A = xw ? Ks : Qs;
 #pragma unroll
 			for (int kk = 0; kk < GDK / 16; kk++) {
@@ -467,7 +434,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			cp_wait<0>();
 			__syncthreads();
 			qkin = row && i + 1 < nit;
-			if (qkin) issue(i + 1, nxt, true, false);
+			if (qkin) issue(i + 1, true, false);
 		}
 		const int ta = 16 * mw + gq, tb = ta + 8;
 		if (xw && live) { // R = fb·V − fa·X
@@ -504,7 +471,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		__syncthreads();
-		auto out = [&](float (&XP)[4][4]) { // O = fq·P + M Δ
+		if (!xw && live) { // O = fq·P + M Δ
 			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
@@ -541,11 +508,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 					}
 				}
 			}
-		};
-		if (row && xw && live)
-			out(PR);
-		else if (!row && !xw && live)
-			out(XP);
+		}
 		if (row || (i + 1 == nch && !sd.b && nit == nch)) continue; // rows keep the state; a last one not wanted
 		// S ← γ_C S + Kᵀ (fk·Δ): rows 16·warp …, tokens in k tiles of 16
 		const float gC = F[4 * GC];
