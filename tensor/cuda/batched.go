@@ -398,9 +398,18 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	if lim := max(48<<10, b.dev.info.SharedOptin); !reg && shared > lim {
 		return nil, nil, fmt.Errorf("cuda: %s: d_k = %d needs %d bytes of shared memory, the device allows %d", op, dk, shared, lim)
 	}
-	referenced := make([]bool, len(segs))
+	// Segments the tensor-core kernels take (gdn.go), when the call's shape allows; rows among them (one chunk at
+	// most, continuing a state, keeping none) run in the block of the state they continue: a segment of the call
+	// that those kernels take (inBase), else a group of their own per continued state.
+	tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
+	takes := func(sg tensor.Segment) bool { return tc && gdnTakes(sg.Len) }
+	isRow := func(sg tensor.Segment) bool { return tc && sg.From != tensor.FromZero && gdnIsRow(sg.Len, sg.Keep) }
+	inBase := func(sg tensor.Segment) bool {
+		return isRow(sg) && sg.From == tensor.FromSegment && takes(segs[sg.Index])
+	}
+	referenced := make([]bool, len(segs)) // final state read by a later launch
 	for _, s := range segs {
-		if s.From == tensor.FromSegment {
+		if s.From == tensor.FromSegment && !inBase(s) {
 			referenced[s.Index] = true
 		}
 	}
@@ -429,13 +438,14 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				finals[i] = buf.Ptr
 			}
 		}
-		// Segments the tensor-core kernels take (gdn.go), when the call's shape allows: one precompute over all
-		// their chunks, then a state pass before each register-kernel launch. Every table of the call (register
-		// and tensor-core descriptors of both launches, the chunk table, the first chunks) goes up in one upload.
-		tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
+		// Segments the tensor-core kernels take: one precompute over all their chunks, then a state pass before
+		// each register-kernel launch. Every table of the call (register and tensor-core descriptors of both
+		// launches, the chunk table, the first chunks, the rows) goes up in one upload.
 		var tab []int32
-		var short, long [2][]segDesc
-		var lb [2][]int32
+		var short [2][]segDesc
+		var long [2][]*gdnLong
+		at0 := make(map[int]*gdnLong)       // descriptor of a new segment the tensor-core kernels take
+		groups := make(map[[2]int]*gdnLong) // rows' own groups, by (From, Index)
 		for p, second := range []bool{false, true} {
 			for i, sg := range segs {
 				if (sg.From == tensor.FromSegment) != second {
@@ -451,19 +461,38 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				case tensor.FromSegment:
 					d.set(starts[i], sg.Len, 0, tensor.F32, 0, tensor.F32, finals[sg.Index], finals[i])
 				}
-				if tc && gdnTakes(sg.Len) {
-					var first int32
-					tab, first = gdnChunks(tab, starts[i], sg.Len)
-					long[p], lb[p] = append(long[p], d), append(lb[p], first)
-					continue
+				switch {
+				case inBase(sg):
+					tab = at0[sg.Index].addRow(tab, starts[i], sg.Len)
+				case isRow(sg):
+					key := [2]int{int(sg.From), sg.Index}
+					g := groups[key]
+					if g == nil {
+						g = &gdnLong{d: d}
+						g.d[0], g.d[1], g.d[8], g.d[9] = 0, 0, 0, 0 // no chunks of its own, no final state
+						groups[key] = g
+						long[p] = append(long[p], g)
+					}
+					tab = g.addRow(tab, starts[i], sg.Len)
+				case takes(sg):
+					g := &gdnLong{d: d}
+					tab, g.first = gdnChunks(tab, starts[i], sg.Len)
+					long[p] = append(long[p], g)
+					at0[i] = g
+				default:
+					short[p] = append(short[p], d)
 				}
-				short[p] = append(short[p], d)
 			}
 		}
-		// layout: short[0] short[1] long[0] long[1] (descriptors, 8-byte aligned), tab, lb[0], lb[1]
+		// layout: short[0] short[1] long[0] long[1] (descriptors, 8-byte aligned), tab, lb[0], lb[1], rows
+		for p := range long {
+			long[p] = gdnSpread(long[p], b.dev.gdnWave(hv, dv))
+		}
+		d0, lb0, rows0 := gdnFlat(long[0], 0)
+		d1, lb1, rows1 := gdnFlat(long[1], len(rows0)/3)
 		var all []int32
-		var off [7]int
-		for k, part := range [][]int32{flat(short[0]), flat(short[1]), flat(long[0]), flat(long[1]), tab, lb[0], lb[1]} {
+		var off [8]int
+		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, tab, lb0, lb1, append(rows0, rows1...)} {
 			off[k] = len(all)
 			all = append(all, part...)
 		}
@@ -488,7 +517,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		}
 		for p := range 2 {
 			if len(long[p]) > 0 {
-				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(5+p), work, len(long[p]), hk, hv, dv); err != nil {
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(5+p), at(7), work, len(long[p]), hk, hv, dv); err != nil {
 					return err
 				}
 			}

@@ -12,7 +12,10 @@ import (
 // The chunked delta rule on tensor cores (kernels/gdn.cu): for d_k = 128, value widths that are a multiple of 32
 // and bf16 input rows, segments run as a parallel precompute over (64-token chunk, value head) — T = (I + A)⁻¹
 // and the intra-chunk attention M in a workspace — then one sequential pass per (32 value columns, value head,
-// segment) with mma.sync bf16 products. Other shapes and segments shorter than gdnMinLen keep the register
+// segment) with mma.sync bf16 products. Rows — segments of at most one chunk that continue a state and keep none
+// of their own, such as a request's question rows — run in the block of the state they continue, after that
+// state's own chunks, so the state slice is loaded (or computed) once for all of them; a row's outputs come from
+// the same code whichever rows share its block. Other shapes and segments shorter than gdnMinLen keep the register
 // kernels of delta.go. The choice is made per segment from its own length, so a segment's result never depends
 // on the segments it is batched with.
 
@@ -27,12 +30,76 @@ var gdnMinLen = 1
 // gdnTakes reports whether a segment of n tokens runs on the tensor-core kernels (when the call's shape allows).
 func gdnTakes(n int) bool { return n > 0 && n >= gdnMinLen }
 
+// gdnNS forces the state kernel with one (1) or two (2) stages of chunk inputs; 0 chooses by the launch's size.
+// Tests run both.
+var gdnNS = 0
+
+// gdnGroup selects the grouping of rows in the block of the state they continue; false runs every row as a
+// segment of its own (tests compare the two: the bits are the same).
+var gdnGroup = true
+
+// gdnRowLen is the longest row (one chunk) that runs in the block of the state it continues.
+const gdnRowLen = 64
+
+// gdnIsRow reports whether a segment of n tokens that keeps no state (and continues one) runs as a row.
+func gdnIsRow(n int, keep bool) bool { return gdnGroup && !keep && n <= gdnRowLen && gdnTakes(n) }
+
+// gdnLong is a descriptor of gdn_state with its first chunk and its rows (first row, length, chunk).
+type gdnLong struct {
+	d     segDesc
+	first int32
+	rows  []int32
+}
+
+// addRow appends the chunk of a row of n tokens at start to tab and the row to g.
+func (g *gdnLong) addRow(tab []int32, start, n int) []int32 {
+	tab, ck := gdnChunks(tab, start, n)
+	g.rows = append(g.rows, int32(start), int32(n), ck)
+	return tab
+}
+
+// gdnSpread splits the groups of rows that have no chunks of their own (rows of a cached state) in halves while
+// the launch holds fewer descriptors than one wave of two blocks per multiprocessor (wave): a small launch then runs
+// fewer rows one after the other in each block. Any split computes the same bits.
+func gdnSpread(ls []*gdnLong, wave int) []*gdnLong {
+	for len(ls) < wave {
+		k := -1
+		for i, g := range ls {
+			if g.d[1] == 0 && len(g.rows) > 3 && (k < 0 || len(g.rows) > len(ls[k].rows)) {
+				k = i
+			}
+		}
+		if k < 0 {
+			break
+		}
+		g := ls[k]
+		h := len(g.rows) / 6 * 3
+		a, b := &gdnLong{d: g.d, rows: g.rows[:h:h]}, &gdnLong{d: g.d, rows: g.rows[h:]}
+		ls = append(ls[:k], append([]*gdnLong{a, b}, ls[k+1:]...)...)
+	}
+	return ls
+}
+
+// gdnWave is the number of descriptors of a gdn_state launch in one wave of two blocks per multiprocessor.
+func (d *Device) gdnWave(hv, dv int) int { return 2 * d.info.SMs / max(1, hv*dv/32) }
+
+// gdnFlat returns the descriptors (their row counts and offsets set, rows numbered from row0), their first
+// chunks and their rows, for upload.
+func gdnFlat(ls []*gdnLong, row0 int) (descs, firsts, rows []int32) {
+	for _, g := range ls {
+		d := g.d
+		d[2], d[4] = int32(len(g.rows)/3), int32(row0+len(rows)/3)
+		descs, firsts, rows = append(descs, d[:]...), append(firsts, g.first), append(rows, g.rows...)
+	}
+	return descs, firsts, rows
+}
+
 // gdnWork is the workspace per (chunk, value head): T and M as bf16 [64][64], five fp32 [64] row factors.
 const gdnWork = 17664
 
-// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16; A, T [64][68] fp32; three 16×20 blocks;
-// four 64-vectors.
-const gdnPrepShared = 2*64*136*2 + 2*64*68*4 + 3*16*20*4 + 4*64*4
+// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16, then A, T [64][68] fp32 in their place
+// (the same bytes); three 16×20 blocks; four 64-vectors. Four blocks fit a multiprocessor.
+const gdnPrepShared = 2*64*136*2 + 3*16*20*4 + 4*64*4
 
 // gdnStateShared is gdn_state_ns{1,2}'s dynamic shared memory for ns stages of chunk inputs.
 func gdnStateShared(ns int) int {
@@ -66,17 +133,17 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
 }
 
-// gdnState enqueues gdn_state over segs segments (desc: SegDesc [segs], every length > 0; base: int32 [segs], each
-// segment's first chunk in work). Launches of at most one block per multiprocessor load the next chunk while one
-// runs (one block per multiprocessor, ns2); larger ones run two blocks per multiprocessor (ns1). Both compute the
-// same bits.
-func (q *Queue) gdnState(o, qkv Operand, desc, base, work Buffer, segs, hk, hv, dv int) error {
+// gdnState enqueues gdn_state over segs segments (desc: SegDesc [segs], with row counts and offsets as gdnFlat
+// sets them, every segment non-empty or with rows; base: int32 [segs], each segment's first chunk in work; rows:
+// int32 [R][3]). Launches of at most one block per multiprocessor load the next chunk while one runs (one block
+// per multiprocessor, ns2); larger ones run two blocks per multiprocessor (ns1). Both compute the same bits.
+func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int) error {
 	q.args.Reset()
 	q.put(o)
-	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(base.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(base.Ptr).Ptr(rows.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
 	blocks := segs * hv * dv / 32
 	name, ns := "gdn_state_ns1", 1
-	if blocks <= q.d.info.SMs && q.d.info.SharedOptin >= gdnStateShared(2) {
+	if (gdnNS == 2 || gdnNS == 0 && blocks <= q.d.info.SMs) && q.d.info.SharedOptin >= gdnStateShared(2) {
 		name, ns = "gdn_state_ns2", 2
 	}
 	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(ns))
@@ -88,23 +155,34 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 	if !s.b.dev.gdnFits(a.DK, a.DV, a.QKV, width) {
 		return starts, ls, nil
 	}
-	var tab, lb, ss, sl []int32
-	var long []segDesc
+	var tab, ss, sl []int32
+	var long []*gdnLong
+	var group *gdnLong // the rows (segments keep no state when there are several)
 	for i := range starts {
-		if !gdnTakes(int(ls[i])) {
+		n := int(ls[i])
+		switch {
+		case !gdnTakes(n):
 			ss, sl = append(ss, starts[i]), append(sl, ls[i])
-			continue
+		case len(starts) > 1 && gdnIsRow(n, false):
+			if group == nil {
+				group = &gdnLong{}
+				group.d.set(0, 0, 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, 0)
+				long = append(long, group)
+			}
+			tab = group.addRow(tab, int(starts[i]), n)
+		default:
+			g := &gdnLong{}
+			tab, g.first = gdnChunks(tab, int(starts[i]), n)
+			g.d.set(int(starts[i]), n, 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, a.Final.Ptr)
+			long = append(long, g)
 		}
-		var first int32
-		tab, first = gdnChunks(tab, int(starts[i]), int(ls[i]))
-		var d segDesc
-		d.set(int(starts[i]), int(ls[i]), 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, a.Final.Ptr)
-		long, lb = append(long, d), append(lb, first)
 	}
 	if len(long) == 0 {
 		return starts, ls, nil
 	}
-	all := append(append(flat(long), tab...), lb...) // one upload: descriptors (8-byte aligned), chunks, first chunks
+	long = gdnSpread(long, s.b.dev.gdnWave(a.HV, a.DV))
+	descs, lb, rows := gdnFlat(long, 0)
+	all := append(append(append(descs, tab...), lb...), rows...) // one upload: descriptors (8-byte aligned), chunks, first chunks, rows
 	tb, err := s.ints(all)
 	if err != nil {
 		return nil, nil, err
@@ -118,5 +196,5 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(10*len(long)), work, nc, a.HK, a.HV, a.DV); err != nil {
 		return nil, nil, err
 	}
-	return ss, sl, s.q.gdnState(a.O, a.QKV, at(0), at(10*len(long)+len(tab)), work, len(long), a.HK, a.HV, a.DV)
+	return ss, sl, s.q.gdnState(a.O, a.QKV, at(0), at(10*len(long)+len(tab)), at(11*len(long)+len(tab)), work, len(long), a.HK, a.HV, a.DV)
 }

@@ -64,30 +64,35 @@ func i32Bytes(v []int32) []byte {
 // kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3 with
 // value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state; several
 // segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
-// (g ∈ (−0.02, 0], the state remembering many chunks). Final states are compared for single segments.
+// (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
+// after the state's own chunks. Final states are compared for single segments. Both state kernels run every case
+// (gdn_state_ns1 and ns2) and must agree bit for bit.
 func TestGDN(t *testing.T) {
 	cases := []struct {
-		hk, hv, dv        int
-		lens              []int
-		state, corr, slow bool
+		hk, hv, dv              int
+		lens                    []int
+		state, corr, slow, rows bool
 	}{
-		{16, 32, 128, []int{1}, true, false, false},
-		{16, 32, 128, []int{40}, true, false, false},
-		{16, 32, 128, []int{64}, false, false, false},
-		{16, 32, 128, []int{65}, false, false, false},
-		{16, 32, 128, []int{130}, true, false, false},
-		{16, 32, 128, []int{130}, true, true, false},
-		{16, 32, 128, []int{700}, true, false, true},
-		{16, 32, 128, []int{2392}, false, false, true},
-		{16, 32, 128, []int{40, 40, 40, 40, 40, 40}, true, false, false},
-		{16, 32, 128, []int{256, 1, 200, 64, 65, 77}, true, false, true},
-		{2, 4, 64, []int{150}, true, false, true},
-		{1, 3, 96, []int{70, 3}, true, true, false},
+		{16, 32, 128, []int{1}, true, false, false, false},
+		{16, 32, 128, []int{40}, true, false, false, false},
+		{16, 32, 128, []int{64}, false, false, false, false},
+		{16, 32, 128, []int{65}, false, false, false, false},
+		{16, 32, 128, []int{130}, true, false, false, false},
+		{16, 32, 128, []int{130}, true, true, false, false},
+		{16, 32, 128, []int{700}, true, false, true, false},
+		{16, 32, 128, []int{2392}, false, false, true, false},
+		{16, 32, 128, []int{40, 40, 40, 40, 40, 40}, true, false, false, false},
+		{16, 32, 128, []int{256, 1, 200, 64, 65, 77}, true, false, true, false},
+		{2, 4, 64, []int{150}, true, false, true, false},
+		{1, 3, 96, []int{70, 3}, true, true, false, false},
+		{16, 32, 128, []int{40, 1, 64, 17, 40, 33}, true, false, false, true},
+		{1, 3, 96, []int{130, 40, 3, 64, 65, 17}, true, false, true, true},
+		{2, 4, 64, []int{21, 64, 9}, false, true, false, true},
 	}
 	r := newRand(t)
 	for _, c := range cases {
 		const dk = 128
-		t.Run(fmt.Sprintf("hk=%d/hv=%d/dv=%d/lens=%v/state=%v/corr=%v/slow=%v", c.hk, c.hv, c.dv, c.lens, c.state, c.corr, c.slow), func(t *testing.T) {
+		t.Run(fmt.Sprintf("hk=%d/hv=%d/dv=%d/lens=%v/state=%v/corr=%v/slow=%v/rows=%v", c.hk, c.hv, c.dv, c.lens, c.state, c.corr, c.slow, c.rows), func(t *testing.T) {
 			_, starts, ls, n := segInts(c.lens)
 			xs, gs, bs, ss := deltaInputs(r, n, c.hk, c.hv, dk, c.dv, c.corr)
 			if c.slow {
@@ -97,7 +102,7 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [2][]float32 // reference, tensor cores
+			var outs, finals [3][]float32 // reference, tensor cores (ns1, ns2)
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -107,7 +112,7 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 2 {
+				for k := range 3 {
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -122,27 +127,41 @@ func TestGDN(t *testing.T) {
 							return err
 						}
 					} else {
-						var tab, base []int32
-						var descs []segDesc
+						var tab []int32
+						var long []*gdnLong
+						var group *gdnLong
 						start := 0
 						for _, l := range c.lens {
-							var first int32
-							tab, first = gdnChunks(tab, start, l)
-							var d segDesc
-							d.set(start, l, 0, tensor.F32, 0, tensor.F32, S0.Ptr, F.Ptr)
-							descs, base = append(descs, d), append(base, first)
+							if c.rows && l <= gdnRowLen {
+								if group == nil {
+									group = &gdnLong{}
+									group.d.set(0, 0, 0, tensor.F32, 0, tensor.F32, S0.Ptr, 0)
+									long = append(long, group)
+								}
+								tab = group.addRow(tab, start, l)
+							} else {
+								g := &gdnLong{}
+								tab, g.first = gdnChunks(tab, start, l)
+								g.d.set(start, l, 0, tensor.F32, 0, tensor.F32, S0.Ptr, F.Ptr)
+								long = append(long, g)
+							}
 							start += l
 						}
-						cb, db, bb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(flat(descs)), 0), upload(t, q, i32Bytes(base), 0)
+						descs, base, rows := gdnFlat(long, 0)
+						rows = append(rows, 0) // never empty
+						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
 							return err
 						}
-						bufs = append(bufs, cb, db, bb, work)
+						bufs = append(bufs, cb, db, bb, rb, work)
 						if err := q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv); err != nil {
 							return err
 						}
-						if err := q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, work, len(descs), c.hk, c.hv, c.dv); err != nil {
+						gdnNS = k
+						err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
+						gdnNS = 0
+						if err != nil {
 							return err
 						}
 					}
@@ -156,6 +175,16 @@ func TestGDN(t *testing.T) {
 			checkRel(t, "o", outs[1], outs[0], gdnRMSTol, gdnWorstTol)
 			if single {
 				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, gdnWorstTol)
+			}
+			for i := range outs[1] {
+				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[2][i]) {
+					t.Fatalf("o[%d]: %g by gdn_state_ns1, %g by ns2", i, outs[1][i], outs[2][i])
+				}
+			}
+			for i := range finals[1] {
+				if math.Float32bits(finals[1][i]) != math.Float32bits(finals[2][i]) {
+					t.Fatalf("final[%d]: %g by gdn_state_ns1, %g by ns2", i, finals[1][i], finals[2][i])
+				}
 			}
 		})
 	}
@@ -307,7 +336,9 @@ func TestGDNBatchInvariant(t *testing.T) {
 }
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
-// through GatedDeltaRuleSegments with the tensor-core kernels ("tc") and the register kernels ("reg"): device
+// through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
+// own; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
+// kernels ("reg"): device
 // time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
 // is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
 // states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
@@ -378,8 +409,9 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc"} {
-			gdnOn = kind == "tc"
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-ns1", "tc-ns2", "tc"} {
+			gdnOn, gdnGroup = kind != "reg", kind != "tc-ungrouped"
+			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
 				return o, func() { gb.Free(append(kept, o)...) }, err
@@ -396,7 +428,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn = true
+			gdnOn, gdnGroup, gdnNS = true, true, 0
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -404,4 +436,170 @@ func BenchmarkGDN(b *testing.B) {
 		}
 		gb.Free(x, gt, bt, st)
 	}
+}
+
+// TestGDNRows checks the rows that run in the block of the state they continue (question rows: one chunk at most,
+// no state kept): a batch of new states continued by rows of 1 to 64 tokens, rows of cached states, rows of an
+// empty new state (a group of their own), next to segments that are not rows (65 tokens, a kept row). Every output
+// and kept state must be bit-identical with the grouping off (each row a segment of its own) and with each row
+// computed alone (a call holding only the row and the state it continues), and within the bounds of TestGDNSegments
+// against the register kernels.
+func TestGDNRows(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	segs := []tensor.Segment{
+		{Len: 13, From: tensor.FromZero, Keep: true},
+		{Len: 40, From: tensor.FromSegment, Index: 0},
+		{Len: 1, From: tensor.FromSegment, Index: 0},
+		{Len: 64, From: tensor.FromSegment, Index: 0},
+		{Len: 65, From: tensor.FromSegment, Index: 0},
+		{Len: 40, From: tensor.FromSegment, Index: 0, Keep: true},
+		{Len: 70, From: tensor.FromZero},
+		{Len: 40, From: tensor.FromPrefix, Index: 0},
+		{Len: 40, From: tensor.FromSegment, Index: 6},
+		{Len: 17, From: tensor.FromSegment, Index: 6},
+		{Len: 33, From: tensor.FromPrefix, Index: 1},
+		{Len: 40, From: tensor.FromPrefix, Index: 0},
+		{Len: 0, From: tensor.FromZero, Keep: true},
+		{Len: 20, From: tensor.FromSegment, Index: 12},
+		{Len: 130, From: tensor.FromZero, Keep: true},
+		{Len: 50, From: tensor.FromSegment, Index: 14},
+		{Len: 2, From: tensor.FromPrefix, Index: 1},
+	}
+	starts := make([]int, len(segs))
+	n := 0
+	for i, s := range segs {
+		starts[i] = n
+		n += s.Len
+	}
+	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	width := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
+	xs, gs, bs, _ := deltaInputs(r, n, c.KeyHeads, c.ValueHeads, c.KeyDim, c.ValueDim, false)
+	for i := range gs {
+		gs[i] *= 0.05
+	}
+	x, g, beta, states := gdnSegsInputs(t, r, gb, c, xs, gs, bs)
+	defer gb.Free(append(states, x, g, beta)...)
+	// run returns the outputs and kept states of a call on the rows of the given segments of segs (re-indexed).
+	run := func(idx []int) ([]float32, [][]float32) {
+		t.Helper()
+		var sx []uint16
+		var sg, sb []float32
+		var ss []tensor.Segment
+		pos := map[int]int{}
+		for _, i := range idx {
+			s := segs[i]
+			if s.From == tensor.FromSegment {
+				s.Index = pos[s.Index]
+			}
+			pos[i] = len(ss)
+			ss = append(ss, s)
+			a, b := starts[i], starts[i]+segs[i].Len
+			sx, sg, sb = append(sx, xs[a*width:b*width]...), append(sg, gs[a*c.ValueHeads:b*c.ValueHeads]...), append(sb, bs[a*c.ValueHeads:b*c.ValueHeads]...)
+		}
+		m := len(sg) / c.ValueHeads
+		xt, err := gb.FromBits(tensor.BF16, []int{m, width}, sx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gt, _ := gb.FromFloat32([]int{m, c.ValueHeads}, sg)
+		bt, _ := gb.FromFloat32([]int{m, c.ValueHeads}, sb)
+		defer gb.Free(xt, gt, bt)
+		o, kept, err := gb.GatedDeltaRuleSegments(xt, gt, bt, states, ss, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gb.Free(append(kept, o)...)
+		var ks [][]float32
+		for _, k := range kept {
+			if k == nil {
+				ks = append(ks, nil)
+				continue
+			}
+			ks = append(ks, f32s(t, gb, k))
+		}
+		return f32s(t, gb, o), ks
+	}
+	all := make([]int, len(segs))
+	for i := range all {
+		all[i] = i
+	}
+	same := func(what string, a, b []float32) {
+		t.Helper()
+		if len(a) != len(b) {
+			t.Fatalf("%s: %d values against %d", what, len(a), len(b))
+		}
+		diff := 0
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				diff++
+			}
+		}
+		if diff != 0 {
+			t.Errorf("%s: %d of %d values differ", what, diff, len(a))
+		}
+	}
+	ob, kb := run(all)
+	gdnGroup = false
+	ou, ku := run(all)
+	gdnGroup = true
+	same("grouped/ungrouped o", ob, ou)
+	for i := range kb {
+		if (kb[i] == nil) != (ku[i] == nil) {
+			t.Fatalf("segment %d: kept %v grouped, %v ungrouped", i, kb[i] != nil, ku[i] != nil)
+		}
+		if kb[i] != nil {
+			same(fmt.Sprintf("grouped/ungrouped state%d", i), kb[i], ku[i])
+		}
+	}
+	w := c.ValueHeads * c.ValueDim
+	for i, s := range segs {
+		if s.From == tensor.FromZero || s.Len == 0 {
+			continue
+		}
+		idx := []int{i}
+		if s.From == tensor.FromSegment {
+			idx = []int{s.Index, i}
+		}
+		oa, _ := run(idx)
+		la := segs[idx[0]].Len
+		if len(idx) == 1 {
+			la = 0
+		}
+		same(fmt.Sprintf("segment %d alone/batched", i), oa[la*w:], ob[starts[i]*w:(starts[i]+s.Len)*w])
+	}
+	// two rows of one cached state alone in a call: the group is split between blocks (gdnSpread)
+	o2, _ := run([]int{7, 11})
+	same("rows 7, 11 of one cached state", o2, append(append([]float32(nil), ob[starts[7]*w:(starts[7]+segs[7].Len)*w]...), ob[starts[11]*w:(starts[11]+segs[11].Len)*w]...))
+	gdnOn = false
+	or, kr := run(all)
+	gdnOn = true
+	const bf = 1.0 / 512
+	checkRel(t, "o", ob, or, gdnRMSTol+bf, gdnWorstTol+4*bf)
+	for i := range kb {
+		if kb[i] != nil && kr[i] != nil && segs[i].Len > 0 { // an empty new segment keeps zeros
+			checkRel(t, fmt.Sprintf("state%d", i), kb[i], kr[i], gdnRMSTol, gdnWorstTol)
+		}
+	}
+	// GatedDeltaRule with several segments of one state: the rows among them share one block.
+	lens := []int{40, 64, 1, 33, 65, 20}
+	rest := n
+	for _, l := range lens {
+		rest -= l
+	}
+	lens = append(lens, rest)
+	var single [3][]float32 // grouped, ungrouped, register kernels
+	for k := range 3 {
+		gdnGroup, gdnOn = k == 0, k < 2
+		o, _, err := gb.GatedDeltaRule(x, g, beta, states[1], lens, c)
+		gdnGroup, gdnOn = true, true
+		if err != nil {
+			t.Fatal(err)
+		}
+		single[k] = f32s(t, gb, o)
+		gb.Free(o)
+	}
+	same("GatedDeltaRule grouped/ungrouped", single[0], single[1])
+	checkRel(t, "GatedDeltaRule/o", single[0], single[2], gdnRMSTol+bf, gdnWorstTol+4*bf)
 }

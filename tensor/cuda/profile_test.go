@@ -18,8 +18,8 @@ import (
 // GEMM plans and with the plans chosen from M, plus one pass of 64 such requests. For each it prints the pass's
 // device time without events (median of 3, the stream held until the pass is queued), the profiled total, the time
 // per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases;
-// KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule and with the register kernels
-// instead of the two GEMM plan modes.
+// KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule (rows grouped by state, and
+// ungrouped) and with the register kernels instead of the two GEMM plan modes.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -50,10 +50,11 @@ func BenchmarkPassKernels(b *testing.B) {
 		name string
 		byM  bool
 		reg  bool // the register delta-rule kernels for every segment (no tensor-core kernels)
+		flat bool // every row a segment of its own in the tensor-core delta rule (no grouping by state)
 	}
-	modes := []pmode{{"invariant", false, false}, {"byM", true, false}, {"invariant/prev-sched", false, false}}
+	modes := []pmode{{"invariant", false, false, false}, {"byM", true, false, false}, {"invariant/prev-sched", false, false, false}}
 	if os.Getenv("KEV_PROFILE_MODES") == "delta" {
-		modes = []pmode{{"invariant", false, false}, {"invariant/reg-delta", false, true}}
+		modes = []pmode{{"invariant", false, false, false}, {"invariant/ungrouped", false, false, true}, {"invariant/reg-delta", false, true, false}}
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
@@ -100,7 +101,7 @@ func BenchmarkPassKernels(b *testing.B) {
 				for _, mode := range modes {
 					setByM(mode.byM)
 					_ = dev.Do(func(q *Queue) error { schedPrev = strings.HasSuffix(mode.name, "prev-sched"); return nil })
-					gdnOn = !mode.reg
+					gdnOn, gdnGroup = !mode.reg, !mode.flat
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {
 							b.Fatal(err)
@@ -131,7 +132,7 @@ func BenchmarkPassKernels(b *testing.B) {
 					if runErr != nil {
 						b.Fatal(runErr)
 					}
-					gdnOn = true
+					gdnOn, gdnGroup = true, true
 					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
 				}
 			}

@@ -1,5 +1,5 @@
-// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for segments longer than one chunk
-// (the register kernels of delta.cu keep question rows). Two launches per call:
+// The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for every non-empty segment of bf16
+// rows. Two launches per call:
 //
 //   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once. From the raw bf16
 //   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
@@ -10,7 +10,8 @@
 //   the chunk's decay γ_C = e^{Γ_C} (C its last token). T and M go to the workspace in bf16, the factors in fp32.
 //
 //   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
-//   128×32 fp32 state slice S in the accumulator registers of 4 warps. Per chunk, with K, Q, V the raw rows:
+//   128×32 fp32 state slice S in the accumulator registers of 8 warps, then the rows that continue the segment's
+//   final state (one chunk each, no update). Per chunk, with K, Q, V the raw rows:
 //     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
 //     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
 //     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
@@ -22,8 +23,9 @@
 
 // SegDesc: as in delta.cu (segs.cu's layout): rows start … start+len−1, initial state a (type dt, null: zero),
 // final state b (fp32, null: not stored).
+// For gdn_state, nrows rows continue the segment's final state (entries rows … rows + nrows − 1 of the row table).
 struct __align__(8) GdnSeg {
-	int32_t start, len, p, dt, first, dtb;
+	int32_t start, len, nrows, dt, rows, dtb;
 	const void *a;
 	void *b;
 };
@@ -80,15 +82,15 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 
 // gdn_prep: grid (chunks, hv), 256 threads. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
 // qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
-extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
+extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
                                                           const void *beta, int bdt, const int32_t *chunks, int hk,
                                                           int hv, int dv, char *work) {
 	extern __shared__ __align__(16) char smg[];
 	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
 	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
-	float *As = (float *)(Ks + GC * KP);       // [64][AP] A, strictly lower
+	float *As = (float *)Qs;                   // [64][AP] A, strictly lower: over q and k once K Kᵀ, Q Kᵀ are done
 	float *Ts = As + GC * AP;                  // [64][AP] T
-	float *Ys = Ts + GC * AP;                  // [3][16][YP]
+	float *Ys = (float *)(Ks + GC * KP);       // [3][16][YP]
 	float *gam = Ys + 3 * 16 * YP;             // [64] Γ
 	float *bs = gam + GC;                      // [64] β
 	float *rq = bs + GC;                       // [64]
@@ -110,7 +112,6 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
 		bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
 	}
-	for (int i = tid; i < GC * AP; i += 256) Ts[i] = 0.f;
 	cp_wait<0>();
 	__syncthreads();
 	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side); the
@@ -179,6 +180,9 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 		}
 		__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
 		const int gq = lane >> 2, qq = lane & 3;
+		__syncthreads(); // q and k are read: A and T take their place
+		for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
+		if (mi < nb) { // rows of padding tiles: A, T and M never read
 		float gt[2], ft[2], rqt[2], gs[8], rks[8];
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
@@ -209,11 +213,13 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 				*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
 			}
 		}
+		}
 	}
 	__syncthreads();
-	// T = (I + A)⁻¹: the four 16×16 diagonal blocks by forward substitution (one thread per column), then the
-	// blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj.
-	if (tid < 64) {
+	// T = (I + A)⁻¹: the diagonal 16×16 blocks of tiles holding tokens by forward substitution (one thread per
+	// column), then the blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj. Rows of padding
+	// tiles are neither computed nor stored: the state pass reads T and M only in rows of tiles holding tokens.
+	if (tid < 16 * nb) {
 		const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
 		float x[16];
 #pragma unroll
@@ -265,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	}
 	char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
 	__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
-	for (int p = tid; p < GC * GC / 2; p += 256) {
+	for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
 		const int t = p >> 5, s = (p & 31) * 2;
 		*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
 	}
@@ -282,8 +288,12 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 	}
 }
 
-// gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length > 0); base[z]: its first chunk
-// in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …). o [N, hv·dv] of type odt.
+// gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length ≥ 0); base[z]: its first chunk
+// in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …); rows [R][3]: rows that continue a
+// segment's final state without keeping their own (first row, length 1…64, workspace chunk), run after the
+// segment's chunks by the same block from the state in its registers — the state slice is loaded or computed once
+// for all of them. A row's outputs are computed by the same code as a chunk of a segment (only the state update is
+// left out), so its bits do not depend on which rows share its block. o [N, hv·dv] of type odt.
 // Warp v holds the state rows 16v … 16v + 15 (all 32 columns). Per chunk, warps 0–3 compute X = K S and R for
 // tokens 16v …, while warps 4–7 compute P = Q S for tokens 16(v − 4) …; then Δ = T R with warp v on tokens
 // 16(v & 3) …, columns 16(v >> 2) …; then warps 4–7 the outputs O = fq·P + M Δ while all warps update their
@@ -291,7 +301,8 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prep(const __nv_bfloat16 *
 // blocks per multiprocessor). Both compute the same bits.
 template <int NS>
 __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
-                                          const int32_t *base, int hk, int hv, int dv, const char *work) {
+                                          const int32_t *base, const int32_t *rows, int hk, int hv, int dv,
+                                          const char *work) {
 	extern __shared__ __align__(16) char sms[];
 	constexpr int STAGE = 2 * GC * KP * 2 + GC * VP * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
 	__nv_bfloat16 *Sh = (__nv_bfloat16 *)(sms + NS * STAGE); // [128][VP] S, high part
@@ -307,7 +318,16 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	const bool xw = warp < 4;    // X and R; otherwise P and O
 	const int dh = warp >> 2;    // Δ columns 16dh … 16dh + 15
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
-	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z];
+	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z], nit = nch + sd.nrows;
+	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk
+	auto item = [&](int i, int &t0, int &len, int &ck) {
+		if (i < nch) {
+			t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i), ck = cb + i;
+		} else {
+			const int32_t *rw = rows + 3 * (sd.rows + i - nch);
+			t0 = rw[0], len = rw[1], ck = rw[2];
+		}
+	};
 	float S[4][4]; // rows 16·warp + gq (+8), columns 8nt + 2qq (+1)
 #pragma unroll
 	for (int nt = 0; nt < 4; nt++)
@@ -316,60 +336,77 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			const int row = 16 * warp + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
 			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
 		}
-	auto issue = [&](int i) {
+	// issue(i, qk, rest) loads item i's q and k rows (qk), its v rows, T, M and factors (rest), as one group
+	auto issue = [&](int i, bool qk, bool rest) {
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
 		float *F = (float *)(Tm + 2 * GC * TP);
-		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
-		for (int p = tid; p < GC * 36; p += 256) { // per row: 16 pieces of q, 16 of k, 4 of v
-			const int t = p / 36, u = p % 36;
-			const bool ok = t < len;
-			const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
-			if (u < 32) {
-				const int which = u >> 4, d8 = (u & 15) * 8;
+		int t0, len, ck;
+		item(i, t0, len, ck);
+		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that hold tokens (the others are never read)
+		if (qk)
+			for (int p = tid; p < GC * 32; p += 256) { // per row: 16 pieces of q, 16 of k
+				const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
+				const bool ok = t < len;
+				const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
 				cp16((which ? Ks : Qs) + t * KP + d8, row + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, ok);
-			} else {
-				const int d8 = (u - 32) * 8;
-				cp16(Vs + t * VP + d8, row + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
 			}
+		if (!rest) {
+			cp_commit();
+			return;
 		}
-		const char *wp = work + ((size_t)(cb + i) * hv + h) * GDN_WORK;
+		for (int p = tid; p < GC * 4; p += 256) { // per row: 4 pieces of v
+			const int t = p >> 2, d8 = (p & 3) * 8;
+			const bool ok = t < len;
+			cp16(Vs + t * VP + d8, qkv + (size_t)(t0 + (ok ? t : 0)) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
+		}
+		const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
 		for (int p = tid; p < 2 * GC * 8; p += 256) { // T and M rows: 8 pieces each
 			const int m = p >> 9, t = (p >> 3) & 63, d8 = (p & 7) * 8;
-			cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+			if (t < nr) cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
 		}
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
-	if (NS == 2 && nch > 0) issue(0);
-	for (int i = 0; i < nch; i++) {
+	if (NS == 2 && nit > 0) issue(0, true, true);
+	bool qkin = false; // NS = 1: this item's q and k are on their way already (issued during the previous row)
+	for (int i = 0; i < nit; i++) {
 		__syncthreads(); // the previous chunk's shared memory is no longer read
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
 		const float *F = (const float *)(Ms + GC * TP);
-		const int t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i);
+		int t0, len, ck;
+		item(i, t0, len, ck);
 		const int nb = (len + 15) >> 4; // 16-token tiles holding tokens; warps of later tiles skip X, P, R, Δ, O
 		const bool live = mw < nb;
-		if (NS == 1) issue(i);
-		// S → bf16 hi/lo, [dim][col]
+		const bool row = i >= nch;      // a row: outputs only, the state stays
+		if (NS == 1) { // q and k first: X and P wait for them only
+			if (!qkin) issue(i, true, false);
+			issue(i, false, true);
+		}
+		// S → bf16 hi/lo, [dim][col] (the rows after the first find it there already)
+		if (i <= nch) {
 #pragma unroll
-		for (int nt = 0; nt < 4; nt++)
+			for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int row = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
-				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
-				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-				const float2 hf2 = __bfloat1622float2(hi);
-				*(__nv_bfloat162 *)(Sh + row * VP + col) = hi;
-				*(uint32_t *)(Sl + row * VP + col) = pack2(x - hf2.x, y - hf2.y);
-			}
-		if (NS == 2 && i + 1 < nch) {
-			issue(i + 1);
+				for (int hf = 0; hf < 2; hf++) {
+					const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
+					const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
+					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+					const float2 hf2 = __bfloat1622float2(hi);
+					*(__nv_bfloat162 *)(Sh + sr * VP + col) = hi;
+					*(uint32_t *)(Sl + sr * VP + col) = pack2(x - hf2.x, y - hf2.y);
+				}
+		}
+		if (NS == 2 && i + 1 < nit) {
+			issue(i + 1, true, true);
 			cp_wait<1>();
-		} else
+		} else if (NS == 2)
 			cp_wait<0>();
+		else
+			cp_wait<1>();
 		__syncthreads();
 		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
 		float XP[4][4] = {};
@@ -391,6 +428,13 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 					mma16816(XP[2 * np + 1], a, bl[2], bl[3]);
 				}
 			}
+		}
+		if (NS == 1) {
+			// v, T, M and the factors have arrived; after a row, q and k are read no more: the next item's load
+			cp_wait<0>();
+			__syncthreads();
+			qkin = row && i + 1 < nit;
+			if (qkin) issue(i + 1, true, false);
 		}
 		const int ta = 16 * mw + gq, tb = ta + 8;
 		if (xw && live) { // R = fb·V − fa·X
@@ -421,6 +465,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				const int col = 16 * dh + 8 * n + 2 * qq;
 				*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
 				*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+				if (row) continue;
 				*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[n][0], fk0 * D[n][1]);
 				*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[n][2], fk1 * D[n][3]);
 			}
@@ -464,7 +509,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				}
 			}
 		}
-		if (i + 1 == nch && !sd.b) break; // the last state is not wanted
+		if (row || (i + 1 == nch && !sd.b && nit == nch)) continue; // rows keep the state; a last one not wanted
 		// S ← γ_C S + Kᵀ (fk·Δ): rows 16·warp …, tokens in k tiles of 16
 		const float gC = F[4 * GC];
 #pragma unroll
@@ -497,13 +542,15 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
-                                                                   const GdnSeg *desc, const int32_t *base, int hk,
-                                                                   int hv, int dv, const char *work) {
-	gdn_state<2>(o, odt, qkv, desc, base, hk, hv, dv, work);
+                                                                   const GdnSeg *desc, const int32_t *base,
+                                                                   const int32_t *rows, int hk, int hv, int dv,
+                                                                   const char *work) {
+	gdn_state<2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
-                                                                   const GdnSeg *desc, const int32_t *base, int hk,
-                                                                   int hv, int dv, const char *work) {
-	gdn_state<1>(o, odt, qkv, desc, base, hk, hv, dv, work);
+                                                                   const GdnSeg *desc, const int32_t *base,
+                                                                   const int32_t *rows, int hk, int hv, int dv,
+                                                                   const char *work) {
+	gdn_state<1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
