@@ -51,6 +51,22 @@ func needAll(kernel string, ops ...operand) error {
 	return nil
 }
 
+// needStrided checks operands read with a row stride (column views, which may start inside a 16-byte piece): type,
+// alignment to the element size, and size. Fast paths check their own 16-byte alignment.
+func needStrided(kernel string, ops ...operand) error {
+	for _, c := range ops {
+		if c.o.DType > tensor.F16 {
+			return &ArgError{kernel, c.name, fmt.Sprintf("storage type %v", c.o.DType)}
+		}
+		es := elemSize(c.o.DType)
+		if c.o.Ptr == 0 || int64(c.o.Ptr)%es != 0 || c.o.Bytes < c.n*es {
+			return &ArgError{kernel, c.name, fmt.Sprintf("address %#x holding %d bytes: need %d-byte alignment and %d bytes",
+				uintptr(c.o.Ptr), c.o.Bytes, es, c.n*es)}
+		}
+	}
+	return nil
+}
+
 func positive(kernel, what string, vs ...int) error {
 	for _, v := range vs {
 		if v <= 0 {
@@ -232,8 +248,11 @@ func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H, ldb
 	}
 	n := int64(N) * int64(H)
 	if err := needAll(op, operand{"beta", Operand{beta, tensor.F32}, n, false}, operand{"g", Operand{g, tensor.F32}, n, false},
-		operand{"b", b, int64(N-1)*int64(ldb) + int64(H), false}, operand{"a", a, int64(N-1)*int64(lda) + int64(H), false},
 		operand{"aLog", aLog, int64(H), false}, operand{"dtBias", dtBias, int64(H), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"b", b, int64(N-1)*int64(ldb) + int64(H), false},
+		operand{"a", a, int64(N-1)*int64(lda) + int64(H), false}); err != nil {
 		return err
 	}
 	q.args.Reset()
@@ -255,15 +274,18 @@ func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32, hpr,
 		return &ArgError{op, "hpr, ldz", fmt.Sprintf("%d, %d: rows = %d, dv = %d", hpr, ldz, rows, dv)}
 	}
 	n := int64(rows) * int64(dv)
-	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false},
-		operand{"z", z, int64(rows/hpr-1)*int64(ldz) + int64(hpr*dv), false}, operand{"w", w, int64(dv), false}); err != nil {
+	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false}, operand{"w", w, int64(dv), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"z", z, int64(rows/hpr-1)*int64(ldz) + int64(hpr*dv), false}); err != nil {
 		return err
 	}
 	q.args.Reset()
 	if l := dv / 8; y.DType == tensor.BF16 && o.DType == tensor.BF16 && z.DType == tensor.BF16 && dv%8 == 0 &&
-		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 && ldz%8 == 0 {
+		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 && ldz%8 == 0 &&
+		w.DType == tensor.F32 && w.Ptr%16 == 0 {
 		// l lanes per vector, 16-byte loads; 8 warps of 32/l vectors per block
-		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(w.DType)).I32(int32(rows)).I32(int32(dv)).
+		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(rows)).I32(int32(dv)).
 			I32(int32(l)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
 		per := 8 * (32 / l)
 		return q.launch("nn", "gated_rmsnorm_bf16", cudrv.Dim3{X: (rows + per - 1) / per, Y: 1, Z: 1}, block256, 0)
@@ -280,7 +302,8 @@ type QKNormRope struct {
 	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain, or gain (zero when Norm is QKNormNone)
 	Positions        Buffer  // int32 [T]
 	T, H, KV, D, R   int
-	LdQ, LdK         int // row strides of Q and K in elements (0: their widths)
+	LdQ, LdK         int    // row strides of Q and K in elements (0: their widths)
+	InvFreq          Buffer // fp32 [R/2] inverse frequencies for the bf16 kernel (zero: the generic kernel)
 	Theta            float64
 	Eps              float32
 	Gated            bool
@@ -312,10 +335,13 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	}
 	qin, kin := int64(a.T-1)*int64(a.LdQ)+int64(qw), int64(a.T-1)*int64(a.LdK)+int64(a.KV*a.D)
 	if err := needAll(op, operand{"QOut", a.QOut, qn, false}, operand{"KOut", a.KOut, kn, false},
-		operand{"Gate", a.Gate, qn, !a.Gated}, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kin, false},
+		operand{"Gate", a.Gate, qn, !a.Gated},
 		operand{"QGain", a.QGain, int64(a.D), a.Norm == tensor.QKNormNone},
 		operand{"KGain", a.KGain, int64(a.D), a.Norm == tensor.QKNormNone},
 		operand{"Positions", Operand{a.Positions, tensor.F32}, int64(a.T), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kin, false}); err != nil {
 		return err
 	}
 	if a.Norm > tensor.QKNormNone {
@@ -336,11 +362,11 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	gainsOK := a.Norm == tensor.QKNormNone ||
 		(a.QGain.DType == tensor.F32 && a.KGain.DType == tensor.F32 && a.QGain.Ptr%16 == 0 && a.KGain.Ptr%16 == 0)
 	if l := a.D / 8; a.D%8 == 0 && l <= 32 && l&(l-1) == 0 && a.R%16 == 0 && a.LdQ%8 == 0 && a.LdK%8 == 0 && gainsOK &&
-		bf(a.QOut, a.KOut, a.Q, a.K) && (!a.Gated || bf(a.Gate)) {
+		bf(a.QOut, a.KOut, a.Q, a.K) && (!a.Gated || bf(a.Gate)) && (a.R == 0 || a.InvFreq.Bytes >= 2*int64(a.R)) {
 		// l lanes per head vector, 16-byte loads and stores; 8 warps of 32/l vectors per block
 		q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).Ptr(a.Q.Ptr).Ptr(a.K.Ptr).Ptr(a.QGain.Ptr).Ptr(a.KGain.Ptr).
-			Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
-			F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
+			Ptr(a.Positions.Ptr).Ptr(a.InvFreq.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).
+			I32(int32(a.R)).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
 		per := 8 * (32 / l)
 		vecs := a.T * (a.H + a.KV)
 		return q.launch("nn", "qk_norm_rope_bf16", cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)

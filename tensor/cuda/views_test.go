@@ -181,6 +181,48 @@ func TestColumnViews(t *testing.T) {
 		}
 		gb.Free(parts...)
 	})
+	t.Run("unaligned", func(t *testing.T) {
+		// odd widths: views starting inside a 16-byte piece take the element-wise kernels
+		const h, d = 3, 4
+		u := randBF16(r, m*(1+h+h+h*d), 2)
+		ut := hostBits(t, gb, u, m, 1+h+h+h*d)
+		vs, err := gb.SplitCols(ut, 1, h, h, h*d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb.Free(ut)
+		var ds []tensor.Tensor
+		off := 0
+		for _, w := range []int{1, h, h, h * d} {
+			ds = append(ds, hostBits(t, gb, colsOf(u, m, 1+h+h+h*d, off, w), m, w))
+			off += w
+		}
+		aLog, _ := gb.FromFloat32([]int{h}, randVals(r, h, 1))
+		dtBias, _ := gb.FromFloat32([]int{h}, randVals(r, h, 1))
+		gain, _ := gb.FromFloat32([]int{d}, randVals(r, d, 1))
+		o := hostBits(t, gb, randBF16(r, m*h*d, 1), m, h*d)
+		defer gb.Free(append(append(vs, ds...), aLog, dtBias, gain, o)...)
+		gBeta, gG, err := gb.DeltaGates(vs[1], vs[2], aLog, dtBias)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wBeta, wG, err := gb.DeltaGates(ds[1], ds[2], aLog, dtBias)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalOut(t, "beta", gb, gBeta, wBeta)
+		equalOut(t, "g", gb, gG, wG)
+		gy, err := gb.GatedRMSNorm(o, vs[3], gain, 1e-6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wy, err := gb.GatedRMSNorm(o, ds[3], gain, 1e-6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalOut(t, "gated norm", gb, gy, wy)
+		gb.Free(gBeta, gG, wBeta, wG, gy, wy)
+	})
 	gb.Free(views...)
 	if _, err := gb.ToHost(x); !errors.Is(err, ErrFreed) {
 		t.Errorf("ToHost of a freed view: %v, want ErrFreed", err)
