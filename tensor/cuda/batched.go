@@ -266,8 +266,10 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 // kernels/segs.cu); a call with more uploads them.
 const convParamSegs = 16
 
-// convSharedSegs bounds the segments of the bf16 convolution kernels, which keep every descriptor in shared memory.
-const convSharedSegs = 1024
+// convSharedSegs bounds the segments of the bf16 convolution kernels, which keep every descriptor in shared memory
+// (40 bytes each) beside their 22.5 KB input tile, within the 48 KB a block gets without asking; calls with more
+// segments take conv1d_silu_segs, which gives the same bits.
+const convSharedSegs = 600
 
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
 // history (a cached state, or the last inputs of another segment of the call, read in place); the kept histories

@@ -246,64 +246,76 @@ func TestColumnViews(t *testing.T) {
 }
 
 // TestConvManySegments runs the bf16 convolution on more segments than a launch carries as parameters (the
-// descriptors uploaded), many kept, with the input a column view, against the CPU backend.
+// descriptors uploaded; 700: more than the kernel keeps in shared memory, the element-wise kernel), many kept,
+// with the input a column view, against the CPU backend.
 func TestConvManySegments(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
 	cb := cpu.New()
 	const ch, kw = 32, 4
-	var segs []tensor.Segment
-	var prefixLens []int
-	n := 0
-	for i := range 40 {
-		s := tensor.Segment{Len: r.IntN(20), Keep: i%3 == 0}
-		switch {
-		case i%4 == 1:
-			s.From, s.Index = tensor.FromPrefix, len(prefixLens)
-			prefixLens = append(prefixLens, 1)
-		case i%4 == 2 && segs[i-2].From == tensor.FromZero:
-			s.From, s.Index = tensor.FromSegment, i-2
-		}
-		if i%7 == 0 {
-			s.Len = 0
-		}
-		segs = append(segs, s)
-		n += s.Len
+	for _, count := range []int{40, 700} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) {
+			var segs []tensor.Segment
+			var prefixLens []int
+			n := 0
+			for i := range count {
+				s := tensor.Segment{Len: r.IntN(20), Keep: i%3 == 0}
+				if count > 100 {
+					s.Len = r.IntN(4)
+				}
+				switch {
+				case i%4 == 1:
+					s.From, s.Index = tensor.FromPrefix, len(prefixLens)
+					prefixLens = append(prefixLens, 1)
+				case i%4 == 2 && segs[i-2].From == tensor.FromZero:
+					s.From, s.Index = tensor.FromSegment, i-2
+				}
+				if i%7 == 0 {
+					s.Len = 0
+				}
+				segs = append(segs, s)
+				n += s.Len
+			}
+			pg, pc := bf16Pair(t, r, gb, cb, 2, n, ch+8)
+			vg, err := gb.SplitCols(pg, 8, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vc, err := cb.SplitCols(pc, 8, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg, wc := bf16Pair(t, r, gb, cb, 0.5, ch, kw)
+			var sg, sc []tensor.Tensor
+			for range prefixLens {
+				a, b := bf16Pair(t, r, gb, cb, 2, kw-1, ch)
+				sg, sc = append(sg, a), append(sc, b)
+			}
+			want, wk, err := cb.CausalConv1dSiLUSegments(vc[1], wc, sc, segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gk, err := gb.CausalConv1dSiLUSegments(vg[1], wg, sg, segs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHidden(t, "y", cb, want, gb, got, 1e-2)
+			for i := range segs {
+				if (wk[i] == nil) != (gk[i] == nil) {
+					t.Fatalf("segment %d: kept %v on cpu, %v on cuda", i, wk[i] != nil, gk[i] != nil)
+				}
+				if wk[i] != nil {
+					w, _ := cb.ToHost(wk[i])
+					g, _ := gb.ToHost(gk[i])
+					if j := sameBits(g, w); j >= 0 {
+						t.Fatalf("kept state of segment %d differs at %d: %v, want %v", i, j, at(g, j), at(w, j))
+					}
+				}
+			}
+			gb.Free(append(append(append(sg, gk...), vg...), pg, wg, got)...)
+		})
 	}
-	pg, pc := bf16Pair(t, r, gb, cb, 2, n, ch+8)
-	vg, err := gb.SplitCols(pg, 8, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vc, err := cb.SplitCols(pc, 8, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg, wc := bf16Pair(t, r, gb, cb, 0.5, ch, kw)
-	var sg, sc []tensor.Tensor
-	for range prefixLens {
-		a, b := bf16Pair(t, r, gb, cb, 2, kw-1, ch)
-		sg, sc = append(sg, a), append(sc, b)
-	}
-	want, wk, err := cb.CausalConv1dSiLUSegments(vc[1], wc, sc, segs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, gk, err := gb.CausalConv1dSiLUSegments(vg[1], wg, sg, segs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compareHidden(t, "y", cb, want, gb, got, 1e-2)
-	for i := range segs {
-		if (wk[i] == nil) != (gk[i] == nil) {
-			t.Fatalf("segment %d: kept %v on cpu, %v on cuda", i, wk[i] != nil, gk[i] != nil)
-		}
-		if wk[i] != nil {
-			compareHidden(t, fmt.Sprintf("state%d", i), cb, wk[i], gb, gk[i], 0)
-		}
-	}
-	gb.Free(append(append(append(sg, gk...), vg...), pg, wg, got)...)
 }
 
 // TestQKNormRopeBF16 checks the 16-byte-vector QKNormRope kernel (bf16 operands, fp32 gains) against the CPU
