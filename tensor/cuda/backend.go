@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -46,60 +45,10 @@ func Count() (int, error) {
 // microseconds); inside Run they are called there directly. Operations enqueue work and return: only ToHost and
 // Pointer wait for the device.
 type Backend struct {
-	dev   *Device
-	own   bool
-	pool  pool
-	mu    sync.Mutex // guards Tensor.freed and the view fields (base, refs, dense)
-	lists intsCache  // index lists kept on the device for the next call that uploads the same (cachedInts)
-}
-
-// intsCache keeps, per kind of index list, the last list uploaded: every layer of a pass uploads the same
-// positions (QKNormRope) and the same attention block and row lists, so one upload serves them all. Used on the
-// device goroutine only.
-type intsCache map[string]*cachedInts
-
-type cachedInts struct {
-	vals []int32
-	buf  Buffer
-}
-
-// cachedInts returns a device copy of v (non-empty), uploading it unless it equals the last list uploaded under
-// kind. The buffer is reused only by later work on the stream, so replacing it while kernels still read it is safe.
-func (s *scope) cachedInts(kind string, v []int32) (Buffer, error) {
-	if s.b.lists == nil {
-		s.b.lists = intsCache{}
-	}
-	c := s.b.lists[kind]
-	if c == nil {
-		c = &cachedInts{}
-		s.b.lists[kind] = c
-	}
-	if c.buf.Ptr != 0 && slices.Equal(c.vals, v) {
-		return c.buf, nil
-	}
-	buf, err := s.alloc(4 * int64(len(v)))
-	if err != nil {
-		return Buffer{}, err
-	}
-	if err := s.q.Upload(buf, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))); err != nil {
-		s.b.pool.put(buf)
-		return Buffer{}, err
-	}
-	if c.buf.Ptr != 0 {
-		s.b.pool.put(c.buf)
-	}
-	c.vals, c.buf = append(c.vals[:0], v...), buf
-	return buf, nil
-}
-
-// dropCached hands the cached index lists back to the pool.
-func (b *Backend) dropCached() {
-	for _, c := range b.lists {
-		if c.buf.Ptr != 0 {
-			b.pool.put(c.buf)
-		}
-	}
-	b.lists = nil
+	dev  *Device
+	own  bool
+	pool pool
+	mu   sync.Mutex // guards Tensor.freed and the view fields (base, refs, dense)
 }
 
 // New opens GPU ordinal and returns a backend that owns it (Close releases it).
@@ -139,7 +88,6 @@ func (b *Backend) MemStats() (held, cached int64) { return b.pool.stats() }
 func (b *Backend) Trim() error {
 	return b.dev.Do(func(q *Queue) error {
 		err := q.Sync()
-		b.dropCached()
 		b.pool.trim()
 		return err
 	})

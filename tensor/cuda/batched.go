@@ -198,8 +198,7 @@ func segSplits(p int) int {
 
 // flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (segment i starts at row starts[i]
 // and continues plens[i] prefix keys), each block splitting its keys segSplits ways, then attn_combine_rows over
-// the rows of the split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded;
-// the block and row lists, the same for every attention layer of a pass, are uploaded once (cachedInts).
+// the rows of the split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
 func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
 	var db Buffer
@@ -228,7 +227,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 		}
 	}
 	nb := len(blocks) / 4
-	bb, err := s.cachedInts("flash-blocks", blocks)
+	bb, err := s.ints(blocks)
 	if err != nil {
 		return err
 	}
@@ -252,7 +251,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	if len(rows) == 0 {
 		return nil
 	}
-	rb, err := s.cachedInts("flash-rows", rows)
+	rb, err := s.ints(rows)
 	if err != nil {
 		return err
 	}
@@ -267,9 +266,9 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 const convParamSegs = 16
 
 // convSharedSegs bounds the segments of the bf16 convolution kernels, which keep every descriptor in shared memory
-// (40 bytes each) beside their 22.5 KB input tile, within the 48 KB a block gets without asking; calls with more
-// segments take conv1d_silu_segs, which gives the same bits.
-const convSharedSegs = 600
+// (40 bytes each, within the 48 KB a block gets without asking); calls with more segments take conv1d_silu_segs,
+// which gives the same bits.
+const convSharedSegs = 1024
 
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
 // history (a cached state, or the last inputs of another segment of the call, read in place); the kept histories
@@ -677,7 +676,7 @@ func (b *Backend) Pointers(h tensor.Tensor, p *tensor.PointerHead, qs []tensor.P
 	}
 	proj := make([]float32, len(rows)*dp)
 	err = b.run(func(s *scope) error {
-		rb, err := s.cachedInts("flash-rows", rows)
+		rb, err := s.ints(rows)
 		if err != nil {
 			return err
 		}

@@ -302,8 +302,7 @@ type QKNormRope struct {
 	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain, or gain (zero when Norm is QKNormNone)
 	Positions        Buffer  // int32 [T]
 	T, H, KV, D, R   int
-	LdQ, LdK         int    // row strides of Q and K in elements (0: their widths)
-	InvFreq          Buffer // fp32 [R/2] inverse frequencies for the bf16 kernel (zero: the generic kernel)
+	LdQ, LdK         int // row strides of Q and K in elements (0: their widths)
 	Theta            float64
 	Eps              float32
 	Gated            bool
@@ -362,11 +361,11 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 	gainsOK := a.Norm == tensor.QKNormNone ||
 		(a.QGain.DType == tensor.F32 && a.KGain.DType == tensor.F32 && a.QGain.Ptr%16 == 0 && a.KGain.Ptr%16 == 0)
 	if l := a.D / 8; a.D%8 == 0 && l <= 32 && l&(l-1) == 0 && a.R%16 == 0 && a.LdQ%8 == 0 && a.LdK%8 == 0 && gainsOK &&
-		bf(a.QOut, a.KOut, a.Q, a.K) && (!a.Gated || bf(a.Gate)) && (a.R == 0 || a.InvFreq.Bytes >= 2*int64(a.R)) {
+		bf(a.QOut, a.KOut, a.Q, a.K) && (!a.Gated || bf(a.Gate)) {
 		// l lanes per head vector, 16-byte loads and stores; 8 warps of 32/l vectors per block
 		q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).Ptr(a.Q.Ptr).Ptr(a.K.Ptr).Ptr(a.QGain.Ptr).Ptr(a.KGain.Ptr).
-			Ptr(a.Positions.Ptr).Ptr(a.InvFreq.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).
-			I32(int32(a.R)).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
+			Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
+			F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
 		per := 8 * (32 / l)
 		vecs := a.T * (a.H + a.KV)
 		return q.launch("nn", "qk_norm_rope_bf16", cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)

@@ -372,23 +372,13 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		if n == 0 {
 			return nil
 		}
-		pos, err := s.cachedInts("positions", positions)
+		pos, err := s.ints(positions)
 		if err != nil {
 			return err
 		}
 		a := QKNormRope{QOut: qo.Operand(), KOut: ko.Operand(), Q: qt.Operand(), K: kt.Operand(), QGain: qGainOp,
 			KGain: kGainOp, Positions: pos, T: n, H: c.Heads, KV: c.KVHeads, D: d, R: c.RotaryDim, Theta: c.Theta,
 			Eps: c.Eps, Gated: c.Gated, Norm: c.Norm, LdQ: ldq, LdK: ldk}
-		if half := c.RotaryDim / 2; half > 0 {
-			// the inverse frequencies as the CPU backend computes them, uploaded once (the same for every layer)
-			inv := make([]int32, half)
-			for j := range inv {
-				inv[j] = int32(math.Float32bits(float32(1 / math.Pow(c.Theta, float64(2*j)/float64(c.RotaryDim)))))
-			}
-			if a.InvFreq, err = s.cachedInts("inv-freq", inv); err != nil {
-				return err
-			}
-		}
 		if gate != nil {
 			a.Gate = gate.Operand()
 		}

@@ -246,7 +246,7 @@ func TestColumnViews(t *testing.T) {
 }
 
 // TestConvManySegments runs the bf16 convolution on more segments than a launch carries as parameters (the
-// descriptors uploaded; 700: more than the kernel keeps in shared memory, the element-wise kernel), many kept,
+// descriptors uploaded; 1,100: more than the kernel keeps in shared memory, the element-wise kernel), many kept,
 // with the input a column view, against the CPU backend.
 func TestConvManySegments(t *testing.T) {
 	r := newRand(t)
@@ -254,7 +254,7 @@ func TestConvManySegments(t *testing.T) {
 	defer gb.Trim()
 	cb := cpu.New()
 	const ch, kw = 32, 4
-	for _, count := range []int{40, 700} {
+	for _, count := range []int{40, 1100} {
 		t.Run(fmt.Sprint(count), func(t *testing.T) {
 			var segs []tensor.Segment
 			var prefixLens []int

@@ -226,32 +226,18 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 #undef QK_GAIN
 }
 
-// qk_rotate8 rotates 8 elements: out = v·cos φ ∓ w·sin φ with φ = p·invf[e] (− for the first half, where w is the
-// element R/2 further, + for the second), as qk_norm_rope does. Out of line, one sincosf in a loop: inlined eight
-// times, sincosf (with its path for large arguments) made the kernel ~20 KB of machine code.
-__device__ __noinline__ void qk_rotate8(float *out, const float *v, const float *w, float p, const float *invf, bool lo) {
-#pragma unroll 1
-	for (int e = 0; e < 8; e++) {
-		float sn, cs;
-		sincosf(p * invf[e], &sn, &cs);
-		out[e] = lo ? v[e] * cs - w[e] * sn : v[e] * cs + w[e] * sn;
-	}
-}
-
 // qk_norm_rope_bf16 is qk_norm_rope for bf16 q, k and outputs, fp32 gains (or none), D = 8L with L a power of two
 // ≤ 32 and R a multiple of 16: L lanes per head vector, each moving 8 elements in 16-byte loads and stores (the gate
 // half too); a rotated element's partner (R/2 further, or back) sits R/16 lanes away and comes by a shuffle. The
 // squares are summed per lane and then across the L lanes, so r may differ from qk_norm_rope's in the last bit;
-// a vector's result depends on that vector alone. The inverse frequencies come from the host (invFreq [R/2], the
-// CPU backend's fp32(1/θ^(2j/R))): computed here in double, pow made the kernel 30 KB of machine code.
+// a vector's result depends on that vector alone.
 extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
                                              const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *qg,
-                                             const float *kg, const int32_t *pos, const float *invFreq, int T, int H,
-                                             int KV, int D, int R, float eps, int gated, int norm, int ldq, int ldk,
-                                             int L) {
+                                             const float *kg, const int32_t *pos, int T, int H, int KV, int D, int R,
+                                             double theta, float eps, int gated, int norm, int ldq, int ldk, int L) {
 	__shared__ float invf[QK_MAX_HALF];
 	const int half = R / 2;
-	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = invFreq[j];
+	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
 	__syncthreads();
 	const int lane = threadIdx.x & 31;
 	const int vec = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
@@ -307,13 +293,20 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 #pragma unroll
 	for (int e = 0; e < 8; e++) w[e] = __shfl_sync(0xffffffffu, v[e], rot ? partner : lane);
 	if (!on) return;
-	if (rot) {
-		float out[8];
-		qk_rotate8(out, v, w, (float)pos[t], invf + (lo ? i : i - half), lo);
-		*(uint4 *)(dst + i) = pack8(out);
-	} else {
-		*(uint4 *)(dst + i) = pack8(v);
+	const float p = (float)pos[t];
+	float out[8];
+#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		if (rot) {
+			const float phi = p * invf[(lo ? i : i - half) + e];
+			float sn, cs;
+			sincosf(phi, &sn, &cs);
+			out[e] = lo ? v[e] * cs - w[e] * sn : v[e] * cs + w[e] * sn;
+		} else {
+			out[e] = v[e];
+		}
 	}
+	*(uint4 *)(dst + i) = pack8(out);
 }
 
 // Depthwise causal convolution and SiLU, one thread per (row, channel): y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]),

@@ -105,10 +105,16 @@ struct ConvSegs {
 	SegDesc d[CONV_PSEGS];
 };
 
-// conv_descs copies the nseg descriptors into shared memory: from desc when it is set, else from ps (a
-// __grid_constant__ parameter, read in place).
+// conv_descs copies the nseg descriptors into shared memory: from desc when it is set, else from ps (constant
+// indices: a parameter array indexed by a variable would be copied to local memory per thread).
 __device__ __forceinline__ void conv_descs(SegDesc *sh, const SegDesc *desc, int nseg, const ConvSegs &ps) {
-	for (int i = threadIdx.x; i < nseg; i += blockDim.x) sh[i] = desc != nullptr ? desc[i] : ps.d[i];
+	if (desc != nullptr) {
+		for (int i = threadIdx.x; i < nseg; i += blockDim.x) sh[i] = desc[i];
+	} else {
+#pragma unroll
+		for (int i = 0; i < CONV_PSEGS; i++)
+			if (threadIdx.x == i && i < nseg) sh[i] = ps.d[i];
+	}
 	__syncthreads();
 }
 
@@ -126,54 +132,29 @@ __device__ __forceinline__ int conv_seg(const SegDesc *sh, int nseg, int t) {
 	return lo;
 }
 
-// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, fp32 or bf16 w, C and ldx multiples of 8 and
-// that kernel width K: a thread owns 8 channels of CONV_RB consecutive rows. The segment descriptors (from desc, or
-// from ps when desc is null) are first copied to shared memory, where each thread finds its rows' segments (no
-// per-row table). A thread issues all its loads first — the CONV_RB + K − 1 input rows (16 bytes each, parked in
-// its own column of a shared tile), the 8×K weights (vector loads) — and then runs over its rows in a loop
-// reading the tile; only the first K − 1 rows of a segment read their history, element by element, out of line
-// (conv_row_hist). The row loop is not unrolled: unrolled, with the history path inline at every row, the kernel
-// was ~100 KB of machine code, and fetching it cost short calls ~15 µs. The sum runs over j = 0 … K−1 in the same
-// order as conv1d_silu_segs, so both give the same bits. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads,
-// nseg·sizeof(SegDesc) bytes of dynamic shared memory.
+// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C and ldx multiples of 8 and that kernel width
+// K: a thread owns 8 channels of CONV_RB consecutive rows. The segment descriptors (from desc, or from ps when desc
+// is null) are first copied to shared memory, where each thread finds its rows' segments (no per-row table). A
+// thread issues all its loads first — the CONV_RB + K − 1 input rows (16 bytes each), the 8×K weights (vector
+// loads for fp32 and bf16 weights) — and then computes from registers; only the first K − 1 rows of a segment
+// read their history element by element. The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so
+// both give the same bits. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads, nseg·sizeof(SegDesc) bytes of
+// dynamic shared memory.
 #define CONV_RB 8
-#define CONV_THREADS 128
-
-// conv_row_hist computes channels c … c+7 of row t whose window starts before its segment (element by element,
-// the history through hist), in the order of conv1d_silu_segs.
-__device__ __noinline__ void conv_row_hist(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
-                                           const SegDesc &sd, int t, int c, int C, int K) {
-	for (int e = 0; e < 8; e++) {
-		float acc = 0.f;
-		for (int j = 0; j < K; j++) {
-			const int src = t - (K - 1) + j;
-			const float xv = src >= sd.start ? __bfloat162float(x[(size_t)src * ldx + c + e])
-			                                 : hist(sd, K - 1 + (src - sd.start), c + e);
-			acc += ld(w, wdt, (size_t)(c + e) * K + j) * xv;
-		}
-		y[(size_t)t * C + c + e] = __float2bfloat16_rn(acc * sigm(acc));
-	}
-}
-
 template <int K>
 __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
                                         const SegDesc *desc, int nseg, const ConvSegs &ps, int N, int C) {
 	extern __shared__ SegDesc sdesc[];
-	constexpr int NR = CONV_RB + K - 1;
-	__shared__ uint4 tile[NR][CONV_THREADS]; // column threadIdx.x: this thread's input rows t0 − K + 1 … (zero outside [0, N))
 	const int c8 = blockIdx.y * blockDim.x + threadIdx.x;
 	const int c = c8 * 8;
 	const int t0 = blockIdx.x * CONV_RB, nt = min(CONV_RB, N - t0);
+	constexpr int NR = CONV_RB + K - 1;
+	uint4 raw[NR]; // input rows t0 − K + 1 … t0 + CONV_RB − 1 (zero outside [0, N))
 	const bool on = c < C;
-	{
-		uint4 raw[NR];
 #pragma unroll
-		for (int i = 0; i < NR; i++) {
-			const int src = t0 - (K - 1) + i;
-			raw[i] = (on && src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : make_uint4(0, 0, 0, 0);
-		}
-#pragma unroll
-		for (int i = 0; i < NR; i++) tile[i][threadIdx.x] = raw[i];
+	for (int i = 0; i < NR; i++) {
+		const int src = t0 - (K - 1) + i;
+		raw[i] = (on && src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : make_uint4(0, 0, 0, 0);
 	}
 	float wv[K][8]; // wv[j][e] = w[c + e, j]; the 8K weights are contiguous
 	if (!on) {
@@ -186,7 +167,7 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #pragma unroll
 			for (int u = 0; u < 4; u++) wv[(4 * q + u) % K][(4 * q + u) / K] = f[u];
 		}
-	} else { // bf16 (the host sends other weight types to conv1d_silu_segs)
+	} else if (wdt == DT_BF16) {
 		const uint4 *w8 = (const uint4 *)((const __nv_bfloat16 *)w + (size_t)c * K);
 #pragma unroll
 		for (int q = 0; q < K; q++) {
@@ -195,36 +176,56 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #pragma unroll
 			for (int u = 0; u < 8; u++) wv[(8 * q + u) % K][(8 * q + u) / K] = f[u];
 		}
+	} else {
+#pragma unroll
+		for (int j = 0; j < K; j++)
+#pragma unroll
+			for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
 	}
-	conv_descs(sdesc, desc, nseg, ps); // (its barrier also orders the tile, though each thread reads only its own)
+	conv_descs(sdesc, desc, nseg, ps);
 	if (!on) return;
 	int cur = conv_seg(sdesc, nseg, t0);
-#pragma unroll 1
-	for (int r = 0; r < nt; r++) {
+	SegDesc sd = sdesc[cur];
+#pragma unroll
+	for (int r = 0; r < CONV_RB; r++) {
+		if (r >= nt) break;
 		const int t = t0 + r;
-		while (cur + 1 < nseg && sdesc[cur + 1].start <= t) cur++;
-		if (t - (K - 1) < sdesc[cur].start) { // the window reaches into the history: out of line, rare
-			conv_row_hist(y, x, ldx, w, wdt, sdesc[cur], t, c, C, K);
-			continue;
+		if (cur + 1 < nseg && sdesc[cur + 1].start <= t) {
+			while (cur + 1 < nseg && sdesc[cur + 1].start <= t) cur++;
+			sd = sdesc[cur];
 		}
 		float in[K][8];
 #pragma unroll
-		for (int j = 0; j < K; j++) unpack8(tile[r + j][threadIdx.x], in[j]);
-		float v[8];
+		for (int j = 0; j < K; j++) {
+			const int src = t - (K - 1) + j;
+			if (src >= sd.start) {
+				unpack8(raw[r + j], in[j]);
+			} else {
 #pragma unroll
-		for (int e = 0; e < 8; e++) {
-			float acc = 0.f;
-#pragma unroll
-			for (int j = 0; j < K; j++) acc += wv[j][e] * in[j][e];
-			v[e] = acc * sigm(acc);
+				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e);
+			}
 		}
-		*(uint4 *)(y + (size_t)t * C + c) = pack8(v);
+		uint4 o;
+		__nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+#pragma unroll
+		for (int e = 0; e < 8; e += 2) {
+			float v[2];
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				float acc = 0.f;
+#pragma unroll
+				for (int j = 0; j < K; j++) acc += wv[j][e + u] * in[j][e + u];
+				v[u] = acc * sigm(acc);
+			}
+			h[e / 2] = __floats2bfloat162_rn(v[0], v[1]);
+		}
+		*(uint4 *)(y + (size_t)t * C + c) = o;
 	}
 }
 #define CONV_V8(NAME, K)                                                                                              \
-	extern "C" __global__ void __launch_bounds__(CONV_THREADS)                                                      \
+	extern "C" __global__ void __launch_bounds__(128)                                                               \
 	    NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt, const SegDesc *desc,       \
-	         int nseg, int N, int C, const __grid_constant__ ConvSegs ps) {                                        \
+	         int nseg, int N, int C, ConvSegs ps) {                                                                \
 		conv_v8<K>(y, x, ldx, w, wdt, desc, nseg, ps, N, C);                                                   \
 	}
 CONV_V8(conv1d_silu_segs_k2, 2)
@@ -244,10 +245,25 @@ struct ConvKeeps {
 // [history; segment rows]; x's rows are ldx elements apart. The descriptors come from desc, or from ps when desc
 // is null (nseg ≤ CONV_PSEGS).
 extern "C" __global__ void conv_keep_segs(const void *x, int xdt, const SegDesc *desc, const ConvKeep *keep, int C,
-                                          int K, int ldx, int nseg, const __grid_constant__ ConvSegs ps,
-                                          const __grid_constant__ ConvKeeps pk) {
-	const ConvKeep kp = keep != nullptr ? keep[blockIdx.y] : pk.k[blockIdx.y];
-	const SegDesc sd = desc != nullptr ? desc[kp.seg] : ps.d[kp.seg];
+                                          int K, int ldx, int nseg, ConvSegs ps, ConvKeeps pk) {
+	ConvKeep kp;
+	if (keep != nullptr) {
+		kp = keep[blockIdx.y];
+	} else {
+		kp = pk.k[0];
+#pragma unroll
+		for (int i = 1; i < CONV_PSEGS; i++)
+			if (blockIdx.y == i) kp = pk.k[i];
+	}
+	SegDesc sd;
+	if (desc != nullptr) {
+		sd = desc[kp.seg];
+	} else {
+		sd = ps.d[0];
+#pragma unroll
+		for (int i = 1; i < CONV_PSEGS; i++)
+			if (kp.seg == i) sd = ps.d[i];
+	}
 	const size_t n = (size_t)(K - 1) * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const int r = (int)(i / C), c = (int)(i % C);
