@@ -101,7 +101,7 @@ type Dim3 struct{ X, Y, Z int }
 // declares them. Build one with NewArgs or reset one with Reset, append with the typed methods, pass it to Launch.
 // The zero value is ready to use.
 type Args struct {
-	buf  [512]byte
+	buf  [4096]byte // the most a kernel's parameters may take
 	offs [64]int32
 	n    int
 	used int

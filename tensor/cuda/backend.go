@@ -48,7 +48,7 @@ type Backend struct {
 	dev  *Device
 	own  bool
 	pool pool
-	mu   sync.Mutex // guards Tensor.freed
+	mu   sync.Mutex // guards Tensor.freed and the view fields (base, refs, dense)
 }
 
 // New opens GPU ordinal and returns a backend that owns it (Close releases it).
@@ -105,13 +105,24 @@ func (b *Backend) Close() error {
 	return err
 }
 
-// Tensor is the CUDA backend's tensor: row-major device memory.
+// Tensor is the CUDA backend's tensor: row-major device memory, or a column view of another tensor's memory.
+//
+// SplitCols returns views: a view's rows lie ld elements apart inside its base's memory, which stays allocated
+// until the base and all its views are freed. Operations that read strided rows (the convolution over segments,
+// DeltaGates, GatedRMSNorm's gate, QKNormRope) read a view in place; every other operation reads the view's
+// contiguous copy, made once on first use, after which the view no longer holds its base.
 type Tensor struct {
 	shape []int
 	dtype tensor.DType
-	buf   Buffer
+	buf   Buffer // a view: from its first element to the end of its base's memory
 	b     *Backend
 	freed bool
+
+	base  *Tensor // the tensor a view reads (nil: not a view, or a view that holds its dense copy)
+	off   int     // a view's first column in base's rows
+	ld    int     // a view's row stride in elements
+	refs  int     // views reading this tensor's memory, not yet freed nor densified
+	dense *Tensor // a view's contiguous copy
 }
 
 // Shape returns the tensor's dimensions.
@@ -136,8 +147,35 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 			continue
 		}
 		c.freed = true
-		b.pool.put(c.buf)
-		c.buf = Buffer{}
+		if c.dense != nil {
+			c.dense.freed = true
+			b.pool.put(c.dense.buf)
+			c.dense.buf = Buffer{}
+		}
+		if c.ld != 0 {
+			b.release(c)
+			c.buf = Buffer{}
+			continue
+		}
+		if c.refs == 0 {
+			b.pool.put(c.buf)
+			c.buf = Buffer{}
+		}
+	}
+}
+
+// release drops view v's hold on its base, handing the base's memory back once the base is freed and no other
+// view reads it. The caller holds b.mu.
+func (b *Backend) release(v *Tensor) {
+	base := v.base
+	if base == nil {
+		return
+	}
+	v.base = nil
+	base.refs--
+	if base.freed && base.refs == 0 {
+		b.pool.put(base.buf)
+		base.buf = Buffer{}
 	}
 }
 
@@ -358,12 +396,73 @@ func (b *Backend) get(op, arg string, t tensor.Tensor) (*Tensor, error) {
 		return nil, fmt.Errorf("cuda: %s: %s belongs to another cuda backend", op, arg)
 	}
 	b.mu.Lock()
-	freed := c.freed
+	freed, view := c.freed, c.ld != 0
 	b.mu.Unlock()
 	if freed {
 		return nil, fmt.Errorf("cuda: %s: %s: %w", op, arg, ErrFreed)
 	}
+	if view {
+		return b.densify(op, arg, c)
+	}
 	return c, nil
+}
+
+// densify returns view v's contiguous copy, making it on first use (one copy launch); the view then no longer
+// holds its base.
+func (b *Backend) densify(op, arg string, v *Tensor) (*Tensor, error) {
+	var d *Tensor
+	err := b.run(func(s *scope) error {
+		b.mu.Lock()
+		d = v.dense
+		base, freed := v.base, v.freed
+		b.mu.Unlock()
+		if freed {
+			return fmt.Errorf("cuda: %s: %s: %w", op, arg, ErrFreed)
+		}
+		if d != nil {
+			return nil
+		}
+		m, w := v.shape[0], v.shape[1]
+		t := &Tensor{shape: v.shape, dtype: v.dtype, b: b}
+		if m > 0 && w > 0 {
+			var err error
+			if t.buf, err = s.alloc(int64(m) * int64(w) * elemSize(v.dtype)); err != nil {
+				return err
+			}
+			if err := s.q.CopyCols(t.Operand(), Operand{base.buf, base.dtype}, m, v.ld, v.off, w); err != nil {
+				b.pool.put(t.buf)
+				return err
+			}
+		}
+		b.mu.Lock()
+		v.dense, d = t, t
+		b.release(v)
+		b.mu.Unlock()
+		return nil
+	})
+	return d, err
+}
+
+// strided unwraps a matrix with the given dims (−1: any) that the caller reads with a row stride: a view in
+// place, or a dense tensor. It returns the tensor whose buf holds the first element, and the stride.
+func (b *Backend) strided(op, arg string, t tensor.Tensor, rows, cols int) (*Tensor, int, error) {
+	c, ok := t.(*Tensor)
+	if ok && c != nil && c.b == b {
+		b.mu.Lock()
+		freed, base, dense, ld := c.freed, c.base, c.dense, c.ld
+		b.mu.Unlock()
+		if !freed && ld != 0 && base != nil && dense == nil {
+			if err := tensor.CheckMatrix(op, arg, c.shape, rows, cols); err != nil {
+				return nil, 0, err
+			}
+			return c, ld, nil
+		}
+	}
+	d, err := b.matrix(op, arg, t, rows, cols)
+	if err != nil {
+		return nil, 0, err
+	}
+	return d, d.shape[1], nil
 }
 
 // matrix unwraps t and checks it is 2-D with the given dims (−1: any).

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
@@ -29,6 +30,15 @@ type segDesc [10]int32
 func (d *segDesc) set(start, n, p int, dt tensor.DType, first int, dtb tensor.DType, a, b cu.DevicePtr) {
 	*d = segDesc{int32(start), int32(n), int32(p), int32(dt), int32(first), int32(dtb),
 		int32(uint32(a)), int32(uint32(uint64(a) >> 32)), int32(uint32(b)), int32(uint32(uint64(b) >> 32))}
+}
+
+// putDescs writes the descriptors into a kernel parameter (a SegDesc array, little-endian).
+func putDescs(dst []byte, ds []segDesc) {
+	for i, d := range ds {
+		for j, v := range d {
+			binary.LittleEndian.PutUint32(dst[40*i+4*j:], uint32(v))
+		}
+	}
 }
 
 // flat returns the descriptors as one int32 slice for upload.
@@ -159,12 +169,12 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 		if y, err = s.out(act(qt.dtype), n, c.Heads*d); err != nil || n == 0 {
 			return err
 		}
+		if fast {
+			return s.flashSegs(y, qt, kt, vt, descs, segs, starts, plens, c)
+		}
 		db, err := s.ints(flat(descs))
 		if err != nil {
 			return err
-		}
-		if fast {
-			return s.flashSegs(y, qt, kt, vt, db, segs, starts, plens, c)
 		}
 		rs, err := s.ints(rowSegs(segs, n))
 		if err != nil {
@@ -186,11 +196,21 @@ func segSplits(p int) int {
 	return max(1, min(16, (p+31)/32/16))
 }
 
-// flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (descriptors at db; segment i
-// starts at row starts[i] and continues plens[i] prefix keys), each block splitting its keys segSplits ways, then
-// attn_combine_rows over the rows of the split blocks.
-func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
+// flashSegs launches flash_attn_segs_dD over the 64-row tiles of every segment (segment i starts at row starts[i]
+// and continues plens[i] prefix keys), each block splitting its keys segSplits ways, then attn_combine_rows over
+// the rows of the split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
+func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
+	var db Buffer
+	var pd [convParamSegs * 40]byte // FlashSegs
+	if len(descs) > convParamSegs {
+		var err error
+		if db, err = s.ints(flat(descs)); err != nil {
+			return err
+		}
+	} else {
+		putDescs(pd[:], descs)
+	}
 	n, h, d := y.shape[0], c.Heads, c.HeadDim
 	var blocks, rows []int32
 	maxS := 1
@@ -223,7 +243,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segmen
 	q.args.Reset()
 	q.put(y.Operand())
 	q.args.Ptr(part).Ptr(ml).Ptr(qt.buf.Ptr).Ptr(kt.buf.Ptr).Ptr(vt.buf.Ptr).Ptr(db.Ptr).Ptr(bb.Ptr)
-	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale * log2e)
+	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale*log2e).Bytes(pd[:], 8)
 	name := fmt.Sprintf("flash_attn_segs_d%d", d)
 	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h, Z: maxS}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
 		return err
@@ -241,12 +261,23 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, db Buffer, segs []tensor.Segmen
 	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: len(rows) / 2, Y: h, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0)
 }
 
+// convParamSegs is the most segment descriptors a convolution launch carries as a kernel parameter (CONV_PSEGS in
+// kernels/segs.cu); a call with more uploads them.
+const convParamSegs = 16
+
+// convSharedSegs bounds the segments of the bf16 convolution kernels, which keep every descriptor in shared memory
+// (40 bytes each, within the 48 KB a block gets without asking); calls with more segments take conv1d_silu_segs,
+// which gives the same bits.
+const convSharedSegs = 1024
+
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
 // history (a cached state, or the last inputs of another segment of the call, read in place); the kept histories
-// keep x's type and are written by one launch.
+// keep x's type and are written by one launch. x may be a column view (SplitCols), read in place. With bf16 x and
+// at most convParamSegs segments the call uploads nothing: the segment descriptors travel as kernel parameters and
+// each thread finds its rows' segments itself.
 func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "CausalConv1dSiLUSegments"
-	xt, err := b.matrix(op, "x", x, -1, -1)
+	xt, ldx, err := b.strided(op, "x", x, -1, -1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -269,20 +300,27 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 			return nil, nil, err
 		}
 	}
+	// the desc's dtb field holds the history's row stride (see hist in kernels/segs.cu)
 	descs := make([]segDesc, len(segs))
 	for i, s := range segs {
-		var p, first int
+		var p, first, ld int
 		var dt tensor.DType
 		var pa cu.DevicePtr
 		switch s.From {
 		case tensor.FromPrefix:
-			dt, pa = sts[s.Index].dtype, sts[s.Index].buf.Ptr
+			dt, pa, ld = sts[s.Index].dtype, sts[s.Index].buf.Ptr, ch
 		case tensor.FromSegment:
 			j := s.Index
-			dt, pa = xt.dtype, xt.buf.Ptr
+			dt, pa, ld = xt.dtype, xt.buf.Ptr, ldx
 			p, first = starts[j]+segs[j].Len-(kw-1), max(0, kw-1-segs[j].Len)
 		}
-		descs[i].set(starts[i], s.Len, p, dt, first, dt, pa, 0)
+		descs[i].set(starts[i], s.Len, p, dt, first, 0, pa, 0)
+		descs[i][5] = int32(ld)
+	}
+	small := len(segs) <= convParamSegs
+	var psegs [convParamSegs * 40]byte // ConvSegs
+	if small {
+		putDescs(psegs[:], descs)
 	}
 	kept := make([]tensor.Tensor, len(segs))
 	var y *Tensor
@@ -308,28 +346,47 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 		if ch == 0 || (n == 0 && len(keep) == 0) {
 			return nil
 		}
-		db, err := s.ints(flat(descs))
-		if err != nil {
-			return err
+		var db Buffer // the descriptors on the device, uploaded on first need
+		upDescs := func() (cu.DevicePtr, error) {
+			if small {
+				return 0, nil
+			}
+			if db.Ptr == 0 {
+				if db, err = s.ints(flat(descs)); err != nil {
+					return 0, err
+				}
+			}
+			return db.Ptr, nil
 		}
 		if n > 0 {
-			rs, err := s.ints(rowSegs(segs, n))
-			if err != nil {
-				return err
-			}
 			s.q.args.Reset()
-			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && kw >= 2 && kw <= 4 && ch/8 <= 65535*128 &&
-				xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 && wt.buf.Ptr%16 == 0 {
+			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && ldx%8 == 0 && kw >= 2 && kw <= 4 &&
+				ch/8 <= 65535*128 && len(segs) <= convSharedSegs && xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 && wt.buf.Ptr%16 == 0 {
 				// 8 channels of convRows rows per thread, 16-byte loads, the window in registers
-				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(db.Ptr).Ptr(rs.Ptr).
-					I32(int32(n)).I32(int32(ch))
+				dp, err := upDescs()
+				if err != nil {
+					return err
+				}
+				s.q.args.Reset()
+				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).I32(int32(ldx)).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(dp).
+					I32(int32(len(segs))).I32(int32(n)).I32(int32(ch)).Bytes(psegs[:], 8)
 				grid := cudrv.Dim3{X: (n + convRows - 1) / convRows, Y: (ch/8 + 127) / 128, Z: 1}
-				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0); err != nil {
+				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 40*len(segs)); err != nil {
 					return err
 				}
 			} else {
+				if db.Ptr == 0 {
+					if db, err = s.ints(flat(descs)); err != nil {
+						return err
+					}
+				}
+				rs, err := s.ints(rowSegs(segs, n))
+				if err != nil {
+					return err
+				}
+				s.q.args.Reset()
 				s.q.put(y.Operand()).put(xt.Operand()).put(wt.Operand())
-				s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(ch)).I32(int32(kw))
+				s.q.args.Ptr(db.Ptr).Ptr(rs.Ptr).I32(int32(n)).I32(int32(ch)).I32(int32(kw)).I32(int32(ldx))
 				if err := s.q.launch("segs", "conv1d_silu_segs", gridFor(int64(n)*int64(ch), 256, s.q.d.info.SMs), block256, 0); err != nil {
 					return err
 				}
@@ -338,13 +395,27 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 		if len(keep) == 0 {
 			return nil
 		}
-		kb, err := s.ints(keep)
+		dp, err := upDescs()
 		if err != nil {
 			return err
 		}
+		var pkeep [convParamSegs * 16]byte // ConvKeeps
+		var kp cu.DevicePtr
+		if nk := len(keep) / 4; nk <= convParamSegs {
+			for i, v := range keep {
+				binary.LittleEndian.PutUint32(pkeep[4*i:], uint32(v))
+			}
+		} else {
+			kb, err := s.ints(keep)
+			if err != nil {
+				return err
+			}
+			kp = kb.Ptr
+		}
 		s.q.args.Reset()
 		s.q.put(xt.Operand())
-		s.q.args.Ptr(db.Ptr).Ptr(kb.Ptr).I32(int32(ch)).I32(int32(kw))
+		s.q.args.Ptr(dp).Ptr(kp).I32(int32(ch)).I32(int32(kw)).I32(int32(ldx)).I32(int32(len(segs))).
+			Bytes(psegs[:], 8).Bytes(pkeep[:], 8)
 		hn := (kw - 1) * ch
 		return s.q.launch("segs", "conv_keep_segs", cudrv.Dim3{X: min((hn+255)/256, 64), Y: len(keep) / 4, Z: 1}, block256, 0)
 	})

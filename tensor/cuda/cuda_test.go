@@ -363,6 +363,9 @@ func TestRMSNorm(t *testing.T) {
 		{M: 64, n: 256, plusOne: true, gainMagnitude: 0.5},
 		{M: 9, n: 128, gainMagnitude: 2},
 		{M: 130, n: 2560, res: true, plusOne: true, inPlace: true, gainMagnitude: 0.3},
+		{M: 5, n: 5120, res: true, plusOne: true, gainMagnitude: 0.3}, // wider than the rows kept in registers
+		{M: 3, n: 4096, res: true, gainMagnitude: 0.5},
+		{M: 4, n: 1032, plusOne: true, gainMagnitude: 0.5},
 	} {
 		t.Run(fmt.Sprintf("M=%d/n=%d/res=%v/plusOne=%v/inPlace=%v", c.M, c.n, c.res, c.plusOne, c.inPlace), func(t *testing.T) {
 			x := randBF16(r, c.M*c.n, 3)

@@ -51,6 +51,22 @@ func needAll(kernel string, ops ...operand) error {
 	return nil
 }
 
+// needStrided checks operands read with a row stride (column views, which may start inside a 16-byte piece): type,
+// alignment to the element size, and size. Fast paths check their own 16-byte alignment.
+func needStrided(kernel string, ops ...operand) error {
+	for _, c := range ops {
+		if c.o.DType > tensor.F16 {
+			return &ArgError{kernel, c.name, fmt.Sprintf("storage type %v", c.o.DType)}
+		}
+		es := elemSize(c.o.DType)
+		if c.o.Ptr == 0 || int64(c.o.Ptr)%es != 0 || c.o.Bytes < c.n*es {
+			return &ArgError{kernel, c.name, fmt.Sprintf("address %#x holding %d bytes: need %d-byte alignment and %d bytes",
+				uintptr(c.o.Ptr), c.o.Bytes, es, c.n*es)}
+		}
+	}
+	return nil
+}
+
 func positive(kernel, what string, vs ...int) error {
 	for _, v := range vs {
 		if v <= 0 {
@@ -221,47 +237,61 @@ func (q *Queue) AddBiasAny(y, x, bias Operand, n int64, C int) error {
 }
 
 // DeltaGates enqueues beta = sigmoid(b) and g = −exp(aLog)·softplus(a + dtBias) (softplus(x) = x above 20) for
-// b, a [N, H], aLog, dtBias [H]; beta and g are fp32 [N, H].
-func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H int) error {
+// b, a [N, H] (rows ldb resp. lda ≥ H elements apart), aLog, dtBias [H]; beta and g are fp32 [N, H].
+func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H, ldb, lda int) error {
 	const op = "DeltaGates"
 	if err := positive(op, "N, H", N, H); err != nil {
 		return err
 	}
+	if ldb < H || lda < H {
+		return &ArgError{op, "ldb, lda", fmt.Sprintf("%d, %d: below H = %d", ldb, lda, H)}
+	}
 	n := int64(N) * int64(H)
 	if err := needAll(op, operand{"beta", Operand{beta, tensor.F32}, n, false}, operand{"g", Operand{g, tensor.F32}, n, false},
-		operand{"b", b, n, false}, operand{"a", a, n, false}, operand{"aLog", aLog, int64(H), false},
-		operand{"dtBias", dtBias, int64(H), false}); err != nil {
+		operand{"aLog", aLog, int64(H), false}, operand{"dtBias", dtBias, int64(H), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"b", b, int64(N-1)*int64(ldb) + int64(H), false},
+		operand{"a", a, int64(N-1)*int64(lda) + int64(H), false}); err != nil {
 		return err
 	}
 	q.args.Reset()
 	q.args.Ptr(beta.Ptr).Ptr(g.Ptr)
 	q.put(b).put(a).put(aLog).put(dtBias)
-	q.args.I32(int32(N)).I32(int32(H))
+	q.args.I32(int32(N)).I32(int32(H)).I32(int32(ldb)).I32(int32(lda))
 	return q.launch("nn", "delta_gates", gridFor(n, 256, q.d.info.SMs), block256, 0)
 }
 
-// GatedRMSNorm enqueues y = o / sqrt(mean(o²) + eps) · w · silu(z) over each of rows dv-wide vectors; w [dv].
-func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32) error {
+// GatedRMSNorm enqueues y = o / sqrt(mean(o²) + eps) · w · silu(z) over each of rows dv-wide vectors; w [dv]. The
+// vectors of y and o are dense; those of z lie hpr to a row, rows ldz ≥ hpr·dv elements apart (vector v is head
+// v mod hpr of row v / hpr).
+func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32, hpr, ldz int) error {
 	const op = "GatedRMSNorm"
-	if err := positive(op, "rows, dv", rows, dv); err != nil {
+	if err := positive(op, "rows, dv, hpr", rows, dv, hpr); err != nil {
 		return err
 	}
+	if rows%hpr != 0 || ldz < hpr*dv {
+		return &ArgError{op, "hpr, ldz", fmt.Sprintf("%d, %d: rows = %d, dv = %d", hpr, ldz, rows, dv)}
+	}
 	n := int64(rows) * int64(dv)
-	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false}, operand{"z", z, n, false},
-		operand{"w", w, int64(dv), false}); err != nil {
+	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false}, operand{"w", w, int64(dv), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"z", z, int64(rows/hpr-1)*int64(ldz) + int64(hpr*dv), false}); err != nil {
 		return err
 	}
 	q.args.Reset()
 	if l := dv / 8; y.DType == tensor.BF16 && o.DType == tensor.BF16 && z.DType == tensor.BF16 && dv%8 == 0 &&
-		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 {
+		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 && ldz%8 == 0 &&
+		w.DType == tensor.F32 && w.Ptr%16 == 0 {
 		// l lanes per vector, 16-byte loads; 8 warps of 32/l vectors per block
-		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(w.DType)).I32(int32(rows)).I32(int32(dv)).
-			I32(int32(l)).F32(eps)
+		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(rows)).I32(int32(dv)).
+			I32(int32(l)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
 		per := 8 * (32 / l)
 		return q.launch("nn", "gated_rmsnorm_bf16", cudrv.Dim3{X: (rows + per - 1) / per, Y: 1, Z: 1}, block256, 0)
 	}
 	q.put(y).put(o).put(z).put(w)
-	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps)
+	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
 	return q.launch("nn", "gated_rmsnorm", cudrv.Dim3{X: (rows + 7) / 8, Y: 1, Z: 1}, block256, 0)
 }
 
@@ -272,6 +302,7 @@ type QKNormRope struct {
 	QGain, KGain     Operand // [D] each; the norm multiplies by 1 + gain, or gain (zero when Norm is QKNormNone)
 	Positions        Buffer  // int32 [T]
 	T, H, KV, D, R   int
+	LdQ, LdK         int // row strides of Q and K in elements (0: their widths)
 	Theta            float64
 	Eps              float32
 	Gated            bool
@@ -288,15 +319,28 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 		return &ArgError{op, "R", fmt.Sprintf("%d must be even and in [0, min(D = %d, %d)]", a.R, a.D, 2*qkMaxHalf)}
 	}
 	qn, kn := int64(a.T)*int64(a.H)*int64(a.D), int64(a.T)*int64(a.KV)*int64(a.D)
-	qin := qn
+	qw := a.H * a.D
 	if a.Gated {
-		qin *= 2
+		qw *= 2
 	}
+	if a.LdQ == 0 {
+		a.LdQ = qw
+	}
+	if a.LdK == 0 {
+		a.LdK = a.KV * a.D
+	}
+	if a.LdQ < qw || a.LdK < a.KV*a.D {
+		return &ArgError{op, "LdQ, LdK", fmt.Sprintf("%d, %d: below the row widths %d, %d", a.LdQ, a.LdK, qw, a.KV*a.D)}
+	}
+	qin, kin := int64(a.T-1)*int64(a.LdQ)+int64(qw), int64(a.T-1)*int64(a.LdK)+int64(a.KV*a.D)
 	if err := needAll(op, operand{"QOut", a.QOut, qn, false}, operand{"KOut", a.KOut, kn, false},
-		operand{"Gate", a.Gate, qn, !a.Gated}, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kn, false},
+		operand{"Gate", a.Gate, qn, !a.Gated},
 		operand{"QGain", a.QGain, int64(a.D), a.Norm == tensor.QKNormNone},
 		operand{"KGain", a.KGain, int64(a.D), a.Norm == tensor.QKNormNone},
 		operand{"Positions", Operand{a.Positions, tensor.F32}, int64(a.T), false}); err != nil {
+		return err
+	}
+	if err := needStrided(op, operand{"Q", a.Q, qin, false}, operand{"K", a.K, kin, false}); err != nil {
 		return err
 	}
 	if a.Norm > tensor.QKNormNone {
@@ -306,10 +350,30 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 		return &ArgError{op, "Gate", "must have QOut's storage type"}
 	}
 	q.args.Reset()
+	bf := func(os ...Operand) bool {
+		for _, o := range os {
+			if o.DType != tensor.BF16 || o.Ptr%16 != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	gainsOK := a.Norm == tensor.QKNormNone ||
+		(a.QGain.DType == tensor.F32 && a.KGain.DType == tensor.F32 && a.QGain.Ptr%16 == 0 && a.KGain.Ptr%16 == 0)
+	if l := a.D / 8; a.D%8 == 0 && l <= 32 && l&(l-1) == 0 && a.R%16 == 0 && a.LdQ%8 == 0 && a.LdK%8 == 0 && gainsOK &&
+		bf(a.QOut, a.KOut, a.Q, a.K) && (!a.Gated || bf(a.Gate)) {
+		// l lanes per head vector, 16-byte loads and stores; 8 warps of 32/l vectors per block
+		q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).Ptr(a.Q.Ptr).Ptr(a.K.Ptr).Ptr(a.QGain.Ptr).Ptr(a.KGain.Ptr).
+			Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
+			F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
+		per := 8 * (32 / l)
+		vecs := a.T * (a.H + a.KV)
+		return q.launch("nn", "qk_norm_rope_bf16", cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)
+	}
 	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
 	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)
 	q.args.Ptr(a.Positions.Ptr).I32(int32(a.T)).I32(int32(a.H)).I32(int32(a.KV)).I32(int32(a.D)).I32(int32(a.R)).
-		F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm))
+		F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK))
 	vecs := a.T * (a.H + a.KV)
 	return q.launch("nn", "qk_norm_rope", cudrv.Dim3{X: (vecs + 7) / 8, Y: 1, Z: 1}, block256, 0)
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"unsafe"
 
+	"gorgonia.org/cu"
+
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -88,7 +90,7 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	return result(y, err)
 }
 
-// SplitCols copies column blocks of x into new tensors of x's type.
+// SplitCols returns column blocks of x as views of x's memory (see Tensor); x may be freed before them.
 func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
 	const op = "SplitCols"
 	xt, err := b.matrix(op, "x", x, -1, -1)
@@ -107,6 +109,24 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 		return nil, &tensor.ShapeError{Op: op, Arg: "x", Shape: xt.shape, Want: tensor.Dims(-1, sum)}
 	}
 	outs := make([]tensor.Tensor, len(widths))
+	if m > 0 && n > 0 {
+		// views: no copy; the consumers read the columns in place (see Tensor)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if xt.freed {
+			return nil, fmt.Errorf("cuda: %s: x: %w", op, ErrFreed)
+		}
+		// (xt is dense: matrix copied a view passed as x)
+		es, off := elemSize(xt.dtype), 0
+		for i, w := range widths {
+			at := int64(off) * es
+			outs[i] = &Tensor{shape: []int{m, w}, dtype: xt.dtype, b: b, base: xt, off: off, ld: n,
+				buf: Buffer{Ptr: xt.buf.Ptr + cu.DevicePtr(at), Bytes: xt.buf.Bytes - at}}
+			xt.refs++
+			off += w
+		}
+		return outs, nil
+	}
 	err = b.run(func(s *scope) error {
 		if done, err := s.splitCols16(xt, widths, outs); done || err != nil {
 			return err
@@ -312,11 +332,11 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 	if c.Gated {
 		qw *= 2
 	}
-	qt, err := b.matrix(op, "q", q, n, qw)
+	qt, ldq, err := b.strided(op, "q", q, n, qw)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	kt, err := b.matrix(op, "k", k, n, c.KVHeads*d)
+	kt, ldk, err := b.strided(op, "k", k, n, c.KVHeads*d)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -358,7 +378,7 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		}
 		a := QKNormRope{QOut: qo.Operand(), KOut: ko.Operand(), Q: qt.Operand(), K: kt.Operand(), QGain: qGainOp,
 			KGain: kGainOp, Positions: pos, T: n, H: c.Heads, KV: c.KVHeads, D: d, R: c.RotaryDim, Theta: c.Theta,
-			Eps: c.Eps, Gated: c.Gated, Norm: c.Norm}
+			Eps: c.Eps, Gated: c.Gated, Norm: c.Norm, LdQ: ldq, LdK: ldk}
 		if gate != nil {
 			a.Gate = gate.Operand()
 		}
@@ -491,12 +511,12 @@ func (b *Backend) CausalConv1dSiLU(x, w, state tensor.Tensor, lens []int) (tenso
 // DeltaGates computes beta and the log decay g, both F32.
 func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 	const op = "DeltaGates"
-	bt, err := b.matrix(op, "b", bl, -1, -1)
+	bt, ldb, err := b.strided(op, "b", bl, -1, -1)
 	if err != nil {
 		return nil, nil, err
 	}
 	n, h := bt.shape[0], bt.shape[1]
-	at, err := b.matrix(op, "a", a, n, h)
+	at, lda, err := b.strided(op, "a", a, n, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -517,7 +537,7 @@ func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, 
 		if g, err = s.out(tensor.F32, n, h); err != nil || n == 0 || h == 0 {
 			return err
 		}
-		return s.q.DeltaGates(beta.buf, g.buf, bt.Operand(), at.Operand(), lt.Operand(), dt.Operand(), n, h)
+		return s.q.DeltaGates(beta.buf, g.buf, bt.Operand(), at.Operand(), lt.Operand(), dt.Operand(), n, h, ldb, lda)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -606,7 +626,7 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 		return nil, err
 	}
 	n, width := ot.shape[0], ot.shape[1]
-	zt, err := b.matrix(op, "z", z, n, width)
+	zt, ldz, err := b.strided(op, "z", z, n, width)
 	if err != nil {
 		return nil, err
 	}
@@ -624,7 +644,7 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 		if y, err = s.out(act(ot.dtype), n, width); err != nil || n == 0 || width == 0 {
 			return err
 		}
-		return s.q.GatedRMSNorm(y.Operand(), ot.Operand(), zt.Operand(), wt.Operand(), n*width/dv, dv, eps)
+		return s.q.GatedRMSNorm(y.Operand(), ot.Operand(), zt.Operand(), wt.Operand(), n*width/dv, dv, eps, width/dv, ldz)
 	})
 	return result(y, err)
 }

@@ -19,7 +19,8 @@ import (
 // device time without events (median of 3, the stream held until the pass is queued), the profiled total, the time
 // per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases;
 // KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule (rows grouped by state, and
-// ungrouped) and with the register kernels instead of the two GEMM plan modes.
+// ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
+// invariant plans alone.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -53,8 +54,11 @@ func BenchmarkPassKernels(b *testing.B) {
 		flat bool // every row a segment of its own in the tensor-core delta rule (no grouping by state)
 	}
 	modes := []pmode{{"invariant", false, false, false}, {"byM", true, false, false}, {"invariant/prev-sched", false, false, false}}
-	if os.Getenv("KEV_PROFILE_MODES") == "delta" {
+	switch os.Getenv("KEV_PROFILE_MODES") {
+	case "delta":
 		modes = []pmode{{"invariant", false, false, false}, {"invariant/ungrouped", false, false, true}, {"invariant/reg-delta", false, true, false}}
+	case "invariant":
+		modes = modes[:1]
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {

@@ -254,13 +254,22 @@ FLASH(flash_attn_d256, 256)
 // reduction order does not depend on the other segments of the call); gridDim.z is the largest, and splits
 // z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by
 // attn_combine_rows.
+// When desc is null, the descriptors come from ps (a call of at most FA_PSEGS segments uploads none).
+#define FA_PSEGS 16
+struct FlashSegs {
+	SegDesc d[FA_PSEGS];
+};
+__device__ __forceinline__ SegDesc seg_desc(const SegDesc *desc, const FlashSegs &ps, int i) {
+	return desc != nullptr ? desc[i] : ps.d[i]; // ps is __grid_constant__: read in place, not copied per thread
+}
 #define FLASH_SEGS(NAME, D)                                                                                          \
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
-	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2) {      \
+	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2,         \
+	    const __grid_constant__ FlashSegs ps) {                                                                    \
 		const int4 bl = blocks[blockIdx.x];                                                                   \
 		if ((int)blockIdx.z >= bl.z) return;                                                                   \
-		const SegDesc sd = desc[bl.x];                                                                         \
+		const SegDesc sd = seg_desc(desc, ps, bl.x);                                                           \
 		flash_attn<D>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b,    \
 		              nullptr, sd.start + bl.y * FA_BQ, sd.start + sd.len, sd.start, N, sd.p, H, KV, scale2,     \
 		              bl.z);                                                                                     \

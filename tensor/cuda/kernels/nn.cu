@@ -96,23 +96,26 @@ extern "C" __global__ void add_bias_any(void *y, int ydt, const void *x, int xdt
 		st(y, ydt, i, ld(x, xdt, i) + ld(b, bdt, i % C));
 }
 
-// beta = sigmoid(b), g = −exp(aLog) · softplus(a + dtBias) (softplus(x) = x above 20), per [N, H] element; fp32 out.
+// beta = sigmoid(b), g = −exp(aLog) · softplus(a + dtBias) (softplus(x) = x above 20), per [N, H] element; fp32 out
+// (dense); the rows of b and a are ldb and lda elements apart.
 extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int bdt, const void *a, int adt,
-                                       const void *alog, int ldt, const void *dtb, int ddt, int N, int H) {
+                                       const void *alog, int ldt, const void *dtb, int ddt, int N, int H, int ldb,
+                                       int lda) {
 	const size_t n = (size_t)N * H;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-		int h = (int)(i % H);
-		beta[i] = sigm(ld(b, bdt, i));
-		float x = ld(a, adt, i) + ld(dtb, ddt, h);
+		const size_t t = i / H;
+		const int h = (int)(i % H);
+		beta[i] = sigm(ld(b, bdt, t * ldb + h));
+		float x = ld(a, adt, t * lda + h) + ld(dtb, ddt, h);
 		float sp = x > 20.f ? x : log1pf(expf(x));
 		g[i] = -expf(ld(alog, ldt, h)) * sp;
 	}
 }
 
-// gated_rmsnorm_bf16 is gated_rmsnorm for bf16 y, o, z with L = dv/8 lanes per vector (L a power of two ≤ 32):
-// each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
+// gated_rmsnorm_bf16 is gated_rmsnorm for bf16 y, o, z and fp32 w with L = dv/8 lanes per vector (L a power of two
+// ≤ 32): each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
 extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
-                                              const void *w, int wdt, int rows, int dv, int L, float eps) {
+                                              const float *w, int rows, int dv, int L, float eps, int hpr, int ldz) {
 	const int lane = threadIdx.x & 31;
 	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
 	const int i = (lane % L) * 8;
@@ -120,7 +123,8 @@ extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloa
 	float f[8], zz[8];
 	float ss = 0.f;
 	if (on) {
-		const uint4 ov = *(const uint4 *)(o + (size_t)v * dv + i), zv = *(const uint4 *)(z + (size_t)v * dv + i);
+		const size_t zb = (size_t)(v / hpr) * ldz + (size_t)(v % hpr) * dv;
+		const uint4 ov = *(const uint4 *)(o + (size_t)v * dv + i), zv = *(const uint4 *)(z + zb + i);
 		const __nv_bfloat162 *oh = (const __nv_bfloat162 *)&ov, *zh = (const __nv_bfloat162 *)&zv;
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
@@ -133,24 +137,22 @@ extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloa
 	for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
 	if (!on) return;
 	const float r = 1.f / sqrtf(ss / (float)dv + eps);
-	uint4 out;
-	__nv_bfloat162 *yh = (__nv_bfloat162 *)&out;
+	const float4 w0 = *(const float4 *)(w + i), w1 = *(const float4 *)(w + i + 4);
+	const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+	float out[8];
 #pragma unroll
-	for (int e = 0; e < 4; e++) {
-		float a = f[2 * e] * r * ld(w, wdt, i + 2 * e) * (zz[2 * e] * sigm(zz[2 * e]));
-		float b = f[2 * e + 1] * r * ld(w, wdt, i + 2 * e + 1) * (zz[2 * e + 1] * sigm(zz[2 * e + 1]));
-		yh[e] = __floats2bfloat162_rn(a, b);
-	}
-	*(uint4 *)(y + (size_t)v * dv + i) = out;
+	for (int e = 0; e < 8; e++) out[e] = f[e] * r * wv[e] * (zz[e] * sigm(zz[e]));
+	*(uint4 *)(y + (size_t)v * dv + i) = pack8(out);
 }
 
-// One warp per dv-wide vector v < rows: y = o / sqrt(mean(o²) + eps) · w · silu(z).
+// One warp per dv-wide vector v < rows: y = o / sqrt(mean(o²) + eps) · w · silu(z). z holds hpr vectors to a row,
+// rows ldz elements apart.
 extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int odt, const void *z, int zdt,
-                                         const void *w, int wdt, int rows, int dv, float eps) {
+                                         const void *w, int wdt, int rows, int dv, float eps, int hpr, int ldz) {
 	const int lane = threadIdx.x & 31;
 	const int v = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (v >= rows) return;
-	const size_t base = (size_t)v * dv;
+	const size_t base = (size_t)v * dv, zb = (size_t)(v / hpr) * ldz + (size_t)(v % hpr) * dv;
 	float ss = 0.f;
 	for (int i = lane; i < dv; i += 32) {
 		float x = ld(o, odt, base + i);
@@ -158,7 +160,7 @@ extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int od
 	}
 	const float r = 1.f / sqrtf(wsum(ss) / (float)dv + eps);
 	for (int i = lane; i < dv; i += 32) {
-		float zz = ld(z, zdt, base + i);
+		float zz = ld(z, zdt, zb + i);
 		st(y, ydt, base + i, ld(o, odt, base + i) * r * ld(w, wdt, i) * (zz * sigm(zz)));
 	}
 }
@@ -166,12 +168,13 @@ extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int od
 // One warp per head vector: vectors [0, T·H) are query heads, [T·H, T·(H+KV)) key heads. Each is RMS-normalised
 // with gain 1 + g (norm 0), g (norm 1), or not at all (norm 2: the gains are not read), then its first R dims are
 // rotated by φ = fp32(pos · inv_freq[j]), inv_freq[j] = fp32(θ^(−2j/R)).
-// With gated set, q rows are [H, 2D] (query | gate) and the gate half is copied to gate.
+// With gated set, q rows are [H, 2D] (query | gate) and the gate half is copied to gate. The rows of q and k are
+// ldq and ldk elements apart; the outputs are dense.
 #define QK_MAX_HALF 256
 extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt, int kodt, const void *q, int qdt,
                                         const void *k, int kdt, const void *qg, int qgdt, const void *kg, int kgdt,
                                         const int32_t *pos, int T, int H, int KV, int D, int R, double theta,
-                                        float eps, int gated, int norm) {
+                                        float eps, int gated, int norm, int ldq, int ldk) {
 	__shared__ float invf[QK_MAX_HALF]; // inv_freq, once per block instead of once per vector
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
@@ -188,7 +191,7 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 		t = vec / H;
 		int h = vec % H;
 		src = q, sdt = qdt, g = qg, gdt = qgdt, dst = qo, ddt = odt;
-		sbase = gated ? (size_t)t * H * 2 * D + (size_t)h * 2 * D : (size_t)vec * D;
+		sbase = (size_t)t * ldq + (size_t)h * (gated ? 2 * D : D);
 		dbase = (size_t)vec * D;
 		if (gated)
 			for (int i = lane; i < D; i += 32) st(gate, odt, dbase + i, ld(q, qdt, sbase + D + i));
@@ -196,8 +199,8 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 		int kv = vec - T * H;
 		t = kv / KV;
 		src = k, sdt = kdt, g = kg, gdt = kgdt, dst = ko, ddt = kodt;
-		sbase = (size_t)kv * D;
-		dbase = sbase;
+		sbase = (size_t)t * ldk + (size_t)(kv % KV) * D;
+		dbase = (size_t)kv * D;
 	}
 	float r = 1.f;
 	if (norm != 2) {
@@ -221,6 +224,89 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 	}
 	for (int i = R + lane; i < D; i += 32) st(dst, ddt, dbase + i, ld(src, sdt, sbase + i) * r * QK_GAIN(i));
 #undef QK_GAIN
+}
+
+// qk_norm_rope_bf16 is qk_norm_rope for bf16 q, k and outputs, fp32 gains (or none), D = 8L with L a power of two
+// ≤ 32 and R a multiple of 16: L lanes per head vector, each moving 8 elements in 16-byte loads and stores (the gate
+// half too); a rotated element's partner (R/2 further, or back) sits R/16 lanes away and comes by a shuffle. The
+// squares are summed per lane and then across the L lanes, so r may differ from qk_norm_rope's in the last bit;
+// a vector's result depends on that vector alone.
+extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
+                                             const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *qg,
+                                             const float *kg, const int32_t *pos, int T, int H, int KV, int D, int R,
+                                             double theta, float eps, int gated, int norm, int ldq, int ldk, int L) {
+	__shared__ float invf[QK_MAX_HALF];
+	const int half = R / 2;
+	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
+	__syncthreads();
+	const int lane = threadIdx.x & 31;
+	const int vec = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
+	const int sub = lane % L, i = sub * 8;
+	const bool on = vec < T * (H + KV);
+	const __nv_bfloat16 *src = q;
+	__nv_bfloat16 *dst = qo;
+	const float *g = qg;
+	int t = 0;
+	float x[8];
+	if (on) {
+		if (vec < T * H) {
+			t = vec / H;
+			const int h = vec % H;
+			src = q + (size_t)t * ldq + (size_t)h * (gated ? 2 * D : D);
+			dst = qo + (size_t)vec * D;
+			if (gated) *(uint4 *)(gate + (size_t)vec * D + i) = *(const uint4 *)(src + D + i);
+		} else {
+			const int kv = vec - T * H;
+			t = kv / KV;
+			src = k + (size_t)t * ldk + (size_t)(kv % KV) * D;
+			dst = ko + (size_t)kv * D;
+			g = kg;
+		}
+		unpack8(*(const uint4 *)(src + i), x);
+	} else {
+#pragma unroll
+		for (int e = 0; e < 8; e++) x[e] = 0.f;
+	}
+	float r = 1.f;
+	if (norm != 2) {
+		float ss = 0.f;
+#pragma unroll
+		for (int e = 0; e < 8; e++) ss += x[e] * x[e];
+		for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+		r = 1.f / sqrtf(ss / (float)D + eps);
+	}
+	float v[8]; // x·r·gain
+	if (on && norm != 2) {
+		const float4 g0 = *(const float4 *)(g + i), g1 = *(const float4 *)(g + i + 4);
+		const float gg[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+		for (int e = 0; e < 8; e++) v[e] = x[e] * r * (norm == 0 ? 1.f + gg[e] : gg[e]);
+	} else {
+#pragma unroll
+		for (int e = 0; e < 8; e++) v[e] = x[e] * r;
+	}
+	// the partner lane of a rotated element: R/16 lanes up for the first half, down for the second
+	const int hl = half / 8;
+	const bool lo = i < half, rot = i < R;
+	const int partner = (lane / L) * L + (lo ? sub + hl : sub - hl);
+	float w[8];
+#pragma unroll
+	for (int e = 0; e < 8; e++) w[e] = __shfl_sync(0xffffffffu, v[e], rot ? partner : lane);
+	if (!on) return;
+	const float p = (float)pos[t];
+	float out[8];
+#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		if (rot) {
+			const float phi = p * invf[(lo ? i : i - half) + e];
+			float sn, cs;
+			sincosf(phi, &sn, &cs);
+			out[e] = lo ? v[e] * cs - w[e] * sn : v[e] * cs + w[e] * sn;
+		} else {
+			out[e] = v[e];
+		}
+	}
+	*(uint4 *)(dst + i) = pack8(out);
 }
 
 // Depthwise causal convolution and SiLU, one thread per (row, channel): y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]),

@@ -28,15 +28,14 @@ extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_
 //   y = bf16( s / sqrt(mean(s²) + eps) · g ),  g = 1 + gain if plusOne else gain (fp32).
 // sum may alias res or x, and y may alias x, since each thread rereads only what it wrote itself.
 #define RMS_THREADS 128
-extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum,
-                                                                       const __nv_bfloat16 *x,
-                                                                       const __nv_bfloat16 *res,
-                                                                       const float *__restrict__ gain, int M, int n,
-                                                                       float eps, int plusOne) {
-	__shared__ float part[RMS_THREADS / 32];
-	const int row = blockIdx.x, tid = threadIdx.x;
-	if (row >= M) return;
-	const int nv = n / 8;
+#define RMS_VEC 4 // 16-byte vectors a thread keeps in registers: rows up to RMS_VEC·RMS_THREADS·8 = 4096 wide
+
+// rmsnorm_wide is rmsnorm_bf16 for rows wider than RMS_VEC·RMS_THREADS·8: two passes over the row, the second
+// rereading what the first stored. Out of line, so that the common kernel stays small.
+__device__ __noinline__ void rmsnorm_wide(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x,
+                                          const __nv_bfloat16 *res, const float *__restrict__ gain, int row, int n,
+                                          float eps, int plusOne, float *part) {
+	const int tid = threadIdx.x, nv = n / 8;
 	const uint4 *xr = (const uint4 *)(x + (size_t)row * n);
 	const uint4 *rr = res ? (const uint4 *)(res + (size_t)row * n) : nullptr;
 	uint4 *sr = res ? (uint4 *)(sum + (size_t)row * n) : nullptr;
@@ -76,6 +75,80 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 #pragma unroll
 		for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
 		yr[c] = pack8(f);
+	}
+}
+
+// rmsnorm_bf16: a thread keeps its vectors c = tid, tid + RMS_THREADS, … of the row in registers between the sum of
+// squares and the scaling (rows up to 4096 wide; wider ones take rmsnorm_wide), summing in the same order as
+// rmsnorm_wide, so both give the same bits.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum,
+                                                                       const __nv_bfloat16 *x,
+                                                                       const __nv_bfloat16 *res,
+                                                                       const float *__restrict__ gain, int M, int n,
+                                                                       float eps, int plusOne) {
+	__shared__ float part[RMS_THREADS / 32];
+	const int row = blockIdx.x, tid = threadIdx.x;
+	if (row >= M) return;
+	const int nv = n / 8;
+	if (nv > RMS_VEC * RMS_THREADS) {
+		rmsnorm_wide(y, sum, x, res, gain, row, n, eps, plusOne, part);
+		return;
+	}
+	const uint4 *xr = (const uint4 *)(x + (size_t)row * n);
+	uint4 v[RMS_VEC];
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++)
+		if (tid + k * RMS_THREADS < nv) v[k] = xr[tid + k * RMS_THREADS];
+	if (res) {
+		const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
+		uint4 rv[RMS_VEC];
+#pragma unroll
+		for (int k = 0; k < RMS_VEC; k++)
+			if (tid + k * RMS_THREADS < nv) rv[k] = rr[tid + k * RMS_THREADS];
+		uint4 *sr = (uint4 *)(sum + (size_t)row * n);
+#pragma unroll
+		for (int k = 0; k < RMS_VEC; k++) {
+			const int c = tid + k * RMS_THREADS;
+			if (c < nv) {
+				float f[8], r[8];
+				unpack8(v[k], f);
+				unpack8(rv[k], r);
+#pragma unroll
+				for (int i = 0; i < 8; i++) f[i] += r[i];
+				v[k] = pack8(f);
+				sr[c] = v[k];
+			}
+		}
+	}
+	float ss = 0.f;
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++)
+		if (tid + k * RMS_THREADS < nv) {
+			float f[8];
+			unpack8(v[k], f);
+#pragma unroll
+			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
+		}
+	ss = warp_sum(ss);
+	if ((tid & 31) == 0) part[tid >> 5] = ss;
+	__syncthreads();
+	ss = 0.f;
+#pragma unroll
+	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
+	const float rstd = 1.f / sqrtf(ss / (float)n + eps);
+	uint4 *yr = (uint4 *)(y + (size_t)row * n);
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++) {
+		const int c = tid + k * RMS_THREADS;
+		if (c < nv) {
+			float f[8];
+			unpack8(v[k], f);
+			const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
+			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
+			yr[c] = pack8(f);
+		}
 	}
 }
 

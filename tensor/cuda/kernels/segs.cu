@@ -72,16 +72,18 @@ extern "C" __global__ void attention_segs(void *o, int odt, const void *q, int q
 	}
 }
 
-// hist returns history row r (0 … K−2, oldest first) of channel c of a segment.
-__device__ __forceinline__ float hist(const SegDesc &sd, int r, int c, int C) {
+// hist returns history row r (0 … K−2, oldest first) of channel c of a segment. For the convolution, the desc's
+// dtb field holds the row stride of its history a in elements (a cached state is C wide; a segment of the call is
+// read in x, whose rows may be a column view of a wider matrix).
+__device__ __forceinline__ float hist(const SegDesc &sd, int r, int c) {
 	if (sd.a == nullptr || r < sd.first) return 0.f;
-	return ld(sd.a, sd.dt, (size_t)(sd.p + r) * C + c);
+	return ld(sd.a, sd.dt, (size_t)(sd.p + r) * sd.dtb + c);
 }
 
-// conv1d_silu_segs: y[t, c] = silu(Σ_j w[c, j]·x[t−K+1+j, c]) for x, y [N, C], w [C, K]; rows before the first row
-// of t's segment s = rowSeg[t] come from its history (desc[s], see hist).
+// conv1d_silu_segs: y[t, c] = silu(Σ_j w[c, j]·x[t−K+1+j, c]) for x [N, C] (rows ldx elements apart), y [N, C] dense,
+// w [C, K]; rows before the first row of t's segment s = rowSeg[t] come from its history (desc[s], see hist).
 extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int xdt, const void *w, int wdt,
-                                            const SegDesc *desc, const int32_t *rowSeg, int N, int C, int K) {
+                                            const SegDesc *desc, const int32_t *rowSeg, int N, int C, int K, int ldx) {
 	const size_t n = (size_t)N * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const int t = (int)(i / C), c = (int)(i % C);
@@ -89,40 +91,74 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 		float acc = 0.f;
 		for (int j = 0; j < K; j++) {
 			const int src = t - (K - 1) + j;
-			const float xv = src >= sd.start ? ld(x, xdt, (size_t)src * C + c) : hist(sd, K - 1 + (src - sd.start), c, C);
+			const float xv = src >= sd.start ? ld(x, xdt, (size_t)src * ldx + c) : hist(sd, K - 1 + (src - sd.start), c);
 			acc += ld(w, wdt, (size_t)c * K + j) * xv;
 		}
 		st(y, ydt, i, acc * sigm(acc));
 	}
 }
 
-// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C a multiple of 8 and that kernel width K: a
-// thread owns 8 channels of CONV_RB consecutive rows. It issues all its loads first — the CONV_RB + K − 1 input
-// rows (16 bytes each), the rows' segments, the 8×K weights (vector loads for fp32 and bf16 weights) — and then
-// computes from registers; only the first K − 1 rows of a segment read their history element by element. (One
-// row per thread re-read the weights per row; rows in sequence with their loads in between added up latencies.)
-// The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so both give the same bits.
-// Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads.
+// ConvSegs carries up to CONV_PSEGS segment descriptors as a kernel parameter, so that a call with few segments
+// uploads nothing.
+#define CONV_PSEGS 16
+struct ConvSegs {
+	SegDesc d[CONV_PSEGS];
+};
+
+// conv_descs copies the nseg descriptors into shared memory: from desc when it is set, else from ps (constant
+// indices: a parameter array indexed by a variable would be copied to local memory per thread).
+__device__ __forceinline__ void conv_descs(SegDesc *sh, const SegDesc *desc, int nseg, const ConvSegs &ps) {
+	if (desc != nullptr) {
+		for (int i = threadIdx.x; i < nseg; i += blockDim.x) sh[i] = desc[i];
+	} else {
+#pragma unroll
+		for (int i = 0; i < CONV_PSEGS; i++)
+			if (threadIdx.x == i && i < nseg) sh[i] = ps.d[i];
+	}
+	__syncthreads();
+}
+
+// conv_seg returns the segment of row t: the last of the nseg segments starting at or before t (an empty segment
+// starts where the next one does, so it is never the last such).
+__device__ __forceinline__ int conv_seg(const SegDesc *sh, int nseg, int t) {
+	int lo = 0, hi = nseg - 1;
+	while (lo < hi) {
+		const int mid = (lo + hi + 1) >> 1;
+		if (sh[mid].start <= t)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C and ldx multiples of 8 and that kernel width
+// K: a thread owns 8 channels of CONV_RB consecutive rows. The segment descriptors (from desc, or from ps when desc
+// is null) are first copied to shared memory, where each thread finds its rows' segments (no per-row table). A
+// thread issues all its loads first — the CONV_RB + K − 1 input rows (16 bytes each), the 8×K weights (vector
+// loads for fp32 and bf16 weights) — and then computes from registers; only the first K − 1 rows of a segment
+// read their history element by element. The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so
+// both give the same bits. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads, nseg·sizeof(SegDesc) bytes of
+// dynamic shared memory.
 #define CONV_RB 8
 template <int K>
-__device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, int wdt,
-                                        const SegDesc *desc, const int32_t *rowSeg, int N, int C) {
+__device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
+                                        const SegDesc *desc, int nseg, const ConvSegs &ps, int N, int C) {
+	extern __shared__ SegDesc sdesc[];
 	const int c8 = blockIdx.y * blockDim.x + threadIdx.x;
-	if (c8 * 8 >= C) return;
 	const int c = c8 * 8;
 	const int t0 = blockIdx.x * CONV_RB, nt = min(CONV_RB, N - t0);
 	constexpr int NR = CONV_RB + K - 1;
 	uint4 raw[NR]; // input rows t0 − K + 1 … t0 + CONV_RB − 1 (zero outside [0, N))
+	const bool on = c < C;
 #pragma unroll
 	for (int i = 0; i < NR; i++) {
 		const int src = t0 - (K - 1) + i;
-		raw[i] = (src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * C + c) : make_uint4(0, 0, 0, 0);
+		raw[i] = (on && src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : make_uint4(0, 0, 0, 0);
 	}
-	int seg[CONV_RB];
-#pragma unroll
-	for (int r = 0; r < CONV_RB; r++) seg[r] = r < nt ? rowSeg[t0 + r] : -1;
 	float wv[K][8]; // wv[j][e] = w[c + e, j]; the 8K weights are contiguous
-	if (wdt == DT_F32) {
+	if (!on) {
+	} else if (wdt == DT_F32) {
 		const float4 *w4 = (const float4 *)((const float *)w + (size_t)c * K);
 #pragma unroll
 		for (int q = 0; q < 2 * K; q++) {
@@ -146,15 +182,17 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #pragma unroll
 			for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
 	}
-	SegDesc sd;
-	int cur = -1;
+	conv_descs(sdesc, desc, nseg, ps);
+	if (!on) return;
+	int cur = conv_seg(sdesc, nseg, t0);
+	SegDesc sd = sdesc[cur];
 #pragma unroll
 	for (int r = 0; r < CONV_RB; r++) {
 		if (r >= nt) break;
 		const int t = t0 + r;
-		if (seg[r] != cur) {
-			cur = seg[r];
-			sd = desc[cur];
+		if (cur + 1 < nseg && sdesc[cur + 1].start <= t) {
+			while (cur + 1 < nseg && sdesc[cur + 1].start <= t) cur++;
+			sd = sdesc[cur];
 		}
 		float in[K][8];
 #pragma unroll
@@ -164,7 +202,7 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 				unpack8(raw[r + j], in[j]);
 			} else {
 #pragma unroll
-				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e, C);
+				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e);
 			}
 		}
 		uint4 o;
@@ -185,10 +223,10 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 	}
 }
 #define CONV_V8(NAME, K)                                                                                              \
-	extern "C" __global__ void __launch_bounds__(128) NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, const void *w, \
-	                                                       int wdt, const SegDesc *desc, const int32_t *rowSeg, int N, \
-	                                                       int C) {                                                  \
-		conv_v8<K>(y, x, w, wdt, desc, rowSeg, N, C);                                                          \
+	extern "C" __global__ void __launch_bounds__(128)                                                               \
+	    NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt, const SegDesc *desc,       \
+	         int nseg, int N, int C, ConvSegs ps) {                                                                \
+		conv_v8<K>(y, x, ldx, w, wdt, desc, nseg, ps, N, C);                                                   \
 	}
 CONV_V8(conv1d_silu_segs_k2, 2)
 CONV_V8(conv1d_silu_segs_k3, 3)
@@ -199,17 +237,38 @@ struct __align__(8) ConvKeep {
 	int32_t seg, pad;
 	void *out;
 };
+struct ConvKeeps {
+	ConvKeep k[CONV_PSEGS];
+};
 
-// conv_keep_segs writes, for each keep[blockIdx.y], the last K−1 rows of [history; segment rows].
+// conv_keep_segs writes, for each keep blockIdx.y (from keep, or from pk when keep is null), the last K−1 rows of
+// [history; segment rows]; x's rows are ldx elements apart. The descriptors come from desc, or from ps when desc
+// is null (nseg ≤ CONV_PSEGS).
 extern "C" __global__ void conv_keep_segs(const void *x, int xdt, const SegDesc *desc, const ConvKeep *keep, int C,
-                                          int K) {
-	const ConvKeep kp = keep[blockIdx.y];
-	const SegDesc sd = desc[kp.seg];
+                                          int K, int ldx, int nseg, ConvSegs ps, ConvKeeps pk) {
+	ConvKeep kp;
+	if (keep != nullptr) {
+		kp = keep[blockIdx.y];
+	} else {
+		kp = pk.k[0];
+#pragma unroll
+		for (int i = 1; i < CONV_PSEGS; i++)
+			if (blockIdx.y == i) kp = pk.k[i];
+	}
+	SegDesc sd;
+	if (desc != nullptr) {
+		sd = desc[kp.seg];
+	} else {
+		sd = ps.d[0];
+#pragma unroll
+		for (int i = 1; i < CONV_PSEGS; i++)
+			if (kp.seg == i) sd = ps.d[i];
+	}
 	const size_t n = (size_t)(K - 1) * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const int r = (int)(i / C), c = (int)(i % C);
 		const int src = sd.len - (K - 1) + r;
-		const float v = src >= 0 ? ld(x, xdt, (size_t)(sd.start + src) * C + c) : hist(sd, K - 1 + src, c, C);
+		const float v = src >= 0 ? ld(x, xdt, (size_t)(sd.start + src) * ldx + c) : hist(sd, K - 1 + src, c);
 		st(kp.out, xdt, i, v);
 	}
 }
