@@ -161,8 +161,13 @@ type scope struct {
 // run executes f on the device goroutine.
 func (b *Backend) run(f func(s *scope) error) error {
 	return b.dev.Do(func(q *Queue) error {
+		end, err := q.opStart()
+		defer end()
+		if err != nil {
+			return err
+		}
 		s := &scope{b: b, q: q}
-		err := f(s)
+		err = f(s)
 		for _, t := range s.temps {
 			b.pool.put(t)
 		}

@@ -101,6 +101,8 @@ type Queue struct {
 	args cudrv.Args
 	tag  string // appended to the kernel's name in a launch profile (GEMM shapes)
 	rec  bool   // recording a pass (graphs.go): work is recorded, issued at the next flush
+
+	opDepth int // Backend operations running while recording
 }
 
 // Buffer is a span of device memory.

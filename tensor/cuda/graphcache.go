@@ -157,7 +157,8 @@ type passRecord struct {
 	ops  []recOp // the operations in order
 	args []byte  // kernel parameter bytes of the launches
 	offs []int32 // kernel parameter offsets of the launches
-	data []byte  // staged upload bytes, each upload at a 256-byte aligned offset
+	data []byte  // staged upload bytes, each upload at a 256-byte aligned offset (its offset in the staging buffer)
+	sent int     // data[:sent] is on the device already (staged by an operation still running at the last flush)
 }
 
 // recOp is one recorded operation.
@@ -182,12 +183,23 @@ const (
 // stageAlign aligns each staged upload, as the pool aligns its buffers.
 const stageAlign = 256
 
-func (r *passRecord) reset() {
-	r.key, r.ops, r.args, r.offs, r.data = r.key[:0], r.ops[:0], r.args[:0], r.offs[:0], r.data[:0]
+// next starts a new record once this one has been issued. keepData keeps the staged bytes where they are (an
+// operation that staged some is still running: its later launches, in the new record, read them), so new
+// uploads are staged after them; otherwise staging starts over at offset 0.
+func (r *passRecord) next(keepData bool) {
+	r.key, r.ops, r.args, r.offs = r.key[:0], r.ops[:0], r.args[:0], r.offs[:0]
+	if keepData {
+		r.sent = len(r.data)
+	} else {
+		r.data, r.sent = r.data[:0], 0
+	}
 }
 
+// reset empties r.
+func (r *passRecord) reset() { r.next(false) }
+
 // empty reports whether nothing was recorded.
-func (r *passRecord) empty() bool { return len(r.ops) == 0 && len(r.data) == 0 }
+func (r *passRecord) empty() bool { return len(r.ops) == 0 && len(r.data) == r.sent }
 
 func appendU64(b []byte, v uint64) []byte {
 	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24), byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))

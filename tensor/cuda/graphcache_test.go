@@ -178,3 +178,23 @@ func TestGraphCachePendingBound(t *testing.T) {
 		t.Errorf("newest key: action %d, want capture", act)
 	}
 }
+
+// TestPassRecordNext keeps the staged bytes of a running operation across a flush, and only those.
+func TestPassRecordNext(t *testing.T) {
+	r := record(2, 1<<20, 1)
+	if off, _ := r.stage(make([]byte, 100), 4096); off != 0 {
+		t.Fatalf("first upload at %d", off)
+	}
+	r.next(true)
+	if len(r.ops) != 0 || len(r.key) != 0 || !r.empty() || r.sent != 100 {
+		t.Fatalf("after next(true): %d ops, %d key bytes, empty %v, sent %d", len(r.ops), len(r.key), r.empty(), r.sent)
+	}
+	off, ok := r.stage(make([]byte, 10), 4096)
+	if !ok || off != 256 || r.empty() {
+		t.Fatalf("upload after a kept flush at %d (ok %v), empty %v; want 256 and not empty", off, ok, r.empty())
+	}
+	r.next(false)
+	if off, _ := r.stage(make([]byte, 10), 4096); off != 0 || r.sent != 0 {
+		t.Fatalf("after next(false): upload at %d, sent %d", off, r.sent)
+	}
+}

@@ -34,6 +34,14 @@ const (
 	dstageLimit = dstageBytes - stageAlign
 )
 
+// Records end at an operation's start once they hold segmentOps operations or half of the staging limit, so
+// that the device runs one part of a pass while the host records the next (a whole pass recorded before any of
+// it runs would add the recording time to the pass's latency). Variables so that tests can shrink them.
+var (
+	segmentOps = 128
+	stageLimit = dstageLimit
+)
+
 // graphsFromEnv reads KEV_CUDA_GRAPHS: "0" or "off" turns pass graphs off, a positive number sets how many are
 // kept; unset or empty means defaultGraphs.
 func graphsFromEnv() (int, error) {
@@ -102,8 +110,9 @@ func (d *Device) runRecorded(f func() error) (err error) {
 	if d.graphs == nil {
 		d.graphs = newGraphCache(d.graphMax, func(e cudrv.GraphExec) { e.Destroy() })
 	}
-	q.rec = true
+	q.rec, q.opDepth = true, 0
 	defer func() {
+		q.opDepth = 0
 		ferr := q.flush()
 		q.rec = false
 		if ferr == nil {
@@ -114,6 +123,21 @@ func (d *Device) runRecorded(f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// opStart is called as a Backend operation starts (op ends it): at the outermost one, a record long enough is
+// issued first (see segmentOps); while one runs, a flush keeps the bytes it staged.
+func (q *Queue) opStart() (end func(), err error) {
+	if !q.rec {
+		return func() {}, nil
+	}
+	if q.opDepth == 0 && (len(q.d.rec.ops) >= segmentOps || len(q.d.rec.data) > stageLimit/2) {
+		if err := q.flush(); err != nil {
+			return func() {}, err
+		}
+	}
+	q.opDepth++
+	return func() { q.opDepth-- }, nil
 }
 
 // recording reports whether q records instead of issuing.
@@ -168,17 +192,17 @@ func (q *Queue) stageInts(v []int32) (Buffer, bool, error) {
 // stage appends b to the record's staged bytes, issuing the record first when they would overflow.
 func (q *Queue) stage(b []byte) (off int, ok bool, err error) {
 	d := q.d
-	if off, ok = d.rec.stage(b, dstageLimit); ok {
+	if off, ok = d.rec.stage(b, stageLimit); ok {
 		d.staged.Add(1)
 		return off, true, nil
 	}
-	if len(b) > dstageLimit {
+	if len(b) > stageLimit {
 		return 0, false, nil
 	}
 	if err := q.flush(); err != nil {
 		return 0, false, err
 	}
-	off, ok = d.rec.stage(b, dstageLimit)
+	off, ok = d.rec.stage(b, stageLimit) // may fail: bytes an operation still running staged are kept
 	if ok {
 		d.staged.Add(1)
 	}
@@ -194,20 +218,21 @@ func (q *Queue) flush() error {
 	}
 	q.rec = false // what flush issues goes to the stream
 	defer func() {
-		d.rec.reset()
+		d.rec.next(q.opDepth > 0)
 		clear(d.recFns)
 		d.recFns = d.recFns[:0]
 		q.rec = true
 		d.publishGraphs()
 	}()
-	if n := len(d.rec.data); n > 0 {
+	if from, n := d.rec.sent, len(d.rec.data)-d.rec.sent; n > 0 {
+		dst := d.dstage.Ptr + cu.DevicePtr(from)
 		at, ok, err := q.stageAlloc(n)
 		if err != nil {
 			return err
 		}
 		if ok {
-			copy(d.stage[at:], d.rec.data)
-			if err := cu.MemcpyHtoDAsync(d.dstage.Ptr, unsafe.Pointer(&d.stage[at]), int64(n), q.s); err != nil {
+			copy(d.stage[at:], d.rec.data[from:])
+			if err := cu.MemcpyHtoDAsync(dst, unsafe.Pointer(&d.stage[at]), int64(n), q.s); err != nil {
 				return cudrv.Wrap("cuMemcpyHtoDAsync", err)
 			}
 		} else {
@@ -215,7 +240,7 @@ func (q *Queue) flush() error {
 			if err := q.Sync(); err != nil {
 				return err
 			}
-			if err := cu.MemcpyHtoD(d.dstage.Ptr, unsafe.Pointer(&d.rec.data[0]), int64(n)); err != nil {
+			if err := cu.MemcpyHtoD(dst, unsafe.Pointer(&d.rec.data[from]), int64(n)); err != nil {
 				return cudrv.Wrap("cuMemcpyHtoD", err)
 			}
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkPassGraphs times Kev's serving passes at Kev-4B shape (BenchmarkPass's four cases) issued eagerly and
-// replayed as CUDA graphs, both inside Backend.Run: the device time (the stream held behind a gate until the
+// replayed as CUDA graphs, both inside Backend.Run (graphs of segmentOps operations, and of whole passes): the device time (the stream held behind a gate until the
 // pass is queued; median of 15), the host time to queue the pass (median of the same 15), and the wall time with
 // the read-back (median of 15), after three passes of warm-up (a record is captured at its second sighting). It
 // checks that the replayed passes' hidden states equal the eager ones bit for bit. Last, it captures one eager
@@ -23,6 +23,8 @@ func BenchmarkPassGraphs(b *testing.B) {
 	w, be, m := kev4BModel(b, r)
 	defer be.Trim()
 	defer dev.SetGraphs(defaultGraphs)
+	segs := segmentOps
+	defer func() { segmentOps = segs }()
 	state, h, err := m.Prefill(randomIDs(r, 100, w.Config.VocabSize))
 	if err != nil {
 		b.Fatal(err)
@@ -79,12 +81,14 @@ func BenchmarkPassGraphs(b *testing.B) {
 		for _, c := range cases {
 			var ref []float32
 			for _, mode := range []struct {
-				name   string
-				graphs int
-			}{{"eager", 0}, {"graph", defaultGraphs}} {
+				name     string
+				graphs   int
+				segments int // segmentOps
+			}{{"eager", 0, segmentOps}, {"graph", defaultGraphs, segmentOps}, {"graph-whole", defaultGraphs, 1 << 30}} {
 				if err := dev.SetGraphs(mode.graphs); err != nil {
 					b.Fatal(err)
 				}
+				segmentOps = mode.segments
 				var walls []float64
 				var out []float32
 				for k := range 18 {
@@ -115,6 +119,7 @@ func BenchmarkPassGraphs(b *testing.B) {
 			}
 		}
 	}
+	segmentOps = segs
 	// Direct stream capture of an eager pass: what breaks it.
 	if err := dev.SetGraphs(0); err != nil {
 		b.Fatal(err)

@@ -215,3 +215,57 @@ func TestPassGraphsOffUnderProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPassGraphsSegments cuts passes into records of a few operations and stages into a tiny buffer, so that
+// records end inside operations (their staged bytes kept for their later launches) and uploads overflow to the
+// eager path; replays must still equal the eager passes bit for bit.
+func TestPassGraphsSegments(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	defer dev.SetGraphs(defaultGraphs)
+	ops, limit := segmentOps, stageLimit
+	defer func() { segmentOps, stageLimit = ops, limit }()
+	c := invariantConfigs()["wide"]
+	m, err := layers.New(gb, modelWeights(r, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(n int) []int32 { return randomIDs(r, n, c.VocabSize) }
+	bts := []*layers.Batch{
+		{New: []layers.NewState{{IDs: ids(700)}, {IDs: ids(90)}}, Rows: []layers.Row{{IDs: ids(30)}, {IDs: ids(12), New: 1}}},
+		{New: []layers.NewState{{IDs: ids(5)}}, Rows: []layers.Row{{IDs: ids(40)}, {IDs: ids(40)}, {IDs: ids(3)}}},
+	}
+	if err := dev.SetGraphs(0); err != nil {
+		t.Fatal(err)
+	}
+	eager := make([][][]float32, len(bts))
+	for i, bt := range bts {
+		if eager[i], err = graphRows(gb, m, bt, c.HiddenSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dev.SetGraphs(64); err != nil {
+		t.Fatal(err)
+	}
+	for _, sz := range []struct{ ops, limit int }{{7, 3000}, {1, 1 << 12}, {31, 8 << 10}} {
+		segmentOps, stageLimit = sz.ops, sz.limit
+		before, _ := gb.GraphCounts()
+		for i, bt := range bts {
+			for k := range 3 {
+				got, err := graphRows(gb, m, bt, c.HiddenSize)
+				if err == nil {
+					err = sameRows(got, eager[i])
+				}
+				if err != nil {
+					t.Errorf("records of %d operations, %d staged bytes: batch %d run %d: %v", sz.ops, sz.limit, i, k, err)
+				}
+			}
+		}
+		after, _ := gb.GraphCounts()
+		t.Logf("records of %d operations, %d staged bytes: %+v → %+v", sz.ops, sz.limit, before, after)
+		if after.Replays-before.Replays < 4 || after.Failed != before.Failed {
+			t.Errorf("records of %d operations: counters %+v → %+v", sz.ops, before, after)
+		}
+	}
+}
