@@ -195,6 +195,18 @@ func (r *passRecord) next(keepData bool) {
 	}
 }
 
+// atOpStart is called as an operation starts with no other running: it reports whether the record should be
+// issued first (it holds segOps operations, or more than half of limit staged bytes). An empty record starts its
+// staging over at offset 0 (bytes kept for an operation that has finished are read by nobody now), so that where
+// a pass stages its uploads depends only on the pass, not on what ran before it.
+func (r *passRecord) atOpStart(segOps, limit int) (flush bool) {
+	if r.empty() {
+		r.reset()
+		return false
+	}
+	return len(r.ops) >= segOps || len(r.data) > limit/2
+}
+
 // reset empties r.
 func (r *passRecord) reset() { r.next(false) }
 

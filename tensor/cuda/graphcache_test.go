@@ -198,3 +198,27 @@ func TestPassRecordNext(t *testing.T) {
 		t.Fatalf("after next(false): upload at %d, sent %d", off, r.sent)
 	}
 }
+
+// TestPassRecordAtOpStart: a record is cut at an operation's start when long enough, and an empty one stages
+// from offset 0 again even where a finished operation's bytes were kept.
+func TestPassRecordAtOpStart(t *testing.T) {
+	r := record(3, 1<<20, 1)
+	if r.atOpStart(6, 1<<10) || !r.atOpStart(5, 1<<10) || !r.atOpStart(3, 1<<10) {
+		t.Error("5 operations: cut at 3 and 5, not at 6")
+	}
+	r.reset()
+	r.stage(make([]byte, 600), 1<<10)
+	if !r.atOpStart(100, 1<<10) {
+		t.Error("600 staged bytes of 1024: not cut")
+	}
+	r.next(true) // issued inside an operation: its bytes kept
+	if r.sent != 600 {
+		t.Fatalf("sent %d", r.sent)
+	}
+	if r.atOpStart(100, 1<<10) || r.sent != 0 || len(r.data) != 0 {
+		t.Errorf("empty record at an operation's start: sent %d, %d staged bytes; want 0, 0", r.sent, len(r.data))
+	}
+	if off, _ := r.stage([]byte{1}, 1<<10); off != 0 {
+		t.Errorf("next upload at %d, want 0", off)
+	}
+}

@@ -111,10 +111,12 @@ func (d *Device) runRecorded(f func() error) (err error) {
 		d.graphs = newGraphCache(d.graphMax, func(e cudrv.GraphExec) { e.Destroy() })
 	}
 	q.rec, q.opDepth = true, 0
+	d.rec.reset() // every pass stages from offset 0 (see passRecord.atOpStart)
 	defer func() {
 		q.opDepth = 0
 		ferr := q.flush()
 		q.rec = false
+		d.rec.reset()
 		if ferr == nil {
 			ferr = q.takeErr()
 		}
@@ -131,7 +133,7 @@ func (q *Queue) opStart() (end func(), err error) {
 	if !q.rec {
 		return func() {}, nil
 	}
-	if q.opDepth == 0 && (len(q.d.rec.ops) >= segmentOps || len(q.d.rec.data) > stageLimit/2) {
+	if q.opDepth == 0 && q.d.rec.atOpStart(segmentOps, stageLimit) {
 		if err := q.flush(); err != nil {
 			return func() {}, err
 		}

@@ -84,7 +84,7 @@ func BenchmarkPassGraphs(b *testing.B) {
 				name     string
 				graphs   int
 				segments int // segmentOps
-			}{{"eager", 0, segmentOps}, {"graph", defaultGraphs, segmentOps}, {"graph-whole", defaultGraphs, 1 << 30}} {
+			}{{"eager", 0, segs}, {"graph", defaultGraphs, segs}, {"graph-whole", defaultGraphs, 1 << 30}} {
 				if err := dev.SetGraphs(mode.graphs); err != nil {
 					b.Fatal(err)
 				}
