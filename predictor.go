@@ -156,7 +156,9 @@ type BatchStats struct {
 	Slices   int // batches that ran only part of a big request's rows, the rest left for later batches
 }
 
-// GraphStats count captured device graphs.
+// GraphStats count the device graphs the replicas' passes replay, summed over the replicas: graphs captured so
+// far, kept now, pass records seen once and waiting to be captured, and captures that failed (those passes run
+// eagerly).
 type GraphStats struct {
 	Captured, Kept, Pending, Failed int
 }
@@ -514,8 +516,25 @@ func (p *Predictor) Stats() Stats {
 		b.Requests += r.Batches.Requests
 		b.Queued += r.Batches.Queued
 		b.Slices += r.Batches.Slices
+		if g, ok := e.backend.(graphStatser); ok {
+			if c, k, p, f, on := g.GraphStats(); on {
+				if st.Graphs == nil {
+					st.Graphs = &GraphStats{}
+				}
+				st.Graphs.Captured += c
+				st.Graphs.Kept += k
+				st.Graphs.Pending += p
+				st.Graphs.Failed += f
+			}
+		}
 	}
 	return st
+}
+
+// graphStatser is a backend that replays passes as device graphs (the CUDA backend): its counters, and whether
+// graphs are on.
+type graphStatser interface {
+	GraphStats() (captured, kept, pending, failed int, on bool)
 }
 
 // Ask answers questions about a state, as a System One request with the default model name would. The state is

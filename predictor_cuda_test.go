@@ -46,6 +46,12 @@ func TestPredictorGoldenCUDA(t *testing.T) {
 					}
 				}
 			}
+			// Passes run as CUDA graphs by default: the counters are reported (Kev's card: not null).
+			if st := p.Stats(); st.Graphs == nil {
+				t.Error("Stats().Graphs is nil on cuda with graphs on")
+			} else {
+				t.Logf("graphs: %+v", *st.Graphs)
+			}
 		})
 	}
 	t.Logf("bf16 CUDA vs fp32 reference: worst |Δp| %.5f, %d argmax flips in %d questions", worst, flips, questions)

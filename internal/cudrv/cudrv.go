@@ -94,6 +94,9 @@ func Wrap(op string, err error) error {
 func cStream(s cu.Stream) C.CUstream       { return *(*C.CUstream)(unsafe.Pointer(&s)) }
 func cFunction(f cu.Function) C.CUfunction { return *(*C.CUfunction)(unsafe.Pointer(&f)) }
 
+// FunctionID returns f's driver handle as a number: equal for the same kernel of the same loaded module.
+func FunctionID(f cu.Function) uint64 { return uint64(uintptr(unsafe.Pointer(cFunction(f)))) }
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z int }
 
@@ -120,10 +123,33 @@ func (a *Args) put(size, align int) []byte {
 		a.err = fmt.Errorf("cudrv: kernel parameters exceed %d parameters or %d bytes", len(a.offs), len(a.buf))
 		return nil
 	}
+	clear(a.buf[a.used:off]) // padding is zero, so that equal parameters give equal bytes (Raw)
 	a.offs[a.n] = int32(off)
 	a.n++
 	a.used = off + size
 	return a.buf[off : off+size]
+}
+
+// Raw returns the marshalled parameter bytes and each parameter's offset in them, or an error when appending
+// failed. Equal parameter lists give equal bytes (alignment padding is zero). The slices alias a.
+func (a *Args) Raw() (buf []byte, offs []int32, err error) {
+	return a.buf[:a.used], a.offs[:a.n], a.err
+}
+
+// SetRaw replaces a's parameters with bytes and offsets as Raw returned them.
+func (a *Args) SetRaw(buf []byte, offs []int32) error {
+	if len(buf) > len(a.buf) || len(offs) > len(a.offs) {
+		return fmt.Errorf("cudrv: kernel parameters exceed %d parameters or %d bytes", len(a.offs), len(a.buf))
+	}
+	for _, o := range offs {
+		if o < 0 || int(o) > len(buf) {
+			return fmt.Errorf("cudrv: parameter offset %d outside %d bytes", o, len(buf))
+		}
+	}
+	a.used = copy(a.buf[:], buf)
+	a.n = copy(a.offs[:], offs)
+	a.err = nil
+	return nil
 }
 
 // Ptr appends a device pointer (8 bytes).

@@ -49,6 +49,37 @@ func TestArgsLayout(t *testing.T) {
 	}
 }
 
+// TestArgsRaw: alignment padding is zero whatever the Args held before, so equal parameters give equal bytes,
+// and SetRaw restores what Raw returned.
+func TestArgsRaw(t *testing.T) {
+	var a, b Args
+	b.U64(^uint64(0)).U64(^uint64(0)).U64(^uint64(0)) // dirty bytes where a's padding will be
+	b.Reset()
+	a.I32(5).Ptr(0x2000).I32(6).U64(7)
+	b.I32(5).Ptr(0x2000).I32(6).U64(7)
+	ra, oa, err := a.Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, ob, _ := b.Raw()
+	if string(ra) != string(rb) || fmt.Sprint(oa) != fmt.Sprint(ob) {
+		t.Fatalf("equal parameters, different bytes:\n% x\n% x", ra, rb)
+	}
+	if len(ra) != 32 || ra[4] != 0 || ra[20] != 0 {
+		t.Errorf("bytes % x", ra)
+	}
+	var c Args
+	if err := c.SetRaw(ra, oa); err != nil {
+		t.Fatal(err)
+	}
+	if rc, oc, _ := c.Raw(); string(rc) != string(ra) || fmt.Sprint(oc) != fmt.Sprint(oa) {
+		t.Errorf("SetRaw then Raw: % x %v", rc, oc)
+	}
+	if err := c.SetRaw(ra, []int32{0, 40}); err == nil {
+		t.Error("an offset past the bytes accepted")
+	}
+}
+
 func TestErrors(t *testing.T) {
 	if got := ErrorName(1); got != "CUDA_ERROR_INVALID_VALUE" {
 		t.Errorf("ErrorName(1) = %q", got)

@@ -199,8 +199,13 @@ type scope struct {
 // run executes f on the device goroutine.
 func (b *Backend) run(f func(s *scope) error) error {
 	return b.dev.Do(func(q *Queue) error {
+		end, err := q.opStart()
+		defer end()
+		if err != nil {
+			return err
+		}
 		s := &scope{b: b, q: q}
-		err := f(s)
+		err = f(s)
 		for _, t := range s.temps {
 			b.pool.put(t)
 		}
@@ -254,6 +259,11 @@ func (s *scope) temp(n int64) (Buffer, error) {
 
 // ints uploads v (non-empty) into a temporary buffer.
 func (s *scope) ints(v []int32) (Buffer, error) {
+	if s.q.recording() { // a pass graph's record: a place in the device staging buffer
+		if buf, ok, err := s.q.stageInts(v); ok || err != nil {
+			return buf, err
+		}
+	}
 	buf, err := s.temp(4 * int64(len(v)))
 	if err != nil {
 		return Buffer{}, err
@@ -524,3 +534,13 @@ var (
 	_ tensor.Backend = (*Backend)(nil)
 	_ tensor.Runner  = (*Backend)(nil)
 )
+
+// GraphCounts returns the device's pass-graph counters, and whether pass graphs are on (see Device.SetGraphs).
+func (b *Backend) GraphCounts() (GraphCounts, bool) { return b.dev.GraphCounts() }
+
+// GraphStats returns Kev's pass-graph counters (GraphCounts) as plain numbers, for callers that do not import
+// this package; on is false when pass graphs are off.
+func (b *Backend) GraphStats() (captured, kept, pending, failed int, on bool) {
+	c, on := b.dev.GraphCounts()
+	return c.Captured, c.Kept, c.Pending, c.Failed, on
+}

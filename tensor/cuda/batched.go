@@ -644,7 +644,7 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 			return err
 		}
 		n := int64(hi-lo) * int64(w) * elemSize(xt.dtype)
-		return cudrv.Wrap("cuMemcpyDtoDAsync", cu.MemcpyDtoDAsync(y.buf.Ptr, rowPtr(xt, lo, w), n, s.q.s))
+		return s.q.CopyD2D(y.buf.Ptr, rowPtr(xt, lo, w), n)
 	})
 	return result(y, err)
 }

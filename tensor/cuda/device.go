@@ -46,6 +46,20 @@ type Device struct {
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
 
+	// Pass graphs (graphs.go): owned by the device goroutine, except the published counters.
+	graphMax    int                          // graphs kept at most; 0: passes are issued eagerly
+	graphs      *graphCache[cudrv.GraphExec] // kept graphs by record
+	rec         passRecord                   // the work recorded since the last flush
+	recFns      []recFn                      // the kernels of rec's launches
+	issueArgs   cudrv.Args                   // parameters of a recorded launch being issued
+	dstage      Buffer                       // device staging buffer for a record's uploads
+	recErr      error                        // a flush error not yet reported
+	replays     int                          // records launched as graphs
+	eagerPasses int                          // records issued eagerly
+	gmu         sync.Mutex                   // guards gcounts and gon
+	gcounts     GraphCounts
+	gon         bool
+
 	prof *launchProfile // set while a launch profile runs (benchmarks)
 	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
 }
@@ -86,6 +100,9 @@ type Queue struct {
 	s    cu.Stream
 	args cudrv.Args
 	tag  string // appended to the kernel's name in a launch profile (GEMM shapes)
+	rec  bool   // recording a pass (graphs.go): work is recorded, issued at the next flush
+
+	opDepth int // Backend operations running while recording
 }
 
 // Buffer is a span of device memory.
@@ -104,6 +121,11 @@ func Open(ordinal int) (*Device, error) {
 	d := &Device{drv: drv, mods: map[string]cu.Module{}, fns: map[fnKey]cu.Function{}, shared: map[fnKey]int{},
 		maps: map[cudrv.Tile2D]cudrv.TensorMap{}}
 	d.q.d = d
+	if d.graphMax, err = graphsFromEnv(); err != nil {
+		drv.Close()
+		return nil, err
+	}
+	d.publishGraphs()
 	err = drv.Do(func() error {
 		var err error
 		if d.info, err = drv.Info(); err != nil {
@@ -143,8 +165,16 @@ func (d *Device) Do(f func(q *Queue) error) error {
 // Run runs f on the goroutine that owns the context. Every Do (every Backend operation) that f makes runs at
 // once on that goroutine instead of being handed over to it: wrap a whole model pass in one Run. f must not wait
 // for other goroutines that use the device (they wait for f) nor call runtime.Goexit; a panic in f comes back as
-// an error.
-func (d *Device) Run(f func() error) error { return d.drv.Do(f) }
+// an error. While pass graphs are on (SetGraphs), the work f queues is recorded and replayed as a CUDA graph
+// where the same work was seen before (see graphs.go); a Run inside Run is part of the outer one.
+func (d *Device) Run(f func() error) error {
+	return d.drv.Do(func() error {
+		if d.q.rec || d.graphMax == 0 || d.prof != nil {
+			return f()
+		}
+		return d.runRecorded(f)
+	})
+}
 
 // Close waits for queued work, frees the workspace and destroys the context.
 func (d *Device) Close() error {
@@ -156,6 +186,7 @@ func (d *Device) Close() error {
 	d.closed = true
 	err := d.drv.Do(func() error {
 		err := cudrv.Wrap("cuStreamSynchronize", d.q.s.Synchronize())
+		d.closeGraphs()
 		if d.ws.Ptr != 0 {
 			cu.MemFree(d.ws.Ptr)
 		}
@@ -308,6 +339,13 @@ func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) err
 	if err != nil {
 		return err
 	}
+	if q.recording() {
+		if err := q.recordLaunch(fnKey{mod, name}, f, grid, block, shared); err != nil {
+			return err
+		}
+		q.d.launches.Add(1)
+		return nil
+	}
 	if err := cudrv.Launch(f, grid, block, shared, q.s, &q.args); err != nil {
 		return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", mod, name, grid, block, err)
 	}
@@ -340,14 +378,26 @@ func (d *Device) tensorMap(t cudrv.Tile2D) (cudrv.TensorMap, error) {
 // maxTensorMaps bounds the tensor-map cache (128 bytes each).
 const maxTensorMaps = 4096
 
-// Stream returns the queue's stream, for use with gorgonia.org/cu and cudrv (events, capture).
-func (q *Queue) Stream() cu.Stream { return q.s }
+// Stream returns the queue's stream, for use with gorgonia.org/cu and cudrv (events, capture). Work recorded for
+// a pass graph is issued first (an error doing so comes back from the next Sync or the end of Run).
+func (q *Queue) Stream() cu.Stream {
+	if err := q.flush(); err != nil && q.d.recErr == nil {
+		q.d.recErr = err
+	}
+	return q.s
+}
 
 // Device returns the queue's device.
 func (q *Queue) Device() *Device { return q.d }
 
 // Sync waits until all queued work has finished and reports the first asynchronous error.
 func (q *Queue) Sync() error {
+	if err := q.flush(); err != nil {
+		return err
+	}
+	if err := q.takeErr(); err != nil {
+		return err
+	}
 	q.d.syncs.Add(1)
 	return cudrv.Wrap("cuStreamSynchronize", q.s.Synchronize())
 }
@@ -368,6 +418,9 @@ func (q *Queue) Alloc(n int64) (Buffer, error) {
 func (q *Queue) Free(b Buffer) error {
 	if b.Ptr == 0 {
 		return nil
+	}
+	if err := q.flush(); err != nil { // recorded work may use b
+		return err
 	}
 	return cudrv.Wrap("cuMemFree", cu.MemFree(b.Ptr))
 }
@@ -435,6 +488,21 @@ func (q *Queue) Upload(dst Buffer, src []byte) error {
 		return nil
 	}
 	d := q.d
+	if q.recording() {
+		off, ok, err := q.stage(src)
+		if err != nil {
+			return err
+		}
+		if ok {
+			d.rec.copy(uint64(dst.Ptr), uint64(d.dstage.Ptr)+uint64(off), int64(len(src)))
+			return nil
+		}
+		if err := q.flush(); err != nil {
+			return err
+		}
+		q.rec = false // too large to stage: copied now, in stream order after the work recorded so far
+		defer func() { q.rec = true }()
+	}
 	if len(src) <= stageMax {
 		at, ok, err := q.stageAlloc(len(src))
 		if err != nil {
@@ -553,6 +621,12 @@ func (q *Queue) Download(dst []byte, src Buffer) error {
 func (q *Queue) Memset16(b Buffer, v uint16, n int64) error {
 	if 2*n > b.Bytes {
 		return fmt.Errorf("cuda: Memset16 of %d words into a %d-byte buffer", n, b.Bytes)
+	}
+	if q.recording() {
+		if n > 0 {
+			q.d.rec.memset16(uint64(b.Ptr), v, n)
+		}
+		return nil
 	}
 	return cudrv.Wrap("cuMemsetD16Async", cu.MemsetD16Async(b.Ptr, v, n, q.s))
 }

@@ -9,6 +9,13 @@
 // over to it (tens of microseconds). Run a whole model pass inside Backend.Run (tensor.Run) to call every
 // operation there directly: a pass then costs about its device time.
 //
+// Inside Run, passes are replayed as CUDA graphs: the queue records a pass's launches, copies and fills with
+// their exact parameters and stages its index uploads in one buffer, and issues every 128 operations (and at each
+// read-back) either the graph kept for exactly that record, a new capture when the record is seen the second
+// time, or the work itself. Uploaded contents (token ids, segment tables) are not part of a record, so passes of
+// the same structure share a graph. KEV_CUDA_GRAPHS=off (or Device.SetGraphs(0)) issues every pass eagerly; a
+// number bounds the graphs kept (64 by default). Launch profiles run eagerly.
+//
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
@@ -24,7 +31,7 @@
 // delta rule picks its kernels per segment from the segment's own length; every other kernel works per row or per
 // segment. A request's rows therefore get the same bits in any batch.
 //
-// Everything but this comment and the PTX freshness test is behind the cuda build tag, because the driver
+// Everything but this comment, the PTX freshness test and the graph cache's bookkeeping is behind the cuda build tag, because the driver
 // binding exits the process when no GPU driver is present. Build and test on a machine with CUDA 12.x headers:
 //
 //	CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go test -c -tags cuda -o bin/cuda.test ./tensor/cuda

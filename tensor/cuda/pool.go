@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"math/bits"
+	"sort"
 	"sync"
 
 	"gorgonia.org/cu"
@@ -14,7 +15,8 @@ import (
 
 // pool recycles device memory by size class, so that operations allocate from free lists rather than the driver.
 // Classes are 256 bytes and up, four per power of two (2^k, 1.25·2^k, 1.5·2^k, 1.75·2^k), wasting at most a
-// fifth. Because every kernel runs on the device's one stream and every host copy waits for it, a buffer handed
+// fifth. Each free list is sorted by address and get takes the lowest, so that the same free buffers and the same
+// sequence of requests give the same addresses (a pass graph's record names its buffers). Because every kernel runs on the device's one stream and every host copy waits for it, a buffer handed
 // back may be reused by the next operation at once.
 type pool struct {
 	mu     sync.Mutex
@@ -34,8 +36,8 @@ func sizeClass(n int64) int64 {
 	return (n + step - 1) / step * step
 }
 
-// get returns a buffer of at least n bytes (n > 0), from the free list or else the driver. Call it on the device
-// goroutine.
+// get returns a buffer of at least n bytes (n > 0): the lowest-addressed one on its free list, or else one from
+// the driver. Call it on the device goroutine.
 func (p *pool) get(n int64) (Buffer, error) {
 	c := sizeClass(n)
 	p.mu.Lock()
@@ -67,7 +69,12 @@ func (p *pool) put(b Buffer) {
 	if p.free == nil {
 		p.free = map[int64][]cu.DevicePtr{}
 	}
-	p.free[b.Bytes] = append(p.free[b.Bytes], b.Ptr)
+	l := p.free[b.Bytes] // sorted by descending address: the last is the lowest
+	i := sort.Search(len(l), func(i int) bool { return l[i] < b.Ptr })
+	l = append(l, 0)
+	copy(l[i+1:], l[i:])
+	l[i] = b.Ptr
+	p.free[b.Bytes] = l
 	p.cached += b.Bytes
 	p.mu.Unlock()
 }

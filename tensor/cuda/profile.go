@@ -32,7 +32,7 @@ func (q *Queue) beginProfile() error {
 	if p.start, err = cu.MakeEvent(cu.DefaultEvent); err != nil {
 		return cudrv.Wrap("cuEventCreate", err)
 	}
-	if err := p.start.Record(q.s); err != nil {
+	if err := p.start.Record(q.Stream()); err != nil {
 		cu.DestroyEvent(&p.start)
 		return cudrv.Wrap("cuEventRecord", err)
 	}
