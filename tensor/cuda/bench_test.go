@@ -143,11 +143,20 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			for _, c := range chunks {
 				sp := (kTiles + c - 1) / c
 				for _, xt := range wgTiles {
-					b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%dx%d", M, N, K, c, xt.bm, xt.bn), func(b *testing.B) {
-						t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp})
-						fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%dx%d splits=%d us=%.2f model=%.1f\n",
-							M, N, K, c, xt.bm, xt.bn, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
-					})
+					for _, waves := range []bool{false, true} {
+						if waves && sp > 1 {
+							continue
+						}
+						name := fmt.Sprintf("%dx%d", xt.bm, xt.bn)
+						if sp == 1 && !waves {
+							name = "p" + name // the persistent kernel
+						}
+						b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%s", M, N, K, c, name), func(b *testing.B) {
+							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves})
+							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s splits=%d us=%.2f model=%.1f\n",
+								M, N, K, c, name, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
+						})
+					}
 				}
 				if c < kTiles {
 					b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/sk", M, N, K, c), func(b *testing.B) {

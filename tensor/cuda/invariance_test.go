@@ -178,7 +178,8 @@ func TestGEMMBatchInvariant(t *testing.T) {
 	}
 }
 
-// TestGEMMTiles checks every wgmma tile kernel (wgTiles) bit for bit against the 128×128 one: with one split, and
+// TestGEMMTiles checks every wgmma tile kernel (wgTiles), persistent and in waves, bit for bit against the 128×128
+// one (waves, wgmma groups waited for one at a time, tested since the first Hopper planner): with one split, and
 // with the k tiles in splits (split-K, partials added in split order by gemm_splitk_reduce against the 128×128
 // kernel's in-kernel finish), at M that leave the second consumer without rows or end inside a tile, and N that
 // are not multiples of the tile width, with a residual.
@@ -200,12 +201,17 @@ func TestGEMMTiles(t *testing.T) {
 					continue
 				}
 				base := gemmRows(t, x, w, res, M, N, K, GEMM{kern: gemmWG128, splits: sp})
-				for _, xt := range wgTiles[2:] {
-					got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp})
-					for i := range base {
-						if got[i] != base[i] {
-							t.Errorf("N=%d K=%d M=%d %d splits: %dx%d: row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, i/N, i%N, got[i], base[i])
-							break
+				for _, xt := range wgTiles {
+					for _, waves := range []bool{false, true} {
+						if waves && sp > 1 {
+							continue
+						}
+						got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves})
+						for i := range base {
+							if got[i] != base[i] {
+								t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, i/N, i%N, got[i], base[i])
+								break
+							}
 						}
 					}
 				}

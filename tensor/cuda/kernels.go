@@ -55,6 +55,7 @@ type GEMM struct {
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
 	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
+	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
 }
 
 // gemmKernel names a GEMM kernel family.
@@ -88,6 +89,7 @@ type gemmPlan struct {
 	skTiles       int  // sk: output tiles dealt out by chunk (stream-K); the others are whole
 	grid          int  // sk: blocks (persistent)
 	reduce        bool // split-K finished by gemm_splitk_reduce (a launch of its own), not by each tile's last split
+	persist       bool // one split on the persistent tile kernel: min(tiles, grid) blocks looping over the tiles
 	blocksM, blkN int
 }
 
@@ -119,7 +121,7 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 		kTiles := (g.K + 63) / 64
 		sp := max(1, min(g.splits, kTiles))
 		tps := (kTiles + sp - 1) / sp
-		return tilePlan(g.xt, g.M, g.N, g.K, (kTiles+tps-1)/tps, tps)
+		return d.persistent(tilePlan(g.xt, g.M, g.N, g.K, (kTiles+tps-1)/tps, tps), g)
 	}
 	if g.kern == gemmAuto && g.tile == 0 && g.splits == 0 && g.chunk == 0 && !g.byM && !d.byM {
 		if g.v3 {
@@ -283,7 +285,7 @@ func (d *Device) planFixed(g *GEMM) gemmPlan {
 		if s.splits > 1 {
 			return tilePlan(s.tile, g.M, g.N, g.K, s.splits, min(c, kTiles))
 		}
-		return tilePlan(s.tile, g.M, g.N, g.K, 1, kTiles)
+		return d.persistent(tilePlan(s.tile, g.M, g.N, g.K, 1, kTiles), g)
 	}
 	var p gemmPlan
 	p.kern, p.mod, p.bk, p.threads = gemmMMA64, "gemm", 32, 128
@@ -344,6 +346,17 @@ func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
 	p := gemmPlan{kern: t.kern(), mod: "gemm_sm90a", bm: t.bm, bn: t.bn, bk: 64, threads: 384, splits: splits,
 		tps: tps, shared: t.shared(), fn: fmt.Sprintf("gemm_wgmma_%dx%d", t.bm, t.bn), reduce: splits > 1}
 	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
+	return p
+}
+
+// persistent turns a one-split tile plan into the persistent kernel of the same tile (gemm_wgmma_persist: the same
+// bits), with one block per multiprocessor at most, unless g asks for waves of one block per tile.
+func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
+	if p.splits != 1 || g.waves {
+		return p
+	}
+	p.persist, p.fn = true, fmt.Sprintf("gemm_wgmma_p%dx%d", p.bm, p.bn)
+	p.grid = min(p.blocksM*p.blkN, d.sms())
 	return p
 }
 
@@ -783,19 +796,25 @@ func (q *Queue) GEMM(g GEMM) error {
 		if p.reduce {
 			cnt = 0 // no in-kernel finish: gemm_splitk_reduce below
 		}
-		a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
-			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
-		if p.kern == gemmSK {
-			a.I32(int32(p.tps)).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
-		} else {
-			a.I32(int32(p.chunk))
+		switch {
+		case p.persist:
+			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).
+				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32)
+		case p.kern == gemmSK:
+			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
+				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
+				I32(int32(p.tps)).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
+		default:
+			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
+				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
+				I32(int32(p.chunk))
 		}
 	} else {
 		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).
 			I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdX)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps))
 	}
 	grid := cudrv.Dim3{X: p.blocksM, Y: p.blkN, Z: p.splits}
-	if p.kern == gemmSK {
+	if p.kern == gemmSK || p.persist {
 		grid = cudrv.Dim3{X: p.grid, Y: 1, Z: 1}
 	}
 	if d.prof != nil {

@@ -20,7 +20,8 @@ import (
 // per kernel category and the longest kernels (name, launches, ms). KEV_PROFILE_CASES=name,… limits the cases;
 // KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule (rows grouped by state, and
 // ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
-// invariant plans alone.
+// invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
+// the per-M tile widths.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -59,6 +60,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{{"invariant", false, false, false}, {"invariant/ungrouped", false, false, true}, {"invariant/reg-delta", false, true, false}}
 	case "invariant":
 		modes = modes[:1]
+	case "gemm":
+		modes = []pmode{modes[0], modes[2]}
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {

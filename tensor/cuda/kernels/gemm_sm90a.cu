@@ -72,6 +72,7 @@ __device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, i
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
 // wgmma_m64n256: d[64×256] = A[64×16] · B[256×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
 // (descriptors), fp32 d.
@@ -216,8 +217,8 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 			for (int kk = 0; kk < BK / 16; kk++)
 				wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || !fresh);
 			wgmma_commit();
-			wgmma_wait0();
 			if constexpr (CHUNK) {
+				wgmma_wait0();
 				if (chunked && ((kt + 1) % chunk == 0 || kt + 1 == nk)) {
 					// as gemm_splitk_finish: the first chunk's sum as it is, then each next one added
 					if (kt < chunk) {
@@ -228,9 +229,19 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 						for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
 					}
 				}
+			} else {
+				wgmma_wait1(); // this step's products stay in flight; the previous step's are done
 			}
 		}
-		mbar_arrive(bars + 8 * (STAGES + s));
+		if constexpr (CHUNK) {
+			mbar_arrive(bars + 8 * (STAGES + s));
+		} else if (kt > 0) {
+			mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
+		}
+	}
+	if constexpr (!CHUNK) {
+		if (live) wgmma_wait0();
+		if (nk > 0) mbar_arrive(bars + 8 * (STAGES + (nk - 1) % STAGES));
 	}
 	// d (or tot) is only read for rows < M, which a live consumer owns; the planner never makes an empty split.
 
@@ -263,6 +274,105 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	// null), gemm_splitk_reduce does it for all tiles afterwards.
 	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
 }
+
+// gemm_wgmma_persist is gemm_wgmma without splits or chunks on a persistent grid: block g takes tiles g, g + G, …
+// (numbered m-fastest, so blocks running together share W tiles), and one k-step pipeline runs through all of
+// them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
+// computed exactly as by gemm_wgmma (same products, same order): the same bits.
+template <int BN, int STAGES>
+__device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
+                                                   const void *R, int M, int N, int K, int ldy, int yF32) {
+	constexpr int BM = 128, BK = 64;
+	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+	extern __shared__ unsigned char smem_raw[];
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+	const int mT = (M + BM - 1) / BM, T = mT * ((N + BN - 1) / BN);
+	const int kTiles = (K + BK - 1) / BK;
+	const int wg = threadIdx.x >> 7;
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+
+	if (wg == 0) {
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		if (threadIdx.x == 0) {
+			int it = 0;
+			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
+				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+				for (int kt = 0; kt < kTiles; kt++, it++) {
+					const int s = it % STAGES;
+					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+					mbar_expect_tx(full, STAGE_BYTES);
+					tma_load2d(sa, tmX, kt * BK, m0, full);
+					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+				}
+			}
+		}
+		return;
+	}
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	const int c = wg - 1, t = threadIdx.x - 128;
+	const int w = (t >> 5) & 3, l = t & 31;
+	float d[BN / 2];
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
+	int it = 0;
+	for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
+		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+		const bool live = m0 + 64 * c < M;
+		for (int kt = 0; kt < kTiles; kt++, it++) {
+			const int s = it % STAGES;
+			mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+			if (live) {
+				const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
+				wgmma_fence();
+#pragma unroll
+				for (int kk = 0; kk < BK / 16; kk++)
+					wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || kt > 0);
+				wgmma_commit();
+				wgmma_wait1();
+			}
+			if (kt > 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+		}
+		if (live) wgmma_wait0();
+		mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+		if (!live) continue;
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= N) continue;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+				if (row < M) gemm_store2(Y, R, ldy, yF32, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+			}
+		}
+	}
+}
+
+#define WP_PARAMS                                                                                                \
+	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R, int M, \
+	    int N, int K, int ldy, int yF32
+#define WP_ARGS &tmX, &tmW, Y, R, M, N, K, ldy, yF32
+
+// Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below.
+#define WP_TILE(BN, STAGES)                                                                                       \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                     \
+		gemm_wgmma_persist<BN, STAGES>(WP_ARGS);                                                            \
+	}
+WP_TILE(64, 8)
+WP_TILE(96, 7)
+WP_TILE(128, 6)
+WP_TILE(144, 6)
+WP_TILE(192, 5)
+WP_TILE(256, 4)
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
