@@ -295,14 +295,8 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 		if err != nil {
 			return nil, err
 		}
-		gu, err := b.MatMul(v, l.gateUp)
+		act, err := b.MatMulSwiGLU(v, l.gateUp)
 		b.Free(v)
-		if err != nil {
-			b.Free(h2)
-			return nil, err
-		}
-		act, err := b.SwiGLU(gu)
-		b.Free(gu)
 		if err != nil {
 			b.Free(h2)
 			return nil, err

@@ -171,6 +171,9 @@ type Backend interface {
 	// SwiGLU returns silu(g) ⊙ u for x [M, 2I] = [g | u] → [M, I], where
 	// silu(z) = z·sigmoid(z).
 	SwiGLU(x Tensor) (Tensor, error)
+	// MatMulSwiGLU returns SwiGLU(MatMul(x, w)) for w [2I, K] = [w_g; w_u]:
+	// the same values, in one kernel where the backend can fuse them.
+	MatMulSwiGLU(x, w Tensor) (Tensor, error)
 	// SigmoidGate returns x ⊙ sigmoid(gate); x, gate [M, n].
 	SigmoidGate(x, gate Tensor) (Tensor, error)
 	// AddBias returns x + bias with bias [n] added to every row of x [M, n]

@@ -70,6 +70,7 @@ func RunAll(t *testing.T, b tensor.Backend, tol Tolerance) {
 		{"RMSNorm", s.testRMSNorm},
 		{"AddRMSNorm", s.testAddRMSNorm},
 		{"SwiGLU", s.testSwiGLU},
+		{"MatMulSwiGLU", s.testMatMulSwiGLU},
 		{"SigmoidGate", s.testSigmoidGate},
 		{"AddBias", s.testAddBias},
 		{"QKNormRope", s.testQKNormRope},

@@ -192,6 +192,52 @@ func (s *suite) testSwiGLU(t *testing.T) {
 	}
 }
 
+// testMatMulSwiGLU checks that the fused operation gives exactly the bits of MatMul then SwiGLU, for F32 and
+// BF16 weights, at shapes a GPU can fuse (I a multiple of 8, K of 8) and shapes it cannot.
+func (s *suite) testMatMulSwiGLU(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, sh := range [][3]int{{1, 8, 16}, {3, 5, 7}, {70, 144, 64}, {130, 24, 40}, {300, 72, 128}} {
+			m, n, k := sh[0], sh[1], sh[2]
+			x := s.up(t, []int{m, k}, s.random(m*k, 1))
+			w, _ := s.upAs(t, dt, []int{2 * n, k}, s.random(2*n*k, 1/float64(k)))
+			name := fmt.Sprintf("%v/%dx%dx%d", dt, m, n, k)
+			gu, err := s.b.MatMul(x, w)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			want, err := s.b.SwiGLU(gu)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			got, err := s.b.MatMulSwiGLU(x, w)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			if sh := got.Shape(); len(sh) != 2 || sh[0] != m || sh[1] != n {
+				t.Fatalf("%s: shape %v, want [%d %d]", name, sh, m, n)
+			}
+			a, err := s.b.ToHost(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := s.b.ToHost(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Errorf("%s: element %d: fused %v, MatMul then SwiGLU %v", name, i, a[i], b[i])
+					break
+				}
+			}
+			s.b.Free(x, w, gu, want, got)
+		}
+	}
+	if _, err := s.b.MatMulSwiGLU(s.up(t, []int{2, 4}, s.random(8, 1)), s.up(t, []int{3, 4}, s.random(12, 1))); err == nil {
+		t.Error("MatMulSwiGLU with an odd number of weight rows: no error")
+	}
+}
+
 func (s *suite) testSigmoidGate(t *testing.T) {
 	for name, g := range s.gens() {
 		m, n := 3, 19

@@ -134,6 +134,16 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 	return sum, normed, nil
 }
 
+// MatMulSwiGLU returns SwiGLU(MatMul(x, w)).
+func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
+	gu, err := b.MatMul(x, w)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(gu)
+	return b.SwiGLU(gu)
+}
+
 // SwiGLU returns silu(g)·u for x = [g | u].
 func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 	xt, err := matrix("SwiGLU", "x", x, -1, -1)

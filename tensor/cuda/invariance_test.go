@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -345,4 +346,80 @@ func TestForwardBatchInvariant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGEMMSwiGLU checks the SwiGLU-fused tile kernels bit for bit against the GEMM followed by the SwiGLU kernel:
+// the default plan and every tile width, persistent with several tiles per block, at output widths F that are
+// not multiples of the tile's half width.
+func TestGEMMSwiGLU(t *testing.T) {
+	if !dev.hopper() {
+		t.Skip("wgmma kernels need compute capability 9.0")
+	}
+	r := newRand(t)
+	for _, s := range [][2]int{{9216, 2560}, {136, 1000}, {1000, 512}} {
+		F, K := s[0], s[1]
+		N := 2 * F
+		const maxM = 700
+		x := randBF16(r, maxM*K, 1)
+		w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
+		for _, M := range []int{1, 89, 240, 700} {
+			var want []uint16
+			do(t, func(q *Queue) error {
+				X := upload(t, q, bytesOf16(x[:M*K]), 0)
+				W := upload(t, q, bytesOf16(w), 0)
+				GU := poisoned(t, q, 2*M*N)
+				Y := poisoned(t, q, 2*M*F)
+				defer func() { q.Free(X); q.Free(W); q.Free(GU); q.Free(Y) }()
+				if err := q.GEMM(GEMM{Y: GU, X: X, W: W, M: M, N: N, K: K}); err != nil {
+					return err
+				}
+				if err := q.SwiGLU(Y, GU, M, F); err != nil {
+					return err
+				}
+				want = from16(download(t, q, Y, 2*M*F))
+				return nil
+			})
+			for _, xt := range append([]wgTile{{}}, wgTiles...) {
+				name := fmt.Sprintf("F=%d K=%d M=%d tile %dx%d", F, K, M, xt.bm, xt.bn)
+				var got []uint16
+				do(t, func(q *Queue) error {
+					X := upload(t, q, bytesOf16(x[:M*K]), 0)
+					W := upload(t, q, bytesOf16(w), 0)
+					Y := poisoned(t, q, 2*M*F)
+					defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
+					g := GEMM{Y: Y, X: X, W: W, M: M, N: N, K: K, SwiGLU: true, xt: xt}
+					if xt.bm == 0 && !q.d.SwiGLUFused(M, N, K) {
+						return nil // the default plan has no fused kernel here: the backend runs the two kernels
+					}
+					if err := q.GEMM(g); err != nil {
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					got = from16(download(t, q, Y, 2*M*F))
+					return nil
+				})
+				if got == nil {
+					continue
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("%s: row %d column %d: fused %#04x, GEMM then SwiGLU %#04x", name, i/F, i%F, got[i], want[i])
+						break
+					}
+				}
+			}
+		}
+	}
+	// Plans without a fused kernel are refused, not run wrong.
+	do(t, func(q *Queue) error {
+		X := upload(t, q, bytesOf16(randBF16(r, 4*64, 1)), 0)
+		W := upload(t, q, bytesOf16(randBF16(r, 32*64, 1)), 0)
+		Y := poisoned(t, q, 2*4*16)
+		defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
+		err := q.GEMM(GEMM{Y: Y, X: X, W: W, M: 4, N: 32, K: 64, SwiGLU: true, xt: wgTiles[1], splits: 2})
+		var ae *ArgError
+		if !errors.As(err, &ae) || ae.Arg != "SwiGLU" {
+			t.Errorf("SwiGLU with a split-K plan: %v, want an ArgError on SwiGLU", err)
+		}
+		return nil
+	})
 }

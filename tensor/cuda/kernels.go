@@ -44,6 +44,10 @@ type GEMM struct {
 	LdX     int // elements between X rows; 0 means K
 	LdY     int // elements between Y (and R) rows; 0 means N
 	F32Out  bool
+	// SwiGLU: W = [Wg; Wu] (N = 2F rows) and Y [M, F] (LdY ≥ F; 0 means F) = silu(X·Wgᵀ)·(X·Wuᵀ), the bits of
+	// SwiGLU on the bf16 output of the plain GEMM. Only where the plan is a one-split tile plan (SwiGLUFused says
+	// so); no residual, bf16 Y.
+	SwiGLU bool
 
 	kern     gemmKernel // 0: choose (tests force one)
 	tile     int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
@@ -356,8 +360,22 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 		return p
 	}
 	p.persist, p.fn = true, fmt.Sprintf("gemm_wgmma_p%dx%d", p.bm, p.bn)
-	p.grid = min(p.blocksM*p.blkN, d.sms())
+	tiles := p.blocksM * p.blkN
+	if g.SwiGLU { // tiles of bn/2 output columns over N/2
+		tiles = p.blocksM * ((g.N/2 + p.bn/2 - 1) / (p.bn / 2))
+	}
+	p.grid = min(tiles, d.sms())
 	return p
+}
+
+// SwiGLUFused reports whether GEMM{M, N, K, SwiGLU: true} has a fused kernel on this device (its plan is a
+// one-split tile plan); when not, the caller runs the GEMM and SwiGLU apart (the same bits).
+func (d *Device) SwiGLUFused(M, N, K int) bool {
+	if !d.hopper() || N%16 != 0 || K%8 != 0 {
+		return false
+	}
+	g := GEMM{M: M, N: N, K: K, SwiGLU: true}
+	return d.plan(&g).persist
 }
 
 // skShared is the stream-K kernel's dynamic shared memory: 5 stages of 32 KiB, 1 KiB of alignment, 256 bytes of
@@ -723,14 +741,21 @@ func (q *Queue) GEMM(g GEMM) error {
 	if g.LdX == 0 {
 		g.LdX = g.K
 	}
+	outN := g.N // columns of Y
+	if g.SwiGLU {
+		if g.N%16 != 0 || g.R.Ptr != 0 || g.F32Out {
+			return &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual and bf16 Y", g.N)}
+		}
+		outN = g.N / 2
+	}
 	if g.LdY == 0 {
-		g.LdY = g.N
+		g.LdY = outN
 	}
 	if g.LdX < g.K || g.LdX%8 != 0 {
 		return &ArgError{op, "LdX", fmt.Sprintf("%d must be ≥ K = %d and a multiple of 8", g.LdX, g.K)}
 	}
-	if g.LdY < g.N || g.LdY%2 != 0 {
-		return &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ N = %d and even", g.LdY, g.N)}
+	if g.LdY < outN || g.LdY%2 != 0 {
+		return &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ %d columns and even", g.LdY, outN)}
 	}
 	ysz := int64(2)
 	if g.F32Out {
@@ -742,7 +767,7 @@ func (q *Queue) GEMM(g GEMM) error {
 	if err := need(op, "W", g.W, 2*int64(g.N)*int64(g.K)); err != nil {
 		return err
 	}
-	ybytes := ysz * (int64(g.M-1)*int64(g.LdY) + int64(g.N))
+	ybytes := ysz * (int64(g.M-1)*int64(g.LdY) + int64(outN))
 	if err := need(op, "Y", g.Y, ybytes); err != nil {
 		return err
 	}
@@ -759,6 +784,12 @@ func (q *Queue) GEMM(g GEMM) error {
 		return &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
+	if g.SwiGLU {
+		if !p.persist {
+			return &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
+		}
+		p.fn = fmt.Sprintf("gemm_wgmma_g%dx%d", p.bm, p.bn)
+	}
 	if p.kern == gemmSK {
 		if p.skTiles > maxGEMMTiles {
 			return &ArgError{op, "M, N", fmt.Sprintf("%d stream-K tiles exceed the %d tile counters", p.skTiles, maxGEMMTiles)}
@@ -787,8 +818,12 @@ func (q *Queue) GEMM(g GEMM) error {
 		if err != nil {
 			return fmt.Errorf("cuda: GEMM: X: %w", err)
 		}
+		wBox := p.bn
+		if g.SwiGLU {
+			wBox = p.bn / 2 // the gate rows and the up rows of a tile, loaded side by side
+		}
 		tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
-			BoxRows: p.bn, BoxCols: p.bk, Swizzle128: true})
+			BoxRows: wBox, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
 			return fmt.Errorf("cuda: GEMM: W: %w", err)
 		}

@@ -246,6 +246,51 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 	return sum, y, nil
 }
 
+// MatMulSwiGLU returns SwiGLU(MatMul(x, w)): on Hopper, for bf16 operands whose GEMM plan is a one-split tile
+// plan, one kernel whose epilogue applies SwiGLU to the gate and up sums of the same columns (the bits of the two
+// operations apart, without writing [g | u]); otherwise the two operations.
+func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
+	const op = "MatMulSwiGLU"
+	xt, err := b.matrix(op, "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	m, k := xt.shape[0], xt.shape[1]
+	wt, err := b.matrix(op, "w", w, -1, k)
+	if err != nil {
+		return nil, err
+	}
+	n2 := wt.shape[0]
+	if n2%2 != 0 {
+		return nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: "[2I, K]"}
+	}
+	var y *Tensor
+	fused := false
+	err = b.run(func(s *scope) error {
+		if m == 0 || k == 0 || xt.dtype != tensor.BF16 || wt.dtype != tensor.BF16 || !s.q.d.SwiGLUFused(m, n2, k) {
+			return nil
+		}
+		fused = true
+		var err error
+		if y, err = s.out(tensor.BF16, m, n2/2); err != nil {
+			return err
+		}
+		return s.q.GEMM(GEMM{Y: y.buf, X: xt.buf, W: wt.buf, M: m, N: n2, K: k, SwiGLU: true})
+	})
+	if !fused || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		gu, err := b.MatMul(x, w)
+		if err != nil {
+			return nil, err
+		}
+		defer b.Free(gu)
+		return b.SwiGLU(gu)
+	}
+	return result(y, err)
+}
+
 // SwiGLU returns silu(g)·u for x = [g | u].
 func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 	const op = "SwiGLU"

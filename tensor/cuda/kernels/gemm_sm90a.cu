@@ -275,11 +275,24 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
 }
 
+// swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
+// [g | u] row, in the same order, so the fused epilogue below gives its bits.
+__device__ __forceinline__ float swiglu1(float g, float u) {
+	g = __bfloat162float(__float2bfloat16_rn(g));
+	u = __bfloat162float(__float2bfloat16_rn(u));
+	return g * (1.f / (1.f + expf(-g))) * u;
+}
+
 // gemm_wgmma_persist is gemm_wgmma without splits or chunks on a persistent grid: block g takes tiles g, g + G, …
 // (numbered m-fastest, so blocks running together share W tiles), and one k-step pipeline runs through all of
 // them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
 // computed exactly as by gemm_wgmma (same products, same order): the same bits.
-template <int BN, int STAGES>
+//
+// GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
+// same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
+// (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy) = silu(g)·u as swiglu_bf16
+// would on the stored GEMM output — the same bits, without writing [g | u].
+template <int BN, int STAGES, bool GATED>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32) {
 	constexpr int BM = 128, BK = 64;
@@ -287,7 +300,9 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	extern __shared__ unsigned char smem_raw[];
 	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
-	const int mT = (M + BM - 1) / BM, T = mT * ((N + BN - 1) / BN);
+	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
+	const int NO = GATED ? N / 2 : N;       // output columns
+	const int mT = (M + BM - 1) / BM, T = mT * ((NO + TN - 1) / TN);
 	const int kTiles = (K + BK - 1) / BK;
 	const int wg = threadIdx.x >> 7;
 	if (threadIdx.x == 0) {
@@ -304,7 +319,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		if (threadIdx.x == 0) {
 			int it = 0;
 			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
-				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * TN;
 				for (int kt = 0; kt < kTiles; kt++, it++) {
 					const int s = it % STAGES;
 					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
@@ -312,6 +327,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 					mbar_expect_tx(full, STAGE_BYTES);
 					tma_load2d(sa, tmX, kt * BK, m0, full);
 					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+					if constexpr (GATED) tma_load2d(sa + A_BYTES + TN * 128, tmW, kt * BK, NO + n0, full);
 				}
 			}
 		}
@@ -325,7 +341,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
 	int it = 0;
 	for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
-		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * TN;
 		const bool live = m0 + 64 * c < M;
 		for (int kt = 0; kt < kTiles; kt++, it++) {
 			const int s = it % STAGES;
@@ -345,13 +361,21 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 		if (!live) continue;
 #pragma unroll
-		for (int j = 0; j < BN / 8; j++) {
+		for (int j = 0; j < TN / 8; j++) {
 			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= N) continue;
+			if (col >= NO) continue;
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
 				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-				if (row < M) gemm_store2(Y, R, ldy, yF32, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+				if (row >= M) continue;
+				if constexpr (GATED) {
+					constexpr int U = 4 * (TN / 8); // the up sums of the same columns
+					const float v0 = swiglu1(d[4 * j + 2 * h], d[U + 4 * j + 2 * h]);
+					const float v1 = swiglu1(d[4 * j + 2 * h + 1], d[U + 4 * j + 2 * h + 1]);
+					*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)row * ldy + col) = __floats2bfloat162_rn(v0, v1);
+				} else {
+					gemm_store2(Y, R, ldy, yF32, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+				}
 			}
 		}
 	}
@@ -362,10 +386,14 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	    int N, int K, int ldy, int yF32
 #define WP_ARGS &tmX, &tmW, Y, R, M, N, K, ldy, yF32
 
-// Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below.
+// Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below,
+// and their SwiGLU-fused twins (gemm_wgmma_g128xBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused).
 #define WP_TILE(BN, STAGES)                                                                                       \
 	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                     \
-		gemm_wgmma_persist<BN, STAGES>(WP_ARGS);                                                            \
+		gemm_wgmma_persist<BN, STAGES, false>(WP_ARGS);                                                     \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_g128x##BN(WP_PARAMS) {                     \
+		gemm_wgmma_persist<BN, STAGES, true>(WP_ARGS);                                                      \
 	}
 WP_TILE(64, 8)
 WP_TILE(96, 7)
