@@ -20,8 +20,14 @@ import (
 // are read in place through the pointers it holds, never copied per row.
 var _ tensor.Batched = (*Backend)(nil)
 
-// convRows is the rows per thread of conv1d_silu_segs_k* (CONV_RB in kernels/segs.cu).
-const convRows = 8
+// The blocks of conv1d_silu_segs_k* (kernels/segs.cu) are convVecs 8-channel vectors (CONV_VX) by convRowThreads
+// rows of threads (CONV_WY); past the blocks of the segments' first rows, a thread computes convRows consecutive
+// rows (CONV_RB).
+const (
+	convVecs       = 32
+	convRowThreads = 4
+	convRows       = 4
+)
 
 // segDesc is the kernels' SegDesc (kernels/segs.cu): start, len, p, dt, first, dtb, then the pointers a and b,
 // each as two int32 halves (little-endian).
@@ -265,10 +271,26 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 // kernels/segs.cu); a call with more uploads them.
 const convParamSegs = 16
 
-// convSharedSegs bounds the segments of the bf16 convolution kernels, which keep every descriptor in shared memory
-// (40 bytes each, within the 48 KB a block gets without asking); calls with more segments take conv1d_silu_segs,
-// which gives the same bits.
-const convSharedSegs = 1024
+// convVecSegs bounds the segments of the bf16 convolution kernels conv1d_silu_segs_k* (the bound they had when they
+// kept every descriptor in shared memory, kept so that the same calls take them); calls with more segments take
+// conv1d_silu_segs, which gives the same bits.
+const convVecSegs = 1024
+
+// convVec selects conv1d_silu_segs_k* (16-byte vectors) for the calls they take; false runs conv1d_silu_segs for
+// every call (tests compare the two: the bits are the same).
+var convVec = true
+
+// convVecStates reports whether every cached state can be read by conv1d_silu_segs_k*, which read histories as
+// 16-byte vectors of bf16 (a kept state has x's type; other states take conv1d_silu_segs, which gives the same
+// bits).
+func convVecStates(sts []*Tensor) bool {
+	for _, st := range sts {
+		if st.dtype != tensor.BF16 || st.buf.Ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU whose segments each continue their own
 // history (a cached state, or the last inputs of another segment of the call, read in place); the kept histories
@@ -360,9 +382,13 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 		}
 		if n > 0 {
 			s.q.args.Reset()
-			if xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && ldx%8 == 0 && kw >= 2 && kw <= 4 &&
-				ch/8 <= 65535*128 && len(segs) <= convSharedSegs && xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 && wt.buf.Ptr%16 == 0 {
-				// 8 channels of convRows rows per thread, 16-byte loads, the window in registers
+			// conv1d_silu_segs_k*: 8 channels a thread, 16-byte loads; first the blocks of the segments' first kw − 1
+			// rows (one row a thread, its window reaching into the history), then the others (convRows rows a thread)
+			hb := (len(segs)*(kw-1) + convRowThreads - 1) / convRowThreads
+			rb := (n + convRows*convRowThreads - 1) / (convRows * convRowThreads)
+			if convVec && xt.dtype == tensor.BF16 && y.dtype == tensor.BF16 && ch%8 == 0 && ldx%8 == 0 && kw >= 2 && kw <= 4 &&
+				hb+rb <= 65535 && len(segs) <= convVecSegs && xt.buf.Ptr%16 == 0 && y.buf.Ptr%16 == 0 &&
+				wt.buf.Ptr%16 == 0 && convVecStates(sts) {
 				dp, err := upDescs()
 				if err != nil {
 					return err
@@ -370,8 +396,9 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 				s.q.args.Reset()
 				s.q.args.Ptr(y.buf.Ptr).Ptr(xt.buf.Ptr).I32(int32(ldx)).Ptr(wt.buf.Ptr).I32(int32(wt.dtype)).Ptr(dp).
 					I32(int32(len(segs))).I32(int32(n)).I32(int32(ch)).Bytes(psegs[:], 8)
-				grid := cudrv.Dim3{X: (n + convRows - 1) / convRows, Y: (ch/8 + 127) / 128, Z: 1}
-				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 40*len(segs)); err != nil {
+				grid := cudrv.Dim3{X: (ch/8 + convVecs - 1) / convVecs, Y: hb + rb, Z: 1}
+				block := cudrv.Dim3{X: convVecs, Y: convRowThreads, Z: 1}
+				if err := s.q.launch("segs", fmt.Sprintf("conv1d_silu_segs_k%d", kw), grid, block, 0); err != nil {
 					return err
 				}
 			} else {

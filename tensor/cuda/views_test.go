@@ -246,7 +246,7 @@ func TestColumnViews(t *testing.T) {
 }
 
 // TestConvManySegments runs the bf16 convolution on more segments than a launch carries as parameters (the
-// descriptors uploaded; 1,100: more than the kernel keeps in shared memory, the element-wise kernel), many kept,
+// descriptors uploaded; 1,100: more than the vector kernels take, the element-wise kernel), many kept,
 // with the input a column view, against the CPU backend.
 func TestConvManySegments(t *testing.T) {
 	r := newRand(t)

@@ -105,26 +105,19 @@ struct ConvSegs {
 	SegDesc d[CONV_PSEGS];
 };
 
-// conv_descs copies the nseg descriptors into shared memory: from desc when it is set, else from ps (constant
-// indices: a parameter array indexed by a variable would be copied to local memory per thread).
-__device__ __forceinline__ void conv_descs(SegDesc *sh, const SegDesc *desc, int nseg, const ConvSegs &ps) {
-	if (desc != nullptr) {
-		for (int i = threadIdx.x; i < nseg; i += blockDim.x) sh[i] = desc[i];
-	} else {
-#pragma unroll
-		for (int i = 0; i < CONV_PSEGS; i++)
-			if (threadIdx.x == i && i < nseg) sh[i] = ps.d[i];
-	}
-	__syncthreads();
+// conv_start is the first row of segment i (from desc, or from ps when desc is null; ps is __grid_constant__: read
+// in place, not copied per thread).
+__device__ __forceinline__ int conv_start(const SegDesc *desc, const ConvSegs &ps, int i) {
+	return desc != nullptr ? __ldg(&desc[i].start) : ps.d[i].start;
 }
 
 // conv_seg returns the segment of row t: the last of the nseg segments starting at or before t (an empty segment
 // starts where the next one does, so it is never the last such).
-__device__ __forceinline__ int conv_seg(const SegDesc *sh, int nseg, int t) {
+__device__ __forceinline__ int conv_seg(const SegDesc *desc, int nseg, const ConvSegs &ps, int t) {
 	int lo = 0, hi = nseg - 1;
 	while (lo < hi) {
 		const int mid = (lo + hi + 1) >> 1;
-		if (sh[mid].start <= t)
+		if (conv_start(desc, ps, mid) <= t)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -132,33 +125,17 @@ __device__ __forceinline__ int conv_seg(const SegDesc *sh, int nseg, int t) {
 	return lo;
 }
 
-// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x and y, C and ldx multiples of 8 and that kernel width
-// K: a thread owns 8 channels of CONV_RB consecutive rows. The segment descriptors (from desc, or from ps when desc
-// is null) are first copied to shared memory, where each thread finds its rows' segments (no per-row table). A
-// thread issues all its loads first — the CONV_RB + K − 1 input rows (16 bytes each), the 8×K weights (vector
-// loads for fp32 and bf16 weights) — and then computes from registers; only the first K − 1 rows of a segment
-// read their history element by element. The sum runs over j = 0 … K−1 in the same order as conv1d_silu_segs, so
-// both give the same bits. Grid (ceil(N/CONV_RB), ceil(C/8/128)), 128 threads, nseg·sizeof(SegDesc) bytes of
-// dynamic shared memory.
-#define CONV_RB 8
+// bf16at returns element e of the 8 bf16 in v, widened to fp32 (exactly, as __bfloat162float).
+__device__ __forceinline__ float bf16at(const uint4 &v, int e) {
+	const uint32_t u = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+	return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
+}
+
+// conv_weights loads wv[j][e] = w[c + e, j] (the 8K weights of channels c … c + 7 are contiguous): vector loads
+// for fp32 and bf16 weights, widened exactly.
 template <int K>
-__device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
-                                        const SegDesc *desc, int nseg, const ConvSegs &ps, int N, int C) {
-	extern __shared__ SegDesc sdesc[];
-	const int c8 = blockIdx.y * blockDim.x + threadIdx.x;
-	const int c = c8 * 8;
-	const int t0 = blockIdx.x * CONV_RB, nt = min(CONV_RB, N - t0);
-	constexpr int NR = CONV_RB + K - 1;
-	uint4 raw[NR]; // input rows t0 − K + 1 … t0 + CONV_RB − 1 (zero outside [0, N))
-	const bool on = c < C;
-#pragma unroll
-	for (int i = 0; i < NR; i++) {
-		const int src = t0 - (K - 1) + i;
-		raw[i] = (on && src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : make_uint4(0, 0, 0, 0);
-	}
-	float wv[K][8]; // wv[j][e] = w[c + e, j]; the 8K weights are contiguous
-	if (!on) {
-	} else if (wdt == DT_F32) {
+__device__ __forceinline__ void conv_weights(float (&wv)[K][8], const void *w, int wdt, int c) {
+	if (wdt == DT_F32) {
 		const float4 *w4 = (const float4 *)((const float *)w + (size_t)c * K);
 #pragma unroll
 		for (int q = 0; q < 2 * K; q++) {
@@ -182,50 +159,114 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #pragma unroll
 			for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
 	}
-	conv_descs(sdesc, desc, nseg, ps);
-	if (!on) return;
-	int cur = conv_seg(sdesc, nseg, t0);
-	SegDesc sd = sdesc[cur];
+}
+
+// conv_row returns the 8 outputs of one row from its window (win[j]: input row t − K + 1 + j, 8 bf16 channels).
+// Same bits as conv1d_silu_segs: each window value and weight is the same element widened exactly to fp32, and
+// each output is acc = 0, then acc += w[c, j]·x_j for j = 0 … K − 1 (the same expression, so the same fused
+// multiply-adds in the same order), then acc·sigm(acc), rounded once to nearest even.
+template <int K>
+__device__ __forceinline__ uint4 conv_row(const float (&wv)[K][8], const uint4 (&win)[K]) {
+	uint4 o;
+	__nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+#pragma unroll
+	for (int e = 0; e < 8; e += 2) {
+		float s[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			float acc = 0.f;
+#pragma unroll
+			for (int j = 0; j < K; j++) acc += wv[j][e + u] * bf16at(win[j], e + u);
+			s[u] = acc * sigm(acc);
+		}
+		h[e / 2] = __floats2bfloat162_rn(s[0], s[1]);
+	}
+	return o;
+}
+
+// conv1d_silu_segs_k{2,3,4} are conv1d_silu_segs for bf16 x, y and histories (cached states, rows of x), C, ldx
+// and the histories' row strides multiples of 8, x, y and the histories 16-byte aligned, and that kernel width K.
+// Block (CONV_VX, CONV_WY): thread (v, r) owns the 8 channels c = 8·(CONV_VX·blockIdx.x + v) … c + 7, so a warp
+// reads and writes 512 contiguous bytes of a row, and consecutive blocks the rest of the same rows. Rows are
+// computed once each, by one of two kinds of block:
+// - blockIdx.y < hb = ceil(nseg·(K − 1)/CONV_WY): the first K − 1 rows of every segment, the only rows whose
+//   window reaches into a history; thread row h computes row j = h mod (K − 1) of segment h div (K − 1) (none
+//   when the segment is shorter), its window the history rows j … K − 2 (16-byte vectors; zero where hist gives
+//   zero) and rows of x. Its segment is known, so nothing is searched.
+// - the others: CONV_RB consecutive rows a thread. It issues all its loads first (the CONV_RB + K − 1 input rows and
+//   the 8·K weights), finds the segment of its first row (binary search in the parameter or the uploaded
+//   descriptors), follows the segment boundaries row by row and skips the rows of the first kind.
+// Loads wait only for the segment descriptors (the row's own, or the search), never for each other. The bits are
+// those of conv1d_silu_segs (see conv_row). Grid (ceil(C/8/CONV_VX), hb + ceil(N / (CONV_RB·CONV_WY))), no shared memory.
+#define CONV_RB 4
+#define CONV_WY 4
+#define CONV_VX 32
+template <int K>
+__device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
+                                        const SegDesc *desc, int nseg, const ConvSegs &ps, int N, int C) {
+	const int c = (blockIdx.x * CONV_VX + threadIdx.x) * 8;
+	if (c >= C) return;
+	const uint4 zero = make_uint4(0, 0, 0, 0);
+	const int hb = (nseg * (K - 1) + CONV_WY - 1) / CONV_WY;
+	uint4 raw[CONV_RB + K - 1]; // this thread's input rows t0 − K + 1 … t0 + CONV_RB − 1, or a first row's window
+	int t0;
+	if ((int)blockIdx.y < hb) {
+		const int h = blockIdx.y * CONV_WY + threadIdx.y, j = h % (K - 1);
+		if (h >= nseg * (K - 1)) return;
+		const SegDesc sd = desc != nullptr ? desc[h / (K - 1)] : ps.d[h / (K - 1)];
+		if (j >= sd.len) return;
+		t0 = sd.start + j;
+		// window row i is history row j + i (zero where hist gives zero) while j + i < K − 1, then row t0 − K + 1 + i
+#pragma unroll
+		for (int i = 0; i < K; i++) {
+			const int hr = j + i;
+			if (hr >= K - 1)
+				raw[i] = *(const uint4 *)(x + (size_t)(t0 - (K - 1) + i) * ldx + c);
+			else if (sd.a != nullptr && hr >= sd.first)
+				raw[i] = __ldg((const uint4 *)((const __nv_bfloat16 *)sd.a + (size_t)(sd.p + hr) * sd.dtb + c));
+			else
+				raw[i] = zero;
+		}
+	} else {
+		t0 = ((blockIdx.y - hb) * CONV_WY + threadIdx.y) * CONV_RB;
+		if (t0 >= N) return;
+#pragma unroll
+		for (int i = 0; i < CONV_RB + K - 1; i++) {
+			const int src = t0 - (K - 1) + i;
+			raw[i] = (src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : zero;
+		}
+	}
+	float wv[K][8];
+	conv_weights<K>(wv, w, wdt, c);
+	const bool firsts = (int)blockIdx.y < hb; // one row, t0, its window in raw[0 … K − 1]
+	int s = 0, start = 0, next = 0x7fffffff;
+	if (!firsts) {
+		s = conv_seg(desc, nseg, ps, t0);
+		start = conv_start(desc, ps, s);
+		if (s + 1 < nseg) next = conv_start(desc, ps, s + 1);
+	}
 #pragma unroll
 	for (int r = 0; r < CONV_RB; r++) {
-		if (r >= nt) break;
 		const int t = t0 + r;
-		if (cur + 1 < nseg && sdesc[cur + 1].start <= t) {
-			while (cur + 1 < nseg && sdesc[cur + 1].start <= t) cur++;
-			sd = sdesc[cur];
-		}
-		float in[K][8];
-#pragma unroll
-		for (int j = 0; j < K; j++) {
-			const int src = t - (K - 1) + j;
-			if (src >= sd.start) {
-				unpack8(raw[r + j], in[j]);
-			} else {
-#pragma unroll
-				for (int e = 0; e < 8; e++) in[j][e] = hist(sd, K - 1 + (src - sd.start), c + e);
+		if (t >= N || (firsts && r > 0)) break;
+		if (!firsts) {
+			while (t >= next) {
+				s++;
+				start = next;
+				next = s + 1 < nseg ? conv_start(desc, ps, s + 1) : 0x7fffffff;
 			}
+			if (t - start < K - 1) continue; // computed by the first hb blocks
 		}
-		uint4 o;
-		__nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+		uint4 win[K];
 #pragma unroll
-		for (int e = 0; e < 8; e += 2) {
-			float v[2];
-#pragma unroll
-			for (int u = 0; u < 2; u++) {
-				float acc = 0.f;
-#pragma unroll
-				for (int j = 0; j < K; j++) acc += wv[j][e + u] * in[j][e + u];
-				v[u] = acc * sigm(acc);
-			}
-			h[e / 2] = __floats2bfloat162_rn(v[0], v[1]);
-		}
-		*(uint4 *)(y + (size_t)t * C + c) = o;
+		for (int j = 0; j < K; j++) win[j] = raw[r + j];
+		*(uint4 *)(y + (size_t)t * C + c) = conv_row<K>(wv, win);
 	}
 }
 #define CONV_V8(NAME, K)                                                                                              \
-	extern "C" __global__ void __launch_bounds__(128)                                                               \
+	extern "C" __global__ void __launch_bounds__(CONV_VX * CONV_WY)                                                  \
 	    NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt, const SegDesc *desc,       \
-	         int nseg, int N, int C, ConvSegs ps) {                                                                \
+	         int nseg, int N, int C, const __grid_constant__ ConvSegs ps) {                                        \
 		conv_v8<K>(y, x, ldx, w, wdt, desc, nseg, ps, N, C);                                                   \
 	}
 CONV_V8(conv1d_silu_segs_k2, 2)
