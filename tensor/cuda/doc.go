@@ -9,12 +9,13 @@
 // over to it (tens of microseconds). Run a whole model pass inside Backend.Run (tensor.Run) to call every
 // operation there directly: a pass then costs about its device time.
 //
-// Inside Run, passes are replayed as CUDA graphs: the queue records a pass's launches, copies and fills with
-// their exact parameters and stages its index uploads in one buffer, and issues every 128 operations (and at each
-// read-back) either the graph kept for exactly that record, a new capture when the record is seen the second
-// time, or the work itself. Uploaded contents (token ids, segment tables) are not part of a record, so passes of
-// the same structure share a graph. KEV_CUDA_GRAPHS=off (or Device.SetGraphs(0)) issues every pass eagerly; a
-// number bounds the graphs kept (64 by default). Launch profiles run eagerly.
+// With KEV_CUDA_GRAPHS=on (or a number of graphs, or Device.SetGraphs(n > 0)), passes inside Run are replayed as
+// CUDA graphs: the queue records a pass's launches, copies and fills with their exact parameters and stages its
+// index uploads in one buffer, and issues every 128 operations (and at each read-back) either the graph kept for
+// exactly that record, a new capture when the record is seen the second time, or the work itself. Uploaded
+// contents (token ids, segment tables) are not part of a record, so passes of the same structure share a graph.
+// Graphs are off by default: in Kev's serving cases the recording costs more host time than the replays save.
+// Launch profiles run eagerly.
 //
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each

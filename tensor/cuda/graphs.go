@@ -23,7 +23,9 @@ import (
 // ids, segment starts) changes what a graph must do, so a replay issues exactly what the eager path would.
 // Allocations come from the pool while recording, never during capture.
 
-// defaultGraphs is the number of graphs a device keeps unless KEV_CUDA_GRAPHS says otherwise.
+// defaultGraphs is the number of graphs a device keeps when KEV_CUDA_GRAPHS=on. Graphs are off unless that
+// variable turns them on: measured in Kev's serving cases on the H200 (NOTES-perf.md, v18), recording every pass
+// costs more host time than replaying the passes that recur saves (0.3–2 ms per request).
 const defaultGraphs = 64
 
 // dstageBytes is the size of the device staging buffer: one half of the pinned staging ring, through which a
@@ -42,21 +44,30 @@ var (
 	stageLimit = dstageLimit
 )
 
-// graphsFromEnv reads KEV_CUDA_GRAPHS: "0" or "off" turns pass graphs off, a positive number sets how many are
-// kept; unset or empty means defaultGraphs.
+// graphsFromEnv reads KEV_CUDA_GRAPHS: unset, empty, "0" or "off" leaves pass graphs off, "on" keeps
+// defaultGraphs of them, a positive number sets how many are kept.
 func graphsFromEnv() (int, error) {
 	v := strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPHS"))
 	switch strings.ToLower(v) {
-	case "":
-		return defaultGraphs, nil
-	case "off", "false":
+	case "", "off", "false":
 		return 0, nil
+	case "on", "true":
+		return defaultGraphs, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cuda: KEV_CUDA_GRAPHS=%q: want off or a number of graphs ≥ 0", v)
+		return 0, fmt.Errorf("cuda: KEV_CUDA_GRAPHS=%q: want on, off or a number of graphs ≥ 0", v)
 	}
 	return n, nil
+}
+
+// restoreGraphs sets the device's graph count back to what KEV_CUDA_GRAPHS asks for (tests that turn graphs on).
+func (d *Device) restoreGraphs() error {
+	n, err := graphsFromEnv()
+	if err != nil {
+		return err
+	}
+	return d.SetGraphs(n)
 }
 
 // SetGraphs sets how many pass graphs the device keeps (0 turns them off: every pass is issued eagerly, and the

@@ -22,7 +22,7 @@ func BenchmarkPassGraphs(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
 	defer be.Trim()
-	defer dev.SetGraphs(defaultGraphs)
+	defer dev.restoreGraphs()
 	segs := segmentOps
 	defer func() { segmentOps = segs }()
 	state, h, err := m.Prefill(randomIDs(r, 100, w.Config.VocabSize))

@@ -62,7 +62,7 @@ func TestPassGraphs(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
-	defer dev.SetGraphs(defaultGraphs)
+	defer dev.restoreGraphs()
 	c := invariantConfigs()["wide"]
 	m, err := layers.New(gb, modelWeights(r, c))
 	if err != nil {
@@ -195,6 +195,7 @@ func TestPassGraphsOffUnderProfile(t *testing.T) {
 	if err := dev.SetGraphs(defaultGraphs); err != nil {
 		t.Fatal(err)
 	}
+	defer dev.restoreGraphs()
 	err := dev.Run(func() error {
 		return dev.Do(func(q *Queue) error {
 			if !q.recording() {
@@ -223,7 +224,7 @@ func TestPassGraphsSegments(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
-	defer dev.SetGraphs(defaultGraphs)
+	defer dev.restoreGraphs()
 	ops, limit := segmentOps, stageLimit
 	defer func() { segmentOps, stageLimit = ops, limit }()
 	c := invariantConfigs()["wide"]

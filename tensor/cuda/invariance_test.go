@@ -349,8 +349,9 @@ func TestForwardBatchInvariant(t *testing.T) {
 }
 
 // TestGEMMSwiGLU checks the SwiGLU-fused tile kernels bit for bit against the GEMM followed by the SwiGLU kernel:
-// the default plan and every tile width, persistent with several tiles per block, at output widths F that are
-// not multiples of the tile's half width.
+// the default plan where it fuses (against the default plan's GEMM) and every tile width (against the unchunked
+// GEMM: a fused kernel sums all of k in one chunk), persistent with several tiles per block, at output widths F
+// that are not multiples of the tile's half width and K not a multiple of 64.
 func TestGEMMSwiGLU(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("wgmma kernels need compute capability 9.0")
@@ -363,23 +364,32 @@ func TestGEMMSwiGLU(t *testing.T) {
 		x := randBF16(r, maxM*K, 1)
 		w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
 		for _, M := range []int{1, 89, 240, 700} {
-			var want []uint16
-			do(t, func(q *Queue) error {
-				X := upload(t, q, bytesOf16(x[:M*K]), 0)
-				W := upload(t, q, bytesOf16(w), 0)
-				GU := poisoned(t, q, 2*M*N)
-				Y := poisoned(t, q, 2*M*F)
-				defer func() { q.Free(X); q.Free(W); q.Free(GU); q.Free(Y) }()
-				if err := q.GEMM(GEMM{Y: GU, X: X, W: W, M: M, N: N, K: K}); err != nil {
-					return err
-				}
-				if err := q.SwiGLU(Y, GU, M, F); err != nil {
-					return err
-				}
-				want = from16(download(t, q, Y, 2*M*F))
-				return nil
-			})
+			unfused := func(g GEMM) []uint16 {
+				var out []uint16
+				do(t, func(q *Queue) error {
+					X := upload(t, q, bytesOf16(x[:M*K]), 0)
+					W := upload(t, q, bytesOf16(w), 0)
+					GU := poisoned(t, q, 2*M*N)
+					Y := poisoned(t, q, 2*M*F)
+					defer func() { q.Free(X); q.Free(W); q.Free(GU); q.Free(Y) }()
+					g.Y, g.X, g.W, g.M, g.N, g.K = GU, X, W, M, N, K
+					if err := q.GEMM(g); err != nil {
+						return err
+					}
+					if err := q.SwiGLU(Y, GU, M, F); err != nil {
+						return err
+					}
+					out = from16(download(t, q, Y, 2*M*F))
+					return nil
+				})
+				return out
+			}
+			planned, whole := unfused(GEMM{}), unfused(GEMM{xt: wgTiles[1], splits: 1})
 			for _, xt := range append([]wgTile{{}}, wgTiles...) {
+				want := whole
+				if xt.bm == 0 {
+					want = planned
+				}
 				name := fmt.Sprintf("F=%d K=%d M=%d tile %dx%d", F, K, M, xt.bm, xt.bn)
 				var got []uint16
 				do(t, func(q *Queue) error {
@@ -411,11 +421,11 @@ func TestGEMMSwiGLU(t *testing.T) {
 	}
 	// Plans without a fused kernel are refused, not run wrong.
 	do(t, func(q *Queue) error {
-		X := upload(t, q, bytesOf16(randBF16(r, 4*64, 1)), 0)
-		W := upload(t, q, bytesOf16(randBF16(r, 32*64, 1)), 0)
+		X := upload(t, q, bytesOf16(randBF16(r, 4*256, 1)), 0)
+		W := upload(t, q, bytesOf16(randBF16(r, 32*256, 1)), 0)
 		Y := poisoned(t, q, 2*4*16)
 		defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
-		err := q.GEMM(GEMM{Y: Y, X: X, W: W, M: 4, N: 32, K: 64, SwiGLU: true, xt: wgTiles[1], splits: 2})
+		err := q.GEMM(GEMM{Y: Y, X: X, W: W, M: 4, N: 32, K: 256, SwiGLU: true, xt: wgTiles[1], splits: 2})
 		var ae *ArgError
 		if !errors.As(err, &ae) || ae.Arg != "SwiGLU" {
 			t.Errorf("SwiGLU with a split-K plan: %v, want an ArgError on SwiGLU", err)
