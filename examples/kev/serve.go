@@ -54,6 +54,7 @@ var serveEnv = []struct{ name, meaning string }{
 	{"KEV_MAX_INFLIGHT_BYTES", "as -max-inflight-bytes (default 128 MiB; 0: none)"},
 	{"KEV_MAX_INFLIGHT_TOKENS", "as -max-inflight-tokens (default 4194304; 0: none)"},
 	{"KEV_DRAIN_GRACE", "as -drain-grace (default 5s; 0: none)"},
+	{"KEV_CUDA_GRAPHS", "with -device cuda: on, or how many pass graphs to keep, replays passes as CUDA graphs (default off)"},
 	{"KEV_LOG_FORMAT", "as -log-format"},
 	{"KEV_LOG_LEVEL", "as -log-level"},
 	{"HF_HOME, HF_HUB_CACHE", "where hub models are cached (default ~/.cache/huggingface/hub)"},
