@@ -331,19 +331,6 @@ func (t wgTile) kern() gemmKernel {
 // shared is the tile kernel's dynamic shared memory: the ring, 1 KiB of alignment, the barriers.
 func (t wgTile) shared() int { return t.stages*(t.bm+t.bn)*64*2 + 1024 + 16*t.stages }
 
-// tileOf returns the tile kernel of family k (gemmWG256 or gemmWG128).
-func tileOf(k gemmKernel) wgTile {
-	if k == gemmWG128 {
-		return wgTiles[1]
-	}
-	return wgTiles[0]
-}
-
-// tiledPlan is the wgmma tile kernel k (128×128 or 128×256) with one split and no chunks.
-func tiledPlan(k gemmKernel, M, N, K int) gemmPlan {
-	return tilePlan(tileOf(k), M, N, K, 1, (K+63)/64)
-}
-
 // tilePlan is the wgmma tile kernel t with splits splits of tps k tiles each; with splits, the partial sums are
 // added in split order by gemm_splitk_reduce after the tile kernel (the bits of the in-kernel finish).
 func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
@@ -489,14 +476,6 @@ func tileCost(t wgTile, M, N, K, sms, splits, tps int) float64 {
 // floorUS is the time to read W and X once from device memory.
 func floorUS(M, N, K int) float64 {
 	return (float64(N) + float64(M)) * float64(K) * 2 / schedDRAM * 1e6
-}
-
-// tiledCost models the tile kernel of width bn (one block per tile, waves of one block per multiprocessor).
-func tiledCost(bn, M, N, K, sms int) float64 {
-	kTiles := (K + 63) / 64
-	T := ((M + 127) / 128) * ((N + bn - 1) / bn)
-	waves := (T + sms - 1) / sms
-	return max(float64(waves*kTiles)*stepUS(bn, M, sms), floorUS(M, N, K)) + schedFixed
 }
 
 // skCost models the stream-K kernel with chunks of c k tiles and skTiles stream-K tiles on grid blocks: the
