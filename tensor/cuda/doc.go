@@ -21,8 +21,11 @@
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
 // module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
 // has one typed Go method on Queue. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
-// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128×256 or 128×128, or a
-// persistent stream-K schedule over fixed k chunks; elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): 128-row tiles 64 to 256 columns wide,
+// persistent, or split-K over the fixed k chunks of a shape with one reduce launch, or a persistent stream-K
+// schedule over those chunks, chosen per M by a cost model so that the tiles fill the GPU (the k partition depends
+// on the shape only, so a row's bits do not depend on its batch); the MLP's gate/up GEMM applies SwiGLU in its
+// epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
 // state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
