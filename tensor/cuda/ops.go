@@ -62,17 +62,11 @@ func orNil(t *Tensor) tensor.Tensor {
 // MatMul returns x·wᵀ: on the tensor cores for BF16 x and w with N and K multiples of 8, on the CUDA cores
 // otherwise (fp32 accumulation either way).
 func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
-	const op = "MatMul"
-	xt, err := b.matrix(op, "x", x, -1, -1)
+	xt, wt, err := b.matmulOperands("MatMul", x, w)
 	if err != nil {
 		return nil, err
 	}
-	m, k := xt.shape[0], xt.shape[1]
-	wt, err := b.matrix(op, "w", w, -1, k)
-	if err != nil {
-		return nil, err
-	}
-	n := wt.shape[0]
+	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
 	var y *Tensor
 	err = b.run(func(s *scope) error {
 		var err error
@@ -246,21 +240,27 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 	return sum, y, nil
 }
 
+// matmulOperands checks x [M, K] and w [N, K] for the operation op.
+func (b *Backend) matmulOperands(op string, x, w tensor.Tensor) (xt, wt *Tensor, err error) {
+	if xt, err = b.matrix(op, "x", x, -1, -1); err != nil {
+		return nil, nil, err
+	}
+	if wt, err = b.matrix(op, "w", w, -1, xt.shape[1]); err != nil {
+		return nil, nil, err
+	}
+	return xt, wt, nil
+}
+
 // MatMulSwiGLU returns SwiGLU(MatMul(x, w)): on Hopper, for bf16 operands whose GEMM plan is a one-split tile
 // plan, one kernel whose epilogue applies SwiGLU to the gate and up sums of the same columns (the bits of the two
 // operations apart, without writing [g | u]); otherwise the two operations.
 func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 	const op = "MatMulSwiGLU"
-	xt, err := b.matrix(op, "x", x, -1, -1)
+	xt, wt, err := b.matmulOperands(op, x, w)
 	if err != nil {
 		return nil, err
 	}
-	m, k := xt.shape[0], xt.shape[1]
-	wt, err := b.matrix(op, "w", w, -1, k)
-	if err != nil {
-		return nil, err
-	}
-	n2 := wt.shape[0]
+	m, k, n2 := xt.shape[0], xt.shape[1], wt.shape[0]
 	if n2%2 != 0 {
 		return nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: "[2I, K]"}
 	}
