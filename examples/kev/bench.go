@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,7 +82,7 @@ type benchConfig struct {
 func benchCommand(args []string) error {
 	start := time.Now()
 	fs := newFlags("bench", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda] [-dtype fp32|bf16] [-cases FILE] "+
-		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE]")
+		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE] [-cpuprofile FILE] [-trace FILE]")
 	var mf modelFlags
 	mf.register(fs)
 	var cfg benchConfig
@@ -92,6 +94,8 @@ func benchCommand(args []string) error {
 	fs.DurationVar(&cfg.budget, "budget", 0, "wall-clock budget of the whole command, load included; runs and levels shrink to fit it (0: none)")
 	fs.StringVar(&cfg.sweepCase, "sweep-case", defaultSweepCase, "the case the concurrent clients send (the first case when the file lacks it)")
 	out := fs.String("out", "", "write the JSON report to this file (default: standard output, before the table)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed requests (not the load) to this file, for go tool pprof")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the timed requests (not the load) to this file, for go tool trace")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -163,7 +167,14 @@ func benchCommand(args []string) error {
 	rep.set("warmup", cfg.warmup)
 	rep.set("cases_file", path)
 
+	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	if err != nil {
+		return err
+	}
 	b.run(cases)
+	if err := stopProfiles(); err != nil {
+		return err
+	}
 
 	st := p.Stats()
 	if st.Graphs != nil {
@@ -858,4 +869,54 @@ func (o ordered) MarshalJSON() ([]byte, error) {
 		buf = append(append(append(buf, k...), ':'), v...)
 	}
 	return append(buf, '}'), nil
+}
+
+// startProfiles starts a CPU profile and an execution trace into the named files (either may be ""); the function
+// it returns stops them and closes the files. Where the host's time goes around the device's: the issue of a
+// pass's launches, waits on the device, the batcher, the prefix cache.
+func startProfiles(cpuPath, tracePath string) (stop func() error, err error) {
+	var files []*os.File
+	var stops []func()
+	stop = func() error {
+		for _, s := range stops {
+			s()
+		}
+		var first error
+		for _, f := range files {
+			if err := f.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	open := func(path string) (*os.File, error) {
+		f, err := os.Create(path)
+		if err == nil {
+			files = append(files, f)
+		}
+		return f, err
+	}
+	if cpuPath != "" {
+		f, err := open(cpuPath)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("-cpuprofile: %w", err)
+		}
+		stops = append(stops, pprof.StopCPUProfile)
+	}
+	if tracePath != "" {
+		f, err := open(tracePath)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("-trace: %w", err)
+		}
+		stops = append(stops, trace.Stop)
+	}
+	return stop, nil
 }

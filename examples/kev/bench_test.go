@@ -239,6 +239,29 @@ func TestBenchStdout(t *testing.T) {
 	}
 }
 
+// TestBenchProfiles checks that -cpuprofile and -trace write a CPU profile (gzip-compressed, as pprof writes it)
+// and an execution trace of the timed requests, and that an unwritable path is an error before anything runs.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "exec.trace")
+	code, _, errText := runCmd(t, "", "bench", "-cases", benchCases, "-runs", "3", "-warmup", "1", "-clients", "",
+		"-out", filepath.Join(dir, "report.json"), "-cpuprofile", cpu, "-trace", tr)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errText)
+	}
+	if b, err := os.ReadFile(cpu); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("CPU profile: %d bytes, %v; want a gzip stream", len(b), err)
+	}
+	if b, err := os.ReadFile(tr); err != nil || !bytes.HasPrefix(b, []byte("go 1.")) {
+		t.Errorf("trace: %d bytes, %v; want a Go execution trace", len(b), err)
+	}
+	code, _, errText = runCmd(t, "", "bench", "-cases", benchCases, "-runs", "3", "-clients", "",
+		"-cpuprofile", filepath.Join(dir, "missing", "cpu.pprof"))
+	if code != 1 || !strings.Contains(errText, "-cpuprofile") {
+		t.Errorf("unwritable profile: exit %d, stderr %q", code, errText)
+	}
+}
+
 func TestBenchErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
