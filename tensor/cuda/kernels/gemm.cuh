@@ -29,6 +29,20 @@ __device__ __forceinline__ void gemm_bar(int id, int nthreads) {
 	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+// gemm_split_sum4 adds 4 consecutive fp32 partial sums of splits split planes (plane elements apart, starting at
+// p) in split order: the reduction of split-K, the same wherever it runs.
+__device__ __forceinline__ float4 gemm_split_sum4(const float *p, size_t plane, int splits) {
+	float4 s = __ldcg((const float4 *)p);
+	for (int z = 1; z < splits; z++) {
+		float4 v = __ldcg((const float4 *)(p + z * plane));
+		s.x += v.x;
+		s.y += v.y;
+		s.z += v.z;
+		s.w += v.w;
+	}
+	return s;
+}
+
 // gemm_splitk_finish ends a split-K GEMM in the kernel. Each of the gridDim.z splits of output tile (blockIdx.x,
 // blockIdx.y) = rows [m0, m0+BM) × columns [n0, n0+BN) has stored its fp32 partial sums to ws[z][M][N]; the
 // nthreads threads (tid in [0, nthreads), named barrier bar) of every split call this. The split that arrives last
@@ -55,15 +69,7 @@ __device__ __forceinline__ void gemm_splitk_finish(void *Y, const void *R, const
 	for (int i = tid; i < BM * Q; i += nthreads) {
 		const int row = m0 + i / Q, col = n0 + (i % Q) * 4;
 		if (row >= M || col >= N) continue;
-		const float *p = ws + (size_t)row * N + col;
-		float4 s = __ldcg((const float4 *)p);
-		for (int z = 1; z < (int)gridDim.z; z++) {
-			float4 v = __ldcg((const float4 *)(p + z * plane));
-			s.x += v.x;
-			s.y += v.y;
-			s.z += v.z;
-			s.w += v.w;
-		}
+		const float4 s = gemm_split_sum4(ws + (size_t)row * N + col, plane, (int)gridDim.z);
 		gemm_store2(Y, R, ldy, yF32, row, col, s.x, s.y);
 		gemm_store2(Y, R, ldy, yF32, row, col + 2, s.z, s.w);
 	}

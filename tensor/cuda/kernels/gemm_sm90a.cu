@@ -69,6 +69,31 @@ __device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, i
 	             : "memory");
 }
 
+// ring_init prepares the STAGES-deep TMA ring's barriers at bars (full[STAGES], then empty[STAGES]): a stage is full
+// when the producer's announced bytes have landed (one arrival, its expect_tx), empty when the two consumer
+// warpgroups (256 threads) have arrived. Thread 0 initialises them; then the whole block synchronises.
+template <int STAGES> __device__ __forceinline__ void ring_init(uint32_t bars) {
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+}
+
+// ring_acquire is the producer's step it of the ring at base: it waits until the stage's previous use has been
+// consumed, announces the stage's STAGE_BYTES on its full barrier (returned in full) and returns its shared address.
+template <int STAGES, int STAGE_BYTES>
+__device__ __forceinline__ uint32_t ring_acquire(uint32_t base, uint32_t bars, int it, uint32_t &full) {
+	const int s = it % STAGES;
+	if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+	full = bars + 8 * s;
+	mbar_expect_tx(full, STAGE_BYTES);
+	return base + s * STAGE_BYTES;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -172,23 +197,14 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	const int kt0 = blockIdx.z * tps;
 	const int nk = max(0, min(kTiles, kt0 + tps) - kt0);
 
-	if (threadIdx.x == 0) {
-		for (int s = 0; s < STAGES; s++) {
-			mbar_init(bars + 8 * s, 1);
-			mbar_init(bars + 8 * (STAGES + s), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-	}
-	__syncthreads();
+	ring_init<STAGES>(bars);
 
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
 		if (threadIdx.x == 0) {
 			for (int kt = 0; kt < nk; kt++) {
-				const int s = kt % STAGES;
-				if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
-				const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
-				mbar_expect_tx(full, STAGE_BYTES);
+				uint32_t full;
+				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
 				const int k = (kt0 + kt) * BK;
 				tma_load2d(sa, tmX, k, m0, full);
 				tma_load2d(sa + A_BYTES, tmW, k, n0, full);
@@ -305,14 +321,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	const int mT = (M + BM - 1) / BM, T = mT * ((NO + TN - 1) / TN);
 	const int kTiles = (K + BK - 1) / BK;
 	const int wg = threadIdx.x >> 7;
-	if (threadIdx.x == 0) {
-		for (int s = 0; s < STAGES; s++) {
-			mbar_init(bars + 8 * s, 1);
-			mbar_init(bars + 8 * (STAGES + s), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-	}
-	__syncthreads();
+	ring_init<STAGES>(bars);
 
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -321,10 +330,8 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
 				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * TN;
 				for (int kt = 0; kt < kTiles; kt++, it++) {
-					const int s = it % STAGES;
-					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
-					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
-					mbar_expect_tx(full, STAGE_BYTES);
+					uint32_t full;
+					const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, it, full);
 					tma_load2d(sa, tmX, kt * BK, m0, full);
 					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
 					if constexpr (GATED) tma_load2d(sa + A_BYTES + TN * 128, tmW, kt * BK, NO + n0, full);
@@ -442,15 +449,7 @@ extern "C" __global__ void __launch_bounds__(256) gemm_splitk_reduce(void *Y, co
 	const size_t plane = (size_t)M * N;
 	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
 		const int row = (int)(i / Q), col = (int)(i % Q) * 4;
-		const float *p = ws + (size_t)row * N + col;
-		float4 s = __ldcg((const float4 *)p);
-		for (int z = 1; z < splits; z++) {
-			float4 v = __ldcg((const float4 *)(p + z * plane));
-			s.x += v.x;
-			s.y += v.y;
-			s.z += v.z;
-			s.w += v.w;
-		}
+		const float4 s = gemm_split_sum4(ws + (size_t)row * N + col, plane, splits);
 		gemm_store2(Y, R, ldy, yF32, row, col, s.x, s.y);
 		gemm_store2(Y, R, ldy, yF32, row, col + 2, s.z, s.w);
 	}
@@ -520,14 +519,7 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 	};
 
 	const int wg = threadIdx.x >> 7;
-	if (threadIdx.x == 0) {
-		for (int s = 0; s < STAGES; s++) {
-			mbar_init(bars + 8 * s, 1);
-			mbar_init(bars + 8 * (STAGES + s), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-	}
-	__syncthreads();
+	ring_init<STAGES>(bars);
 
 	if (wg == 0) {
 		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -537,10 +529,8 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
 				const int k1 = min(kTiles, jb * chunk);
 				for (int kt = ja * chunk; kt < k1; kt++, it++) {
-					const int s = it % STAGES;
-					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
-					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
-					mbar_expect_tx(full, STAGE_BYTES);
+					uint32_t full;
+					const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, it, full);
 					tma_load2d(sa, tmX, kt * BK, m0, full);
 					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
 				}
