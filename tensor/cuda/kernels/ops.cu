@@ -30,6 +30,19 @@ extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_
 #define RMS_THREADS 128
 #define RMS_VEC 4 // 16-byte vectors a thread keeps in registers: rows up to RMS_VEC·RMS_THREADS·8 = 4096 wide
 
+// rms_rstd returns 1 / sqrt(Σ ss / n + eps) for the block's per-thread sums of squares ss: each warp's sum to
+// part (RMS_THREADS / 32 floats of shared memory), then every thread adds them in warp order.
+__device__ __forceinline__ float rms_rstd(float ss, float *part, int n, float eps) {
+	const int tid = threadIdx.x;
+	ss = warp_sum(ss);
+	if ((tid & 31) == 0) part[tid >> 5] = ss;
+	__syncthreads();
+	ss = 0.f;
+#pragma unroll
+	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
+	return 1.f / sqrtf(ss / (float)n + eps);
+}
+
 // rmsnorm_wide is rmsnorm_bf16 for rows wider than RMS_VEC·RMS_THREADS·8: two passes over the row, the second
 // rereading what the first stored. Out of line, so that the common kernel stays small.
 __device__ __noinline__ void rmsnorm_wide(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x,
@@ -57,13 +70,7 @@ __device__ __noinline__ void rmsnorm_wide(__nv_bfloat16 *y, __nv_bfloat16 *sum, 
 #pragma unroll
 		for (int i = 0; i < 8; i++) ss += f[i] * f[i];
 	}
-	ss = warp_sum(ss);
-	if ((tid & 31) == 0) part[tid >> 5] = ss;
-	__syncthreads();
-	ss = 0.f;
-#pragma unroll
-	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
-	const float rstd = 1.f / sqrtf(ss / (float)n + eps);
+	const float rstd = rms_rstd(ss, part, n, eps);
 	const uint4 *src = rr ? (const uint4 *)sr : xr;
 	uint4 *yr = (uint4 *)(y + (size_t)row * n);
 #pragma unroll 4
@@ -129,13 +136,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 #pragma unroll
 			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
 		}
-	ss = warp_sum(ss);
-	if ((tid & 31) == 0) part[tid >> 5] = ss;
-	__syncthreads();
-	ss = 0.f;
-#pragma unroll
-	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
-	const float rstd = 1.f / sqrtf(ss / (float)n + eps);
+	const float rstd = rms_rstd(ss, part, n, eps);
 	uint4 *yr = (uint4 *)(y + (size_t)row * n);
 #pragma unroll
 	for (int k = 0; k < RMS_VEC; k++) {
