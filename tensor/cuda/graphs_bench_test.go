@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kevgo/kev/internal/cudrv"
-	"github.com/kevgo/kev/tensor"
 )
 
 // BenchmarkPassGraphs times Kev's serving passes at Kev-4B shape (BenchmarkPass's four cases) issued eagerly and
@@ -31,34 +30,13 @@ func BenchmarkPassGraphs(b *testing.B) {
 	}
 	be.Free(h)
 	defer state.Free()
-	type pcase struct {
-		name string
-		run  func() (tensor.Tensor, func(), error)
-	}
-	prefill := func(n int) pcase {
-		ids := randomIDs(r, n, w.Config.VocabSize)
-		return pcase{fmt.Sprintf("prefill T=%d", n), func() (tensor.Tensor, func(), error) {
-			s, h, err := m.Prefill(ids)
-			return h, func() { s.Free(); be.Free(h) }, err
-		}}
-	}
-	rows := func(n int) pcase {
-		rs := make([][]int32, n)
-		for i := range rs {
-			rs[i] = randomIDs(r, 40, w.Config.VocabSize)
-		}
-		return pcase{fmt.Sprintf("rows %dx40 on 100", n), func() (tensor.Tensor, func(), error) {
-			h, err := m.ContinueRows(state, rs)
-			return h, func() { be.Free(h) }, err
-		}}
-	}
-	cases := []pcase{rows(2), rows(6), prefill(64), prefill(512)}
+	cases := servingPasses(r, m, be, w.Config.VocabSize, state)
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
 		b.Fatal(err)
 	}
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
-	readBack := func(c pcase) ([]float32, time.Duration, error) {
+	readBack := func(c passCase) ([]float32, time.Duration, error) {
 		var out []float32
 		var done func()
 		t0 := time.Now()

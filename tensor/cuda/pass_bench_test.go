@@ -192,6 +192,35 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
+// passCase is one of Kev's serving passes: run queues it and returns its hidden states and their cleanup.
+type passCase struct {
+	name string
+	run  func() (tensor.Tensor, func(), error)
+}
+
+// servingPasses returns the passes the pass benchmarks time on m: 2 and 6 question rows of 40 random tokens on
+// state (a 100-token prefix), and prefills of 64 and 512 random tokens.
+func servingPasses(r *rand.Rand, m *layers.Model, be *Backend, vocab int, state *layers.State) []passCase {
+	prefill := func(n int) passCase {
+		ids := randomIDs(r, n, vocab)
+		return passCase{fmt.Sprintf("prefill T=%d", n), func() (tensor.Tensor, func(), error) {
+			s, h, err := m.Prefill(ids)
+			return h, func() { s.Free(); be.Free(h) }, err
+		}}
+	}
+	rows := func(n int) passCase {
+		rs := make([][]int32, n)
+		for i := range rs {
+			rs[i] = randomIDs(r, 40, vocab)
+		}
+		return passCase{fmt.Sprintf("rows %dx40 on 100", n), func() (tensor.Tensor, func(), error) {
+			h, err := m.ContinueRows(state, rs)
+			return h, func() { be.Free(h) }, err
+		}}
+	}
+	return []passCase{rows(2), rows(6), prefill(64), prefill(512)}
+}
+
 // BenchmarkPass times model passes of Kev-4B shape in two modes: every operation handed over to the device
 // goroutine ("hop"), and the whole pass inside Backend.Run ("run"). For each it reports the wall time of the
 // pass with its read-back (median of 9), the host time to queue it, and its device time (the stream held behind
@@ -209,32 +238,7 @@ func BenchmarkPass(b *testing.B) {
 	}
 	be.Free(h)
 	defer state.Free()
-	rowsOf := func(n int) [][]int32 {
-		out := make([][]int32, n)
-		for i := range out {
-			out[i] = randomIDs(r, 40, w.Config.VocabSize)
-		}
-		return out
-	}
-	type pcase struct {
-		name string
-		run  func() (tensor.Tensor, func(), error) // queues the pass; returns the hidden states and a cleanup
-	}
-	prefill := func(n int) pcase {
-		ids := randomIDs(r, n, w.Config.VocabSize)
-		return pcase{fmt.Sprintf("prefill T=%d", n), func() (tensor.Tensor, func(), error) {
-			s, h, err := m.Prefill(ids)
-			return h, func() { s.Free(); be.Free(h) }, err
-		}}
-	}
-	rows := func(n int) pcase {
-		rs := rowsOf(n)
-		return pcase{fmt.Sprintf("rows %dx40 on 100", n), func() (tensor.Tensor, func(), error) {
-			h, err := m.ContinueRows(state, rs)
-			return h, func() { be.Free(h) }, err
-		}}
-	}
-	cases := []pcase{rows(2), rows(6), prefill(64), prefill(512)}
+	cases := servingPasses(r, m, be, w.Config.VocabSize, state)
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
 		b.Fatal(err)
