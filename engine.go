@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kevgo/kev/internal/prefixcache"
 	"github.com/kevgo/kev/layers"
@@ -35,6 +36,7 @@ type engine struct {
 	passTokens  int       // token budget of one model pass (RowPassTokens)
 	sliceTokens int       // token budget of one batch (RowPassTokens)
 	beforeTake  func(int) // test hook: runs on the model goroutine before it takes a batch
+	trimIdle    time.Duration // idle time after a batch before the backend's pooled memory goes back (< 0: never)
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -46,6 +48,8 @@ type engine struct {
 	slices   int                     // batches that ran a slice of a request with rows left after it
 	tokens   int                     // tokens charged for the requests queued or running: how long a new one waits
 	pending  map[prefixcache.Key]int // states of queued requests not started yet, with their count
+	trimDue  bool                    // the engine has been idle for trimIdle since its last batch
+	trimmer  *time.Timer             // sets trimDue; model goroutine only
 
 	// Model goroutine only.
 	held       map[*layers.State]bool // states the cache holds and states of started requests
@@ -59,6 +63,7 @@ func newEngine(index int, device Device, backend tensor.Backend, model *layers.M
 		cache:    prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
 		onBatch:  onBatch,
 		maxBatch: opts.MaxBatch, passTokens: defaultPassTokens, sliceTokens: defaultPassTokens,
+		trimIdle:   defaultTrimIdle,
 		beforeTake: testBeforeTake,
 		done:       make(chan struct{}),
 		pending:    map[prefixcache.Key]int{},
@@ -125,6 +130,13 @@ func (e *engine) take() []chunk {
 	defer e.mu.Unlock()
 	for {
 		for len(e.queue) == 0 && !e.closed {
+			if e.trimDue {
+				e.trimDue = false
+				e.mu.Unlock()
+				e.trim()
+				e.mu.Lock()
+				continue
+			}
 			e.cond.Wait()
 		}
 		if len(e.queue) == 0 {
@@ -223,21 +235,41 @@ func (e *engine) loop() {
 			return
 		}
 		e.runBatch(batch)
-		e.trimWhenIdle()
+		e.armTrim()
 	}
 }
 
-// trimWhenIdle hands the backend's pooled memory back when no request waits, so memory after a burst returns to
-// what the weights and the cached states hold.
-func (e *engine) trimWhenIdle() {
-	t, ok := e.backend.(tensor.Trimmer)
-	if !ok {
+// defaultTrimIdle is how long a replica waits with no request after a batch before it hands its backend's pooled
+// memory back. A pass allocates its activations from the pool; returning them to the driver after every request
+// would make the next one allocate them again (cuMemAlloc and cuMemFree cost milliseconds a pass and cuMemFree
+// waits for the device), so memory goes back only once the replica has been idle this long.
+const defaultTrimIdle = 2 * time.Second
+
+// armTrim (model goroutine) starts the idle clock after a batch: the backend's pooled memory goes back once no
+// batch has run for trimIdle.
+func (e *engine) armTrim() {
+	if _, ok := e.backend.(tensor.Trimmer); !ok || e.trimIdle < 0 {
 		return
 	}
 	e.mu.Lock()
-	idle := len(e.queue) == 0
+	e.trimDue = false
 	e.mu.Unlock()
-	if idle {
+	if e.trimmer == nil {
+		e.trimmer = time.AfterFunc(e.trimIdle, func() {
+			e.mu.Lock()
+			e.trimDue = true
+			e.cond.Broadcast()
+			e.mu.Unlock()
+		})
+		return
+	}
+	e.trimmer.Reset(e.trimIdle)
+}
+
+// trim (model goroutine) hands the backend's pooled memory back, so memory after a burst returns to what the
+// weights and the cached states hold.
+func (e *engine) trim() {
+	if t, ok := e.backend.(tensor.Trimmer); ok {
 		if err := t.Trim(); err != nil {
 			e.log.Warn("kev: trim", "replica", e.index, "error", err)
 		}
@@ -252,6 +284,9 @@ func (e *engine) close() error {
 	e.cond.Broadcast()
 	e.mu.Unlock()
 	<-e.done
+	if e.trimmer != nil {
+		e.trimmer.Stop()
+	}
 	for s := range e.held {
 		s.Free()
 	}
