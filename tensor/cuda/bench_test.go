@@ -131,6 +131,11 @@ func BenchmarkGEMMTiles(b *testing.B) {
 				fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=plan:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
 					M, N, K, c0, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
 			})
+			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/plan-mfast", M, N, K), func(b *testing.B) { // the tile order before L2 groups
+				t, p := timeGEMM(b, GEMM{M: M, N: N, K: K, gn: 1})
+				fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=plan-mfast:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
+					M, N, K, c0, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
+			})
 			chunks := []int{kTiles}
 			if c0 < kTiles {
 				chunks = nil

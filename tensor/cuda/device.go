@@ -62,6 +62,7 @@ type Device struct {
 
 	prof *launchProfile // set while a launch profile runs (benchmarks)
 	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
+	gn   int            // > 0: every wgmma GEMM's tile order in groups of gn n-tiles (benchmarks; 1: m-fastest)
 }
 
 // fnKey names a kernel: module and function.

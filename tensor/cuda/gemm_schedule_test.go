@@ -132,3 +132,19 @@ func TestGEMMScheduleAgainstH200(t *testing.T) {
 		t.Errorf("the model's choices take %.0f µs in sum, the fastest measured %.0f µs", sum, best)
 	}
 }
+
+func TestL2Group(t *testing.T) {
+	for _, c := range []struct{ M, bn, K, nT, want int }{
+		{16192, 256, 2560, 72, 12},  // Kev-4B gate/up (18432 rows) on 64 requests: 12 × 1.25 MiB of W
+		{16192, 256, 2560, 5, 5},    // fewer n-tiles than fit: all of them
+		{16192, 128, 9216, 20, 7},   // Kev-4B down projection
+		{16192, 256, 200000, 40, 1}, // one tile's W beyond the bound: still one
+		{240, 256, 2560, 72, 1},     // X in L2: m-fastest
+		{2392, 128, 9216, 20, 7},    // 42 MiB of X
+		{2392, 256, 2560, 48, 1},    // 12 MiB of X
+	} {
+		if got := l2Group(c.M, c.bn, c.K, c.nT); got != c.want {
+			t.Errorf("l2Group(%d, %d, %d, %d) = %d, want %d", c.M, c.bn, c.K, c.nT, got, c.want)
+		}
+	}
+}

@@ -187,6 +187,8 @@ func TestGEMMStreamKBits(t *testing.T) {
 					{sk: T, grid: 7},    //
 					{sk: T, grid: 1000}, // more blocks than units: empty ranges
 					{sk: 1, grid: 5},    // one stream-K tile, the others whole
+					{sk: T, gn: 1},      // tiles m-fastest
+					{sk: 1, gn: 2},      // groups of two n-tiles
 				} {
 					g.M, g.N, g.K, g.kern, g.chunk = M, N, K, gemmSK, chunk
 					p := dev.plan(&g)

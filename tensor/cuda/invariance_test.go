@@ -207,11 +207,13 @@ func TestGEMMTiles(t *testing.T) {
 						if waves && sp > 1 {
 							continue
 						}
-						got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves})
-						for i := range base {
-							if got[i] != base[i] {
-								t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, i/N, i%N, got[i], base[i])
-								break
+						for _, gn := range []int{0, 1, 3} { // tile order: the planned groups, m-fastest, groups of 3 n-tiles
+							got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves, gn: gn})
+							for i := range base {
+								if got[i] != base[i] {
+									t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v, gn %d): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, gn, i/N, i%N, got[i], base[i])
+									break
+								}
 							}
 						}
 					}
@@ -398,6 +400,9 @@ func TestGEMMSwiGLU(t *testing.T) {
 					Y := poisoned(t, q, 2*M*F)
 					defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
 					g := GEMM{Y: Y, X: X, W: W, M: M, N: N, K: K, SwiGLU: true, xt: xt}
+					if xt.bm != 0 {
+						g.gn = 3 // a tile order other than the planned one's
+					}
 					if xt.bm == 0 && !q.d.SwiGLUFused(M, N, K) {
 						return nil // the default plan has no fused kernel here: the backend runs the two kernels
 					}

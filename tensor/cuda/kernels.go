@@ -59,6 +59,7 @@ type GEMM struct {
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
 	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
+	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at), 0: l2Group's (tests, benchmarks)
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -554,18 +555,28 @@ func (q *Queue) GEMM(g GEMM) error {
 		if p.reduce {
 			cnt = 0 // no in-kernel finish: gemm_splitk_reduce below
 		}
+		nT := p.blkN
+		if g.SwiGLU {
+			nT = (g.N/2 + p.bn/2 - 1) / (p.bn / 2)
+		}
+		gn := int32(l2Group(g.M, p.bn, g.K, nT))
+		if g.gn > 0 {
+			gn = int32(g.gn)
+		} else if d.gn > 0 {
+			gn = int32(d.gn)
+		}
 		switch {
 		case p.persist:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).
-				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32)
+				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn)
 		case p.kern == gemmSK:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
-				I32(int32(p.tps)).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
+				I32(int32(p.tps)).I32(gn).I32(int32(p.skTiles)) // chunk: k tiles per chunk (all of them when unchunked)
 		default:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
-				I32(int32(p.chunk))
+				I32(int32(p.chunk)).I32(gn)
 		}
 	} else {
 		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).

@@ -21,7 +21,8 @@ import (
 // KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule (rows grouped by state, and
 // ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
 // invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
-// the per-M tile widths.
+// the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
+// m-fastest.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -62,6 +63,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = modes[:1]
 	case "gemm":
 		modes = []pmode{modes[0], modes[2]}
+	case "order":
+		modes = []pmode{modes[0], {"invariant/m-fastest", false, false, false}}
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
@@ -70,7 +73,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
-	defer dev.Do(func(q *Queue) error { schedPrev = false; return nil })
+	defer dev.Do(func(q *Queue) error { schedPrev, q.d.gn = false, 0; return nil })
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -107,7 +110,14 @@ func BenchmarkPassKernels(b *testing.B) {
 			}{{"new", pass(newBatch)}, {"cached", pass(cachedBatch)}} {
 				for _, mode := range modes {
 					setByM(mode.byM)
-					_ = dev.Do(func(q *Queue) error { schedPrev = strings.HasSuffix(mode.name, "prev-sched"); return nil })
+					_ = dev.Do(func(q *Queue) error {
+						schedPrev = strings.HasSuffix(mode.name, "prev-sched")
+						q.d.gn = 0
+						if strings.HasSuffix(mode.name, "m-fastest") {
+							q.d.gn = 1 // the tile order before the L2 groups
+						}
+						return nil
+					})
 					gdnOn, gdnGroup = !mode.reg, !mode.flat
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {

@@ -94,6 +94,17 @@ __device__ __forceinline__ uint32_t ring_acquire(uint32_t base, uint32_t bars, i
 	return base + s * STAGE_BYTES;
 }
 
+// tile_at places output tile t of an mT × nT grid of tiles (BM rows, TN columns): the tiles go in groups of gn
+// n-tiles (the last group narrower when gn does not divide nT), n fastest within a group, then m. The blocks that
+// run at the same time then cover a few n-tiles of many m-tiles, so both the X rows and the W rows they read are
+// shared in L2 (m-fastest order over all of a tall X streamed X from memory once per n-tile). gn = 1 is m-fastest.
+__device__ __forceinline__ void tile_at(int t, int mT, int nT, int gn, int BM, int TN, int &m0, int &n0) {
+	const int per = mT * gn, g = t / per, r = t - g * per;
+	const int nb = g * gn, w = min(gn, nT - nb);
+	m0 = (r / w) * BM;
+	n0 = (nb + r % w) * TN;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -184,7 +195,7 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t 
 template <int BN, int STAGES, bool CHUNK>
 __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                            float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
-                                           int tps, int chunk) {
+                                           int tps, int chunk, int gn) {
 	constexpr int BM = 128, BK = 64;
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -192,7 +203,8 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
 
 	const int wg = threadIdx.x >> 7;
-	const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+	int m0, n0; // the tile of block (x, y), in the order of tile_at
+	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, gn, BM, BN, m0, n0);
 	const int kTiles = (K + BK - 1) / BK;
 	const int kt0 = blockIdx.z * tps;
 	const int nk = max(0, min(kTiles, kt0 + tps) - kt0);
@@ -300,8 +312,8 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 }
 
 // gemm_wgmma_persist is gemm_wgmma without splits or chunks on a persistent grid: block g takes tiles g, g + G, …
-// (numbered m-fastest, so blocks running together share W tiles), and one k-step pipeline runs through all of
-// them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
+// (in the order of tile_at, so blocks running together share X and W tiles in L2), and one k-step pipeline runs
+// through all of them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
 // computed exactly as by gemm_wgmma (same products, same order): the same bits.
 //
 // GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
@@ -310,7 +322,8 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 // would on the stored GEMM output — the same bits, without writing [g | u].
 template <int BN, int STAGES, bool GATED>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
-                                                   const void *R, int M, int N, int K, int ldy, int yF32) {
+                                                   const void *R, int M, int N, int K, int ldy, int yF32,
+                                                   int gn) {
 	constexpr int BM = 128, BK = 64;
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -318,7 +331,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
 	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
 	const int NO = GATED ? N / 2 : N;       // output columns
-	const int mT = (M + BM - 1) / BM, T = mT * ((NO + TN - 1) / TN);
+	const int mT = (M + BM - 1) / BM, nT = (NO + TN - 1) / TN, T = mT * nT;
 	const int kTiles = (K + BK - 1) / BK;
 	const int wg = threadIdx.x >> 7;
 	ring_init<STAGES>(bars);
@@ -328,7 +341,8 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		if (threadIdx.x == 0) {
 			int it = 0;
 			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
-				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * TN;
+				int m0, n0;
+				tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
 				for (int kt = 0; kt < kTiles; kt++, it++) {
 					uint32_t full;
 					const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, it, full);
@@ -348,7 +362,8 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
 	int it = 0;
 	for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
-		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * TN;
+		int m0, n0;
+		tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
 		const bool live = m0 + 64 * c < M;
 		for (int kt = 0; kt < kTiles; kt++, it++) {
 			const int s = it % STAGES;
@@ -390,8 +405,8 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 
 #define WP_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R, int M, \
-	    int N, int K, int ldy, int yF32
-#define WP_ARGS &tmX, &tmW, Y, R, M, N, K, ldy, yF32
+	    int N, int K, int ldy, int yF32, int gn
+#define WP_ARGS &tmX, &tmW, Y, R, M, N, K, ldy, yF32, gn
 
 // Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below,
 // and their SwiGLU-fused twins (gemm_wgmma_g128xBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused).
@@ -411,8 +426,8 @@ WP_TILE(256, 4)
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps, int chunk
-#define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps, chunk
+	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps, int chunk, int gn
+#define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps, chunk, gn
 
 // 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads. No chunked
 // accumulation (its registers would not fit): chunk is ignored.
@@ -459,8 +474,8 @@ extern "C" __global__ void __launch_bounds__(256) gemm_splitk_reduce(void *Y, co
 //
 // The k tiles of every output tile are cut into nch = ⌈k tiles / chunk⌉ chunks of `chunk` tiles; the chunk size is
 // a function of (N, K) alone (the planner's). A unit is one (tile, chunk) pair. The launch has one block per
-// multiprocessor (gridDim.x = G); tiles are numbered m-fastest (t = n·mT + m, so blocks running at the same time
-// share W tiles). The first skTiles tiles are stream-K: their skTiles·nch units are dealt out as contiguous ranges,
+// multiprocessor (gridDim.x = G); tiles are numbered as tile_at places them (so blocks running at the same time
+// share X and W tiles in L2). The first skTiles tiles are stream-K: their skTiles·nch units are dealt out as contiguous ranges,
 // block g taking units [⌊gU/G⌋, ⌊(g+1)U/G⌋); the remaining tiles are whole, block g taking tiles skTiles + g,
 // skTiles + g + G, … after its stream-K range. One k-tile pipeline (TMA ring, as gemm_wgmma) runs through all of a
 // block's units.
@@ -482,7 +497,7 @@ __device__ __forceinline__ int sk_owner(long long u, long long U, int G) {
 template <int BN, int STAGES>
 __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                         float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
-                                        int chunk, int skTiles) {
+                                        int chunk, int skTiles, int gn) {
 	constexpr int BM = 128, BK = 64;
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -526,7 +541,8 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 		if (threadIdx.x == 0) {
 			int it = 0;
 			run([&](int tile, int ja, int jb) {
-				const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+				int m0, n0;
+				tile_at(tile, mT, nT, gn, BM, BN, m0, n0);
 				const int k1 = min(kTiles, jb * chunk);
 				for (int kt = ja * chunk; kt < k1; kt++, it++) {
 					uint32_t full;
@@ -550,7 +566,8 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 	int it = 0;
 
 	run([&](int tile, int ja, int jb) {
-		const int m0 = (tile % mT) * BM, n0 = (tile / mT) * BN;
+		int m0, n0;
+		tile_at(tile, mT, nT, gn, BM, BN, m0, n0);
 		const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
 		// Accumulator layout (per warp w of the warpgroup, lane l): acc[4j + h·2 + e] is row 16w + l/4 + 8h,
 		// column 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
@@ -685,7 +702,7 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 }
 
 #define SK_PARAMS WG_PARAMS, int skTiles
-#define SK_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, chunk, skTiles
+#define SK_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, chunk, skTiles, gn
 
 // Persistent stream-K, 128×128 tiles, 5 stages of 32 KiB, then 256 bytes of barriers and the owner's 64 KiB
 // running sum (dynamic shared memory 5·32 KiB + 1 KiB alignment + 256 + 64 KiB); gridDim.x blocks (one per
