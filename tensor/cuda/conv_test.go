@@ -34,6 +34,7 @@ func TestConvVecMatchesGeneric(t *testing.T) {
 		{"k4/uploaded/short", 136, 4, true, true, 60, 5},
 		{"k3/uploaded", 264, 3, false, true, 150, 40},
 		{"k2/uploaded/short", 16, 2, true, false, 40, 3},
+		{"kev/k4/uploaded/many", 8192, 4, false, true, 448, 60}, // 64 requests of a state and six questions
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			segs := make([]tensor.Segment, c.nseg)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ import (
 // ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
 // invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
 // the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
-// m-fastest.
+// m-fastest, KEV_PROFILE_MODES=groups with several group widths.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -64,7 +65,12 @@ func BenchmarkPassKernels(b *testing.B) {
 	case "gemm":
 		modes = []pmode{modes[0], modes[2]}
 	case "order":
-		modes = []pmode{modes[0], {"invariant/m-fastest", false, false, false}}
+		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
+	case "groups":
+		modes = []pmode{modes[0]}
+		for _, gn := range []int{1, 4, 8, 24} {
+			modes = append(modes, pmode{fmt.Sprintf("invariant/gn=%d", gn), false, false, false})
+		}
 	}
 	var g *gate
 	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
@@ -112,9 +118,9 @@ func BenchmarkPassKernels(b *testing.B) {
 					setByM(mode.byM)
 					_ = dev.Do(func(q *Queue) error {
 						schedPrev = strings.HasSuffix(mode.name, "prev-sched")
-						q.d.gn = 0
-						if strings.HasSuffix(mode.name, "m-fastest") {
-							q.d.gn = 1 // the tile order before the L2 groups
+						q.d.gn = 0 // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
+						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
+							q.d.gn, _ = strconv.Atoi(v)
 						}
 						return nil
 					})

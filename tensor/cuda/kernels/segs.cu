@@ -125,6 +125,27 @@ __device__ __forceinline__ int conv_seg(const SegDesc *desc, int nseg, const Con
 	return lo;
 }
 
+// conv_seg_warp is conv_seg for the uploaded descriptors (desc not null), found by the active lanes of a warp
+// together, all with the same t: each round the L lanes probe L starts spread over the range left and a ballot
+// keeps the last one at or before t, so that 448 segments take two dependent loads, not nine. The active lanes
+// must be lanes 0 … L − 1 (the lanes past the channels have returned); a lane alone cannot narrow the range that
+// way and searches as conv_seg does.
+__device__ __forceinline__ int conv_seg_warp(const SegDesc *desc, int nseg, const ConvSegs &ps, int t) {
+	const unsigned am = __activemask();
+	const int L = __popc(am), lane = threadIdx.x & 31;
+	if (L < 2) return conv_seg(desc, nseg, ps, t);
+	int lo = 0, hi = nseg - 1; // the segment is in [lo, hi]; segment lo starts at or before t
+	for (;;) {
+		const int step = (hi - lo + L) / L; // ⌈(hi − lo + 1) / L⌉
+		const int i = lo + lane * step;
+		const bool ok = i <= hi && __ldg(&desc[i].start) <= t;
+		const unsigned m = __ballot_sync(am, ok);
+		lo += (31 - __clz(m)) * step;
+		if (step == 1) return lo;
+		hi = min(hi, lo + step - 1);
+	}
+}
+
 // bf16at returns element e of the 8 bf16 in v, widened to fp32 (exactly, as __bfloat162float).
 __device__ __forceinline__ float bf16at(const uint4 &v, int e) {
 	const uint32_t u = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
@@ -195,7 +216,8 @@ __device__ __forceinline__ uint4 conv_row(const float (&wv)[K][8], const uint4 (
 //   zero) and rows of x. Its segment is known, so nothing is searched.
 // - the others: CONV_RB consecutive rows a thread. It issues all its loads first (the CONV_RB + K − 1 input rows and
 //   the 8·K weights), finds the segment of its first row (binary search in the parameter or the uploaded
-//   descriptors), follows the segment boundaries row by row and skips the rows of the first kind.
+//   descriptors: the warp's lanes together, conv_seg_warp), follows the segment boundaries row by row and skips the
+//   rows of the first kind.
 // Loads wait only for the segment descriptors (the row's own, or the search), never for each other. The bits are
 // those of conv1d_silu_segs (see conv_row). Grid (ceil(C/8/CONV_VX), hb + ceil(N / (CONV_RB·CONV_WY))), no shared memory.
 #define CONV_RB 4
@@ -241,7 +263,7 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 	const bool firsts = (int)blockIdx.y < hb; // one row, t0, its window in raw[0 … K − 1]
 	int s = 0, start = 0, next = 0x7fffffff;
 	if (!firsts) {
-		s = conv_seg(desc, nseg, ps, t0);
+		s = desc != nullptr ? conv_seg_warp(desc, nseg, ps, t0) : conv_seg(desc, nseg, ps, t0);
 		start = conv_start(desc, ps, s);
 		if (s + 1 < nseg) next = conv_start(desc, ps, s + 1);
 	}
