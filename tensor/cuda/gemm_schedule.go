@@ -267,9 +267,10 @@ const l2GroupBytes = 16 << 20
 // l2Group is the n-tiles per group of the wgmma kernels' tile order (tile_at in kernels/gemm_sm90a.cu) for an X of
 // M rows of K bf16 and tiles that read bn rows of W, nT tiles across. While X fits in L2 with room to spare (up to
 // 2·l2GroupBytes), 1: m-fastest, the blocks running at once share W tiles and X stays in L2 (measured faster at
-// M = 240). A taller X streamed from memory once per n-tile in that order, so then groups of as many n-tiles as keep
-// a group's W rows within l2GroupBytes, a third of the H200's L2: the blocks running at once (a group's n-tiles × some
-// 132/gn m-tiles) reuse both their X rows and their W rows from L2, and X is read once per group.
+// M = 240). A taller X streamed from memory once per n-tile in that order, so then groups of as many n-tiles as
+// keep a group's W rows within l2GroupBytes, a quarter of the H200's 60 MiB of L2: the blocks running at once (a
+// group's n-tiles × some 132/gn m-tiles) reuse both their X rows and their W rows from L2, and X is read once per
+// group.
 func l2Group(M, bn, K, nT int) int {
 	if int64(M)*int64(K)*2 <= 2*l2GroupBytes {
 		return 1
