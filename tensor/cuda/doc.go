@@ -24,8 +24,9 @@
 // the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): 128-row tiles 64 to 256 columns wide,
 // persistent, or split-K over the fixed k chunks of a shape with one reduce launch, or a persistent stream-K
 // schedule over those chunks, chosen per M by a cost model so that the tiles fill the GPU (the k partition depends
-// on the shape only, so a row's bits do not depend on its batch); the MLP's gate/up GEMM applies SwiGLU in its
-// epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// on the shape only, so a row's bits do not depend on its batch); when X outgrows L2 the tiles run in groups of
+// n-tiles so that the blocks running together share both operands in L2; the MLP's gate/up GEMM applies SwiGLU in
+// its epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
 // state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
