@@ -234,6 +234,9 @@ func (e *engine) loop() {
 		if batch == nil {
 			return
 		}
+		if e.trimmer != nil {
+			e.trimmer.Stop() // not idle: the clock starts again after the batch
+		}
 		e.runBatch(batch)
 		e.armTrim()
 	}
