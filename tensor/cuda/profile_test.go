@@ -37,6 +37,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	cases := []pcase{
 		{"2q-short", 13, []int{38, 38}, 0},
 		{"6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 0},
+		{"6q-kev", 34, []int{42, 73, 47, 22, 16, 22}, 0}, // bench-cases.json's 6-question case on a new ticket: one row of 73 tokens
 		{"5q-370", 370, []int{40, 40, 40, 40, 37}, 0},
 		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}, 0},
 		{"64x6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 64},
