@@ -126,16 +126,17 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			N, K := s[0], s[1]
 			kTiles := (K + 63) / 64
 			c0 := fixedChunk(N, K, sms)
-			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/plan", M, N, K), func(b *testing.B) {
-				t, p := timeGEMM(b, GEMM{M: M, N: N, K: K})
-				fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=plan:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
-					M, N, K, c0, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
-			})
-			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/plan-mfast", M, N, K), func(b *testing.B) { // the tile order before L2 groups
-				t, p := timeGEMM(b, GEMM{M: M, N: N, K: K, gn: 1})
-				fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=plan-mfast:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
-					M, N, K, c0, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
-			})
+			// the plan, and the plan with its tiles m-fastest (the tile order before L2 groups)
+			for _, v := range []struct {
+				name string
+				gn   int
+			}{{"plan", 0}, {"plan-mfast", 1}} {
+				b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/%s", M, N, K, v.name), func(b *testing.B) {
+					t, p := timeGEMM(b, GEMM{M: M, N: N, K: K, gn: v.gn})
+					fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s:%s splits=%d skTiles=%d us=%.2f model=%.1f\n",
+						M, N, K, c0, v.name, p.fn, p.splits, p.skTiles, t*1e6, schedAt(M, N, K, sms, c0).us)
+				})
+			}
 			chunks := []int{kTiles}
 			if c0 < kTiles {
 				chunks = nil

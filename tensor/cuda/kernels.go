@@ -330,12 +330,17 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 		return p
 	}
 	p.persist, p.fn = true, fmt.Sprintf("gemm_wgmma_p%dx%d", p.bm, p.bn)
-	tiles := p.blocksM * p.blkN
-	if g.SwiGLU { // tiles of bn/2 output columns over N/2
-		tiles = p.blocksM * ((g.N/2 + p.bn/2 - 1) / (p.bn / 2))
-	}
-	p.grid = min(tiles, d.sms())
+	p.grid = min(p.blocksM*outTilesN(p, g), d.sms())
 	return p
+}
+
+// outTilesN is the tiles across the output columns of plan p for g: p.blkN, or with SwiGLU tiles of bn/2 output
+// columns over N/2.
+func outTilesN(p gemmPlan, g *GEMM) int {
+	if g.SwiGLU {
+		return (g.N/2 + p.bn/2 - 1) / (p.bn / 2)
+	}
+	return p.blkN
 }
 
 // SwiGLUFused reports whether GEMM{M, N, K, SwiGLU: true} has a fused kernel on this device (its plan is a
@@ -555,11 +560,7 @@ func (q *Queue) GEMM(g GEMM) error {
 		if p.reduce {
 			cnt = 0 // no in-kernel finish: gemm_splitk_reduce below
 		}
-		nT := p.blkN
-		if g.SwiGLU {
-			nT = (g.N/2 + p.bn/2 - 1) / (p.bn / 2)
-		}
-		gn := int32(l2Group(g.M, p.bn, g.K, nT))
+		gn := int32(l2Group(g.M, p.bn, g.K, outTilesN(p, &g)))
 		if g.gn > 0 {
 			gn = int32(g.gn)
 		} else if d.gn > 0 {
