@@ -106,7 +106,7 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 // counts of its passes, each beside the model's time: every wgmma tile kernel with one split (unchunked shapes) or
 // with one split per chunk (split-K), and the stream-K kernel, for chunks of ⌈k tiles / s⌉ (s = 2 … 8): the data
 // the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
-// 64,89,240,567,2392).
+// 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among).
 func BenchmarkGEMMTiles(b *testing.B) {
 	if !dev.hopper() {
 		b.Skip("wgmma kernels need compute capability 9.0")
@@ -138,7 +138,9 @@ func BenchmarkGEMMTiles(b *testing.B) {
 				})
 			}
 			chunks := []int{kTiles}
-			if c0 < kTiles {
+			if c0 < kTiles && os.Getenv("KEV_TILES_CHUNKS") == "plan" {
+				chunks = []int{c0}
+			} else if c0 < kTiles {
 				chunks = nil
 				for sp := 2; sp <= 8; sp++ {
 					if c := (kTiles + sp - 1) / sp; (kTiles+c-1)/c == sp {

@@ -34,12 +34,18 @@ type wgTile struct{ bm, bn, stages int }
 
 // wgTiles are the wgmma tile kernels: the first two are the 128×256 and 128×128 kernels (gemmWG256, gemmWG128),
 // the others (gemmWGX) exist so that at small M the tiles, or the tiles times the splits of a chunked shape, fill
-// the multiprocessors. (Tiles of 256 rows, each W tile read once for up to 256 rows, were measured slower at every
-// M on the H200: NOTES-perf.md, "GEMM tiles per M".)
+// the multiprocessors, and — 192 rows, three consumer warpgroups — so that an M just above a multiple of 128 does
+// not read every W tile once more for a few rows (M = 257 needs three 128-row tiles but two of 192). (Tiles of 256
+// rows, two m64 tiles per consumer, were measured slower at every M on the H200: NOTES-perf.md, "GEMM tiles per
+// M".)
 var wgTiles = []wgTile{
 	{128, 256, 4}, {128, 128, 6},
 	{128, 64, 8}, {128, 96, 7}, {128, 144, 6}, {128, 192, 5},
+	{192, 64, 7}, {192, 96, 6}, {192, 128, 5}, {192, 144, 5}, {192, 192, 4},
 }
+
+// threads is the block size of tile kernel t: one producer warpgroup and a consumer warpgroup per 64 rows.
+func (t wgTile) threads() int { return 128 * (t.bm/64 + 1) }
 
 // kern is the kernel family of the tile kernel t.
 func (t wgTile) kern() gemmKernel {
@@ -178,14 +184,21 @@ type schedChoice struct {
 // schedAt picks the fastest schedule by the model for chunks of c k tiles at M: a tile kernel (any of wgTiles)
 // with one split when c covers all k tiles, or with one split per chunk (split-K, the partials added in chunk
 // order: the same bits) when its workspace fits; or the stream-K kernel with bestSK's tile count.
-func schedAt(M, N, K, sms, c int) schedChoice {
+func schedAt(M, N, K, sms, c int) schedChoice { return schedWith(M, N, K, sms, c, schedBM) }
+
+// schedBM restricts schedAt to the tile kernels of that many rows (0: all), for benchmarks that compare the
+// schedules with and without the 192-row tiles in one run. Set only on the device thread, between GEMMs.
+var schedBM int
+
+// schedWith is schedAt over the tile kernels of wgTiles with bm rows (0: all of them).
+func schedWith(M, N, K, sms, c, bm int) schedChoice {
 	kTiles := (K + 63) / 64
 	c = max(1, min(c, kTiles))
 	nch := (kTiles + c - 1) / c
 	var best schedChoice
 	best.us = -1
 	for i, t := range wgTiles {
-		if schedPrev && (i > 1 || nch > 1) {
+		if schedPrev && (i > 1 || nch > 1) || bm != 0 && t.bm != bm {
 			continue
 		}
 		tps, sp := kTiles, 1
@@ -221,7 +234,9 @@ var chunkMemo sync.Map // chunkKey → int
 
 // fixedChunk returns the k tiles per chunk of the batch-invariant plan for (N, K) on sms multiprocessors (all the
 // k tiles: unchunked): among c = ⌈k tiles / s⌉ for s = 1 … 16 chunks (at least 4 tiles per chunk), the one with the
-// least sum over schedMs of its modelled time (schedAt) relative to the best c at that M.
+// least sum over schedMs of its modelled time relative to the best c at that M. The time is modelled with the
+// 128-row tiles only: the chunks were chosen so before the 192-row tiles existed, and keeping them keeps every
+// GEMM's bits (a tile only runs the partition; it does not choose it).
 func fixedChunk(N, K, sms int) int {
 	key := chunkKey{N, K, sms, schedPrev}
 	if c, ok := chunkMemo.Load(key); ok {
@@ -241,7 +256,7 @@ func fixedChunk(N, K, sms int) int {
 	for i, c := range cs {
 		us[i] = make([]float64, len(schedMs))
 		for j, M := range schedMs {
-			us[i][j] = schedAt(M, N, K, sms, c).us
+			us[i][j] = schedWith(M, N, K, sms, c, 128).us
 			if i == 0 || us[i][j] < best[j] {
 				best[j] = us[i][j]
 			}

@@ -148,3 +148,21 @@ func TestL2Group(t *testing.T) {
 		}
 	}
 }
+
+// TestGEMMScheduleOnePastTiles checks that one row past two 128-row tiles no longer costs a third row of W tiles in
+// the schedule model (the 192-row tiles): over Kev-4B's shapes, M = 257 within 1.35× of M = 256 (it was 1.46× with
+// 128-row tiles only).
+func TestGEMMScheduleOnePastTiles(t *testing.T) {
+	shapes := [][2]int{{12352, 2560}, {10240, 2560}, {18432, 2560}, {2560, 9216}, {2560, 4096}}
+	var at256, at257 float64
+	for _, s := range shapes {
+		N, K := s[0], s[1]
+		c := fixedChunk(N, K, 132)
+		at256 += schedAt(256, N, K, 132, c).us
+		at257 += schedAt(257, N, K, 132, c).us
+	}
+	t.Logf("modelled GEMMs of one layer: %.1f µs at M = 256, %.1f at 257", at256, at257)
+	if at257 > 1.35*at256 {
+		t.Errorf("M = 257 modelled at %.1f µs against %.1f at 256", at257, at256)
+	}
+}

@@ -182,8 +182,8 @@ func TestGEMMBatchInvariant(t *testing.T) {
 // TestGEMMTiles checks every wgmma tile kernel (wgTiles), persistent and in waves, bit for bit against the 128×128
 // one (waves, wgmma groups waited for one at a time, tested since the first Hopper planner): with one split, and
 // with the k tiles in splits (split-K, partials added in split order by gemm_splitk_reduce against the 128×128
-// kernel's in-kernel finish), at M that leave the second consumer without rows or end inside a tile, and N that
-// are not multiples of the tile width, with a residual.
+// kernel's in-kernel finish), at M that leave consumers without rows or end inside a tile (of 128 or 192 rows),
+// and N that are not multiples of the tile width, with a residual.
 func TestGEMMTiles(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("wgmma kernels need compute capability 9.0")
@@ -191,12 +191,12 @@ func TestGEMMTiles(t *testing.T) {
 	r := newRand(t)
 	for _, s := range [][2]int{{264, 4096}, {392, 1000}, {2560, 9216}, {12352, 2560}} {
 		N, K := s[0], s[1]
-		const maxM = 300
+		const maxM = 400
 		x := randBF16(r, maxM*K, 1)
 		w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
 		res := randBF16(r, maxM*N, 1)
 		kTiles := (K + 63) / 64
-		for _, M := range []int{16, 100, 240, 300} {
+		for _, M := range []int{16, 100, 240, 300, 400} {
 			for _, sp := range []int{1, 3} {
 				if sp > 1 && (kTiles+sp-1)/sp*(sp-1) >= kTiles {
 					continue

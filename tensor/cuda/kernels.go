@@ -84,7 +84,7 @@ func (t wgTile) shared() int { return t.stages*(t.bm+t.bn)*64*2 + 1024 + 16*t.st
 // tilePlan is the wgmma tile kernel t with splits splits of tps k tiles each; with splits, the partial sums are
 // added in split order by gemm_splitk_reduce after the tile kernel (the bits of the in-kernel finish).
 func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
-	p := gemmPlan{kern: t.kern(), mod: "gemm_sm90a", bm: t.bm, bn: t.bn, bk: 64, threads: 384, splits: splits,
+	p := gemmPlan{kern: t.kern(), mod: "gemm_sm90a", bm: t.bm, bn: t.bn, bk: 64, threads: t.threads(), splits: splits,
 		tps: tps, shared: t.shared(), fn: fmt.Sprintf("gemm_wgmma_%dx%d", t.bm, t.bn), reduce: splits > 1}
 	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
 	return p

@@ -23,7 +23,8 @@ import (
 // ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
 // invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
 // the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
-// m-fastest, KEV_PROFILE_MODES=groups with several group widths.
+// m-fastest, KEV_PROFILE_MODES=groups with several group widths, KEV_PROFILE_MODES=tiles the invariant plans with
+// every tile kernel and with the 128-row ones only.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -37,7 +38,8 @@ func BenchmarkPassKernels(b *testing.B) {
 	cases := []pcase{
 		{"2q-short", 13, []int{38, 38}, 0},
 		{"6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 0},
-		{"6q-kev", 34, []int{42, 73, 47, 22, 16, 22}, 0}, // bench-cases.json's 6-question case on a new ticket: one row of 73 tokens
+		{"6q-kev", 34, []int{42, 73, 47, 22, 16, 22}, 0},    // bench-cases.json's 6-question case on a new ticket: one row of 73 tokens
+		{"6q-kev257", 35, []int{42, 73, 47, 22, 16, 22}, 0}, // the same on a ticket numbered 10 … 99: 257 tokens, one past two 128-row tiles
 		{"5q-370", 370, []int{40, 40, 40, 40, 37}, 0},
 		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}, 0},
 		{"64x6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 64},
@@ -65,6 +67,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = modes[:1]
 	case "gemm":
 		modes = []pmode{modes[0], modes[2]}
+	case "tiles":
+		modes = []pmode{modes[0], {"invariant/tiles128", false, false, false}}
 	case "order":
 		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
 	case "groups":
@@ -80,7 +84,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
-	defer dev.Do(func(q *Queue) error { schedPrev, q.d.gn = false, 0; return nil })
+	defer dev.Do(func(q *Queue) error { schedPrev, schedBM, q.d.gn = false, 0, 0; return nil })
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -124,6 +128,10 @@ func BenchmarkPassKernels(b *testing.B) {
 					setByM(mode.byM)
 					_ = dev.Do(func(q *Queue) error {
 						schedPrev = strings.HasSuffix(mode.name, "prev-sched")
+						schedBM = 0
+						if strings.HasSuffix(mode.name, "/tiles128") {
+							schedBM = 128 // the schedules of 128-row tiles only (before the 192-row tiles)
+						}
 						q.d.gn = 0 // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
 						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
 							q.d.gn, _ = strconv.Atoi(v)

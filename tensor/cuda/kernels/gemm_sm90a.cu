@@ -1,8 +1,8 @@
 // bf16 GEMM for Hopper (sm_90a): Y[M,N] = X[M,K] · W[N,K]ᵀ (+ R[M,N]), fp32 accumulation, for M ≳ 128.
 //
-// Tiles of 128 rows × BN columns (BN = 256 or 128), k in steps of 64. Three warpgroups: warpgroup 0 is the
-// producer — one thread issues bulk tensor copies (TMA) of the X tile (128×64) and the W tile (BN×64) into a
-// STAGES-deep ring, each stage completing on its "full" mbarrier; warpgroups 1 and 2 are consumers, each owning 64
+// Tiles of BM = 128 or 192 rows × BN columns (BN = 64 … 256), k in steps of 64. BM/64 + 1 warpgroups: warpgroup 0
+// is the producer — one thread issues bulk tensor copies (TMA) of the X tile (BM×64) and the W tile (BN×64) into a
+// STAGES-deep ring, each stage completing on its "full" mbarrier; warpgroups 1 … BM/64 are consumers, each owning 64
 // rows of the tile: wgmma m64nBNk16 four times per stage from shared memory, then an arrive on the stage's "empty"
 // mbarrier hands it back to the producer. Registers are moved from the producer to the consumers (setmaxnreg).
 //
@@ -70,13 +70,13 @@ __device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, i
 }
 
 // ring_init prepares the STAGES-deep TMA ring's barriers at bars (full[STAGES], then empty[STAGES]): a stage is full
-// when the producer's announced bytes have landed (one arrival, its expect_tx), empty when the two consumer
-// warpgroups (256 threads) have arrived. Thread 0 initialises them; then the whole block synchronises.
-template <int STAGES> __device__ __forceinline__ void ring_init(uint32_t bars) {
+// when the producer's announced bytes have landed (one arrival, its expect_tx), empty when the CONS consumer
+// warpgroups (128·CONS threads) have arrived. Thread 0 initialises them; then the whole block synchronises.
+template <int STAGES, int CONS = 2> __device__ __forceinline__ void ring_init(uint32_t bars) {
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < STAGES; s++) {
 			mbar_init(bars + 8 * s, 1);
-			mbar_init(bars + 8 * (STAGES + s), 256);
+			mbar_init(bars + 8 * (STAGES + s), 128 * CONS);
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
@@ -92,6 +92,20 @@ __device__ __forceinline__ uint32_t ring_acquire(uint32_t base, uint32_t bars, i
 	full = bars + 8 * s;
 	mbar_expect_tx(full, STAGE_BYTES);
 	return base + s * STAGE_BYTES;
+}
+
+// producer_regs and consumer_regs move registers from the producer warpgroup to the consumers (setmaxnreg). A block
+// of BM/64 consumer warpgroups and one producer launches with 65,536 / (128 · (BM/64 + 1)) registers per thread
+// (ptxas gives every thread the launch bound's maximum when a kernel uses setmaxnreg): 168 at 384 threads, 128 at
+// 512. The producer keeps 40; the consumers take what that frees, in multiples of 8.
+__device__ __forceinline__ void producer_regs() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
+
+template <int BM> __device__ __forceinline__ void consumer_regs() {
+	static_assert(BM == 128 || BM == 192, "tiles of 128 or 192 rows");
+	if constexpr (BM == 128)
+		asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); // 40·128 + 232·256 ≤ 65,536
+	else
+		asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n"); // 40·128 + 152·384 ≤ 65,536
 }
 
 // tile_at places output tile t of an mT × nT grid of tiles (BM rows, TN columns): the tiles go in groups of gn
@@ -192,11 +206,11 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t 
 	}
 }
 
-template <int BN, int STAGES, bool CHUNK>
+template <int BM, int BN, int STAGES, bool CHUNK>
 __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                            float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
                                            int tps, int chunk, int gn) {
-	constexpr int BM = 128, BK = 64;
+	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
 	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
@@ -209,10 +223,10 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	const int kt0 = blockIdx.z * tps;
 	const int nk = max(0, min(kTiles, kt0 + tps) - kt0);
 
-	ring_init<STAGES>(bars);
+	ring_init<STAGES, CONS>(bars);
 
 	if (wg == 0) {
-		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		producer_regs();
 		if (threadIdx.x == 0) {
 			for (int kt = 0; kt < nk; kt++) {
 				uint32_t full;
@@ -224,7 +238,7 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		}
 		return;
 	}
-	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	consumer_regs<BM>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
 	const bool split = gridDim.z > 1;
@@ -300,7 +314,7 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		store(d);
 	// Split-K: the last split of a tile adds the partials in order here, or, launched without tile counters (cnt
 	// null), gemm_splitk_reduce does it for all tiles afterwards.
-	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 256, 1);
+	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 128 * CONS, 1);
 }
 
 // swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
@@ -320,11 +334,11 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy) = silu(g)·u as swiglu_bf16
 // would on the stored GEMM output — the same bits, without writing [g | u].
-template <int BN, int STAGES, bool GATED>
+template <int BM, int BN, int STAGES, bool GATED>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32,
                                                    int gn) {
-	constexpr int BM = 128, BK = 64;
+	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
 	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
@@ -334,10 +348,10 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	const int mT = (M + BM - 1) / BM, nT = (NO + TN - 1) / TN, T = mT * nT;
 	const int kTiles = (K + BK - 1) / BK;
 	const int wg = threadIdx.x >> 7;
-	ring_init<STAGES>(bars);
+	ring_init<STAGES, CONS>(bars);
 
 	if (wg == 0) {
-		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		producer_regs();
 		if (threadIdx.x == 0) {
 			int it = 0;
 			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
@@ -354,7 +368,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		}
 		return;
 	}
-	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	consumer_regs<BM>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const int w = (t >> 5) & 3, l = t & 31;
 	float d[BN / 2];
@@ -412,10 +426,10 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 // and their SwiGLU-fused twins (gemm_wgmma_g128xBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused).
 #define WP_TILE(BN, STAGES)                                                                                       \
 	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                     \
-		gemm_wgmma_persist<BN, STAGES, false>(WP_ARGS);                                                     \
+		gemm_wgmma_persist<128, BN, STAGES, false>(WP_ARGS);                                                     \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_g128x##BN(WP_PARAMS) {                     \
-		gemm_wgmma_persist<BN, STAGES, true>(WP_ARGS);                                                      \
+		gemm_wgmma_persist<128, BN, STAGES, true>(WP_ARGS);                                                      \
 	}
 WP_TILE(64, 8)
 WP_TILE(96, 7)
@@ -423,6 +437,22 @@ WP_TILE(128, 6)
 WP_TILE(144, 6)
 WP_TILE(192, 5)
 WP_TILE(256, 4)
+
+// The same with tiles of 192 rows: three consumer warpgroups (512 threads), each W tile read once for 192 rows of
+// X, so that M just above a multiple of 128 (257 … 384, 513 … 576) does not pay a whole extra row of tiles. No
+// 256-wide twin: its 128 accumulators per thread do not fit beside the rest in 152 registers.
+#define WP_TILE192(BN, STAGES)                                                                                    \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_p192x##BN(WP_PARAMS) {                     \
+		gemm_wgmma_persist<192, BN, STAGES, false>(WP_ARGS);                                                \
+	}                                                                                                          \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_g192x##BN(WP_PARAMS) {                     \
+		gemm_wgmma_persist<192, BN, STAGES, true>(WP_ARGS);                                                 \
+	}
+WP_TILE192(64, 7)
+WP_TILE192(96, 6)
+WP_TILE192(128, 5)
+WP_TILE192(144, 5)
+WP_TILE192(192, 4)
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
@@ -432,13 +462,13 @@ WP_TILE(256, 4)
 // 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads. No chunked
 // accumulation (its registers would not fit): chunk is ignored.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAMS) {
-	gemm_wgmma<256, 4, false>(WG_ARGS);
+	gemm_wgmma<128, 256, 4, false>(WG_ARGS);
 }
 
 // 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly, and for
 // chunked accumulation.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
-	gemm_wgmma<128, 6, true>(WG_ARGS);
+	gemm_wgmma<128, 128, 6, true>(WG_ARGS);
 }
 
 // Other tile widths, chosen per M so that the tiles (and the splits of a chunked shape) fill the multiprocessors.
@@ -446,12 +476,23 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAM
 // instead).
 #define WG_TILE(BN, STAGES)                                                                                       \
 	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x##BN(WG_PARAMS) {                      \
-		gemm_wgmma<BN, STAGES, false>(WG_ARGS);                                                             \
+		gemm_wgmma<128, BN, STAGES, false>(WG_ARGS);                                                             \
 	}
 WG_TILE(64, 8)
 WG_TILE(96, 7)
 WG_TILE(144, 6)
 WG_TILE(192, 5)
+
+// 192-row tiles in waves (split-K), as WP_TILE192.
+#define WG_TILE192(BN, STAGES)                                                                                    \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_192x##BN(WG_PARAMS) {                      \
+		gemm_wgmma<192, BN, STAGES, false>(WG_ARGS);                                                        \
+	}
+WG_TILE192(64, 7)
+WG_TILE192(96, 6)
+WG_TILE192(128, 5)
+WG_TILE192(144, 5)
+WG_TILE192(192, 4)
 
 // gemm_splitk_reduce ends a split-K launch made without tile counters: for every output element it adds the
 // splits' partial sums ws[z][M][N] in split order, then the residual, and stores Y — the operations of
@@ -537,7 +578,7 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 	ring_init<STAGES>(bars);
 
 	if (wg == 0) {
-		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+		producer_regs();
 		if (threadIdx.x == 0) {
 			int it = 0;
 			run([&](int tile, int ja, int jb) {
@@ -554,7 +595,7 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 		}
 		return;
 	}
-	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+	consumer_regs<128>();
 	const int c = wg - 1, tid = threadIdx.x - 128;
 	const int w = (tid >> 5) & 3, l = tid & 31;
 	const int slotRows = min(M, BM);
