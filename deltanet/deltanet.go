@@ -121,6 +121,26 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 // segment it also returns the state after the last row; for several, next is
 // nil. state is not modified.
 func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.Tensor, next *State, err error) {
+	n, next, err := l.ForwardGated(u, state, lens)
+	if err != nil {
+		return nil, nil, err
+	}
+	if out, err = l.b.MatMul(n, l.out); err != nil {
+		next.Free(l.b)
+		next = nil
+	}
+	l.b.Free(n)
+	return out, next, err
+}
+
+// OutProj is the layer's output projection [d, value heads · value dim]: Forward's output is MatMul(n, OutProj())
+// for the n that ForwardGated returns.
+func (l *Layer) OutProj() tensor.Tensor { return l.out }
+
+// ForwardGated is Forward without the output projection: it returns the gated RMSNorm of the delta rule's output,
+// n [N, value heads · value dim], and the same next state. For callers that fuse the projection with what follows
+// it (tensor.Backend.MatMulAddRMSNorm).
+func (l *Layer) ForwardGated(u tensor.Tensor, state *State, lens []int) (n tensor.Tensor, next *State, err error) {
 	b, c := l.b, l.cfg
 	proj, err := b.MatMul(u, l.inProj)
 	if err != nil {
@@ -155,14 +175,8 @@ func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.T
 		b.Free(newConv)
 		return nil, nil, err
 	}
-	n, err := b.GatedRMSNorm(o, z, l.norm, l.eps)
+	n, err = b.GatedRMSNorm(o, z, l.norm, l.eps)
 	b.Free(o)
-	if err != nil {
-		b.Free(newConv, newRec)
-		return nil, nil, err
-	}
-	out, err = b.MatMul(n, l.out)
-	b.Free(n)
 	if err != nil {
 		b.Free(newConv, newRec)
 		return nil, nil, err
@@ -170,7 +184,7 @@ func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.T
 	if newConv != nil && newRec != nil {
 		next = &State{Conv: newConv, Rec: newRec}
 	}
-	return out, next, nil
+	return n, next, nil
 }
 
 // ForwardSegments mixes u [N, d] whose rows form segs (see tensor.Segment):
@@ -180,6 +194,22 @@ func (l *Layer) Forward(u tensor.Tensor, state *State, lens []int) (out tensor.T
 // after its last row when the segment has Keep (nil otherwise). The backend
 // must implement tensor.Batched; states are not modified.
 func (l *Layer) ForwardSegments(u tensor.Tensor, states []*State, segs []tensor.Segment) (out tensor.Tensor, kept []*State, err error) {
+	n, kept, err := l.ForwardSegmentsGated(u, states, segs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if out, err = l.b.MatMul(n, l.out); err != nil {
+		for _, s := range kept {
+			s.Free(l.b)
+		}
+		kept = nil
+	}
+	l.b.Free(n)
+	return out, kept, err
+}
+
+// ForwardSegmentsGated is ForwardSegments without the output projection (see ForwardGated).
+func (l *Layer) ForwardSegmentsGated(u tensor.Tensor, states []*State, segs []tensor.Segment) (n tensor.Tensor, kept []*State, err error) {
 	b, c := l.b, l.cfg
 	bb, ok := b.(tensor.Batched)
 	if !ok {
@@ -223,14 +253,8 @@ func (l *Layer) ForwardSegments(u tensor.Tensor, states []*State, segs []tensor.
 		return nil, nil, err
 	}
 	drop := func() { dropConv(); b.Free(keptRec...) }
-	n, err := b.GatedRMSNorm(o, z, l.norm, l.eps)
+	n, err = b.GatedRMSNorm(o, z, l.norm, l.eps)
 	b.Free(o)
-	if err != nil {
-		drop()
-		return nil, nil, err
-	}
-	out, err = b.MatMul(n, l.out)
-	b.Free(n)
 	if err != nil {
 		drop()
 		return nil, nil, err
@@ -241,5 +265,5 @@ func (l *Layer) ForwardSegments(u tensor.Tensor, states []*State, segs []tensor.
 			kept[i] = &State{Conv: keptConv[i], Rec: keptRec[i]}
 		}
 	}
-	return out, kept, nil
+	return n, kept, nil
 }

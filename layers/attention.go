@@ -61,9 +61,9 @@ func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
 
 // forward mixes u [N, d] at the given positions, attending to the cached
 // prefix (kPrefix, vPrefix, may be nil) and, per segment, to its own rows.
-// It returns the output and this call's keys (post-norm, post-rotary) and
-// values, which become the cache of a prefill.
-func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix tensor.Tensor, lens []int) (out, k, v tensor.Tensor, err error) {
+// It returns the output as pre and wo (see mix) and this call's keys
+// (post-norm, post-rotary) and values, which become the cache of a prefill.
+func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix tensor.Tensor, lens []int) (pre, wo, k, v tensor.Tensor, err error) {
 	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
 		return a.b.Attention(q, k, v, kPrefix, vPrefix, lens, a.attn)
 	})
@@ -71,25 +71,27 @@ func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix
 
 // forwardSegments is forward over segments that each continue their own
 // prefix (see tensor.Batched.AttentionSegments).
-func (a *Attention) forwardSegments(bb tensor.Batched, u tensor.Tensor, positions []int32, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment) (out, k, v tensor.Tensor, err error) {
+func (a *Attention) forwardSegments(bb tensor.Batched, u tensor.Tensor, positions []int32, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment) (pre, wo, k, v tensor.Tensor, err error) {
 	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
 		return bb.AttentionSegments(q, k, v, kPrefixes, vPrefixes, segs, a.attn)
 	})
 }
 
 // mix projects u, prepares queries and keys, runs attend, gates its output
-// and projects it back; it returns the output, keys and values.
-func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (out, k, v tensor.Tensor, err error) {
+// and projects it back; it returns the output, keys and values. The output is
+// MatMul(pre, wo) when wo is not nil (the projection left to the caller, to
+// fuse it with what follows), else pre itself (an output bias: projected here).
+func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (pre, wo, k, v tensor.Tensor, err error) {
 	b := a.b
 	proj, err := b.MatMul(u, a.qkv)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if a.qkvBias != nil {
 		biased, err := b.AddBias(proj, a.qkvBias)
 		b.Free(proj)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		proj = biased
 	}
@@ -100,40 +102,43 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v 
 	parts, err := b.SplitCols(proj, qw, kvw, kvw)
 	b.Free(proj)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	qg, kRaw, v := parts[0], parts[1], parts[2]
 	q, k, gate, err := b.QKNormRope(qg, kRaw, a.qNorm, a.kNorm, positions, a.rope)
 	b.Free(qg, kRaw)
 	if err != nil {
 		b.Free(v)
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	att, err := attend(q, k, v)
 	b.Free(q)
 	if err != nil {
 		b.Free(k, v, gate)
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if gate != nil {
 		gated, err := b.SigmoidGate(att, gate)
 		b.Free(att, gate)
 		if err != nil {
 			b.Free(k, v)
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		att = gated
 	}
-	out, err = b.MatMul(att, a.o)
+	if a.oBias == nil {
+		return att, a.o, k, v, nil
+	}
+	out, err := b.MatMul(att, a.o)
 	b.Free(att)
-	if err == nil && a.oBias != nil {
+	if err == nil {
 		biased, berr := b.AddBias(out, a.oBias)
 		b.Free(out)
 		out, err = biased, berr
 	}
 	if err != nil {
 		b.Free(k, v)
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return out, k, v, nil
+	return out, nil, k, v, nil
 }

@@ -145,15 +145,15 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 			s.Free()
 		}
 	}
-	h, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, error) {
+	h, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {
 			kps, vps := make([]tensor.Tensor, len(prefixes)), make([]tensor.Tensor, len(prefixes))
 			for j, p := range prefixes {
 				kps[j], vps[j] = p.layers[i].k, p.layers[i].v
 			}
-			mix, k, v, err := l.attn.forwardSegments(bb, u, positions, kps, vps, segs)
+			mix, wo, k, v, err := l.attn.forwardSegments(bb, u, positions, kps, vps, segs)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			defer b.Free(k, v)
 			for j, s := range out.States {
@@ -166,25 +166,25 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 				}
 				if err != nil {
 					b.Free(mix)
-					return nil, err
+					return nil, nil, err
 				}
 			}
-			return mix, nil
+			return mix, wo, nil
 		}
 		states := make([]*deltanet.State, len(prefixes))
 		for j, p := range prefixes {
 			states[j] = p.layers[i].delta
 		}
-		mix, kept, err := l.delta.ForwardSegments(u, states, segs)
+		mix, kept, err := l.delta.ForwardSegmentsGated(u, states, segs)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for j, s := range out.States {
 			if s != nil {
 				s.layers[i].delta = kept[j]
 			}
 		}
-		return mix, nil
+		return mix, l.delta.OutProj(), nil
 	})
 	if err != nil {
 		drop()

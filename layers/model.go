@@ -225,37 +225,37 @@ func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.
 	if prefix == nil {
 		next = &State{Len: len(ids), b: b, layers: make([]layerState, len(m.layers))}
 	}
-	u, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, error) {
+	u, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {
 			var kp, vp tensor.Tensor
 			if prefix != nil {
 				kp, vp = prefix.layers[i].k, prefix.layers[i].v
 			}
-			mix, k, v, err := l.attn.forward(u, positions, kp, vp, lens)
+			mix, wo, k, v, err := l.attn.forward(u, positions, kp, vp, lens)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if next != nil {
 				next.layers[i].k, next.layers[i].v = k, v
 			} else {
 				b.Free(k, v)
 			}
-			return mix, nil
+			return mix, wo, nil
 		}
 		var ds *deltanet.State
 		if prefix != nil {
 			ds = prefix.layers[i].delta
 		}
-		mix, nds, err := l.delta.Forward(u, ds, lens)
+		mix, nds, err := l.delta.ForwardGated(u, ds, lens)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if next != nil {
 			next.layers[i].delta = nds
 		} else {
 			nds.Free(b)
 		}
-		return mix, nil
+		return mix, l.delta.OutProj(), nil
 	})
 	if err != nil {
 		next.Free()
@@ -266,7 +266,11 @@ func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.
 
 // mixer runs decoder layer i's token mixer on its normed input u and
 // returns the mixer's output. It does not free u.
-type mixer func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, error)
+// mixer runs layer i's token mixer (attention or DeltaNet) on u. Its output
+// is MatMul(pre, wo), left to the caller so that the projection, the residual
+// add and the next norm run together (Backend.MatMulAddRMSNorm), or pre
+// itself when wo is nil.
+type mixer func(i int, l *decoder, u tensor.Tensor) (pre, wo tensor.Tensor, err error)
 
 // pass runs ids through the embedding, every decoder layer (its mixer given
 // by mix, then the MLP) and the final norm, and returns the final hidden
@@ -284,14 +288,19 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 		return nil, err
 	}
 	for i, l := range m.layers {
-		out, err := mix(i, l, u)
+		pre, wo, err := mix(i, l, u)
 		b.Free(u)
 		if err != nil {
 			b.Free(h)
 			return nil, err
 		}
-		h2, v, err := b.AddRMSNorm(out, h, l.postNorm, m.eps, m.plusOne)
-		b.Free(out, h)
+		var h2, v tensor.Tensor
+		if wo != nil {
+			h2, v, err = b.MatMulAddRMSNorm(pre, wo, h, l.postNorm, m.eps, m.plusOne)
+		} else {
+			h2, v, err = b.AddRMSNorm(pre, h, l.postNorm, m.eps, m.plusOne)
+		}
+		b.Free(pre, h)
 		if err != nil {
 			return nil, err
 		}
@@ -301,18 +310,12 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 			b.Free(h2)
 			return nil, err
 		}
-		f, err := b.MatMul(act, l.down)
-		b.Free(act)
-		if err != nil {
-			b.Free(h2)
-			return nil, err
-		}
 		gain := m.norm
 		if i+1 < len(m.layers) {
 			gain = m.layers[i+1].inNorm
 		}
-		h, u, err = b.AddRMSNorm(f, h2, gain, m.eps, m.plusOne)
-		b.Free(f, h2)
+		h, u, err = b.MatMulAddRMSNorm(act, l.down, h2, gain, m.eps, m.plusOne)
+		b.Free(act, h2)
 		if err != nil {
 			return nil, err
 		}

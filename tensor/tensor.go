@@ -168,6 +168,11 @@ type Backend interface {
 	// AddRMSNorm returns sum = x + residual and RMSNorm(sum, gain, eps,
 	// plusOne); x, residual [M, n].
 	AddRMSNorm(x, residual, gain Tensor, eps float32, plusOne bool) (sum, normed Tensor, err error)
+	// MatMulAddRMSNorm returns sum = MatMul(x, w) + residual and
+	// RMSNorm(sum, gain, eps, plusOne): the values of MatMul then
+	// AddRMSNorm, in fewer launches where the backend can fuse them;
+	// x [M, K], w [N, K], residual [M, N], gain [N].
+	MatMulAddRMSNorm(x, w, residual, gain Tensor, eps float32, plusOne bool) (sum, normed Tensor, err error)
 	// SwiGLU returns silu(g) ⊙ u for x [M, 2I] = [g | u] → [M, I], where
 	// silu(z) = z·sigmoid(z).
 	SwiGLU(x Tensor) (Tensor, error)

@@ -238,6 +238,71 @@ func (s *suite) testMatMulSwiGLU(t *testing.T) {
 	}
 }
 
+// testMatMulAddRMSNorm checks that the fused operation gives exactly the bits of MatMul then AddRMSNorm (sum and
+// normed), for F32 and BF16 weights, at shapes a GPU runs split-K at few rows (N small against K) and shapes it
+// does not. (With bf16 activations the CUDA backend fuses them; its own tests check that path.)
+func (s *suite) testMatMulAddRMSNorm(t *testing.T) {
+	bitsOf := func(x tensor.Tensor) []float32 {
+		t.Helper()
+		v, err := s.b.ToHost(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, sh := range [][3]int{{3, 128, 1024}, {70, 256, 2048}, {300, 264, 1000}, {5, 24, 40}, {1, 8, 16}} {
+			for _, plusOne := range []bool{true, false} {
+				m, n, k := sh[0], sh[1], sh[2]
+				x := s.up(t, []int{m, k}, s.random(m*k, 1))
+				w, _ := s.upAs(t, dt, []int{n, k}, s.random(n*k, 1/float64(k)))
+				res := s.up(t, []int{m, n}, s.random(m*n, 2))
+				gain := s.up(t, []int{n}, s.random(n, 0.5))
+				name := fmt.Sprintf("%v/%dx%dx%d/plusOne=%v", dt, m, n, k, plusOne)
+				y, err := s.b.MatMul(x, w)
+				if err != nil {
+					t.Fatal(name, err)
+				}
+				wantSum, wantNorm, err := s.b.AddRMSNorm(y, res, gain, 1e-6, plusOne)
+				if err != nil {
+					t.Fatal(name, err)
+				}
+				gotSum, gotNorm, err := s.b.MatMulAddRMSNorm(x, w, res, gain, 1e-6, plusOne)
+				if err != nil {
+					t.Fatal(name, err)
+				}
+				for _, c := range []struct {
+					what      string
+					got, want tensor.Tensor
+				}{{"sum", gotSum, wantSum}, {"normed", gotNorm, wantNorm}} {
+					if sh := c.got.Shape(); len(sh) != 2 || sh[0] != m || sh[1] != n {
+						t.Fatalf("%s: %s shape %v, want [%d %d]", name, c.what, sh, m, n)
+					}
+					if g, w := c.got.DType(), c.want.DType(); g != w {
+						t.Errorf("%s: %s dtype %v, MatMul then AddRMSNorm %v", name, c.what, g, w)
+					}
+					a, b := bitsOf(c.got), bitsOf(c.want)
+					for i := range a {
+						if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+							t.Errorf("%s: %s element %d: fused %v, MatMul then AddRMSNorm %v", name, c.what, i, a[i], b[i])
+							break
+						}
+					}
+				}
+				s.b.Free(x, w, res, gain, y, wantSum, wantNorm, gotSum, gotNorm)
+			}
+		}
+	}
+	x := s.up(t, []int{2, 8}, s.random(16, 1))
+	w := s.up(t, []int{8, 8}, s.random(64, 1))
+	if _, _, err := s.b.MatMulAddRMSNorm(x, w, s.up(t, []int{2, 7}, s.random(14, 1)), s.up(t, []int{8}, s.random(8, 1)), 1e-6, true); err == nil {
+		t.Error("MatMulAddRMSNorm with a residual of the wrong width: no error")
+	}
+	if _, _, err := s.b.MatMulAddRMSNorm(x, w, s.up(t, []int{2, 8}, s.random(16, 1)), s.up(t, []int{7}, s.random(7, 1)), 1e-6, true); err == nil {
+		t.Error("MatMulAddRMSNorm with a gain of the wrong length: no error")
+	}
+}
+
 func (s *suite) testSigmoidGate(t *testing.T) {
 	for name, g := range s.gens() {
 		m, n := 3, 19

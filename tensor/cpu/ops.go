@@ -134,6 +134,16 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 	return sum, normed, nil
 }
 
+// MatMulAddRMSNorm returns AddRMSNorm(MatMul(x, w), residual, gain, eps, plusOne).
+func (b *Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps float32, plusOne bool) (sum, normed tensor.Tensor, err error) {
+	y, err := b.MatMul(x, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer b.Free(y)
+	return b.AddRMSNorm(y, residual, gain, eps, plusOne)
+}
+
 // MatMulSwiGLU returns SwiGLU(MatMul(x, w)).
 func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 	gu, err := b.MatMul(x, w)

@@ -460,12 +460,83 @@ func (d *Device) planByM(g *GEMM) gemmPlan {
 
 // GEMM enqueues g. Requirements: K and N multiples of 8, LdX a multiple of 8, LdY even, buffers 16-byte aligned.
 func (q *Queue) GEMM(g GEMM) error {
+	p, err := q.gemm(&g)
+	if err != nil || !p.reduce {
+		return err
+	}
+	a := &q.args
+	yF32 := int32(0)
+	if g.F32Out {
+		yF32 = 1
+	}
+	a.Reset()
+	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(q.d.ws.Ptr).I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.splits))
+	return q.tagged(&g, p, func() error {
+		return q.launch("gemm_sm90a", "gemm_splitk_reduce", gridFor(int64(g.M)*int64(g.N)/4, 256, q.d.sms()), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+	})
+}
+
+// AddRMSNormFused reports whether GEMM{M, N, K} followed by AddRMSNorm of its [M, N] output runs as
+// GEMMAddRMSNorm on this device: its plan is split-K finished by a reduce launch, which the norm then takes over.
+func (d *Device) AddRMSNormFused(M, N, K int) bool {
+	if !d.hopper() || M <= 0 || N%8 != 0 || K%8 != 0 || N > rmsMaxFused {
+		return false
+	}
+	return d.plan(&GEMM{M: M, N: N, K: K}).reduce
+}
+
+// rmsMaxFused is the widest row splitk_add_rmsnorm_bf16 takes (RMS_VEC · RMS_THREADS · 8 in kernels/ops.cu).
+const rmsMaxFused = 4 * 128 * 8
+
+// GEMMAddRMSNorm enqueues Y = g.X·g.Wᵀ (bf16, g.M × g.N, no residual, dense rows) followed by sum = Y + res and
+// y = RMSNorm(sum, gain, eps, plusOne), as GEMM then RMSNorm with a residual would, for a plan that AddRMSNormFused
+// accepts: the GEMM's split partial sums are added, rounded, summed with res and normalised by one kernel
+// (splitk_add_rmsnorm_bf16), so Y is never stored and the reduce is not launched. Same bits as the two calls.
+func (q *Queue) GEMMAddRMSNorm(g GEMM, y, sum, res, gain Buffer, eps float32, plusOne bool) error {
+	const op = "GEMMAddRMSNorm"
+	if g.R.Ptr != 0 || g.F32Out || g.SwiGLU || (g.LdY != 0 && g.LdY != g.N) || g.Y.Ptr != 0 {
+		return &ArgError{op, "g", "a plain GEMM: no Y, residual, fp32 output, SwiGLU or row stride"}
+	}
+	if !q.d.AddRMSNormFused(g.M, g.N, g.K) {
+		return &ArgError{op, "M, N, K", fmt.Sprintf("%d, %d, %d: not a split-K plan this kernel can finish", g.M, g.N, g.K)}
+	}
+	sz := 2 * int64(g.M) * int64(g.N)
+	for _, c := range []struct {
+		name string
+		b    Buffer
+		n    int64
+	}{{"y", y, sz}, {"sum", sum, sz}, {"res", res, sz}, {"gain", gain, 4 * int64(g.N)}} {
+		if err := need(op, c.name, c.b, c.n); err != nil {
+			return err
+		}
+	}
+	g.Y = y // checked and planned as the GEMM's output; the split kernels only write their partial sums
+	p, err := q.gemm(&g)
+	if err != nil {
+		return err
+	}
+	p1 := int32(0)
+	if plusOne {
+		p1 = 1
+	}
+	q.args.Reset()
+	q.args.Ptr(y.Ptr).Ptr(sum.Ptr).Ptr(q.d.ws.Ptr).Ptr(res.Ptr).Ptr(gain.Ptr).I32(int32(g.M)).I32(int32(g.N)).
+		I32(int32(p.splits)).F32(eps).I32(p1)
+	return q.tagged(&g, p, func() error {
+		return q.launch("ops", "splitk_add_rmsnorm_bf16", cudrv.Dim3{X: g.M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+	})
+}
+
+// gemm checks and plans g and enqueues its kernel; a plan with reduce leaves the split partial sums in the
+// workspace for the caller to finish.
+func (q *Queue) gemm(gp *GEMM) (gemmPlan, error) {
+	g := *gp
 	const op = "GEMM"
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 {
-		return &ArgError{op, "M, N, K", fmt.Sprintf("%d, %d, %d must be positive", g.M, g.N, g.K)}
+		return gemmPlan{}, &ArgError{op, "M, N, K", fmt.Sprintf("%d, %d, %d must be positive", g.M, g.N, g.K)}
 	}
 	if g.K%8 != 0 || g.N%8 != 0 {
-		return &ArgError{op, "N, K", fmt.Sprintf("%d, %d must be multiples of 8", g.N, g.K)}
+		return gemmPlan{}, &ArgError{op, "N, K", fmt.Sprintf("%d, %d must be multiples of 8", g.N, g.K)}
 	}
 	if g.LdX == 0 {
 		g.LdX = g.K
@@ -473,7 +544,7 @@ func (q *Queue) GEMM(g GEMM) error {
 	outN := g.N // columns of Y
 	if g.SwiGLU {
 		if g.N%16 != 0 || g.R.Ptr != 0 || g.F32Out {
-			return &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual and bf16 Y", g.N)}
+			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual and bf16 Y", g.N)}
 		}
 		outN = g.N / 2
 	}
@@ -481,58 +552,58 @@ func (q *Queue) GEMM(g GEMM) error {
 		g.LdY = outN
 	}
 	if g.LdX < g.K || g.LdX%8 != 0 {
-		return &ArgError{op, "LdX", fmt.Sprintf("%d must be ≥ K = %d and a multiple of 8", g.LdX, g.K)}
+		return gemmPlan{}, &ArgError{op, "LdX", fmt.Sprintf("%d must be ≥ K = %d and a multiple of 8", g.LdX, g.K)}
 	}
 	if g.LdY < outN || g.LdY%2 != 0 {
-		return &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ %d columns and even", g.LdY, outN)}
+		return gemmPlan{}, &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ %d columns and even", g.LdY, outN)}
 	}
 	ysz := int64(2)
 	if g.F32Out {
 		ysz = 4
 	}
 	if err := need(op, "X", g.X, 2*(int64(g.M-1)*int64(g.LdX)+int64(g.K))); err != nil {
-		return err
+		return gemmPlan{}, err
 	}
 	if err := need(op, "W", g.W, 2*int64(g.N)*int64(g.K)); err != nil {
-		return err
+		return gemmPlan{}, err
 	}
 	ybytes := ysz * (int64(g.M-1)*int64(g.LdY) + int64(outN))
 	if err := need(op, "Y", g.Y, ybytes); err != nil {
-		return err
+		return gemmPlan{}, err
 	}
 	if g.R.Ptr != 0 {
 		if err := need(op, "R", g.R, ybytes); err != nil {
-			return err
+			return gemmPlan{}, err
 		}
 	}
 	if g.tile != 0 && g.tile != 64 && g.tile != 128 {
-		return &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
+		return gemmPlan{}, &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
 	}
 	d := q.d
 	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK || g.kern == gemmWGX || g.xt.bm != 0) && !d.hopper() {
-		return &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
+		return gemmPlan{}, &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
 	if g.SwiGLU {
 		if !p.persist {
-			return &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
+			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
 		}
 		p.fn = fmt.Sprintf("gemm_wgmma_g%dx%d", p.bm, p.bn)
 	}
 	if p.kern == gemmSK {
 		if p.skTiles > maxGEMMTiles {
-			return &ArgError{op, "M, N", fmt.Sprintf("%d stream-K tiles exceed the %d tile counters", p.skTiles, maxGEMMTiles)}
+			return gemmPlan{}, &ArgError{op, "M, N", fmt.Sprintf("%d stream-K tiles exceed the %d tile counters", p.skTiles, maxGEMMTiles)}
 		}
 		if err := q.ReserveWorkspace(max(skWorkspace(p, g.M, g.K), 16)); err != nil {
-			return err
+			return gemmPlan{}, err
 		}
 	}
 	if p.splits > 1 {
 		if p.blocksM*p.blkN > maxGEMMTiles {
-			return &ArgError{op, "M, N", fmt.Sprintf("%d output tiles exceed the %d split-K tile counters", p.blocksM*p.blkN, maxGEMMTiles)}
+			return gemmPlan{}, &ArgError{op, "M, N", fmt.Sprintf("%d output tiles exceed the %d split-K tile counters", p.blocksM*p.blkN, maxGEMMTiles)}
 		}
 		if err := q.ReserveWorkspace(4 * int64(p.splits) * int64(g.M) * int64(g.N)); err != nil {
-			return err
+			return gemmPlan{}, err
 		}
 	}
 	yF32 := int32(0)
@@ -545,7 +616,7 @@ func (q *Queue) GEMM(g GEMM) error {
 		tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: 2 * g.LdX,
 			BoxRows: p.bm, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
-			return fmt.Errorf("cuda: GEMM: X: %w", err)
+			return gemmPlan{}, fmt.Errorf("cuda: GEMM: X: %w", err)
 		}
 		wBox := p.bn
 		if g.SwiGLU {
@@ -554,7 +625,7 @@ func (q *Queue) GEMM(g GEMM) error {
 		tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
 			BoxRows: wBox, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
-			return fmt.Errorf("cuda: GEMM: W: %w", err)
+			return gemmPlan{}, fmt.Errorf("cuda: GEMM: W: %w", err)
 		}
 		cnt := d.cnt.Ptr
 		if p.reduce {
@@ -588,18 +659,28 @@ func (q *Queue) GEMM(g GEMM) error {
 		grid = cudrv.Dim3{X: p.grid, Y: 1, Z: 1}
 	}
 	if d.prof != nil {
-		q.tag = fmt.Sprintf(" N=%d K=%d M=%d sp=%d", g.N, g.K, g.M, p.splits)
-		if p.kern == gemmSK {
-			q.tag = fmt.Sprintf(" N=%d K=%d M=%d chunk=%d skTiles=%d", g.N, g.K, g.M, p.tps, p.skTiles)
-		}
+		q.tag = gemmTag(&g, p)
 		defer func() { q.tag = "" }()
 	}
-	if err := q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared); err != nil || !p.reduce {
-		return err
+	*gp = g
+	return p, q.launch(p.mod, p.fn, grid, cudrv.Dim3{X: p.threads, Y: 1, Z: 1}, p.shared)
+}
+
+// gemmTag is what a launch profile prints after the kernels of GEMM g with plan p.
+func gemmTag(g *GEMM, p gemmPlan) string {
+	if p.kern == gemmSK {
+		return fmt.Sprintf(" N=%d K=%d M=%d chunk=%d skTiles=%d", g.N, g.K, g.M, p.tps, p.skTiles)
 	}
-	a.Reset()
-	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.splits))
-	return q.launch("gemm_sm90a", "gemm_splitk_reduce", gridFor(int64(g.M)*int64(g.N)/4, 256, d.sms()), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+	return fmt.Sprintf(" N=%d K=%d M=%d sp=%d", g.N, g.K, g.M, p.splits)
+}
+
+// tagged runs launch with the profile tag of GEMM g (its reduce or fused finish) when a launch profile runs.
+func (q *Queue) tagged(g *GEMM, p gemmPlan, launch func() error) error {
+	if q.d.prof != nil {
+		q.tag = gemmTag(g, p)
+		defer func() { q.tag = "" }()
+	}
+	return launch()
 }
 
 // gridFor sizes a grid-stride loop over n items: enough blocks to cover n, at most 8 per multiprocessor.

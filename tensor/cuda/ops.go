@@ -240,6 +240,56 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 	return sum, y, nil
 }
 
+// MatMulAddRMSNorm returns sum = MatMul(x, w) + residual and RMSNorm(sum, gain, eps, plusOne). When the GEMM's plan
+// is split-K finished by a reduce (short passes on Hopper), one kernel adds the split partial sums, the residual and
+// normalises (Queue.GEMMAddRMSNorm): the bits of MatMul then AddRMSNorm, one launch and one [M, N] store fewer.
+// Otherwise the two operations.
+func (b *Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, tensor.Tensor, error) {
+	const op = "MatMulAddRMSNorm"
+	xt, wt, err := b.matmulOperands(op, x, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
+	rt, err := b.matrix(op, "residual", residual, m, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	gt, err := b.vector(op, "gain", gain, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	var sum, y *Tensor
+	fused := false
+	err = b.run(func(s *scope) error {
+		if m == 0 || k == 0 || xt.dtype != tensor.BF16 || wt.dtype != tensor.BF16 || rt.dtype != tensor.BF16 ||
+			gt.dtype != tensor.F32 || !s.q.d.AddRMSNormFused(m, n, k) {
+			return nil
+		}
+		fused = true
+		var err error
+		if sum, err = s.out(tensor.BF16, m, n); err != nil {
+			return err
+		}
+		if y, err = s.out(tensor.BF16, m, n); err != nil {
+			return err
+		}
+		return s.q.GEMMAddRMSNorm(GEMM{X: xt.buf, W: wt.buf, M: m, N: n, K: k}, y.buf, sum.buf, rt.buf, gt.buf, eps, plusOne)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fused {
+		f, err := b.MatMul(x, w)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer b.Free(f)
+		return b.AddRMSNorm(f, residual, gain, eps, plusOne)
+	}
+	return sum, y, nil
+}
+
 // matmulOperands checks x [M, K] and w [N, K] for the operation op.
 func (b *Backend) matmulOperands(op string, x, w tensor.Tensor) (xt, wt *Tensor, err error) {
 	if xt, err = b.matrix(op, "x", x, -1, -1); err != nil {

@@ -183,7 +183,7 @@ func BenchmarkPassKernels(b *testing.B) {
 // kernelCategory groups a kernel by what it does, for the profile's summary.
 func kernelCategory(name string) string {
 	for _, c := range []struct{ prefix, cat string }{
-		{"gemm", "gemm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
+		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
 		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
 		{"nn.qk", "norms"},
 	} {
@@ -202,7 +202,7 @@ func printProfile(label string, device float64, ts []launchTime) {
 		cats[kernelCategory(t.Name)] += t.Sec
 	}
 	fmt.Printf("KEVPROF %q device_ms=%.3f profiled_ms=%.3f launches=%d", label, device*1e3, total*1e3, len(ts))
-	for _, c := range []string{"gemm", "delta rule", "attention", "conv", "norms", "other"} {
+	for _, c := range []string{"gemm", "gemm-norm", "delta rule", "attention", "conv", "norms", "other"} {
 		fmt.Printf(" %s=%.3f", strings.ReplaceAll(c, " ", "_"), cats[c]*1e3)
 	}
 	fmt.Println()

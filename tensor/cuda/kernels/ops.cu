@@ -2,6 +2,7 @@
 // SwiGLU, sigmoid output gate. bf16 in and out, fp32 arithmetic, one rounding per stored value. Rows are
 // contiguous; widths are multiples of 8 so every thread moves 16-byte vectors.
 #include "common.cuh"
+#include "gemm.cuh"
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -125,6 +126,63 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 				v[k] = pack8(f);
 				sr[c] = v[k];
 			}
+		}
+	}
+	float ss = 0.f;
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++)
+		if (tid + k * RMS_THREADS < nv) {
+			float f[8];
+			unpack8(v[k], f);
+#pragma unroll
+			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
+		}
+	const float rstd = rms_rstd(ss, part, n, eps);
+	uint4 *yr = (uint4 *)(y + (size_t)row * n);
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++) {
+		const int c = tid + k * RMS_THREADS;
+		if (c < nv) {
+			float f[8];
+			unpack8(v[k], f);
+			const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
+			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
+			yr[c] = pack8(f);
+		}
+	}
+}
+
+// splitk_add_rmsnorm_bf16 ends a split-K GEMM Y = X·Wᵀ [M, n] and runs AddRMSNorm on it in one launch: for each row,
+// Y's values are the splits' partial sums ws[z][M][n] added in split order and rounded to bf16 (the operations of
+// gemm_splitk_reduce without a residual), then sum = bf16(Y + res) and y = RMSNorm(sum) exactly as rmsnorm_bf16
+// computes them with x = Y (the same vectors per thread, the same order of every sum): the bits of the GEMM, then
+// AddRMSNorm, without storing Y or launching the reduce. One block of RMS_THREADS per row; n ≤ RMS_VEC·RMS_THREADS·8.
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
+                            const float *__restrict__ gain, int M, int n, int splits, float eps, int plusOne) {
+	__shared__ float part[RMS_THREADS / 32];
+	const int row = blockIdx.x, tid = threadIdx.x;
+	if (row >= M) return;
+	const int nv = n / 8;
+	const size_t plane = (size_t)M * n;
+	const float *wr = ws + (size_t)row * n;
+	const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
+	uint4 *sr = (uint4 *)(sum + (size_t)row * n);
+	uint4 v[RMS_VEC];
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++) {
+		const int c = tid + k * RMS_THREADS;
+		if (c < nv) {
+			const float4 a = gemm_split_sum4(wr + 8 * c, plane, splits), b = gemm_split_sum4(wr + 8 * c + 4, plane, splits);
+			float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, r[8];
+			unpack8(pack8(f), f); // Y as the reduce stores it
+			unpack8(rr[c], r);
+#pragma unroll
+			for (int i = 0; i < 8; i++) f[i] += r[i];
+			v[k] = pack8(f);
+			sr[c] = v[k];
 		}
 	}
 	float ss = 0.f;
