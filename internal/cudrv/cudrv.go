@@ -16,6 +16,26 @@ static CUresult kev_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
 	for (int i = 0; i < n; i++) params[i] = buf + offs[i];
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, n ? params : NULL, NULL);
 }
+
+// kev_launch_pdl is kev_launch through cuLaunchKernelEx with programmatic stream serialisation: the kernel may
+// start while the one before it on the stream finishes (it waits for it with griddepcontrol.wait).
+static CUresult kev_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+		unsigned bz, unsigned shmem, CUstream s, char *buf, const int32_t *offs, int n) {
+	void *params[64];
+	if (n > 64) return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++) params[i] = buf + offs[i];
+	CUlaunchAttribute attr;
+	attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	attr.value.programmaticStreamSerializationAllowed = 1;
+	CUlaunchConfig cfg = {0};
+	cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
+	cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
+	cfg.sharedMemBytes = shmem;
+	cfg.hStream = s;
+	cfg.attrs = &attr;
+	cfg.numAttrs = 1;
+	return cuLaunchKernelEx(&cfg, f, n ? params : NULL, NULL);
+}
 */
 import "C"
 
@@ -202,6 +222,19 @@ func (a *Args) Len() int { return a.n }
 // Launch launches f on stream s with the parameters in a (cuLaunchKernel). sharedBytes is the dynamic shared
 // memory; above 48 KiB it needs SetMaxDynamicShared first.
 func Launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args) error {
+	return launch(f, grid, block, sharedBytes, s, a, false)
+}
+
+// LaunchDependent is Launch with programmatic dependent launch (cuLaunchKernelEx,
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; compute capability 9.0 and later): f may begin while the
+// kernel before it on s is still running, once that kernel's blocks have all started or signalled
+// (griddepcontrol.launch_dependents), so its launch overlaps the other's tail. f must execute griddepcontrol.wait
+// before it touches memory the earlier work reads or writes.
+func LaunchDependent(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args) error {
+	return launch(f, grid, block, sharedBytes, s, a, true)
+}
+
+func launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args, pdl bool) error {
 	if a.err != nil {
 		return a.err
 	}
@@ -218,6 +251,12 @@ func Launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Ar
 	if a.n > 0 {
 		bufp = (*C.char)(unsafe.Pointer(&a.buf[0]))
 		offp = (*C.int32_t)(unsafe.Pointer(&a.offs[0]))
+	}
+	if pdl {
+		r := C.kev_launch_pdl(cFunction(f), C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
+			C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), cStream(s),
+			bufp, offp, C.int(a.n))
+		return check("cuLaunchKernelEx", r)
 	}
 	r := C.kev_launch(cFunction(f), C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
 		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), cStream(s),

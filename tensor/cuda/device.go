@@ -5,6 +5,8 @@ package cuda
 import (
 	"embed"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,11 @@ type Device struct {
 	ringNext  int                 // the ring buffer the next slice goes through
 	closeMu   sync.Mutex
 	closed    bool
+
+	// pdl: kernels are launched as programmatic dependents of the one before them (compute capability 9.0, where
+	// every module is built from compute_90 PTX whose kernels begin with griddepcontrol.wait; kernels/pdl.cuh).
+	// KEV_CUDA_PDL=off turns it off.
+	pdl bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
@@ -142,6 +149,7 @@ func Open(ordinal int) (*Device, error) {
 		drv.Close()
 		return nil, err
 	}
+	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err
@@ -237,14 +245,17 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	return f, nil
 }
 
-// loadModule loads module mod ("gemm": kernels/gemm.sm80.*) into the context: the machine code (cubin) built for
-// this GPU's architecture when there is one, so that nothing is compiled at run time, else the PTX, which the driver
-// compiles now.
+// loadModule loads module mod ("gemm": kernels/gemm.sm80.*, or kernels/gemm.sm90.* on compute capability 9.0) into
+// the context: the machine code (cubin) built for this GPU's architecture when there is one, so that nothing is
+// compiled at run time, else the PTX, which the driver compiles now.
 func (d *Device) loadModule(mod string) (cu.Module, error) {
 	if m, ok := d.mods[mod]; ok {
 		return m, nil
 	}
 	target := "sm80"
+	if d.hopper() {
+		target = "sm90" // compute_90 PTX: the kernels wait for the grids they depend on (programmatic dependent launch)
+	}
 	if strings.HasSuffix(mod, "_sm90a") {
 		if !d.hopper() {
 			return cu.Module{}, fmt.Errorf("cuda: module %s needs compute capability 9.0, have %d.%d", mod, d.info.Major, d.info.Minor)
@@ -274,13 +285,13 @@ func (d *Device) loadModule(mod string) (cu.Module, error) {
 }
 
 // cubin returns the embedded machine code of the module file stem for this GPU: sm_90a for the Hopper-only
-// modules, sm_90 on compute capability 9.0, sm_80 on 8.x.
+// modules, sm_90 for the compute_90 PTX (compute capability 9.0), sm_80 for the compute_80 PTX on 8.x.
 func (d *Device) cubin(stem string) ([]byte, bool) {
 	var arch string
 	switch {
 	case strings.HasSuffix(stem, ".sm90a"):
 		arch = "sm_90a"
-	case d.info.Major == 9 && d.info.Minor == 0:
+	case strings.HasSuffix(stem, ".sm90"):
 		arch = "sm_90"
 	case d.info.Major == 8:
 		arch = "sm_80"
@@ -297,7 +308,9 @@ func Modules() []string {
 	var mods []string
 	for _, e := range ents {
 		if name, ok := strings.CutSuffix(e.Name(), ".ptx"); ok {
-			mods = append(mods, name[:strings.IndexByte(name, '.')])
+			if mod := name[:strings.IndexByte(name, '.')]; !slices.Contains(mods, mod) {
+				mods = append(mods, mod) // one entry for NAME.sm80.ptx and NAME.sm90.ptx
+			}
 		}
 	}
 	return mods
@@ -347,7 +360,11 @@ func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) err
 		q.d.launches.Add(1)
 		return nil
 	}
-	if err := cudrv.Launch(f, grid, block, shared, q.s, &q.args); err != nil {
+	launch := cudrv.Launch
+	if q.d.pdl {
+		launch = cudrv.LaunchDependent
+	}
+	if err := launch(f, grid, block, shared, q.s, &q.args); err != nil {
 		return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", mod, name, grid, block, err)
 	}
 	q.d.launches.Add(1)

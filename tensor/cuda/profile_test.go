@@ -24,7 +24,8 @@ import (
 // invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
 // the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
 // m-fastest, KEV_PROFILE_MODES=groups with several group widths, KEV_PROFILE_MODES=tiles the invariant plans with
-// every tile kernel and with the 128-row ones only.
+// every tile kernel and with the 128-row ones only, KEV_PROFILE_MODES=pdl with kernels launched as programmatic
+// dependents (compute capability 9.0) and without.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -67,6 +68,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = modes[:1]
 	case "gemm":
 		modes = []pmode{modes[0], modes[2]}
+	case "pdl":
+		modes = []pmode{modes[0], {"invariant/nopdl", false, false, false}}
 	case "tiles":
 		modes = []pmode{modes[0], {"invariant/tiles128", false, false, false}}
 	case "order":
@@ -84,7 +87,8 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
-	defer dev.Do(func(q *Queue) error { schedPrev, schedBM, q.d.gn = false, 0, 0; return nil })
+	pdl0 := dev.pdl
+	defer dev.Do(func(q *Queue) error { schedPrev, schedBM, q.d.gn, q.d.pdl = false, 0, 0, pdl0; return nil })
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -128,6 +132,7 @@ func BenchmarkPassKernels(b *testing.B) {
 					setByM(mode.byM)
 					_ = dev.Do(func(q *Queue) error {
 						schedPrev = strings.HasSuffix(mode.name, "prev-sched")
+						q.d.pdl = pdl0 && !strings.HasSuffix(mode.name, "/nopdl")
 						schedBM = 0
 						if strings.HasSuffix(mode.name, "/tiles128") {
 							schedBM = 128 // the schedules of 128-row tiles only (before the 192-row tiles)

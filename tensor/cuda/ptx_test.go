@@ -90,9 +90,12 @@ func TestCubinFresh(t *testing.T) {
 	}
 	want := map[string]bool{}
 	for _, p := range ptxs {
-		archs := []string{"sm_80", "sm_90"}
-		if strings.HasSuffix(p, ".sm90a.ptx") {
+		archs := []string{"sm_80"}
+		switch {
+		case strings.HasSuffix(p, ".sm90a.ptx"):
 			archs = []string{"sm_90a"}
+		case strings.HasSuffix(p, ".sm90.ptx"):
+			archs = []string{"sm_90"}
 		}
 		ptx, err := os.ReadFile(p)
 		if err != nil {
@@ -145,5 +148,41 @@ func TestCubinFresh(t *testing.T) {
 		if !want[c] {
 			t.Errorf("%s belongs to no PTX; remove it", c)
 		}
+	}
+}
+
+// TestKernelsWaitForGrid checks that every kernel begins with KEV_GRID_DEP() (kernels/pdl.cuh): on compute
+// capability 9.0 kernels are launched as programmatic dependents of the kernel before them, so one that touched
+// memory before waiting could read its inputs before they are written.
+func TestKernelsWaitForGrid(t *testing.T) {
+	srcs, _ := filepath.Glob("kernels/*.cu")
+	kernels := 0
+	for _, p := range srcs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		for at := 0; ; {
+			i := strings.Index(s[at:], `extern "C" __global__`)
+			if i < 0 {
+				break
+			}
+			i += at
+			open := strings.IndexByte(s[i:], '{')
+			if open < 0 {
+				t.Fatalf("%s: kernel at byte %d has no body", p, i)
+			}
+			body := strings.TrimLeft(s[i+open+1:], " \t\r\n\\")
+			if !strings.HasPrefix(body, "KEV_GRID_DEP();") {
+				line := 1 + strings.Count(s[:i], "\n")
+				t.Errorf("%s:%d: the kernel does not begin with KEV_GRID_DEP()", p, line)
+			}
+			kernels++
+			at = i + open
+		}
+	}
+	if kernels < 50 {
+		t.Errorf("found %d kernels, expected more: has the declaration style changed?", kernels)
 	}
 }

@@ -10,6 +10,7 @@
 extern "C" __global__ void attention_fwd(void *o, int odt, const void *q, int qdt, const void *k, int kdt,
                                          const void *v, int vdt, const void *kp, int kpdt, const void *vp, int vpdt,
                                          const int32_t *segStart, int N, int P, int H, int KV, int D, float scale) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int job = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (job >= N * H) return;

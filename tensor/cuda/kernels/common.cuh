@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 #define DT_F32 0
 #define DT_BF16 1
 #define DT_F16 2

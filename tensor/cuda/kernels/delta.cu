@@ -75,6 +75,7 @@ extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const 
                                           int gdt, const void *beta, int bdt, const void *s0, int sdt,
                                           const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dk,
                                           int dv) {
+	KEV_GRID_DEP();
 	delta_rec(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z], segLen[blockIdx.z], hk, hv,
 	          dk, dv);
 }
@@ -84,6 +85,7 @@ extern "C" __global__ void delta_rule_rec(void *o, int odt, float *final, const 
 extern "C" __global__ void delta_rule_segs_rec(void *o, int odt, const void *qkv, int xdt, const void *g, int gdt,
                                                const void *beta, int bdt, const SegDesc *desc, int hk, int hv,
                                                int dk, int dv) {
+	KEV_GRID_DEP();
 	const SegDesc sd = desc[blockIdx.z];
 	delta_rec(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, hv, dk, dv);
 }
@@ -310,7 +312,8 @@ __device__ __forceinline__ void delta_reg(void *o, int odt, float *final, const 
 #define DELTA_REG(NAME, RPT, ONE, MINB, PF)                                                                          \
 	extern "C" __global__ void __launch_bounds__(256, MINB) NAME(                                                \
 	    void *o, int odt, float *final, const void *qkv, int xdt, const void *g, int gdt, const void *beta, int bdt, \
-	    const void *s0, int sdt, const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv, int vec) {    \
+	    const void *s0, int sdt, const int32_t *segStart, const int32_t *segLen, int hk, int hv, int dv, int vec) {  \
+		KEV_GRID_DEP();                                                                                           \
 		delta_reg<RPT, ONE, PF>(o, odt, final, qkv, xdt, g, gdt, beta, bdt, s0, sdt, segStart[blockIdx.z],      \
 		                    segLen[blockIdx.z], hk, hv, dv, vec);                                                \
 	}
@@ -331,6 +334,7 @@ DELTA_REG(delta_rule_long_dk128, 16, true, 1, true)
 	extern "C" __global__ void __launch_bounds__(256, MINB) NAME(void *o, int odt, const void *qkv, int xdt,     \
 	                                                             const void *g, int gdt, const void *beta, int bdt, \
 	                                                             const SegDesc *desc, int hk, int hv, int dv, int vec) { \
+		KEV_GRID_DEP();                                                                                               \
 		const SegDesc sd = desc[blockIdx.z];                                                                   \
 		delta_reg<RPT, ONE, PF>(o, odt, (float *)sd.b, qkv, xdt, g, gdt, beta, bdt, sd.a, sd.dt, sd.start, sd.len, hk, \
 		                    hv, dv, vec);                                                                        \

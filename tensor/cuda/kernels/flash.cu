@@ -238,7 +238,8 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
 	    const __nv_bfloat16 *v, const __nv_bfloat16 *kp, const __nv_bfloat16 *vp, const int32_t *segStart, int N,   \
-	    int P, int H, int KV, float scale2, int splits) {                                                           \
+	    int P, int H, int KV, float scale2, int splits) {                                                            \
+		KEV_GRID_DEP();                                                                                           \
 		const int tq0 = blockIdx.x * FA_BQ;                                                                   \
 		flash_attn<D>(o, odt, opart, ml, q, k, v, kp, vp, segStart, tq0, N, segStart[tq0], N, P, H, KV, scale2,  \
 		              splits);                                                                                   \
@@ -266,7 +267,8 @@ __device__ __forceinline__ SegDesc seg_desc(const SegDesc *desc, const FlashSegs
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
 	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2,         \
-	    const __grid_constant__ FlashSegs ps) {                                                                    \
+	    const __grid_constant__ FlashSegs ps) {                                                                      \
+		KEV_GRID_DEP();                                                                                           \
 		const int4 bl = blocks[blockIdx.x];                                                                   \
 		if ((int)blockIdx.z >= bl.z) return;                                                                   \
 		const SegDesc sd = seg_desc(desc, ps, bl.x);                                                           \
@@ -304,6 +306,7 @@ __device__ __forceinline__ void combine(void *o, int odt, const float *opart, co
 // attn_combine merges every row's splits. One block of 64 threads per (row, head).
 extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, const float *ml, int N, int H, int D,
                                         int splits) {
+	KEV_GRID_DEP();
 	combine(o, odt, opart, ml, blockIdx.x, blockIdx.y, N, H, D, splits);
 }
 
@@ -311,6 +314,7 @@ extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, co
 // 64 threads per (listed row, head).
 extern "C" __global__ void attn_combine_rows(void *o, int odt, const float *opart, const float *ml, const int2 *rows,
                                              int N, int H, int D) {
+	KEV_GRID_DEP();
 	const int2 r = rows[blockIdx.x];
 	combine(o, odt, opart, ml, r.x, blockIdx.y, N, H, D, r.y);
 }

@@ -85,6 +85,7 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
                                                           const void *beta, int bdt, const int32_t *chunks, int hk,
                                                           int hv, int dv, char *work) {
+	KEV_GRID_DEP();
 	extern __shared__ __align__(16) char smg[];
 	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
 	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
@@ -545,6 +546,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int 
                                                                    const GdnSeg *desc, const int32_t *base,
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
+	KEV_GRID_DEP();
 	gdn_state<2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
 
@@ -552,5 +554,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int 
                                                                    const GdnSeg *desc, const int32_t *base,
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
+	KEV_GRID_DEP();
 	gdn_state<1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }

@@ -161,11 +161,13 @@ __device__ __forceinline__ void gemm_body(void *__restrict__ Y, const void *__re
 
 // 128×128 tiles, 8 warps (2×4, 64×32 each), 4 stages: 64 KiB of dynamic shared memory. For M ≳ 512.
 extern "C" __global__ void __launch_bounds__(256) gemm_bf16_128x128(GEMM_PARAMS) {
+	KEV_GRID_DEP();
 	gemm_body<128, 128, 2, 4, 4>(GEMM_ARGS);
 }
 
 // 64×64 tiles, 4 warps (2×2, 32×32 each), 4 stages: 32 KiB.
 extern "C" __global__ void __launch_bounds__(128) gemm_bf16_64x64(GEMM_PARAMS) {
+	KEV_GRID_DEP();
 	gemm_body<64, 64, 2, 2, 4>(GEMM_ARGS);
 }
 

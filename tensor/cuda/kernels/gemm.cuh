@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 // gemm_store2 stores two adjacent outputs (col, col+1) of row, adding the residual when R is set.
 __device__ __forceinline__ void gemm_store2(void *Y, const void *R, int ldy, int yF32, int row, int col, float v0,
                                             float v1) {

@@ -425,10 +425,12 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 // Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below,
 // and their SwiGLU-fused twins (gemm_wgmma_g128xBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused).
 #define WP_TILE(BN, STAGES)                                                                                       \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                     \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                           \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<128, BN, STAGES, false>(WP_ARGS);                                                     \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_g128x##BN(WP_PARAMS) {                     \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_g128x##BN(WP_PARAMS) {                           \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<128, BN, STAGES, true>(WP_ARGS);                                                      \
 	}
 WP_TILE(64, 8)
@@ -442,10 +444,12 @@ WP_TILE(256, 4)
 // X, so that M just above a multiple of 128 (257 … 384, 513 … 576) does not pay a whole extra row of tiles. No
 // 256-wide twin: its 128 accumulators per thread do not fit beside the rest in 152 registers.
 #define WP_TILE192(BN, STAGES)                                                                                    \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_p192x##BN(WP_PARAMS) {                     \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_p192x##BN(WP_PARAMS) {                           \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<192, BN, STAGES, false>(WP_ARGS);                                                \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_g192x##BN(WP_PARAMS) {                     \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_g192x##BN(WP_PARAMS) {                           \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<192, BN, STAGES, true>(WP_ARGS);                                                 \
 	}
 WP_TILE192(64, 7)
@@ -462,12 +466,14 @@ WP_TILE192(192, 4)
 // 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads. No chunked
 // accumulation (its registers would not fit): chunk is ignored.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAMS) {
+	KEV_GRID_DEP();
 	gemm_wgmma<128, 256, 4, false>(WG_ARGS);
 }
 
 // 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly, and for
 // chunked accumulation.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
+	KEV_GRID_DEP();
 	gemm_wgmma<128, 128, 6, true>(WG_ARGS);
 }
 
@@ -475,7 +481,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAM
 // Stages: as many as fit in 227 KiB of shared memory. No chunked accumulation (split-K with one split per chunk
 // instead).
 #define WG_TILE(BN, STAGES)                                                                                       \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x##BN(WG_PARAMS) {                      \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x##BN(WG_PARAMS) {                            \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma<128, BN, STAGES, false>(WG_ARGS);                                                             \
 	}
 WG_TILE(64, 8)
@@ -485,7 +492,8 @@ WG_TILE(192, 5)
 
 // 192-row tiles in waves (split-K), as WP_TILE192.
 #define WG_TILE192(BN, STAGES)                                                                                    \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_192x##BN(WG_PARAMS) {                      \
+	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_192x##BN(WG_PARAMS) {                            \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma<192, BN, STAGES, false>(WG_ARGS);                                                        \
 	}
 WG_TILE192(64, 7)
@@ -500,6 +508,7 @@ WG_TILE192(192, 4)
 // 4 consecutive columns of a row (N is a multiple of 8), grid-stride.
 extern "C" __global__ void __launch_bounds__(256) gemm_splitk_reduce(void *Y, const void *R, const float *ws, int M,
                                                                      int N, int ldy, int yF32, int splits) {
+	KEV_GRID_DEP();
 	const int Q = N / 4;
 	const long long n = (long long)M * Q;
 	const size_t plane = (size_t)M * N;
@@ -749,5 +758,6 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 // running sum (dynamic shared memory 5·32 KiB + 1 KiB alignment + 256 + 64 KiB); gridDim.x blocks (one per
 // multiprocessor). tps is unused.
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_sk_128x128(SK_PARAMS) {
+	KEV_GRID_DEP();
 	gemm_sk<128, 5>(SK_ARGS);
 }

@@ -169,7 +169,11 @@ __device__ __forceinline__ void stream_body(void *Y, const void *R, float *__res
 #define STREAM_ARGS Y, R, ws, cnt, X, W, M, N, K, ldx, ldy, yF32, tps
 
 // gemm_stream_mtT: M ≤ 16·T; shared memory 2 · 16·T · 320 bytes.
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt1(STREAM_PARAMS) { stream_body<1>(STREAM_ARGS); }
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt2(STREAM_PARAMS) { stream_body<2>(STREAM_ARGS); }
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt4(STREAM_PARAMS) { stream_body<4>(STREAM_ARGS); }
-extern "C" __global__ void __launch_bounds__(256, 1) gemm_stream_mt8(STREAM_PARAMS) { stream_body<8>(STREAM_ARGS); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt1(STREAM_PARAMS) {
+	KEV_GRID_DEP(); stream_body<1>(STREAM_ARGS); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt2(STREAM_PARAMS) {
+	KEV_GRID_DEP(); stream_body<2>(STREAM_ARGS); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_stream_mt4(STREAM_PARAMS) {
+	KEV_GRID_DEP(); stream_body<4>(STREAM_ARGS); }
+extern "C" __global__ void __launch_bounds__(256, 1) gemm_stream_mt8(STREAM_PARAMS) {
+	KEV_GRID_DEP(); stream_body<8>(STREAM_ARGS); }

@@ -5,6 +5,7 @@
 
 // y[t, :] = table[ids[t], :] for t < T. ids are validated by the caller.
 extern "C" __global__ void embed_any(void *y, int ydt, const void *table, int tdt, const int32_t *ids, int T, int d) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)T * d;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		size_t t = i / d, c = i % d;
@@ -23,6 +24,7 @@ struct SplitParts {
 
 // split_cols16 copies up to four column blocks of the same rows in 16-byte pieces, in one launch: part blockIdx.z.
 extern "C" __global__ void split_cols16(const uint4 *x, int M, int ldx16, SplitParts parts) {
+	KEV_GRID_DEP();
 	// constant indices: a parameter array indexed by blockIdx.z would be copied to local memory per thread
 	const unsigned z = blockIdx.z;
 	const SplitPart sp = z == 0 ? parts.p[0] : z == 1 ? parts.p[1] : z == 2 ? parts.p[2] : parts.p[3];
@@ -33,6 +35,7 @@ extern "C" __global__ void split_cols16(const uint4 *x, int M, int ldx16, SplitP
 
 // y[r, c] = x[r, off + c] for r < M, c < w; x rows are ldx wide; both hold elements of esz bytes (2 or 4).
 extern "C" __global__ void copy_cols(void *y, const void *x, int esz, int M, int ldx, int off, int w) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)M * w;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		size_t r = i / w, c = i % w;
@@ -49,6 +52,7 @@ extern "C" __global__ void copy_cols(void *y, const void *x, int esz, int M, int
 //   y = s / sqrt(mean(s²) + eps) · g,  g = 1 + gain if plusOne else gain.
 extern "C" __global__ void rmsnorm_any(void *y, int ydt, void *sum, int sdt, const void *x, int xdt, const void *res,
                                        int rdt, const void *gain, int gdt, int M, int n, float eps, int plusOne) {
+	KEV_GRID_DEP();
 	__shared__ float scratch[32];
 	const int row = blockIdx.x;
 	if (row >= M) return;
@@ -74,6 +78,7 @@ extern "C" __global__ void rmsnorm_any(void *y, int ydt, void *sum, int sdt, con
 
 // y[m, f] = silu(x[m, f]) · x[m, F + f] for x [M, 2F].
 extern "C" __global__ void swiglu_any(void *y, int ydt, const void *x, int xdt, int M, int F) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)M * F;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		size_t m = i / F, f = i % F;
@@ -85,6 +90,7 @@ extern "C" __global__ void swiglu_any(void *y, int ydt, const void *x, int xdt, 
 // y = x · sigmoid(gate) over n elements.
 extern "C" __global__ void sigmoid_gate_any(void *y, int ydt, const void *x, int xdt, const void *gate, int gdt,
                                             size_t n) {
+	KEV_GRID_DEP();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		st(y, ydt, i, ld(x, xdt, i) * sigm(ld(gate, gdt, i)));
 }
@@ -92,6 +98,7 @@ extern "C" __global__ void sigmoid_gate_any(void *y, int ydt, const void *x, int
 // y[r, c] = x[r, c] + b[c] over n = rows·C elements (the attention biases of Qwen2 and Qwen3 with attention_bias).
 extern "C" __global__ void add_bias_any(void *y, int ydt, const void *x, int xdt, const void *b, int bdt, size_t n,
                                         int C) {
+	KEV_GRID_DEP();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		st(y, ydt, i, ld(x, xdt, i) + ld(b, bdt, i % C));
 }
@@ -101,6 +108,7 @@ extern "C" __global__ void add_bias_any(void *y, int ydt, const void *x, int xdt
 extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int bdt, const void *a, int adt,
                                        const void *alog, int ldt, const void *dtb, int ddt, int N, int H, int ldb,
                                        int lda) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)N * H;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const size_t t = i / H;
@@ -116,6 +124,7 @@ extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int
 // ≤ 32): each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
 extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
                                               const float *w, int rows, int dv, int L, float eps, int hpr, int ldz) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
 	const int i = (lane % L) * 8;
@@ -149,6 +158,7 @@ extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloa
 // rows ldz elements apart.
 extern "C" __global__ void gated_rmsnorm(void *y, int ydt, const void *o, int odt, const void *z, int zdt,
                                          const void *w, int wdt, int rows, int dv, float eps, int hpr, int ldz) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int v = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (v >= rows) return;
@@ -175,6 +185,7 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
                                         const void *k, int kdt, const void *qg, int qgdt, const void *kg, int kgdt,
                                         const int32_t *pos, int T, int H, int KV, int D, int R, double theta,
                                         float eps, int gated, int norm, int ldq, int ldk) {
+	KEV_GRID_DEP();
 	__shared__ float invf[QK_MAX_HALF]; // inv_freq, once per block instead of once per vector
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
@@ -235,6 +246,7 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
                                              const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *qg,
                                              const float *kg, const int32_t *pos, int T, int H, int KV, int D, int R,
                                              double theta, float eps, int gated, int norm, int ldq, int ldk, int L) {
+	KEV_GRID_DEP();
 	__shared__ float invf[QK_MAX_HALF];
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
@@ -313,6 +325,7 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 // where rows before the row's segment start (segStart[t]) come from state [K−1, C] (zero when state is null).
 extern "C" __global__ void conv1d_silu(void *y, int ydt, const void *x, int xdt, const void *w, int wdt,
                                        const void *state, int sdt, const int32_t *segStart, int N, int C, int K) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)N * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		int t = (int)(i / C), c = (int)(i % C);
@@ -336,6 +349,7 @@ extern "C" __global__ void conv1d_silu(void *y, int ydt, const void *x, int xdt,
 // The convolution state after one segment: the last K−1 rows of [state; x] (state zero when null).
 extern "C" __global__ void conv_state(void *ns, int nsdt, const void *x, int xdt, const void *state, int sdt, int N,
                                       int C, int K) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)(K - 1) * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		int r = (int)(i / C), c = (int)(i % C);
@@ -354,6 +368,7 @@ extern "C" __global__ void conv_state(void *ns, int nsdt, const void *x, int xdt
 extern "C" __global__ void pointer_proj(float *out, const void *h, int hdt, const int32_t *rows, int nr,
                                         const void *wq, int wqdt, const void *bq, int bqdt, const void *wk, int wkdt,
                                         const void *bk, int bkdt, int d, int dp) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int o = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (o >= nr * dp) return;
@@ -371,6 +386,7 @@ extern "C" __global__ void pointer_proj(float *out, const void *h, int hdt, cons
 // computing four outputs of one column, k staged through shared memory 32 at a time.
 extern "C" __global__ void matmul_any(void *y, int ydt, const void *x, int xdt, const void *w, int wdt, int M, int N,
                                       int K) {
+	KEV_GRID_DEP();
 	__shared__ float xs[32][33], ws[32][33];
 	const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5; // ty in [0, 8)
 	const int m0 = blockIdx.y * 32, n0 = blockIdx.x * 32;

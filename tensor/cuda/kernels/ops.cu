@@ -14,6 +14,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Grid: T blocks (x) × ceil(d/8/blockDim) (y).
 extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_bfloat16 *__restrict__ table,
                                       const int32_t *__restrict__ ids, int T, int d, int V) {
+	KEV_GRID_DEP();
 	int t = blockIdx.x;
 	int c = blockIdx.y * blockDim.x + threadIdx.x;
 	if (t >= T || c >= d / 8) return;
@@ -94,6 +95,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
                                                                        const __nv_bfloat16 *res,
                                                                        const float *__restrict__ gain, int M, int n,
                                                                        float eps, int plusOne) {
+	KEV_GRID_DEP();
 	__shared__ float part[RMS_THREADS / 32];
 	const int row = blockIdx.x, tid = threadIdx.x;
 	if (row >= M) return;
@@ -159,15 +161,54 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // gemm_splitk_reduce without a residual), then sum = bf16(Y + res) and y = RMSNorm(sum) exactly as rmsnorm_bf16
 // computes them with x = Y (the same vectors per thread, the same order of every sum): the bits of the GEMM, then
 // AddRMSNorm, without storing Y or launching the reduce. One block of RMS_THREADS per row; n ≤ RMS_VEC·RMS_THREADS·8.
+// The block first adds the row's partial sums into shared memory with every split's loads of a step in flight
+// (SPLIT_GROUPS 4-column groups per thread), then normalises from there.
+#define SPLIT_GROUPS 8 // 4-column groups a thread sums at once: 8 · 4 · RMS_THREADS = 4096 columns per step
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
                             const float *__restrict__ gain, int M, int n, int splits, float eps, int plusOne) {
+	KEV_GRID_DEP();
 	__shared__ float part[RMS_THREADS / 32];
+	__shared__ __align__(16) __nv_bfloat16 yrow[RMS_VEC * RMS_THREADS * 8];
 	const int row = blockIdx.x, tid = threadIdx.x;
 	if (row >= M) return;
-	const int nv = n / 8;
+	const int nv = n / 8, nq = n / 4;
 	const size_t plane = (size_t)M * n;
 	const float *wr = ws + (size_t)row * n;
+	for (int q0 = 0; q0 < nq; q0 += SPLIT_GROUPS * RMS_THREADS) {
+		float4 acc[SPLIT_GROUPS];
+#pragma unroll
+		for (int g = 0; g < SPLIT_GROUPS; g++) {
+			const int q = q0 + g * RMS_THREADS + tid;
+			if (q < nq) acc[g] = __ldcg((const float4 *)(wr + 4 * q));
+		}
+		for (int z = 1; z < splits; z++) {
+			float4 v[SPLIT_GROUPS];
+#pragma unroll
+			for (int g = 0; g < SPLIT_GROUPS; g++) {
+				const int q = q0 + g * RMS_THREADS + tid;
+				if (q < nq) v[g] = __ldcg((const float4 *)(wr + z * plane + 4 * q));
+			}
+#pragma unroll
+			for (int g = 0; g < SPLIT_GROUPS; g++) {
+				acc[g].x += v[g].x;
+				acc[g].y += v[g].y;
+				acc[g].z += v[g].z;
+				acc[g].w += v[g].w;
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < SPLIT_GROUPS; g++) {
+			const int q = q0 + g * RMS_THREADS + tid;
+			if (q < nq) {
+				__nv_bfloat162 *d = (__nv_bfloat162 *)(yrow + 4 * q);
+				d[0] = __floats2bfloat162_rn(acc[g].x, acc[g].y);
+				d[1] = __floats2bfloat162_rn(acc[g].z, acc[g].w);
+			}
+		}
+	}
+	__syncthreads();
+	const uint4 *xr = (const uint4 *)yrow;
 	const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
 	uint4 *sr = (uint4 *)(sum + (size_t)row * n);
 	uint4 v[RMS_VEC];
@@ -175,9 +216,8 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 	for (int k = 0; k < RMS_VEC; k++) {
 		const int c = tid + k * RMS_THREADS;
 		if (c < nv) {
-			const float4 a = gemm_split_sum4(wr + 8 * c, plane, splits), b = gemm_split_sum4(wr + 8 * c + 4, plane, splits);
-			float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, r[8];
-			unpack8(pack8(f), f); // Y as the reduce stores it
+			float f[8], r[8];
+			unpack8(xr[c], f);
 			unpack8(rr[c], r);
 #pragma unroll
 			for (int i = 0; i < 8; i++) f[i] += r[i];
@@ -216,6 +256,7 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-
 // y[m, f] = silu(x[m, f]) · x[m, F + f] for x [M, 2F] = [gate | up], y [M, F].
 extern "C" __global__ void swiglu_bf16(__nv_bfloat16 *__restrict__ y, const __nv_bfloat16 *__restrict__ x, int M,
                                        int F) {
+	KEV_GRID_DEP();
 	const int q = F / 8;
 	const size_t total = (size_t)M * q;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -234,6 +275,7 @@ extern "C" __global__ void swiglu_bf16(__nv_bfloat16 *__restrict__ y, const __nv
 // y = x ⊙ sigmoid(gate), elementwise over n values (n % 8 == 0). y may alias x.
 extern "C" __global__ void sigmoid_gate_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *x,
                                              const __nv_bfloat16 *__restrict__ gate, size_t n) {
+	KEV_GRID_DEP();
 	const size_t q = n / 8;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < q; i += (size_t)gridDim.x * blockDim.x) {
 		float a[8], b[8];
@@ -248,6 +290,7 @@ extern "C" __global__ void sigmoid_gate_bf16(__nv_bfloat16 *y, const __nv_bfloat
 // Fills p[0..n) with bf16 values uniform in [-scale, scale) from a counter hash of (seed, index): fresh,
 // reproducible, never all zero. For tests and benchmarks.
 extern "C" __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
+	KEV_GRID_DEP();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		uint32_t h = (uint32_t)i * 0x9E3779B1u ^ (uint32_t)(i >> 32) * 0x85EBCA77u ^ seed * 0xC2B2AE3Du;
 		h ^= h >> 15;

@@ -20,6 +20,7 @@ struct __align__(8) SegDesc {
 extern "C" __global__ void attention_segs(void *o, int odt, const void *q, int qdt, const void *k, int kdt,
                                           const void *v, int vdt, const SegDesc *desc, const int32_t *rowSeg, int N,
                                           int H, int KV, int D, float scale) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int job = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (job >= N * H) return;
@@ -84,6 +85,7 @@ __device__ __forceinline__ float hist(const SegDesc &sd, int r, int c) {
 // w [C, K]; rows before the first row of t's segment s = rowSeg[t] come from its history (desc[s], see hist).
 extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int xdt, const void *w, int wdt,
                                             const SegDesc *desc, const int32_t *rowSeg, int N, int C, int K, int ldx) {
+	KEV_GRID_DEP();
 	const size_t n = (size_t)N * C;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const int t = (int)(i / C), c = (int)(i % C);
@@ -288,7 +290,8 @@ __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x
 #define CONV_V8(NAME, K)                                                                                              \
 	extern "C" __global__ void __launch_bounds__(CONV_VX * CONV_WY)                                                  \
 	    NAME(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt, const SegDesc *desc,       \
-	         int nseg, int N, int C, const __grid_constant__ ConvSegs ps) {                                        \
+	         int nseg, int N, int C, const __grid_constant__ ConvSegs ps) {                                          \
+		KEV_GRID_DEP();                                                                                           \
 		conv_v8<K>(y, x, ldx, w, wdt, desc, nseg, ps, N, C);                                                   \
 	}
 CONV_V8(conv1d_silu_segs_k2, 2)
@@ -309,6 +312,7 @@ struct ConvKeeps {
 // is null (nseg ≤ CONV_PSEGS).
 extern "C" __global__ void conv_keep_segs(const void *x, int xdt, const SegDesc *desc, const ConvKeep *keep, int C,
                                           int K, int ldx, int nseg, ConvSegs ps, ConvKeeps pk) {
+	KEV_GRID_DEP();
 	ConvKeep kp;
 	if (keep != nullptr) {
 		kp = keep[blockIdx.y];
@@ -342,6 +346,7 @@ extern "C" __global__ void conv_keep_segs(const void *x, int xdt, const SegDesc 
 extern "C" __global__ void pointer_proj_q(float *out, const void *h, int hdt, const int32_t *rows, int nr, int nq,
                                           const void *wq, int wqdt, const void *bq, int bqdt, const void *wk,
                                           int wkdt, const void *bk, int bkdt, int d, int dp) {
+	KEV_GRID_DEP();
 	const int lane = threadIdx.x & 31;
 	const int o = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (o >= nr * dp) return;
