@@ -523,7 +523,7 @@ func (q *Queue) GEMMAddRMSNorm(g GEMM, y, sum, res, gain Buffer, eps float32, pl
 	q.args.Ptr(y.Ptr).Ptr(sum.Ptr).Ptr(q.d.ws.Ptr).Ptr(res.Ptr).Ptr(gain.Ptr).I32(int32(g.M)).I32(int32(g.N)).
 		I32(int32(p.splits)).F32(eps).I32(p1)
 	return q.tagged(&g, p, func() error {
-		return q.launch("ops", "splitk_add_rmsnorm_bf16", cudrv.Dim3{X: g.M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+		return q.launch("ops", "splitk_add_rmsnorm_bf16", cudrv.Dim3{X: g.M, Y: 1, Z: 1}, cudrv.Dim3{X: 512, Y: 1, Z: 1}, 0)
 	})
 }
 

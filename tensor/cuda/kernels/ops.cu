@@ -160,11 +160,26 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // Y's values are the splits' partial sums ws[z][M][n] added in split order and rounded to bf16 (the operations of
 // gemm_splitk_reduce without a residual), then sum = bf16(Y + res) and y = RMSNorm(sum) exactly as rmsnorm_bf16
 // computes them with x = Y (the same vectors per thread, the same order of every sum): the bits of the GEMM, then
-// AddRMSNorm, without storing Y or launching the reduce. One block of RMS_THREADS per row; n ≤ RMS_VEC·RMS_THREADS·8.
-// The block first adds the row's partial sums into shared memory with every split's loads of a step in flight
-// (SPLIT_GROUPS 4-column groups per thread), then normalises from there.
-#define SPLIT_GROUPS 8 // 4-column groups a thread sums at once: 8 · 4 · RMS_THREADS = 4096 columns per step
-extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+// AddRMSNorm, without storing Y or launching the reduce. One block of SPLIT_THREADS per row (two per multiprocessor),
+// n ≤ RMS_VEC·RMS_THREADS·8. All threads add the row's partial sums into shared memory, each 4-column group with up
+// to SPLIT_BATCH splits' loads in flight at once (a Kev-4B row: two round trips to L2); then the first RMS_THREADS
+// threads normalise the row from there as rmsnorm_bf16 does, synchronising on a named barrier of their own.
+#define SPLIT_THREADS 512
+#define SPLIT_BATCH 8 // partial-sum planes loaded at once
+
+// rms_rstd128 is rms_rstd for the first RMS_THREADS threads of a larger block (named barrier 1): the same sums.
+__device__ __forceinline__ float rms_rstd128(float ss, float *part, int n, float eps) {
+	const int tid = threadIdx.x;
+	ss = warp_sum(ss);
+	if ((tid & 31) == 0) part[tid >> 5] = ss;
+	asm volatile("bar.sync 1, %0;\n" ::"n"(RMS_THREADS) : "memory");
+	ss = 0.f;
+#pragma unroll
+	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
+	return 1.f / sqrtf(ss / (float)n + eps);
+}
+
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
     splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
                             const float *__restrict__ gain, int M, int n, int splits, float eps, int plusOne) {
 	KEV_GRID_DEP();
@@ -175,39 +190,28 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 	const int nv = n / 8, nq = n / 4;
 	const size_t plane = (size_t)M * n;
 	const float *wr = ws + (size_t)row * n;
-	for (int q0 = 0; q0 < nq; q0 += SPLIT_GROUPS * RMS_THREADS) {
-		float4 acc[SPLIT_GROUPS];
+	for (int q = tid; q < nq; q += SPLIT_THREADS) {
+		float4 acc = __ldcg((const float4 *)(wr + 4 * q));
+		for (int z0 = 1; z0 < splits; z0 += SPLIT_BATCH) { // the next SPLIT_BATCH planes' loads in flight together
+			float4 v[SPLIT_BATCH];
 #pragma unroll
-		for (int g = 0; g < SPLIT_GROUPS; g++) {
-			const int q = q0 + g * RMS_THREADS + tid;
-			if (q < nq) acc[g] = __ldcg((const float4 *)(wr + 4 * q));
+			for (int z = 0; z < SPLIT_BATCH; z++)
+				if (z0 + z < splits) v[z] = __ldcg((const float4 *)(wr + (z0 + z) * plane + 4 * q));
+#pragma unroll
+			for (int z = 0; z < SPLIT_BATCH; z++)
+				if (z0 + z < splits) {
+					acc.x += v[z].x;
+					acc.y += v[z].y;
+					acc.z += v[z].z;
+					acc.w += v[z].w;
+				}
 		}
-		for (int z = 1; z < splits; z++) {
-			float4 v[SPLIT_GROUPS];
-#pragma unroll
-			for (int g = 0; g < SPLIT_GROUPS; g++) {
-				const int q = q0 + g * RMS_THREADS + tid;
-				if (q < nq) v[g] = __ldcg((const float4 *)(wr + z * plane + 4 * q));
-			}
-#pragma unroll
-			for (int g = 0; g < SPLIT_GROUPS; g++) {
-				acc[g].x += v[g].x;
-				acc[g].y += v[g].y;
-				acc[g].z += v[g].z;
-				acc[g].w += v[g].w;
-			}
-		}
-#pragma unroll
-		for (int g = 0; g < SPLIT_GROUPS; g++) {
-			const int q = q0 + g * RMS_THREADS + tid;
-			if (q < nq) {
-				__nv_bfloat162 *d = (__nv_bfloat162 *)(yrow + 4 * q);
-				d[0] = __floats2bfloat162_rn(acc[g].x, acc[g].y);
-				d[1] = __floats2bfloat162_rn(acc[g].z, acc[g].w);
-			}
-		}
+		__nv_bfloat162 *d = (__nv_bfloat162 *)(yrow + 4 * q);
+		d[0] = __floats2bfloat162_rn(acc.x, acc.y);
+		d[1] = __floats2bfloat162_rn(acc.z, acc.w);
 	}
 	__syncthreads();
+	if (tid >= RMS_THREADS) return;
 	const uint4 *xr = (const uint4 *)yrow;
 	const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
 	uint4 *sr = (uint4 *)(sum + (size_t)row * n);
@@ -234,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 #pragma unroll
 			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
 		}
-	const float rstd = rms_rstd(ss, part, n, eps);
+	const float rstd = rms_rstd128(ss, part, n, eps);
 	uint4 *yr = (uint4 *)(y + (size_t)row * n);
 #pragma unroll
 	for (int k = 0; k < RMS_VEC; k++) {
