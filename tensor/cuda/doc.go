@@ -19,14 +19,19 @@
 //
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
-// module is loaded once per context, on first use, and the driver compiles it for the GPU at hand. Every kernel
-// has one typed Go method on Queue. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
-// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): 128-row tiles 64 to 256 columns wide,
-// persistent, or split-K over the fixed k chunks of a shape with one reduce launch, or a persistent stream-K
-// schedule over those chunks, chosen per M by a cost model so that the tiles fill the GPU (the k partition depends
-// on the shape only, so a row's bits do not depend on its batch); when X outgrows L2 the tiles run in groups of
-// n-tiles so that the blocks running together share both operands in L2; the MLP's gate/up GEMM applies SwiGLU in
-// its epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// module is loaded once per context from the machine code built for the GPU at hand (or its PTX, which the driver
+// compiles). Every kernel has one typed Go method on Queue. On compute capability 9.0 the modules come from
+// compute_90 PTX and kernels are launched as programmatic dependents of the kernel before them
+// (cuLaunchKernelEx): a kernel's blocks may become resident while the one before it finishes, and each kernel
+// waits for that grid (griddepcontrol.wait, kernels/pdl.cuh) before touching memory, so launch gaps overlap the
+// previous kernel's tail (−0.2 to −0.4 ms per short pass). KEV_CUDA_PDL=off launches them plainly. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
+// the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128 or 192 rows and 64 to 256
+// columns, persistent, or split-K over the fixed k chunks of a shape with one reduce launch (or, when an AddRMSNorm
+// follows, MatMulAddRMSNorm's kernel that adds the partial sums and normalises), or a persistent stream-K schedule
+// over those chunks, chosen per M by a cost model so that the tiles fill the GPU (the k partition depends on the
+// shape only, so a row's bits do not depend on its batch); when X outgrows L2 the tiles run in groups of n-tiles so
+// that the blocks running together share both operands in L2; the MLP's gate/up GEMM applies SwiGLU in its
+// epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
 // state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
