@@ -44,9 +44,6 @@ var wgTiles = []wgTile{
 	{192, 64, 7}, {192, 96, 6}, {192, 128, 5}, {192, 144, 5}, {192, 192, 4},
 }
 
-// threads is the block size of tile kernel t: one producer warpgroup and a consumer warpgroup per 64 rows.
-func (t wgTile) threads() int { return 128 * (t.bm/64 + 1) }
-
 // kern is the kernel family of the tile kernel t.
 func (t wgTile) kern() gemmKernel {
 	switch {

@@ -78,6 +78,9 @@ type gemmPlan struct {
 	blocksM, blkN int
 }
 
+// threads is the block size of tile kernel t: one producer warpgroup and a consumer warpgroup per 64 rows.
+func (t wgTile) threads() int { return 128 * (t.bm/64 + 1) }
+
 // shared is the tile kernel's dynamic shared memory: the ring, 1 KiB of alignment, the barriers.
 func (t wgTile) shared() int { return t.stages*(t.bm+t.bn)*64*2 + 1024 + 16*t.stages }
 
