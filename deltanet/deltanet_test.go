@@ -373,3 +373,47 @@ func TestNewErrors(t *testing.T) {
 		t.Error("H_v not a multiple of H_k: no error")
 	}
 }
+
+// TestForwardGatedProjects checks that Forward's output is exactly MatMul of
+// ForwardGated's output with OutProj, and that both return the same state:
+// callers that fuse the projection with what follows rely on it.
+func TestForwardGatedProjects(t *testing.T) {
+	r := newRand(t)
+	b := cpu.New()
+	c := testConfig()
+	w := randomWeights(r, c, "", true)
+	l, err := New(b, w, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, T := range []int{1, 7, 70} {
+		u := up(t, b, []int{T, c.HiddenSize}, randVals(r, T*c.HiddenSize, 2))
+		out, next, err := l.Forward(u, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, gnext, err := l.ForwardGated(u, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proj, err := b.MatMul(n, l.OutProj())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct {
+			what      string
+			got, want []float32
+		}{{"output", host(t, b, proj), host(t, b, out)}, {"conv state", host(t, b, gnext.Conv), host(t, b, next.Conv)},
+			{"recurrent state", host(t, b, gnext.Rec), host(t, b, next.Rec)}} {
+			if len(p.got) != len(p.want) {
+				t.Fatalf("T=%d: %s has %d values, want %d", T, p.what, len(p.got), len(p.want))
+			}
+			for i := range p.got {
+				if math.Float32bits(p.got[i]) != math.Float32bits(p.want[i]) {
+					t.Errorf("T=%d: %s[%d] = %v, Forward's %v", T, p.what, i, p.got[i], p.want[i])
+					break
+				}
+			}
+		}
+	}
+}
