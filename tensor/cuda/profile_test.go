@@ -151,7 +151,10 @@ func BenchmarkPassKernels(b *testing.B) {
 					}
 					dev0, _, err := gatedTimes(g, be.Run, func() (tensor.Tensor, func(), error) { return nil, nil, kind.run() }, 3, 0.05)
 					if err != nil {
-						b.Fatal(err)
+						// A pass that waits for the device while it is queued (its uploads outgrow the staging
+						// ring) cannot be held behind the gate: its kernels are still profiled.
+						fmt.Printf("KEVPROF %q no unprofiled device time: %v\n", fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), err)
+						dev0 = -1
 					}
 					var ts []launchTime
 					if err := dev.Do(func(q *Queue) error { return g.hold(q, 0.2) }); err != nil {
@@ -206,7 +209,11 @@ func printProfile(label string, device float64, ts []launchTime) {
 		total += t.Sec
 		cats[kernelCategory(t.Name)] += t.Sec
 	}
-	fmt.Printf("KEVPROF %q device_ms=%.3f profiled_ms=%.3f launches=%d", label, device*1e3, total*1e3, len(ts))
+	dms := "n/a" // not measured: see the line before
+	if device >= 0 {
+		dms = fmt.Sprintf("%.3f", device*1e3)
+	}
+	fmt.Printf("KEVPROF %q device_ms=%s profiled_ms=%.3f launches=%d", label, dms, total*1e3, len(ts))
 	for _, c := range []string{"gemm", "gemm-norm", "delta rule", "attention", "conv", "norms", "other"} {
 		fmt.Printf(" %s=%.3f", strings.ReplaceAll(c, " ", "_"), cats[c]*1e3)
 	}
