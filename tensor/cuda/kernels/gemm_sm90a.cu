@@ -423,40 +423,30 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 #define WP_ARGS &tmX, &tmW, Y, R, M, N, K, ldy, yF32, gn
 
 // Persistent tile kernels, one block per multiprocessor at most, for every tile width of the wave kernels below,
-// and their SwiGLU-fused twins (gemm_wgmma_g128xBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused).
-#define WP_TILE(BN, STAGES)                                                                                       \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_p128x##BN(WP_PARAMS) {                           \
+// and their SwiGLU-fused twins (gemm_wgmma_gBMxBN: Y = silu(X·Wgᵀ)·(X·Wuᵀ), R and yF32 unused). BM rows: 128
+// (384 threads) or 192 (three consumer warpgroups, 512 threads: each W tile read once for 192 rows of X, so that M
+// just above a multiple of 128 — 257 … 384, 513 … 576 — does not pay a whole extra row of tiles; no 256-wide twin:
+// its 128 accumulators per thread do not fit beside the rest in 152 registers).
+#define WP_TILE(BM, BN, STAGES)                                                                                   \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_p##BM##x##BN(WP_PARAMS) {      \
 		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma_persist<128, BN, STAGES, false>(WP_ARGS);                                                     \
+		gemm_wgmma_persist<BM, BN, STAGES, false>(WP_ARGS);                                                      \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_g128x##BN(WP_PARAMS) {                           \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_g##BM##x##BN(WP_PARAMS) {      \
 		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma_persist<128, BN, STAGES, true>(WP_ARGS);                                                      \
+		gemm_wgmma_persist<BM, BN, STAGES, true>(WP_ARGS);                                                       \
 	}
-WP_TILE(64, 8)
-WP_TILE(96, 7)
-WP_TILE(128, 6)
-WP_TILE(144, 6)
-WP_TILE(192, 5)
-WP_TILE(256, 4)
-
-// The same with tiles of 192 rows: three consumer warpgroups (512 threads), each W tile read once for 192 rows of
-// X, so that M just above a multiple of 128 (257 … 384, 513 … 576) does not pay a whole extra row of tiles. No
-// 256-wide twin: its 128 accumulators per thread do not fit beside the rest in 152 registers.
-#define WP_TILE192(BN, STAGES)                                                                                    \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_p192x##BN(WP_PARAMS) {                           \
-		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma_persist<192, BN, STAGES, false>(WP_ARGS);                                                \
-	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_g192x##BN(WP_PARAMS) {                           \
-		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma_persist<192, BN, STAGES, true>(WP_ARGS);                                                 \
-	}
-WP_TILE192(64, 7)
-WP_TILE192(96, 6)
-WP_TILE192(128, 5)
-WP_TILE192(144, 5)
-WP_TILE192(192, 4)
+WP_TILE(128, 64, 8)
+WP_TILE(128, 96, 7)
+WP_TILE(128, 128, 6)
+WP_TILE(128, 144, 6)
+WP_TILE(128, 192, 5)
+WP_TILE(128, 256, 4)
+WP_TILE(192, 64, 7)
+WP_TILE(192, 96, 6)
+WP_TILE(192, 128, 5)
+WP_TILE(192, 144, 5)
+WP_TILE(192, 192, 4)
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
@@ -477,30 +467,23 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAM
 	gemm_wgmma<128, 128, 6, true>(WG_ARGS);
 }
 
-// Other tile widths, chosen per M so that the tiles (and the splits of a chunked shape) fill the multiprocessors.
-// Stages: as many as fit in 227 KiB of shared memory. No chunked accumulation (split-K with one split per chunk
-// instead).
-#define WG_TILE(BN, STAGES)                                                                                       \
-	extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x##BN(WG_PARAMS) {                            \
+// Other tile widths, chosen per M so that the tiles (and the splits of a chunked shape) fill the multiprocessors,
+// with 128 or 192 rows (as WP_TILE). Stages: as many as fit in 227 KiB of shared memory. No chunked accumulation
+// (split-K with one split per chunk instead).
+#define WG_TILE(BM, BN, STAGES)                                                                                   \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_##BM##x##BN(WG_PARAMS) {       \
 		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma<128, BN, STAGES, false>(WG_ARGS);                                                             \
+		gemm_wgmma<BM, BN, STAGES, false>(WG_ARGS);                                                              \
 	}
-WG_TILE(64, 8)
-WG_TILE(96, 7)
-WG_TILE(144, 6)
-WG_TILE(192, 5)
-
-// 192-row tiles in waves (split-K), as WP_TILE192.
-#define WG_TILE192(BN, STAGES)                                                                                    \
-	extern "C" __global__ void __launch_bounds__(512, 1) gemm_wgmma_192x##BN(WG_PARAMS) {                            \
-		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma<192, BN, STAGES, false>(WG_ARGS);                                                        \
-	}
-WG_TILE192(64, 7)
-WG_TILE192(96, 6)
-WG_TILE192(128, 5)
-WG_TILE192(144, 5)
-WG_TILE192(192, 4)
+WG_TILE(128, 64, 8)
+WG_TILE(128, 96, 7)
+WG_TILE(128, 144, 6)
+WG_TILE(128, 192, 5)
+WG_TILE(192, 64, 7)
+WG_TILE(192, 96, 6)
+WG_TILE(192, 128, 5)
+WG_TILE(192, 144, 5)
+WG_TILE(192, 192, 4)
 
 // gemm_splitk_reduce ends a split-K launch made without tile counters: for every output element it adds the
 // splits' partial sums ws[z][M][N] in split order, then the residual, and stores Y — the operations of
