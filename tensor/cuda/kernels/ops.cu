@@ -45,6 +45,40 @@ __device__ __forceinline__ float rms_rstd(float ss, float *part, int n, float ep
 	return 1.f / sqrtf(ss / (float)n + eps);
 }
 
+// rms_sumsq is a thread's sum of squares over its vectors v[k] = row vector tid + k·RMS_THREADS (k in order).
+__device__ __forceinline__ float rms_sumsq(const uint4 (&v)[RMS_VEC], int tid, int nv) {
+	float ss = 0.f;
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++)
+		if (tid + k * RMS_THREADS < nv) {
+			float f[8];
+			unpack8(v[k], f);
+#pragma unroll
+			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
+		}
+	return ss;
+}
+
+// rms_store stores a thread's vectors of the normalised row yr: bf16(v · rstd · g), g = 1 + gain if plusOne else
+// gain.
+__device__ __forceinline__ void rms_store(__nv_bfloat16 *yrow, const uint4 (&v)[RMS_VEC], int tid, int nv, float rstd,
+                                          const float *__restrict__ gain, int plusOne) {
+	uint4 *yr = (uint4 *)yrow;
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++) {
+		const int c = tid + k * RMS_THREADS;
+		if (c < nv) {
+			float f[8];
+			unpack8(v[k], f);
+			const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
+			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
+			yr[c] = pack8(f);
+		}
+	}
+}
+
 // rmsnorm_wide is rmsnorm_bf16 for rows wider than RMS_VEC·RMS_THREADS·8: two passes over the row, the second
 // rereading what the first stored. Out of line, so that the common kernel stays small.
 __device__ __noinline__ void rmsnorm_wide(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x,
@@ -130,30 +164,9 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 			}
 		}
 	}
-	float ss = 0.f;
-#pragma unroll
-	for (int k = 0; k < RMS_VEC; k++)
-		if (tid + k * RMS_THREADS < nv) {
-			float f[8];
-			unpack8(v[k], f);
-#pragma unroll
-			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
-		}
+	float ss = rms_sumsq(v, tid, nv);
 	const float rstd = rms_rstd(ss, part, n, eps);
-	uint4 *yr = (uint4 *)(y + (size_t)row * n);
-#pragma unroll
-	for (int k = 0; k < RMS_VEC; k++) {
-		const int c = tid + k * RMS_THREADS;
-		if (c < nv) {
-			float f[8];
-			unpack8(v[k], f);
-			const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
-			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
-			yr[c] = pack8(f);
-		}
-	}
+	rms_store(y + (size_t)row * n, v, tid, nv, rstd, gain, plusOne);
 }
 
 // splitk_add_rmsnorm_bf16 ends a split-K GEMM Y = X·Wᵀ [M, n] and runs AddRMSNorm on it in one launch: for each row,
@@ -229,30 +242,9 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
 			sr[c] = v[k];
 		}
 	}
-	float ss = 0.f;
-#pragma unroll
-	for (int k = 0; k < RMS_VEC; k++)
-		if (tid + k * RMS_THREADS < nv) {
-			float f[8];
-			unpack8(v[k], f);
-#pragma unroll
-			for (int i = 0; i < 8; i++) ss += f[i] * f[i];
-		}
+	float ss = rms_sumsq(v, tid, nv);
 	const float rstd = rms_rstd128(ss, part, n, eps);
-	uint4 *yr = (uint4 *)(y + (size_t)row * n);
-#pragma unroll
-	for (int k = 0; k < RMS_VEC; k++) {
-		const int c = tid + k * RMS_THREADS;
-		if (c < nv) {
-			float f[8];
-			unpack8(v[k], f);
-			const float4 g0 = ((const float4 *)gain)[2 * c], g1 = ((const float4 *)gain)[2 * c + 1];
-			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
-			yr[c] = pack8(f);
-		}
-	}
+	rms_store(y + (size_t)row * n, v, tid, nv, rstd, gain, plusOne);
 }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
