@@ -24,18 +24,8 @@ func BenchmarkPassGraphs(b *testing.B) {
 	defer dev.restoreGraphs()
 	segs := segmentOps
 	defer func() { segmentOps = segs }()
-	state, h, err := m.Prefill(randomIDs(r, 100, w.Config.VocabSize))
-	if err != nil {
-		b.Fatal(err)
-	}
-	be.Free(h)
-	defer state.Free()
-	cases := servingPasses(r, m, be, w.Config.VocabSize, state)
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	cases, g, done := servingSetup(b, r, m, be, w.Config.VocabSize)
+	defer done()
 	readBack := func(c passCase) ([]float32, time.Duration, error) {
 		var out []float32
 		var done func()

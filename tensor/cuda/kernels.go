@@ -463,7 +463,7 @@ func (d *Device) planByM(g *GEMM) gemmPlan {
 
 // GEMM enqueues g. Requirements: K and N multiples of 8, LdX a multiple of 8, LdY even, buffers 16-byte aligned.
 func (q *Queue) GEMM(g GEMM) error {
-	p, err := q.gemm(&g)
+	p, err := q.gemm(&g, false)
 	if err != nil || !p.reduce {
 		return err
 	}
@@ -482,10 +482,12 @@ func (q *Queue) GEMM(g GEMM) error {
 // AddRMSNormFused reports whether GEMM{M, N, K} followed by AddRMSNorm of its [M, N] output runs as
 // GEMMAddRMSNorm on this device: its plan is split-K finished by a reduce launch, which the norm then takes over.
 func (d *Device) AddRMSNormFused(M, N, K int) bool {
-	if !d.hopper() || M <= 0 || N%8 != 0 || K%8 != 0 || N > rmsMaxFused {
-		return false
-	}
-	return d.plan(&GEMM{M: M, N: N, K: K}).reduce
+	return M > 0 && d.normFusable(N, K) && d.plan(&GEMM{M: M, N: N, K: K}).reduce
+}
+
+// normFusable reports whether splitk_add_rmsnorm_bf16 can finish a GEMM of N × K weights whose plan has a reduce.
+func (d *Device) normFusable(N, K int) bool {
+	return d.hopper() && N%8 == 0 && K%8 == 0 && N <= rmsMaxFused
 }
 
 // rmsMaxFused is the widest row splitk_add_rmsnorm_bf16 takes (RMS_VEC · RMS_THREADS · 8 in kernels/ops.cu).
@@ -500,8 +502,8 @@ func (q *Queue) GEMMAddRMSNorm(g GEMM, y, sum, res, gain Buffer, eps float32, pl
 	if g.R.Ptr != 0 || g.F32Out || g.SwiGLU || (g.LdY != 0 && g.LdY != g.N) || g.Y.Ptr != 0 {
 		return &ArgError{op, "g", "a plain GEMM: no Y, residual, fp32 output, SwiGLU or row stride"}
 	}
-	if !q.d.AddRMSNormFused(g.M, g.N, g.K) {
-		return &ArgError{op, "M, N, K", fmt.Sprintf("%d, %d, %d: not a split-K plan this kernel can finish", g.M, g.N, g.K)}
+	if !q.d.normFusable(g.N, g.K) {
+		return &ArgError{op, "N, K", fmt.Sprintf("%d, %d: not a GEMM this kernel can finish", g.N, g.K)}
 	}
 	sz := 2 * int64(g.M) * int64(g.N)
 	for _, c := range []struct {
@@ -514,7 +516,7 @@ func (q *Queue) GEMMAddRMSNorm(g GEMM, y, sum, res, gain Buffer, eps float32, pl
 		}
 	}
 	g.Y = y // checked and planned as the GEMM's output; the split kernels only write their partial sums
-	p, err := q.gemm(&g)
+	p, err := q.gemm(&g, true)
 	if err != nil {
 		return err
 	}
@@ -531,8 +533,8 @@ func (q *Queue) GEMMAddRMSNorm(g GEMM, y, sum, res, gain Buffer, eps float32, pl
 }
 
 // gemm checks and plans g and enqueues its kernel; a plan with reduce leaves the split partial sums in the
-// workspace for the caller to finish.
-func (q *Queue) gemm(gp *GEMM) (gemmPlan, error) {
+// workspace for the caller to finish. With reduce set, a plan without one is refused (GEMMAddRMSNorm).
+func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 	g := *gp
 	const op = "GEMM"
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 {
@@ -587,6 +589,9 @@ func (q *Queue) gemm(gp *GEMM) (gemmPlan, error) {
 		return gemmPlan{}, &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
+	if reduce && !p.reduce {
+		return gemmPlan{}, &ArgError{"GEMMAddRMSNorm", "M, N, K", fmt.Sprintf("%d, %d, %d: not a split-K plan this kernel can finish", g.M, g.N, g.K)}
+	}
 	if g.SwiGLU {
 		if !p.persist {
 			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}

@@ -198,6 +198,25 @@ type passCase struct {
 	run  func() (tensor.Tensor, func(), error)
 }
 
+// servingSetup prefills a 100-token state on m and returns the serving passes on it (servingPasses) and a gate;
+// done closes the gate and frees the state.
+func servingSetup(b *testing.B, r *rand.Rand, m *layers.Model, be *Backend, vocab int) (cases []passCase, g *gate, done func()) {
+	state, h, err := m.Prefill(randomIDs(r, 100, vocab))
+	if err != nil {
+		b.Fatal(err)
+	}
+	be.Free(h)
+	cases = servingPasses(r, m, be, vocab, state)
+	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
+		state.Free()
+		b.Fatal(err)
+	}
+	return cases, g, func() {
+		dev.Do(func(q *Queue) error { g.close(q); return nil })
+		state.Free()
+	}
+}
+
 // servingPasses returns the passes the pass benchmarks time on m: 2 and 6 question rows of 40 random tokens on
 // state (a 100-token prefix), and prefills of 64 and 512 random tokens.
 func servingPasses(r *rand.Rand, m *layers.Model, be *Backend, vocab int, state *layers.State) []passCase {
@@ -232,18 +251,8 @@ func BenchmarkPass(b *testing.B) {
 	w, be, m := kev4BModel(b, r)
 	defer be.Trim()
 	fmt.Printf("KEVBENCH pass setup s=%.1f\n", time.Since(t0).Seconds())
-	state, h, err := m.Prefill(randomIDs(r, 100, w.Config.VocabSize))
-	if err != nil {
-		b.Fatal(err)
-	}
-	be.Free(h)
-	defer state.Free()
-	cases := servingPasses(r, m, be, w.Config.VocabSize, state)
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	cases, g, done := servingSetup(b, r, m, be, w.Config.VocabSize)
+	defer done()
 	fmt.Printf("KEVBENCH pass gate fill_us=%.1f\n", g.fillTime*1e6)
 	modes := []struct {
 		name string

@@ -453,37 +453,25 @@ WP_TILE(192, 192, 4)
 	    float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32, int tps, int chunk, int gn
 #define WG_ARGS &tmX, &tmW, Y, R, ws, cnt, M, N, K, ldy, yF32, tps, chunk, gn
 
-// 128×256 tiles, 4 stages of 48 KiB (192 KiB + 1 KiB alignment + barriers). 384 threads. No chunked
-// accumulation (its registers would not fit): chunk is ignored.
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x256(WG_PARAMS) {
-	KEV_GRID_DEP();
-	gemm_wgmma<128, 256, 4, false>(WG_ARGS);
-}
-
-// 128×128 tiles, 6 stages of 32 KiB. 384 threads. For shapes whose 128×256 tiles fill the GPU badly, and for
-// chunked accumulation.
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_128x128(WG_PARAMS) {
-	KEV_GRID_DEP();
-	gemm_wgmma<128, 128, 6, true>(WG_ARGS);
-}
-
-// Other tile widths, chosen per M so that the tiles (and the splits of a chunked shape) fill the multiprocessors,
-// with 128 or 192 rows (as WP_TILE). Stages: as many as fit in 227 KiB of shared memory. No chunked accumulation
-// (split-K with one split per chunk instead).
-#define WG_TILE(BM, BN, STAGES)                                                                                   \
+// Wave kernels (one block per tile, split-K), tiles of 128 or 192 rows (as WP_TILE). Stages: as many as fit in
+// 227 KiB of shared memory. Only the 128×128 kernel has the chunked accumulation (CHUNK: a second accumulator set;
+// the wider tiles' registers would not fit it, and they run a chunked shape as split-K with one split per chunk).
+#define WG_TILE(BM, BN, STAGES, CHUNK)                                                                            \
 	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_##BM##x##BN(WG_PARAMS) {       \
 		KEV_GRID_DEP();                                                                                           \
-		gemm_wgmma<BM, BN, STAGES, false>(WG_ARGS);                                                              \
+		gemm_wgmma<BM, BN, STAGES, CHUNK>(WG_ARGS);                                                              \
 	}
-WG_TILE(128, 64, 8)
-WG_TILE(128, 96, 7)
-WG_TILE(128, 144, 6)
-WG_TILE(128, 192, 5)
-WG_TILE(192, 64, 7)
-WG_TILE(192, 96, 6)
-WG_TILE(192, 128, 5)
-WG_TILE(192, 144, 5)
-WG_TILE(192, 192, 4)
+WG_TILE(128, 256, 4, false)
+WG_TILE(128, 128, 6, true)
+WG_TILE(128, 64, 8, false)
+WG_TILE(128, 96, 7, false)
+WG_TILE(128, 144, 6, false)
+WG_TILE(128, 192, 5, false)
+WG_TILE(192, 64, 7, false)
+WG_TILE(192, 96, 6, false)
+WG_TILE(192, 128, 5, false)
+WG_TILE(192, 144, 5, false)
+WG_TILE(192, 192, 4, false)
 
 // gemm_splitk_reduce ends a split-K launch made without tile counters: for every output element it adds the
 // splits' partial sums ws[z][M][N] in split order, then the residual, and stores Y — the operations of

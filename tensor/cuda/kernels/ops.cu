@@ -33,12 +33,16 @@ extern "C" __global__ void embed_bf16(__nv_bfloat16 *__restrict__ y, const __nv_
 #define RMS_VEC 4 // 16-byte vectors a thread keeps in registers: rows up to RMS_VEC·RMS_THREADS·8 = 4096 wide
 
 // rms_rstd returns 1 / sqrt(Σ ss / n + eps) for the block's per-thread sums of squares ss: each warp's sum to
-// part (RMS_THREADS / 32 floats of shared memory), then every thread adds them in warp order.
-__device__ __forceinline__ float rms_rstd(float ss, float *part, int n, float eps) {
+// part (RMS_THREADS / 32 floats of shared memory), then every thread adds them in warp order. NAMED: the block is
+// larger and only its first RMS_THREADS threads call this, synchronising on named barrier 1 (the same sums).
+template <bool NAMED = false> __device__ __forceinline__ float rms_rstd(float ss, float *part, int n, float eps) {
 	const int tid = threadIdx.x;
 	ss = warp_sum(ss);
 	if ((tid & 31) == 0) part[tid >> 5] = ss;
-	__syncthreads();
+	if constexpr (NAMED)
+		asm volatile("bar.sync 1, %0;\n" ::"n"(RMS_THREADS) : "memory");
+	else
+		__syncthreads();
 	ss = 0.f;
 #pragma unroll
 	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
@@ -180,18 +184,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 #define SPLIT_THREADS 512
 #define SPLIT_BATCH 8 // partial-sum planes loaded at once
 
-// rms_rstd128 is rms_rstd for the first RMS_THREADS threads of a larger block (named barrier 1): the same sums.
-__device__ __forceinline__ float rms_rstd128(float ss, float *part, int n, float eps) {
-	const int tid = threadIdx.x;
-	ss = warp_sum(ss);
-	if ((tid & 31) == 0) part[tid >> 5] = ss;
-	asm volatile("bar.sync 1, %0;\n" ::"n"(RMS_THREADS) : "memory");
-	ss = 0.f;
-#pragma unroll
-	for (int w = 0; w < RMS_THREADS / 32; w++) ss += part[w];
-	return 1.f / sqrtf(ss / (float)n + eps);
-}
-
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
     splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
                             const float *__restrict__ gain, int M, int n, int splits, float eps, int plusOne) {
@@ -243,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
 		}
 	}
 	float ss = rms_sumsq(v, tid, nv);
-	const float rstd = rms_rstd128(ss, part, n, eps);
+	const float rstd = rms_rstd<true>(ss, part, n, eps);
 	rms_store(y + (size_t)row * n, v, tid, nv, rstd, gain, plusOne);
 }
 
