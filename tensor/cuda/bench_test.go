@@ -106,7 +106,8 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 // counts of its passes, each beside the model's time: every wgmma tile kernel with one split (unchunked shapes) or
 // with one split per chunk (split-K), and the stream-K kernel, for chunks of ⌈k tiles / s⌉ (s = 2 … 8): the data
 // the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
-// 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among).
+// 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among);
+// KEV_TILES_SHAPES=chunked times only the shapes whose planned k tiles are summed in chunks.
 func BenchmarkGEMMTiles(b *testing.B) {
 	if !dev.hopper() {
 		b.Skip("wgmma kernels need compute capability 9.0")
@@ -126,6 +127,9 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			N, K := s[0], s[1]
 			kTiles := (K + 63) / 64
 			c0 := fixedChunk(N, K, sms)
+			if c0 >= kTiles && os.Getenv("KEV_TILES_SHAPES") == "chunked" {
+				continue
+			}
 			// the plan, and the plan with its tiles m-fastest (the tile order before L2 groups)
 			for _, v := range []struct {
 				name string
@@ -176,6 +180,13 @@ func BenchmarkGEMMTiles(b *testing.B) {
 						fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=sk splits=1 skTiles=%d us=%.2f model=%.1f\n",
 							M, N, K, c, sk, t*1e6, skCost(M, N, K, sms, c, sk))
 					})
+					for _, xc := range wcTiles {
+						b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/c%dx%d", M, N, K, c, xc.bm, xc.bn), func(b *testing.B) {
+							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xc: xc, chunk: c})
+							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=c%dx%d splits=1 us=%.2f model=%.1f\n",
+								M, N, K, c, xc.bm, xc.bn, t*1e6, wcCost(xc, M, N, K, sms, c))
+						})
+					}
 				}
 			}
 		}

@@ -18,11 +18,12 @@ const (
 	gemmStream            // weight streaming, 128 W rows per block, M ≤ 128 (compute_80; gemm_stream.go)
 	gemmSK                // wgmma + TMA, 128×128 tiles, persistent stream-K over fixed k chunks (sm_90a)
 	gemmWGX               // wgmma + TMA, another tile of wgTiles (sm_90a; the plan's bm × bn)
+	gemmWGC               // wgmma + TMA, persistent whole tiles of wcTiles summing fixed k chunks (sm_90a)
 )
 
 // String returns the kernel's short name, as the benchmarks print it.
 func (k gemmKernel) String() string {
-	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream", "sk", "wgx"}[k]
+	return [...]string{"auto", "mma64", "mma128", "wg128", "wg256", "stream", "sk", "wgx", "wgc"}[k]
 }
 
 // maxGEMMTiles bounds the output tiles of one split-K GEMM (the in-kernel tile counters).
@@ -43,6 +44,14 @@ var wgTiles = []wgTile{
 	{128, 64, 8}, {128, 96, 7}, {128, 144, 6}, {128, 192, 5},
 	{192, 64, 7}, {192, 96, 6}, {192, 128, 5}, {192, 144, 5}, {192, 192, 4},
 }
+
+// wcTiles are the persistent chunked tile kernels (gemm_wgmma_cBMxBN): for a chunked (N, K), each block sums its
+// tiles' k chunks in order in a second accumulator set in shared memory — the bits of the stream-K kernel and of
+// split-K with one split per chunk — with no partial sums in memory, in tiles wider than the stream-K kernel's.
+var wcTiles = []wgTile{{128, 160, 4}}
+
+// wcSumBytes is the chunked tile kernel t's shared memory for its chunk sums: bn/2 floats per consumer thread.
+func wcSumBytes(t wgTile) int { return t.bm / 64 * 128 * t.bn / 2 * 4 }
 
 // kern is the kernel family of the tile kernel t.
 func (t wgTile) kern() gemmKernel {
@@ -67,11 +76,14 @@ const (
 	schedFixBW    = 150e9  // bytes/s one block moves partial sums with (batched loads through L2)
 	schedFixLat   = 1.0    // µs: fence, counter and first loads of a fix-up
 	schedWSMax    = 256 << 20
-	schedPartBW   = 8e12   // bytes/s split-K partial sums are written, read back and Y stored with, within L2
-	schedDRAMPart = 2.5e12 // the same when they do not fit in L2
-	schedL2       = 40e6   // bytes of partial-sum traffic that stay in L2
-	schedReduce   = 2.0    // µs: gemm_splitk_reduce's launch and tail
-	schedSKSplit  = 1.4    // the stream-K kernel's measured time over the model when it splits tiles (fix-ups)
+	schedPartBW   = 8e12     // bytes/s split-K partial sums are written, read back and Y stored with, within L2
+	schedDRAMPart = 2.5e12   // the same when they do not fit in L2
+	schedL2       = 40e6     // bytes of partial-sum traffic that stay in L2
+	schedReduce   = 2.0      // µs: gemm_splitk_reduce's launch and tail
+	schedSKSplit  = 1.4      // the stream-K kernel's measured time over the model when it splits tiles (fix-ups)
+	schedChunkEnd = 0.5      // µs: a chunked tile kernel's wait for a chunk's products
+	schedWCStep   = 0.83     // a chunked tile kernel's k step over tileStepUS (fitted, BenchmarkGEMMTiles run=e)
+	schedWCX      = 48 << 20 // bytes of X above which the chunked tile kernels are weighed (X beyond L2)
 )
 
 // schedMs are the token counts fixedChunk weighs: question-row passes (64, 240), a medium pass and a prefill.
@@ -138,6 +150,19 @@ func skCost(M, N, K, grid, c, skTiles int) float64 {
 	return t
 }
 
+// wcCost models the chunked tile kernel t with chunks of c k tiles: waves of whole tiles whose k steps take
+// schedWCStep of tileStepUS's (measured: 0.55 µs a 128×160 step at M = 8,000 and 16,192 against 0.66 modelled),
+// plus a wait for the products at every chunk end.
+func wcCost(t wgTile, M, N, K, sms, c int) float64 {
+	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	nch := (kTiles + c - 1) / c
+	blocks := ((M + t.bm - 1) / t.bm) * ((N + t.bn - 1) / t.bn)
+	waves := (blocks + sms - 1) / sms
+	steps := float64(waves*kTiles) * tileStepUS(t, M, sms) * schedWCStep
+	return max(steps, floorUS(M, N, K)) + schedFixed + float64(waves*nch)*schedChunkEnd
+}
+
 // skOptions are the stream-K tile counts worth modelling for T tiles on grid blocks: all of them or none when
 // they fit in one wave, else the last partial wave (and one full wave more) or none.
 func skOptions(T, grid int) []int {
@@ -172,7 +197,7 @@ func bestSK(M, N, K, grid, c int) int {
 // schedChoice is the schedule schedAt picks for one M.
 type schedChoice struct {
 	kern    gemmKernel // gemmSK, or a tile kernel (tile)
-	tile    wgTile     // tile kernels: which one
+	tile    wgTile     // tile kernels (gemmWGC: of wcTiles): which one
 	splits  int        // tile kernels: 1, or one split per chunk
 	skTiles int
 	us      float64
@@ -180,14 +205,37 @@ type schedChoice struct {
 
 // schedAt picks the fastest schedule by the model for chunks of c k tiles at M: a tile kernel (any of wgTiles)
 // with one split when c covers all k tiles, or with one split per chunk (split-K, the partials added in chunk
-// order: the same bits) when its workspace fits; or the stream-K kernel with bestSK's tile count.
-func schedAt(M, N, K, sms, c int) schedChoice { return schedWith(M, N, K, sms, c, schedBM) }
+// order: the same bits) when its workspace fits; or, chunked, a persistent chunked tile kernel of wcTiles; or the
+// stream-K kernel with bestSK's tile count.
+func schedAt(M, N, K, sms, c int) schedChoice {
+	s := schedWith(M, N, K, sms, c, schedBM)
+	kTiles := (K + 63) / 64
+	// Measured (run=e): where X fits in L2 the stream-K kernel's whole 128×128 tiles are as fast or faster (M = 567,
+	// 2,392); beyond it the 128×160 tiles take 12–20 % less time (M = 8,000, 16,192).
+	if schedPrev || schedNoWC || c >= kTiles || int64(M)*int64(K)*2 <= schedWCX {
+		return s
+	}
+	for _, t := range wcTiles {
+		if schedBM != 0 && t.bm != schedBM {
+			continue
+		}
+		if us := wcCost(t, M, N, K, sms, c); us < s.us-1e-9 {
+			s = schedChoice{kern: gemmWGC, tile: t, splits: 1, us: us}
+		}
+	}
+	return s
+}
+
+// schedNoWC leaves the chunked tile kernels out of schedAt, for benchmarks that compare the schedules with and
+// without them in one run. Set only on the device thread, between GEMMs.
+var schedNoWC bool
 
 // schedBM restricts schedAt to the tile kernels of that many rows (0: all), for benchmarks that compare the
 // schedules with and without the 192-row tiles in one run. Set only on the device thread, between GEMMs.
 var schedBM int
 
-// schedWith is schedAt over the tile kernels of wgTiles with bm rows (0: all of them).
+// schedWith is schedAt over the tile kernels of wgTiles with bm rows (0: all of them) and the stream-K kernel —
+// without the chunked tile kernels, which fixedChunk does not weigh.
 func schedWith(M, N, K, sms, c, bm int) schedChoice {
 	kTiles := (K + 63) / 64
 	c = max(1, min(c, kTiles))
@@ -232,8 +280,8 @@ var chunkMemo sync.Map // chunkKey → int
 // fixedChunk returns the k tiles per chunk of the batch-invariant plan for (N, K) on sms multiprocessors (all the
 // k tiles: unchunked): among c = ⌈k tiles / s⌉ for s = 1 … 16 chunks (at least 4 tiles per chunk), the one with the
 // least sum over schedMs of its modelled time relative to the best c at that M. The time is modelled with the
-// 128-row tiles only: the chunks were chosen so before the 192-row tiles existed, and keeping them keeps every
-// GEMM's bits (a tile only runs the partition; it does not choose it).
+// 128-row tiles only, without the chunked tile kernels: the chunks were chosen so before the 192-row and chunked
+// tiles existed, and keeping them keeps every GEMM's bits (a tile only runs the partition; it does not choose it).
 func fixedChunk(N, K, sms int) int {
 	key := chunkKey{N, K, sms, schedPrev}
 	if c, ok := chunkMemo.Load(key); ok {

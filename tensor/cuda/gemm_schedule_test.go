@@ -103,6 +103,10 @@ func TestGEMMScheduleAgainstH200(t *testing.T) {
 				continue
 			}
 			switch {
+			case s.kern == gemmWGC:
+				if tt.tile == fmt.Sprintf("c%dx%d", s.tile.bm, s.tile.bn) {
+					chosen = tt.us
+				}
 			case s.kern == gemmSK:
 				if tt.tile == "sk" && tt.skTiles == s.skTiles {
 					chosen = tt.us

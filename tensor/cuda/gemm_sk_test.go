@@ -135,7 +135,8 @@ func firstDiff(a, b []byte) int {
 // K is not a multiple of 64·chunk and whose N is not a multiple of the tile (chunk sizes split-K can express:
 // ⌈k tiles / chunks⌉), M from 1 to 300, with the chunks dealt
 // out in many ways: the planned stream-K tile count, none (whole tiles only), every tile, and grids of 1, 3, 7,
-// the multiprocessor count and more blocks than units.
+// the multiprocessor count and more blocks than units. The chunked tile kernels (wcTiles) run the same chunks
+// whole, with one block per multiprocessor, three blocks and the tiles m-fastest: the same bits.
 func TestGEMMStreamKBits(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("the stream-K kernel needs compute capability 9.0")
@@ -199,14 +200,26 @@ func TestGEMMStreamKBits(t *testing.T) {
 							M, p.skTiles, T, p.grid, e, e/N, e%N)
 					}
 				}
+				// the chunked tile kernels: one block per multiprocessor, few blocks (several tiles each), m-fastest
+				for _, xc := range wcTiles {
+					for _, g := range []GEMM{{}, {grid: 3}, {gn: 1}} {
+						g.M, g.N, g.K, g.xc, g.chunk = M, N, K, xc, chunk
+						got := runGEMMBytes(t, xs, w, res, l, g)
+						if i := firstDiff(got, want); i >= 0 {
+							e := i / 2
+							t.Errorf("M=%d chunked %dx%d tiles (grid %d, gn %d): output %d (row %d column %d) differs from split-K per chunk",
+								M, xc.bm, xc.bn, g.grid, g.gn, e, e/N, e%N)
+						}
+					}
+				}
 			}
 		})
 	}
 	checkCountersZero(t)
 }
 
-// TestGEMMStreamKLayouts checks the stream-K kernel with strided X and Y, fp32 output and an in-place residual,
-// bit for bit against split-K per chunk in the same layout and against the float64 reference.
+// TestGEMMStreamKLayouts checks the stream-K kernel and chunked tile kernels with strided X and Y, fp32 output and
+// an in-place residual, bit for bit against split-K per chunk in the same layout and against the float64 reference.
 func TestGEMMStreamKLayouts(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("the stream-K kernel needs compute capability 9.0")
@@ -234,8 +247,11 @@ func TestGEMMStreamKLayouts(t *testing.T) {
 			}
 			split := runGEMMBytes(t, x, w, res, l, GEMM{M: M, N: N, K: K, kern: gemmWG128, splits: 4})
 			checkAgainst(t, split, skReference(x, w, res, l, M, N, K), l, M, N)
-			for _, g := range []GEMM{{sk: 2, grid: 9}, {sk: -1}, {}} {
-				g.M, g.N, g.K, g.kern, g.chunk = M, N, K, gemmSK, chunk
+			for _, g := range []GEMM{{sk: 2, grid: 9}, {sk: -1}, {}, {xc: wcTiles[0]}, {xc: wcTiles[0], grid: 2}} {
+				g.M, g.N, g.K, g.chunk = M, N, K, chunk
+				if g.xc.bm == 0 {
+					g.kern = gemmSK
+				}
 				got := runGEMMBytes(t, x, w, res, l, g)
 				if i := firstDiff(got, split); i >= 0 {
 					t.Errorf("stream-K %+v: byte %d differs from split-K per chunk", g, i)

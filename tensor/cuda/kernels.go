@@ -53,11 +53,12 @@ type GEMM struct {
 	splits   int        // 0: choose; ≥ 1 (tests)
 	chunk    int        // wg128 with one split, or sk: force chunked accumulation of this many k tiles (tests)
 	sk       int        // with kern sk: stream-K tiles, 0: chosen, < 0: none (tests)
-	grid     int        // with kern sk: blocks, 0: one per multiprocessor (tests)
+	grid     int        // with kern sk or xc: blocks, 0: one per multiprocessor (tests)
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
 	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
+	xc       wgTile     // force this chunked tile kernel (wcTiles), chunks of chunk k tiles (0: fixedChunk's)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
 	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at), 0: l2Group's (tests, benchmarks)
 }
@@ -70,7 +71,7 @@ type gemmPlan struct {
 	threads       int
 	shared        int  // dynamic shared memory, bytes
 	splits, tps   int  // gridDim.z and k tiles (of bk) per split
-	chunk         int  // wg128 (one split) or sk: k tiles per chunk of the chunked accumulation (0: none)
+	chunk         int  // wg128 (one split), sk or wgc: k tiles per chunk of the chunked accumulation (0: none)
 	skTiles       int  // sk: output tiles dealt out by chunk (stream-K); the others are whole
 	grid          int  // sk: blocks (persistent)
 	reduce        bool // split-K finished by gemm_splitk_reduce (a launch of its own), not by each tile's last split
@@ -90,6 +91,18 @@ func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
 	p := gemmPlan{kern: t.kern(), mod: "gemm_sm90a", bm: t.bm, bn: t.bn, bk: 64, threads: t.threads(), splits: splits,
 		tps: tps, shared: t.shared(), fn: fmt.Sprintf("gemm_wgmma_%dx%d", t.bm, t.bn), reduce: splits > 1}
 	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
+	return p
+}
+
+// wcPlan is the persistent chunked tile kernel t with chunks of c k tiles, on at most grid blocks.
+func wcPlan(t wgTile, M, N, K, c, grid int) gemmPlan {
+	kTiles := (K + 63) / 64
+	c = max(1, min(c, kTiles))
+	p := gemmPlan{kern: gemmWGC, mod: "gemm_sm90a", fn: fmt.Sprintf("gemm_wgmma_c%dx%d", t.bm, t.bn), bm: t.bm,
+		bn: t.bn, bk: 64, threads: t.threads(), shared: t.shared() + wcSumBytes(t), splits: 1, tps: kTiles, chunk: c,
+		persist: true}
+	p.blocksM, p.blkN = (M+p.bm-1)/p.bm, (N+p.bn-1)/p.bn
+	p.grid = min(p.blocksM*p.blkN, grid)
 	return p
 }
 
@@ -142,6 +155,17 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 	}
 	if g.kern == gemmSK {
 		return d.planSK(g)
+	}
+	if g.xc.bm != 0 {
+		c := g.chunk
+		if c == 0 {
+			c = fixedChunk(g.N, g.K, d.sms())
+		}
+		grid := d.sms()
+		if g.grid > 0 {
+			grid = g.grid
+		}
+		return wcPlan(g.xc, g.M, g.N, g.K, c, grid)
 	}
 	if g.xt.bm != 0 {
 		kTiles := (g.K + 63) / 64
@@ -304,8 +328,11 @@ func (d *Device) planFixed(g *GEMM) gemmPlan {
 	if d.hopper() {
 		c := fixedChunk(g.N, g.K, sms)
 		s := schedAt(g.M, g.N, g.K, sms, c)
-		if s.kern == gemmSK {
+		switch s.kern {
+		case gemmSK:
 			return skPlan(g.M, g.N, g.K, c, s.skTiles, sms)
+		case gemmWGC:
+			return wcPlan(s.tile, g.M, g.N, g.K, c, sms)
 		}
 		kTiles := (g.K + 63) / 64
 		if s.splits > 1 {
@@ -353,7 +380,8 @@ func (d *Device) SwiGLUFused(M, N, K int) bool {
 		return false
 	}
 	g := GEMM{M: M, N: N, K: K, SwiGLU: true}
-	return d.plan(&g).persist
+	p := d.plan(&g)
+	return p.persist && p.kern != gemmWGC
 }
 
 // planSK is the stream-K plan when forced (tests): chunk g.chunk (0: fixedChunk's), g.sk stream-K tiles (0: the
@@ -585,7 +613,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 		return gemmPlan{}, &ArgError{op, "tile", fmt.Sprintf("%d is not 64 or 128", g.tile)}
 	}
 	d := q.d
-	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK || g.kern == gemmWGX || g.xt.bm != 0) && !d.hopper() {
+	if (g.kern == gemmWG128 || g.kern == gemmWG256 || g.kern == gemmSK || g.kern == gemmWGX || g.xt.bm != 0 || g.xc.bm != 0) && !d.hopper() {
 		return gemmPlan{}, &ArgError{op, "kernel", fmt.Sprintf("%v needs compute capability 9.0", g.kern)}
 	}
 	p := d.plan(&g)
@@ -593,7 +621,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 		return gemmPlan{}, &ArgError{"GEMMAddRMSNorm", "M, N, K", fmt.Sprintf("%d, %d, %d: not a split-K plan this kernel can finish", g.M, g.N, g.K)}
 	}
 	if g.SwiGLU {
-		if !p.persist {
+		if !p.persist || p.kern == gemmWGC {
 			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
 		}
 		p.fn = fmt.Sprintf("gemm_wgmma_g%dx%d", p.bm, p.bn)
@@ -649,6 +677,9 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 		case p.persist:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn)
+			if p.kern == gemmWGC {
+				a.I32(int32(p.chunk))
+			}
 		case p.kern == gemmSK:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
@@ -676,8 +707,11 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 
 // gemmTag is what a launch profile prints after the kernels of GEMM g with plan p.
 func gemmTag(g *GEMM, p gemmPlan) string {
-	if p.kern == gemmSK {
+	switch p.kern {
+	case gemmSK:
 		return fmt.Sprintf(" N=%d K=%d M=%d chunk=%d skTiles=%d", g.N, g.K, g.M, p.tps, p.skTiles)
+	case gemmWGC:
+		return fmt.Sprintf(" N=%d K=%d M=%d chunk=%d", g.N, g.K, g.M, p.chunk)
 	}
 	return fmt.Sprintf(" N=%d K=%d M=%d sp=%d", g.N, g.K, g.M, p.splits)
 }

@@ -72,6 +72,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{modes[0], {"invariant/nopdl", false, false, false}}
 	case "tiles":
 		modes = []pmode{modes[0], {"invariant/tiles128", false, false, false}}
+	case "chunked":
+		modes = []pmode{modes[0], {"invariant/no-chunked-tiles", false, false, false}}
 	case "order":
 		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
 	case "groups":
@@ -88,7 +90,10 @@ func BenchmarkPassKernels(b *testing.B) {
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
 	pdl0 := dev.pdl
-	defer dev.Do(func(q *Queue) error { schedPrev, schedBM, q.d.gn, q.d.pdl = false, 0, 0, pdl0; return nil })
+	defer dev.Do(func(q *Queue) error {
+		schedPrev, schedBM, schedNoWC, q.d.gn, q.d.pdl = false, 0, false, 0, pdl0
+		return nil
+	})
 	for range b.N {
 		for _, c := range cases {
 			reqs := max(1, c.batch)
@@ -137,7 +142,8 @@ func BenchmarkPassKernels(b *testing.B) {
 						if strings.HasSuffix(mode.name, "/tiles128") {
 							schedBM = 128 // the schedules of 128-row tiles only (before the 192-row tiles)
 						}
-						q.d.gn = 0 // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
+						schedNoWC = strings.HasSuffix(mode.name, "/no-chunked-tiles") // stream-K for chunked shapes, as before
+						q.d.gn = 0                                                    // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
 						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
 							q.d.gn, _ = strconv.Atoi(v)
 						}

@@ -187,11 +187,22 @@ __device__ __forceinline__ void wgmma_m64n144(float *d, uint64_t da, uint64_t db
 	             : "l"(da), "l"(db), "r"(acc));
 }
 
+// wgmma_m64n160: d[64×160] = A[64×16] · B[160×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n160(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
 template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t da, uint64_t db, int acc) {
 	if constexpr (BN == 256)
 		wgmma_m64n256(d, da, db, acc);
 	else if constexpr (BN == 192)
 		wgmma_m64n192(d, da, db, acc);
+	else if constexpr (BN == 160)
+		wgmma_m64n160(d, da, db, acc);
 	else if constexpr (BN == 144)
 		wgmma_m64n144(d, da, db, acc);
 	else if constexpr (BN == 128)
@@ -325,19 +336,27 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 	return g * (1.f / (1.f + expf(-g))) * u;
 }
 
-// gemm_wgmma_persist is gemm_wgmma without splits or chunks on a persistent grid: block g takes tiles g, g + G, …
+// gemm_wgmma_persist is gemm_wgmma without splits on a persistent grid: block g takes tiles g, g + G, …
 // (in the order of tile_at, so blocks running together share X and W tiles in L2), and one k-step pipeline runs
 // through all of them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
 // computed exactly as by gemm_wgmma (same products, same order): the same bits.
+//
+// CHUNKED (a batch-invariant shape whose k tiles are summed in chunks of `chunk`): each chunk is summed from zero in
+// d, and at its end d is added into a second accumulator set tot in chunk order (the first chunk's sum as it is) —
+// the operations of gemm_splitk_finish on split partials and of the stream-K kernel's owner, so the same bits as
+// both, with the tile's whole k range in one block. tot lives in shared memory after the ring and its barriers
+// (thread-major, BN/2 floats per consumer thread, conflict-free): in registers beside d it spills. Only the chunk
+// ends wait for their own products; the other steps keep one wgmma group in flight.
 //
 // GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy) = silu(g)·u as swiglu_bf16
 // would on the stored GEMM output — the same bits, without writing [g | u].
-template <int BM, int BN, int STAGES, bool GATED>
+template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32,
-                                                   int gn) {
+                                                   int gn, int chunk = 0) {
+	static_assert(!(GATED && CHUNKED), "the SwiGLU epilogue has no chunked twin");
 	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -372,6 +391,9 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const int w = (t >> 5) & 3, l = t & 31;
 	float d[BN / 2];
+	// CHUNKED: the sum of the tile's finished chunks, tot(i) for d[i]
+	float *const tsm = (float *)(smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + 16 * STAGES) + t;
+	auto tot = [&](int i) -> float & { return tsm[128 * CONS * i]; };
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
 	int it = 0;
@@ -379,23 +401,38 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		int m0, n0;
 		tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
 		const bool live = m0 + 64 * c < M;
-		for (int kt = 0; kt < kTiles; kt++, it++) {
+		for (int kt = 0, kc = 0; kt < kTiles; kt++, it++) { // kc: k tiles of the chunk so far
 			const int s = it % STAGES;
 			mbar_wait(bars + 8 * s, (it / STAGES) & 1);
 			if (live) {
 				const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
+				// A tile's (CHUNKED: a chunk's) first product overwrites d (scale-d = 0), the others add to it.
+				const bool fresh = CHUNKED ? kc == 0 : kt == 0;
 				wgmma_fence();
 #pragma unroll
 				for (int kk = 0; kk < BK / 16; kk++)
-					wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || kt > 0);
+					wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || !fresh);
 				wgmma_commit();
-				wgmma_wait1();
+				if (CHUNKED && (kc + 1 == chunk || kt + 1 == kTiles)) {
+					wgmma_wait0(); // the chunk's sum is complete: into tot, as gemm_splitk_finish adds partials
+					if (kt < chunk) {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++) tot(i) = d[i];
+					} else {
+#pragma unroll
+						for (int i = 0; i < BN / 2; i++) tot(i) += d[i];
+					}
+				} else {
+					wgmma_wait1();
+				}
 			}
+			if constexpr (CHUNKED) kc = kc + 1 == chunk ? 0 : kc + 1;
 			if (kt > 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 		}
 		if (live) wgmma_wait0();
 		mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 		if (!live) continue;
+		auto acc = [&](int i) { return CHUNKED ? tot(i) : d[i]; };
 #pragma unroll
 		for (int j = 0; j < TN / 8; j++) {
 			const int col = n0 + 8 * j + 2 * (l & 3);
@@ -410,7 +447,7 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 					const float v1 = swiglu1(d[4 * j + 2 * h + 1], d[U + 4 * j + 2 * h + 1]);
 					*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)row * ldy + col) = __floats2bfloat162_rn(v0, v1);
 				} else {
-					gemm_store2(Y, R, ldy, yF32, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+					gemm_store2(Y, R, ldy, yF32, row, col, acc(4 * j + 2 * h), acc(4 * j + 2 * h + 1));
 				}
 			}
 		}
@@ -447,6 +484,16 @@ WP_TILE(192, 96, 6)
 WP_TILE(192, 128, 5)
 WP_TILE(192, 144, 5)
 WP_TILE(192, 192, 4)
+
+// Persistent chunked tile kernel (CHUNKED above) for the batch-invariant shapes whose k tiles are summed in chunks,
+// at M where X does not fit in L2: the bits of the stream-K kernel and of split-K with one split per chunk, without
+// partial sums in memory, in 128×160 tiles (N = 2,560 in 16 of them), four stages beside the 80 KiB of chunk sums.
+// (128×128 with the sums in registers, 128×192 and 192×128 were built, bit-tested and measured: slower than the
+// stream-K kernel or this one at every M measured.)
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARAMS, int chunk) {
+	KEV_GRID_DEP();
+	gemm_wgmma_persist<128, 160, 4, false, true>(WP_ARGS, chunk);
+}
 
 #define WG_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
