@@ -152,6 +152,7 @@ func (e *engine) runBatch(batch []chunk) {
 	if sliced {
 		e.slices++
 	}
+	e.lastAnswered, e.arrivalsAtEnd, e.lastEnd, e.lastPass = len(done), e.arrivals, time.Now(), elapsed
 	e.mu.Unlock()
 	e.sweep(created)
 	if f := e.onBatch.Load(); f != nil {

@@ -51,6 +51,14 @@ type engine struct {
 	trimDue  bool                    // the engine has been idle for trimIdle since its last batch
 	trimmer  *time.Timer             // sets trimDue; model goroutine only
 
+	// Gathering (see gather): requests enqueued so far, and of the last batch the requests it answered, the
+	// arrivals count when it ended, when it ended and how long it ran.
+	arrivals, lastAnswered, arrivalsAtEnd int
+	lastEnd                               time.Time
+	lastPass                              time.Duration
+	gatherMax                             time.Duration // the longest gather (≤ 0: never)
+	gatherFrac                            float64       // the longest gather as a share of the last batch's time
+
 	// Model goroutine only.
 	held       map[*layers.State]bool // states the cache holds and states of started requests
 	started    map[*call]bool         // requests that have run a slice and wait for the rest
@@ -63,7 +71,8 @@ func newEngine(index int, device Device, backend tensor.Backend, model *layers.M
 		cache:    prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
 		onBatch:  onBatch,
 		maxBatch: opts.MaxBatch, passTokens: defaultPassTokens, sliceTokens: defaultPassTokens,
-		trimIdle:   defaultTrimIdle,
+		trimIdle:  defaultTrimIdle,
+		gatherMax: defaultGatherMax, gatherFrac: defaultGatherFrac,
 		beforeTake: testBeforeTake,
 		done:       make(chan struct{}),
 		pending:    map[prefixcache.Key]int{},
@@ -105,6 +114,7 @@ func (e *engine) enqueue(c *call, cost int) error {
 	e.pending[c.key]++
 	c.pending = true
 	e.queue = append(e.queue, c)
+	e.arrivals++
 	e.cond.Signal()
 	return nil
 }
@@ -128,6 +138,7 @@ func (e *engine) remaining(c *call) int {
 func (e *engine) take() []chunk {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	gathered := false
 	for {
 		for len(e.queue) == 0 && !e.closed {
 			if e.trimDue {
@@ -141,6 +152,10 @@ func (e *engine) take() []chunk {
 		}
 		if len(e.queue) == 0 {
 			return nil
+		}
+		if !gathered {
+			gathered = true
+			e.gather()
 		}
 		var cands []*call
 		var rem []int
@@ -181,6 +196,45 @@ func (e *engine) take() []chunk {
 		}
 		e.queue = append(left, e.queue[n:]...)
 		return batch
+	}
+}
+
+// Gathering defaults: a batch waits at most this long, and at most this share of the last batch's time, for the
+// requests the last batch answered to come back.
+const (
+	defaultGatherMax  = 4 * time.Millisecond
+	defaultGatherFrac = 0.04
+)
+
+// gather (the engine's mu held, a request queued) waits briefly before a batch is taken for the requests the last
+// batch answered to come back. Clients that send their next request when answered (a service's workers, a load
+// test) otherwise split into cohorts: the requests that queue while a batch runs make the next batch, the ones it
+// answers return while that one runs, and batches settle at half the clients each, alternating, where one pass of
+// all of them costs less than two of half (on the H200, 64 requests in one pass take ~4 % less time each than in
+// two passes of 32). It waits while the last batch's answers outnumber the requests enqueued since it ended, the
+// queue holds fewer than maxBatch requests and fewer tokens than a batch takes, and the window has not passed
+// since the batch ended: gatherMax, or gatherFrac of the batch's time if that is less. A lone client never waits:
+// its own next request is the arrival that matches its answer.
+func (e *engine) gather() {
+	if e.gatherMax <= 0 || e.lastAnswered == 0 {
+		return
+	}
+	deadline := e.lastEnd.Add(min(e.gatherMax, time.Duration(float64(e.lastPass)*e.gatherFrac)))
+	short := func() bool {
+		return e.arrivals-e.arrivalsAtEnd < e.lastAnswered && len(e.queue) < e.maxBatch && e.tokens < e.sliceTokens && !e.closed
+	}
+	d := time.Until(deadline)
+	if d <= 0 || !short() {
+		return
+	}
+	wake := time.AfterFunc(d, func() {
+		e.mu.Lock()
+		e.cond.Broadcast()
+		e.mu.Unlock()
+	})
+	defer wake.Stop()
+	for short() && time.Now().Before(deadline) {
+		e.cond.Wait()
 	}
 }
 
