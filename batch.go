@@ -152,7 +152,7 @@ func (e *engine) runBatch(batch []chunk) {
 	if sliced {
 		e.slices++
 	}
-	e.lastAnswered, e.arrivalsAtEnd, e.lastEnd, e.lastPass = len(done), e.arrivals, time.Now(), elapsed
+	e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
 	e.mu.Unlock()
 	e.sweep(created)
 	if f := e.onBatch.Load(); f != nil {
@@ -163,6 +163,9 @@ func (e *engine) runBatch(batch []chunk) {
 	for _, c := range done {
 		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit}
 	}
+	e.mu.Lock()
+	e.lastEnd = time.Now() // the answers are out: gather's window starts
+	e.mu.Unlock()
 }
 
 // finish uncharges a request that leaves the engine, answered or failed (the engine's mu held), and unpins its

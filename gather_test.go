@@ -19,15 +19,16 @@ func setGather(p *Predictor, max time.Duration, frac float64) {
 // what has arrived when the model goroutine wakes; without gathering, the clients answered by one batch return
 // while the next runs, and batches alternate between the two groups for good. With gathering (a window long
 // enough for any return here), every batch after the first waits for the clients the previous one answered, so
-// the clients run together: at most one batch more than each client's requests, and the answers are those of the
-// requests alone.
+// the clients run together: at most one batch more than each client's requests, no batch but the last waits out
+// the window, and the answers are those of the requests alone.
 func TestGatherMergesClients(t *testing.T) {
 	s := goldenSets(t)[0]
 	reqs := goldenRequests(t, s)
 	small := reqs[5]
 	p := loadGolden(t, s, Options{})
 	want := probs(t, p, small)
-	setGather(p, 500*time.Millisecond, 1e6)
+	const window = time.Second
+	setGather(p, window, 1e6)
 	var mu sync.Mutex
 	var sizes []int
 	f := func(n int) {
@@ -39,6 +40,7 @@ func TestGatherMergesClients(t *testing.T) {
 	defer p.onBatch.Store(nil)
 
 	const clients, each = 4, 5
+	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan string, clients*each)
 	for range clients {
@@ -53,6 +55,7 @@ func TestGatherMergesClients(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
 	close(errs)
 	for e := range errs {
 		t.Error(e)
@@ -68,6 +71,11 @@ func TestGatherMergesClients(t *testing.T) {
 	}
 	if len(sizes) > each+1 {
 		t.Errorf("%d clients × %d requests ran in %d batches %v, want at most %d", clients, each, len(sizes), sizes, each+1)
+	}
+	// Only a batch whose answered clients do not all come back waits out the window: at most the last one (a
+	// client that ran in the first batch finishes one batch early).
+	if elapsed > 3*window {
+		t.Errorf("%d batches took %v: batches waited for the %v window though their clients had come back", len(sizes), elapsed, window)
 	}
 }
 

@@ -295,7 +295,10 @@ func TestGEMMSchedulePlans(t *testing.T) {
 		line := fmt.Sprintf("N=%d K=%d chunk %d/%d:", N, K, c, kTiles)
 		for _, M := range []int{1, 64, 240, 567, 2392, 20000} {
 			p := d.plan(&GEMM{M: M, N: N, K: K})
-			if c < kTiles && p.kern != gemmSK && (p.splits != (kTiles+c-1)/c || p.tps != c) {
+			if c < kTiles && p.kern == gemmWGC && (p.splits != 1 || p.chunk != c) {
+				t.Errorf("N=%d K=%d M=%d: chunked (N, K) planned on %v with %d splits, chunks of %d tiles", N, K, M, p.kern, p.splits, p.chunk)
+			}
+			if c < kTiles && p.kern != gemmSK && p.kern != gemmWGC && (p.splits != (kTiles+c-1)/c || p.tps != c) {
 				t.Errorf("N=%d K=%d M=%d: chunked (N, K) planned on %v with %d splits of %d tiles", N, K, M, p.kern, p.splits, p.tps)
 			}
 			if c == kTiles && p.kern != gemmSK && p.splits != 1 {

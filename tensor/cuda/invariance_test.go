@@ -14,7 +14,8 @@ import (
 )
 
 // kPartition describes how a plan reduces each output element over k: the kernel family (the wgmma kernels wg128,
-// wg256 and sk give the same bits for the same k ranges, whatever their tile width) and the k tiles per
+// wg256, sk, the other tiles and the chunked tiles give the same bits for the same k ranges, whatever their tile
+// width) and the k tiles per
 // independently summed range (split or chunk; all of them when neither).
 type kPartition struct {
 	family string
@@ -31,7 +32,7 @@ func partitionOf(p gemmPlan, K int) kPartition {
 		r = p.chunk
 	}
 	family := p.kern.String()
-	if p.kern == gemmWG128 || p.kern == gemmWG256 || p.kern == gemmSK || p.kern == gemmWGX {
+	if p.kern == gemmWG128 || p.kern == gemmWG256 || p.kern == gemmSK || p.kern == gemmWGX || p.kern == gemmWGC {
 		family = "wgmma"
 	}
 	return kPartition{family, r}
@@ -60,7 +61,7 @@ func TestGEMMPlanInvariant(t *testing.T) {
 				} else if p.splits < 1 || (p.splits-1)*p.tps >= kTiles || p.splits*p.tps < kTiles {
 					t.Errorf("sm %d N=%d K=%d M=%d: %d splits of %d tiles for %d tiles", major, N, K, M, p.splits, p.tps, kTiles)
 				}
-				if p.chunk > 0 && (p.splits != 1 || (p.kern != gemmWG128 && p.kern != gemmSK)) {
+				if p.chunk > 0 && (p.splits != 1 || (p.kern != gemmWG128 && p.kern != gemmSK && p.kern != gemmWGC)) {
 					t.Errorf("sm %d N=%d K=%d M=%d: chunk %d with %v and %d splits", major, N, K, M, p.chunk, p.kern, p.splits)
 				}
 				got := partitionOf(p, K)
