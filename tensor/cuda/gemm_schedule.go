@@ -50,9 +50,6 @@ var wgTiles = []wgTile{
 // split-K with one split per chunk — with no partial sums in memory, in tiles wider than the stream-K kernel's.
 var wcTiles = []wgTile{{128, 160, 4}}
 
-// wcSumBytes is the chunked tile kernel t's shared memory for its chunk sums: bn/2 floats per consumer thread.
-func wcSumBytes(t wgTile) int { return t.bm / 64 * 128 * t.bn / 2 * 4 }
-
 // kern is the kernel family of the tile kernel t.
 func (t wgTile) kern() gemmKernel {
 	switch {

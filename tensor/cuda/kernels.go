@@ -94,6 +94,9 @@ func tilePlan(t wgTile, M, N, K, splits, tps int) gemmPlan {
 	return p
 }
 
+// wcSumBytes is the chunked tile kernel t's shared memory for its chunk sums: bn/2 floats per consumer thread.
+func wcSumBytes(t wgTile) int { return t.bm / 64 * 128 * t.bn / 2 * 4 }
+
 // wcPlan is the persistent chunked tile kernel t with chunks of c k tiles, on at most grid blocks.
 func wcPlan(t wgTile, M, N, K, c, grid int) gemmPlan {
 	kTiles := (K + 63) / 64
