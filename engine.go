@@ -33,8 +33,8 @@ type engine struct {
 	files   io.Closer                  // the mapped weights files the backend reads (CPU), closed by close
 
 	maxBatch    int           // requests one batch takes
-	passTokens  int           // token budget of one model pass (defaultPassTokens)
-	sliceTokens int           // token budget of one batch (defaultPassTokens)
+	passTokens  int           // token budget of one model pass (RowPassTokens)
+	sliceTokens int           // token budget of one batch (RowPassTokens)
 	beforeTake  func(int)     // test hook: runs on the model goroutine before it takes a batch
 	trimIdle    time.Duration // idle time after a batch before the backend's pooled memory goes back (< 0: never)
 

@@ -185,7 +185,7 @@ func TestMaxQuestions(t *testing.T) {
 // questions runs on the same replica, split into 1,024-token slices: the median of seven stays within three times
 // the unloaded latency plus one pass of the big request (the pass running when the small one arrives). Without the
 // slices a small request waited for the whole big one. The GPU test runs it at
-// full size: 50,000 questions and the default 17,408-token passes.
+// full size: 50,000 questions and the default 16,384-token passes.
 func TestBigRequestDoesNotStarve(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a timing test: the race detector slows the model twentyfold; run it without -race")

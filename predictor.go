@@ -58,12 +58,9 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	defaultPrefixCache = 4  // states the prefix cache keeps
-	defaultMaxBatch    = 64 // requests one batch takes
-	// defaultPassTokens is the tokens of one model pass, and of one batch's share: Kev's row-pass budget
-	// (systemone.RowPassTokens, 16,384) and 1,024 more, so that a batch of defaultMaxBatch short tickets (253–260
-	// tokens each) runs in one pass; at 16,384 the 64th waited for the next batch, about two passes.
-	defaultPassTokens = systemone.RowPassTokens + 1024
+	defaultPrefixCache = 4                       // states the prefix cache keeps
+	defaultMaxBatch    = 64                      // requests one batch takes
+	defaultPassTokens  = systemone.RowPassTokens // tokens of one model pass, and of one batch's share
 	// attentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
 	// prefix_min_tokens there; hybrid bases cache every state.
 	attentionOnlyPrefixMinTokens = 384

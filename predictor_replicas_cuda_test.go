@@ -64,7 +64,7 @@ func TestReplicasCUDA(t *testing.T) {
 }
 
 // TestBigRequestDoesNotStarveCUDA is TestBigRequestDoesNotStarve at full size on the GPU: 50,000 questions in the
-// default 17,408-token passes.
+// default 16,384-token passes.
 func TestBigRequestDoesNotStarveCUDA(t *testing.T) {
 	if err := starve(t, "cuda", 50000, 0); err != nil {
 		t.Error(err)
