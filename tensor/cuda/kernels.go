@@ -160,14 +160,7 @@ func (d *Device) plan(g *GEMM) gemmPlan {
 		return d.planSK(g)
 	}
 	if g.xc.bm != 0 {
-		c := g.chunk
-		if c == 0 {
-			c = fixedChunk(g.N, g.K, d.sms())
-		}
-		grid := d.sms()
-		if g.grid > 0 {
-			grid = g.grid
-		}
+		c, grid := d.forcedChunkGrid(g)
 		return wcPlan(g.xc, g.M, g.N, g.K, c, grid)
 	}
 	if g.xt.bm != 0 {
@@ -390,14 +383,7 @@ func (d *Device) SwiGLUFused(M, N, K int) bool {
 // planSK is the stream-K plan when forced (tests): chunk g.chunk (0: fixedChunk's), g.sk stream-K tiles (0: the
 // model's choice, < 0: none), g.grid blocks (0: one per multiprocessor).
 func (d *Device) planSK(g *GEMM) gemmPlan {
-	grid := g.grid
-	if grid <= 0 {
-		grid = d.sms()
-	}
-	c := g.chunk
-	if c <= 0 {
-		c = fixedChunk(g.N, g.K, d.sms())
-	}
+	c, grid := d.forcedChunkGrid(g)
 	T := ((g.M + 127) / 128) * ((g.N + 127) / 128)
 	sk := 0
 	switch {
@@ -407,6 +393,19 @@ func (d *Device) planSK(g *GEMM) gemmPlan {
 		sk = bestSK(g.M, g.N, g.K, grid, c)
 	}
 	return skPlan(g.M, g.N, g.K, c, sk, grid)
+}
+
+// forcedChunkGrid is the chunk and grid of a forced stream-K or chunked tile plan: g.chunk and g.grid, or where
+// they are not positive fixedChunk's chunk and one block per multiprocessor.
+func (d *Device) forcedChunkGrid(g *GEMM) (chunk, grid int) {
+	chunk, grid = g.chunk, g.grid
+	if chunk <= 0 {
+		chunk = fixedChunk(g.N, g.K, d.sms())
+	}
+	if grid <= 0 {
+		grid = d.sms()
+	}
+	return chunk, grid
 }
 
 // planByM is the planner from before batch invariance, for forced kernels, tiles or splits and for benchmarks: on
