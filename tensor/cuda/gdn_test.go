@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 
+	"gorgonia.org/cu"
+
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -66,7 +68,8 @@ func i32Bytes(v []int32) []byte {
 // segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
 // after the state's own chunks. Final states are compared for single segments. Both state kernels run every case
-// (gdn_state_ns1 and ns2) and must agree bit for bit.
+// (gdn_state_ns1 and ns2) and must agree bit for bit; the rows cases run a third time with the rows in a launch of
+// their own (gdn_rows, after the state pass), which must agree bit for bit too.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -102,7 +105,7 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [3][]float32 // reference, tensor cores (ns1, ns2)
+			var outs, finals [4][]float32 // reference, tensor cores (ns1, ns2, rows by gdn_rows)
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -112,7 +115,10 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 3 {
+				for k := range 4 {
+					if k == 3 && !c.rows {
+						break
+					}
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -128,7 +134,7 @@ func TestGDN(t *testing.T) {
 						}
 					} else {
 						var tab []int32
-						var long []*gdnLong
+						var long, rl []*gdnLong
 						var group *gdnLong
 						start := 0
 						for _, l := range c.lens {
@@ -136,7 +142,11 @@ func TestGDN(t *testing.T) {
 								if group == nil {
 									group = &gdnLong{}
 									group.d.set(0, 0, 0, tensor.F32, 0, tensor.F32, S0.Ptr, 0)
-									long = append(long, group)
+									if k == 3 {
+										rl = append(rl, group)
+									} else {
+										long = append(long, group)
+									}
 								}
 								tab = group.addRow(tab, start, l)
 							} else {
@@ -148,7 +158,9 @@ func TestGDN(t *testing.T) {
 							start += l
 						}
 						descs, base, rows := gdnFlat(long, 0)
-						rows = append(rows, 0) // never empty
+						rdescs, _, rrows := gdnFlat(rl, len(rows)/3)
+						rows = append(append(rows, rrows...), 0) // never empty
+						descs = append(descs, rdescs...)
 						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
@@ -158,9 +170,15 @@ func TestGDN(t *testing.T) {
 						if err := q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv); err != nil {
 							return err
 						}
-						gdnNS = k
-						err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
+						gdnNS = k % 3
+						if len(long) > 0 {
+							err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
+						}
 						gdnNS = 0
+						if err == nil && len(rl) > 0 {
+							rd := Buffer{Ptr: db.Ptr + cu.DevicePtr(40*len(long)), Bytes: db.Bytes - int64(40*len(long))}
+							err = q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, rd, rb, work, len(rl), gdnMaxRows(rl), c.hk, c.hv, c.dv)
+						}
 						if err != nil {
 							return err
 						}
@@ -184,6 +202,11 @@ func TestGDN(t *testing.T) {
 			for i := range finals[1] {
 				if math.Float32bits(finals[1][i]) != math.Float32bits(finals[2][i]) {
 					t.Fatalf("final[%d]: %g by gdn_state_ns1, %g by ns2", i, finals[1][i], finals[2][i])
+				}
+			}
+			for i := range outs[3] {
+				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[3][i]) {
+					t.Fatalf("o[%d]: %g with the rows in the state's block, %g by gdn_rows", i, outs[1][i], outs[3][i])
 				}
 			}
 		})
@@ -337,7 +360,7 @@ func TestGDNBatchInvariant(t *testing.T) {
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
+// own; "tc-inblock": rows in the block of their state instead of gdn_rows; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
 // kernels ("reg"): device
 // time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
 // is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
@@ -409,8 +432,8 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-ns1", "tc-ns2", "tc"} {
-			gdnOn, gdnGroup = kind != "reg", kind != "tc-ungrouped"
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-ns1", "tc-ns2", "tc"} {
+			gdnOn, gdnGroup, gdnRowsOn = kind != "reg", kind != "tc-ungrouped", kind != "tc-inblock"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -428,7 +451,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup, gdnNS = true, true, 0
+			gdnOn, gdnGroup, gdnRowsOn, gdnNS = true, true, true, 0
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -441,9 +464,10 @@ func BenchmarkGDN(b *testing.B) {
 // TestGDNRows checks the rows that run in the block of the state they continue (question rows: one chunk at most,
 // no state kept): a batch of new states continued by rows of 1 to 64 tokens, rows of cached states, rows of an
 // empty new state (a group of their own), next to segments that are not rows (65 tokens, a kept row). Every output
-// and kept state must be bit-identical with the grouping off (each row a segment of its own) and with each row
-// computed alone (a call holding only the row and the state it continues), and within the bounds of TestGDNSegments
-// against the register kernels.
+// and kept state must be bit-identical with the grouping off (each row a segment of its own), with the rows run in
+// the block of their state instead of gdn_rows, with the groups split between gdn_rows blocks (1, 2, 3 rows a
+// block), and with each row computed alone (a call holding only the row and the state it continues), and within
+// the bounds of TestGDNSegments against the register kernels.
 func TestGDNRows(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
@@ -545,6 +569,21 @@ func TestGDNRows(t *testing.T) {
 	ou, ku := run(all)
 	gdnGroup = true
 	same("grouped/ungrouped o", ob, ou)
+	gdnRowsOn = false
+	oi, ki := run(all)
+	gdnRowsOn = true
+	same("gdn_rows/in the state's block o", ob, oi)
+	for i := range kb {
+		if kb[i] != nil {
+			same(fmt.Sprintf("gdn_rows/in the state's block state%d", i), kb[i], ki[i])
+		}
+	}
+	for _, cap := range []int{1, 2, 3} { // groups split between gdn_rows blocks
+		gdnRowsCap = cap
+		oc, _ := run(all)
+		gdnRowsCap = 0
+		same(fmt.Sprintf("rows %d a block o", cap), ob, oc)
+	}
 	for i := range kb {
 		if (kb[i] == nil) != (ku[i] == nil) {
 			t.Fatalf("segment %d: kept %v grouped, %v ungrouped", i, kb[i] != nil, ku[i] != nil)
@@ -589,11 +628,11 @@ func TestGDNRows(t *testing.T) {
 		rest -= l
 	}
 	lens = append(lens, rest)
-	var single [3][]float32 // grouped, ungrouped, register kernels
-	for k := range 3 {
-		gdnGroup, gdnOn = k == 0, k < 2
+	var single [4][]float32 // grouped, ungrouped, register kernels, grouped in the state's block
+	for k := range 4 {
+		gdnGroup, gdnOn, gdnRowsOn = k != 1, k != 2, k != 3
 		o, _, err := gb.GatedDeltaRule(x, g, beta, states[1], lens, c)
-		gdnGroup, gdnOn = true, true
+		gdnGroup, gdnOn, gdnRowsOn = true, true, true
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,5 +640,6 @@ func TestGDNRows(t *testing.T) {
 		gb.Free(o)
 	}
 	same("GatedDeltaRule grouped/ungrouped", single[0], single[1])
+	same("GatedDeltaRule gdn_rows/in the state's block", single[0], single[3])
 	checkRel(t, "GatedDeltaRule/o", single[0], single[2], gdnRMSTol+bf, gdnWorstTol+4*bf)
 }

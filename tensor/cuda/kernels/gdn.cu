@@ -557,3 +557,190 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int 
 	KEV_GRID_DEP();
 	gdn_state<1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
+
+// ld32 reads the two bf16 at p (4-byte aligned) as one register, or zeros when !ok.
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p, bool ok) { return ok ? *(const uint32_t *)p : 0u; }
+
+// gdn_qs: acc += A S for one 16-token tile of a row (tokens 16m …, len tokens in all), A the row's raw q or k
+// (a: the row's first token at the head's 128 dimensions, rows width apart), S the block's 128×32 slice as hi + lo
+// bf16 in shared memory [dim][col]. The A fragments are read from global memory (zeros past len); the products and
+// their order are those of gdn_state's X and P, so the bits are the same.
+__device__ __forceinline__ void gdn_qs(float acc[4][4], const __nv_bfloat16 *a, size_t width, int len, int m,
+                                       const __nv_bfloat16 *Sh, const __nv_bfloat16 *Sl, int lane) {
+	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
+	const int ta = 16 * m + gq, tb = ta + 8;
+	const bool oa = ta < len, ob = tb < len;
+	const __nv_bfloat16 *ra = a + (size_t)(oa ? ta : 0) * width + 2 * qq, *rb = a + (size_t)(ob ? tb : 0) * width + 2 * qq;
+	uint32_t A[GDK / 16][4];
+#pragma unroll
+	for (int kk = 0; kk < GDK / 16; kk++) {
+		A[kk][0] = ld32(ra + 16 * kk, oa);
+		A[kk][1] = ld32(rb + 16 * kk, ob);
+		A[kk][2] = ld32(ra + 16 * kk + 8, oa);
+		A[kk][3] = ld32(rb + 16 * kk + 8, ob);
+	}
+#pragma unroll
+	for (int kk = 0; kk < GDK / 16; kk++) {
+#pragma unroll
+		for (int np = 0; np < 2; np++) {
+			uint32_t bh[4], bl[4];
+			const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
+			ldsm4t(bh, Sh + off);
+			ldsm4t(bl, Sl + off);
+			mma16816(acc[2 * np], A[kk], bh[0], bh[1]);
+			mma16816(acc[2 * np + 1], A[kk], bh[2], bh[3]);
+			mma16816(acc[2 * np], A[kk], bl[0], bl[1]);
+			mma16816(acc[2 * np + 1], A[kk], bl[2], bl[3]);
+		}
+	}
+}
+
+// gdn_tile_a reads the A fragment of a 16×16 tile (rows 16m …, columns 16kk …) of a bf16 [64][64] matrix in
+// global memory (T or M in the workspace).
+__device__ __forceinline__ void gdn_tile_a(uint32_t a[4], const __nv_bfloat16 *w, int m, int kk, int lane) {
+	const int gq = lane >> 2, qq = lane & 3;
+	const __nv_bfloat16 *p = w + (16 * m + gq) * GC + 16 * kk + 2 * qq;
+	a[0] = *(const uint32_t *)p;
+	a[1] = *(const uint32_t *)(p + 8 * GC);
+	a[2] = *(const uint32_t *)(p + 8);
+	a[3] = *(const uint32_t *)(p + 8 * GC + 8);
+}
+
+// gdn_rows: grid (dv/32, hv, groups), 256 threads. desc[z]: a group of rows that continue one state (a, of type dt;
+// null: zero) and keep none: entries rows … rows + nrows − 1 of the row table (first row, length 1…64, workspace
+// chunk), nrows ≤ the launch's shared memory allows (2·64·40 bf16 per row after the 128×40 hi and lo parts of S).
+// The block loads its 128×32 state slice once and runs all rows side by side in three phases, each 16-token tile
+// of each row a unit of work for one warp: X = K S and R = fb·V − fa·X; Δ = T R (per 16 columns); P = Q S and
+// O = fq·P + M Δ. Each unit computes exactly what gdn_state computes for the same row, so the bits are those of a
+// row run in the block of its state, whichever rows share the block.
+extern "C" __global__ void __launch_bounds__(256, 2) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                              const GdnSeg *desc, const int32_t *rows, int hk,
+                                                              int hv, int dv, const char *work) {
+	KEV_GRID_DEP();
+	extern __shared__ __align__(16) char smr[];
+	__nv_bfloat16 *Sh = (__nv_bfloat16 *)smr; // [128][VP] S, high part
+	__nv_bfloat16 *Sl = Sh + GDK * VP;        // [128][VP] S − high
+	__nv_bfloat16 *RD = Sl + GDK * VP;        // per row: R [64][VP], then Δ [64][VP]
+	const GdnSeg sd = desc[blockIdx.z];
+	const int h = blockIdx.y, kh = h / (hv / hk), c0 = blockIdx.x * GBV;
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	const int32_t *rt = rows + 3 * sd.rows;
+	const int nr = sd.nrows;
+	for (int p = tid; p < GDK * GBV / 2; p += 256) { // S → bf16 hi/lo, two columns per step
+		const int sr = p >> 4, col = (p & 15) * 2;
+		float x = 0.f, y = 0.f;
+		if (sd.a) {
+			const size_t at = ((size_t)h * GDK + sr) * dv + c0 + col;
+			x = ld(sd.a, sd.dt, at);
+			y = ld(sd.a, sd.dt, at + 1);
+		}
+		const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+		const float2 hf2 = __bfloat1622float2(hi);
+		*(__nv_bfloat162 *)(Sh + sr * VP + col) = hi;
+		*(uint32_t *)(Sl + sr * VP + col) = pack2(x - hf2.x, y - hf2.y);
+	}
+	__syncthreads();
+	// phase 1: X = K S, R = fb·V − fa·X, unit (row, tile)
+	for (int r = 0, u = 0; r < nr; r++) {
+		const int t0 = rt[3 * r], len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
+		for (int m = 0; m < nb; m++, u++) {
+			if ((u & 7) != warp) continue;
+			float X[4][4] = {};
+			gdn_qs(X, qkv + (size_t)t0 * width + (size_t)hk * GDK + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
+			const float *F = (const float *)(work + ((size_t)ck * hv + h) * GDN_WORK + 2 * GC * GC * 2);
+			__nv_bfloat16 *Rs = RD + (size_t)r * 2 * GC * VP;
+			const int ta = 16 * m + gq, tb = ta + 8;
+			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
+			const __nv_bfloat16 *v = qkv + (size_t)t0 * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0;
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const int col = 8 * nt + 2 * qq;
+				const uint32_t va = ld32(v + (size_t)ta * width + col, ta < len), vb = ld32(v + (size_t)tb * width + col, tb < len);
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)&va);
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)&vb);
+				*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * X[nt][0], fb0 * v0.y - fa0 * X[nt][1]);
+				*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * X[nt][2], fb1 * v1.y - fa1 * X[nt][3]);
+			}
+		}
+	}
+	__syncthreads();
+	// phase 2: Δ = T R (T lower triangular: k tiles 0 … m), unit (row, tile, 16 columns)
+	for (int r = 0, u = 0; r < nr; r++) {
+		const int len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
+		for (int m = 0; m < nb; m++)
+			for (int dh = 0; dh < 2; dh++, u++) {
+				if ((u & 7) != warp) continue;
+				const __nv_bfloat16 *Tw = (const __nv_bfloat16 *)(work + ((size_t)ck * hv + h) * GDN_WORK);
+				const __nv_bfloat16 *Rs = RD + (size_t)r * 2 * GC * VP;
+				__nv_bfloat16 *Ds = (__nv_bfloat16 *)Rs + GC * VP;
+				float D[2][4] = {};
+				for (int kk = 0; kk <= m; kk++) {
+					uint32_t a[4], b[4];
+					gdn_tile_a(a, Tw, m, kk, lane);
+					ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * dh + (li >> 1) * 8);
+					mma16816(D[0], a, b[0], b[1]);
+					mma16816(D[1], a, b[2], b[3]);
+				}
+				const int ta = 16 * m + gq, tb = ta + 8;
+#pragma unroll
+				for (int n = 0; n < 2; n++) {
+					const int col = 16 * dh + 8 * n + 2 * qq;
+					*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
+					*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+				}
+			}
+	}
+	__syncthreads();
+	// phase 3: P = Q S, O = fq·P + M Δ, unit (row, tile)
+	for (int r = 0, u = 0; r < nr; r++) {
+		const int t0 = rt[3 * r], len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
+		for (int m = 0; m < nb; m++, u++) {
+			if ((u & 7) != warp) continue;
+			float P[4][4] = {};
+			gdn_qs(P, qkv + (size_t)t0 * width + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
+			const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
+			const __nv_bfloat16 *Mw = (const __nv_bfloat16 *)(wp + GC * GC * 2);
+			const float *F = (const float *)(wp + 2 * GC * GC * 2);
+			const __nv_bfloat16 *Ds = RD + (size_t)r * 2 * GC * VP + GC * VP;
+			const int ta = 16 * m + gq, tb = ta + 8;
+			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				P[nt][0] *= fq0;
+				P[nt][1] *= fq0;
+				P[nt][2] *= fq1;
+				P[nt][3] *= fq1;
+			}
+			for (int kk = 0; kk <= m; kk++) {
+				uint32_t a[4];
+				gdn_tile_a(a, Mw, m, kk, lane);
+#pragma unroll
+				for (int np = 0; np < 2; np++) {
+					uint32_t b[4];
+					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+					mma16816(P[2 * np], a, b[0], b[1]);
+					mma16816(P[2 * np + 1], a, b[2], b[3]);
+				}
+			}
+			const size_t ow = (size_t)hv * dv;
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				const size_t col = (size_t)h * dv + c0 + 8 * nt + 2 * qq;
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int t = hf ? tb : ta;
+					if (t >= len) continue;
+					const size_t at = (size_t)(t0 + t) * ow + col;
+					if (odt == DT_BF16)
+						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[nt][2 * hf], P[nt][2 * hf + 1]);
+					else {
+						st(o, odt, at, P[nt][2 * hf]);
+						st(o, odt, at + 1, P[nt][2 * hf + 1]);
+					}
+				}
+			}
+		}
+	}
+}
