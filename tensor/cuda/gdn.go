@@ -140,7 +140,8 @@ func gdnFlat(ls []*gdnLong, row0 int) (descs, firsts, rows []int32) {
 const gdnWork = 17664
 
 // gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16, then A, T [64][68] fp32 in their place
-// (the same bytes); three 16×20 blocks; four 64-vectors. Four blocks fit a multiprocessor.
+// (the same bytes); three 16×20 blocks; four 64-vectors. Four blocks fit a multiprocessor (gdn_prep_kh: three, for
+// its registers).
 const gdnPrepShared = 2*64*136*2 + 3*16*20*4 + 4*64*4
 
 // gdnStateShared is gdn_state_ns{1,2}'s dynamic shared memory for ns stages of chunk inputs.
@@ -166,12 +167,21 @@ func gdnChunks(tab []int32, start, n int) ([]int32, int32) {
 	return tab, first
 }
 
-// gdnPrep enqueues gdn_prep over nc chunks (chunks: int32 [nc][2] on the device) into work (nc·hv·gdnWork bytes).
+// gdnPrepKH runs the precompute with one block per (chunk, key head) for all of the key head's value heads
+// (gdn_prep_kh: q and k loaded, normalised and multiplied once) when there are several; false keeps one block per
+// (chunk, value head) (gdn_prep). Both compute the same bits; tests compare the two.
+var gdnPrepKH = true
+
+// gdnPrep enqueues gdn_prep or gdn_prep_kh over nc chunks (chunks: int32 [nc][2] on the device) into work
+// (nc·hv·gdnWork bytes).
 func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, dv int) error {
 	q.args.Reset()
 	q.args.Ptr(qkv.Ptr)
 	q.put(g).put(beta)
 	q.args.Ptr(chunks.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	if gdnPrepKH && hv > hk {
+		return q.launch("gdn", "gdn_prep_kh", cudrv.Dim3{X: nc, Y: hk, Z: 1}, block256, gdnPrepShared)
+	}
 	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
 }
 

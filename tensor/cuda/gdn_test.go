@@ -68,7 +68,7 @@ func i32Bytes(v []int32) []byte {
 // segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
 // after the state's own chunks. Final states are compared for single segments. Both state kernels run every case
-// (gdn_state_ns1 and ns2) and must agree bit for bit; the rows cases run a third time with the rows in a launch of
+// (gdn_state_ns1 and ns2, after gdn_prep_kh and gdn_prep) and must agree bit for bit; the rows cases run a third time with the rows in a launch of
 // their own (gdn_rows, after the state pass), which must agree bit for bit too.
 func TestGDN(t *testing.T) {
 	cases := []struct {
@@ -167,7 +167,10 @@ func TestGDN(t *testing.T) {
 							return err
 						}
 						bufs = append(bufs, cb, db, bb, rb, work)
-						if err := q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv); err != nil {
+						gdnPrepKH = k != 2
+						err = q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv)
+						gdnPrepKH = true
+						if err != nil {
 							return err
 						}
 						gdnNS = k % 3
@@ -196,12 +199,12 @@ func TestGDN(t *testing.T) {
 			}
 			for i := range outs[1] {
 				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[2][i]) {
-					t.Fatalf("o[%d]: %g by gdn_state_ns1, %g by ns2", i, outs[1][i], outs[2][i])
+					t.Fatalf("o[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and ns2", i, outs[1][i], outs[2][i])
 				}
 			}
 			for i := range finals[1] {
 				if math.Float32bits(finals[1][i]) != math.Float32bits(finals[2][i]) {
-					t.Fatalf("final[%d]: %g by gdn_state_ns1, %g by ns2", i, finals[1][i], finals[2][i])
+					t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and ns2", i, finals[1][i], finals[2][i])
 				}
 			}
 			for i := range outs[3] {
@@ -360,7 +363,8 @@ func TestGDNBatchInvariant(t *testing.T) {
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own; "tc-inblock": rows in the block of their state instead of gdn_rows; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
+// own; "tc-inblock": rows in the block of their state instead of gdn_rows; "tc-prep1": one precompute block per
+// value head (gdn_prep) instead of per key head; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
 // kernels ("reg"): device
 // time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
 // is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
@@ -432,8 +436,8 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-ns1", "tc-ns2", "tc"} {
-			gdnOn, gdnGroup, gdnRowsOn = kind != "reg", kind != "tc-ungrouped", kind != "tc-inblock"
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-prep1", "tc-ns1", "tc-ns2", "tc"} {
+			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-inblock", kind != "tc-prep1"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -451,7 +455,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup, gdnRowsOn, gdnNS = true, true, true, 0
+			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH, gdnNS = true, true, true, true, 0
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,7 +1,8 @@
 // The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for every non-empty segment of bf16
 // rows. Two launches per call:
 //
-//   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once. From the raw bf16
+//   gdn_prep: one block per (64-token chunk, key head), all chunks of all segments at once; the value heads of the
+//   key head one after the other, sharing the loads, norms and products of q and k. From the raw bf16
 //   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
 //   (γ_t = exp Γ_t) and β:
 //     A[t,s] = β_t rk_t rk_s e^{Γ_t−Γ_s} (k_t·k_s)  (s < t),   T = (I + A)⁻¹ (unit lower triangular, fp32),
@@ -80,12 +81,15 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 //   B stored [n][k]:        ldsm4 at row n0 + r + (i >> 1)·8, column k0 + (i & 1)·8 → b0, b1 of n tiles n0, n0 + 8
 //   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
 
-// gdn_prep: grid (chunks, hv), 256 threads. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + NH − 1 of key head kh (NH = 0: all
+// hv/hk of them). chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c. K Kᵀ and Q Kᵀ (and the norms)
+// depend on the key head only: they are computed once, kept in registers, and each value head then takes its
+// decays and β, its A and M, and its inverse in turn.
 // qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
-extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
-                                                          const void *beta, int bdt, const int32_t *chunks, int hk,
-                                                          int hv, int dv, char *work) {
-	KEV_GRID_DEP();
+template <int NH>
+__device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const void *g, int gdt, const void *beta,
+                                               int bdt, const int32_t *chunks, int hk, int hv, int dv, char *work,
+                                               int kh, int h0) {
 	extern __shared__ __align__(16) char smg[];
 	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
 	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
@@ -96,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
 	float *bs = gam + GC;                      // [64] β
 	float *rq = bs + GC;                       // [64]
 	float *rk = rq + GC;                       // [64]
-	const int c = blockIdx.x, h = blockIdx.y, kh = h / (hv / hk);
+	const int c = blockIdx.x, gv = NH ? NH : hv / hk;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
 	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
@@ -108,15 +112,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
 		cp16((which ? Ks : Qs) + t * KP + d8, src, ok);
 	}
 	cp_commit();
-	if (tid < GC) {
-		const bool ok = tid < len;
-		gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
-		bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
-	}
 	cp_wait<0>();
 	__syncthreads();
-	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side); the
-	// cumulative log decay: warp 0 scans 64 values, two per lane
+	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side)
 	{
 		float sq[8], sk[8];
 #pragma unroll
@@ -142,20 +140,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
 				rk[8 * warp + e] = 1.f / sqrtf(sk[e] + 1e-6f);
 			}
 	}
-	if (warp == 0) {
-		const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
-		float s = a1;
-#pragma unroll
-		for (int o = 1; o < 32; o <<= 1) {
-			const float u = __shfl_up_sync(0xffffffffu, s, o);
-			if (lane >= o) s += u;
-		}
-		float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
-		if (lane == 0) ex = 0.f;
-		__syncwarp();
-		gam[2 * lane] = ex + a0;
-		gam[2 * lane + 1] = ex + a1;
-	}
 	__syncthreads();
 	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3
 	{
@@ -179,114 +163,158 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
 				mma16816(cq[2 * np + 1], aq, b[2], b[3]);
 			}
 		}
-		__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
 		const int gq = lane >> 2, qq = lane & 3;
 		__syncthreads(); // q and k are read: A and T take their place
-		for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
-		if (mi < nb) { // rows of padding tiles: A, T and M never read
-		float gt[2], ft[2], rqt[2], gs[8], rks[8];
+		for (int hh = 0; hh < gv; hh++) {
+			const int h = h0 + hh;
+			__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
+			if (tid < GC) {
+				const bool ok = tid < len;
+				gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+				bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+			}
+			__syncthreads();
+			// the cumulative log decay: warp 0 scans 64 values, two per lane
+			if (warp == 0) {
+				const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
+				float s = a1;
 #pragma unroll
-		for (int hf = 0; hf < 2; hf++) {
-			const int t = 16 * mi + gq + 8 * hf;
-			gt[hf] = gam[t];
-			ft[hf] = rk[t] * bs[t];
-			rqt[hf] = rq[t];
-		}
-#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
-			gs[j] = gam[s];
-			rks[j] = rk[s];
-		}
-#pragma unroll
-		for (int nt = 0; nt < 4; nt++) {
+				for (int o = 1; o < 32; o <<= 1) {
+					const float u = __shfl_up_sync(0xffffffffu, s, o);
+					if (lane >= o) s += u;
+				}
+				float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
+				if (lane == 0) ex = 0.f;
+				__syncwarp();
+				gam[2 * lane] = ex + a0;
+				gam[2 * lane + 1] = ex + a1;
+			}
+			for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
+			__syncthreads();
+			if (mi < nb) { // rows of padding tiles: A, T and M never read
+			float gt[2], ft[2], rqt[2], gs[8], rks[8];
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
 				const int t = 16 * mi + gq + 8 * hf;
-				float m2[2];
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int s = n0 + 8 * nt + 2 * qq + e, j = 2 * nt + e;
-					const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
-					m2[e] = s <= t ? cq[nt][2 * hf + e] * d * rqt[hf] : 0.f;
-					As[t * AP + s] = s < t ? ck[nt][2 * hf + e] * d * ft[hf] : 0.f;
-				}
-				*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+				gt[hf] = gam[t];
+				ft[hf] = rk[t] * bs[t];
+				rqt[hf] = rq[t];
 			}
-		}
-		}
-	}
-	__syncthreads();
-	// T = (I + A)⁻¹: the diagonal 16×16 blocks of tiles holding tokens by forward substitution (one thread per
-	// column), then the blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj. Rows of padding
-	// tiles are neither computed nor stored: the state pass reads T and M only in rows of tiles holding tokens.
-	if (tid < 16 * nb) {
-		const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
-		float x[16];
 #pragma unroll
-		for (int r = 0; r < 16; r++) { // the loads do not wait for earlier stores: Ts is written afterwards
-			float v = r == j ? 1.f : 0.f;
-#pragma unroll
-			for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
-			x[r] = r < j ? 0.f : v;
-		}
-#pragma unroll
-		for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
-	}
-	__syncthreads();
-	// Level lv: blocks (lv + b, b), b < 4 − lv; thread tid: block b = tid / 64, row r, columns c4 … c4 + 3 (one
-	// broadcast load of A or T_ii and one 16-byte load per four multiply-adds).
-	for (int lv = 1; lv < 4; lv++) {
-		const int b = tid >> 6, r = (tid >> 2) & 15, c4 = (tid & 3) * 4;
-		const int bi = lv + b, bj = b;
-		const bool on = b < 4 - lv && bi < nb; // padding rows of A are zero: T_ij stays zero
-		if (on) {
-			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-			for (int k = bj; k < bi; k++)
-#pragma unroll
-				for (int p = 0; p < 16; p++) {
-					const float a = As[(16 * bi + r) * AP + 16 * k + p];
-					const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4);
-					y.x += a * t.x;
-					y.y += a * t.y;
-					y.z += a * t.z;
-					y.w += a * t.w;
-				}
-			*(float4 *)(Ys + (b * 16 + r) * YP + c4) = y;
-		}
-		__syncthreads();
-		if (on) {
-			float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-			for (int p = 0; p < 16; p++) {
-				const float a = Ts[(16 * bi + r) * AP + 16 * bi + p];
-				const float4 t = *(const float4 *)(Ys + (b * 16 + p) * YP + c4);
-				y.x += a * t.x;
-				y.y += a * t.y;
-				y.z += a * t.z;
-				y.w += a * t.w;
+			for (int j = 0; j < 8; j++) {
+				const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
+				gs[j] = gam[s];
+				rks[j] = rk[s];
 			}
-			*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4) = make_float4(-y.x, -y.y, -y.z, -y.w);
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int t = 16 * mi + gq + 8 * hf;
+					float m2[2];
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int s = n0 + 8 * nt + 2 * qq + e, j = 2 * nt + e;
+						const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
+						m2[e] = s <= t ? cq[nt][2 * hf + e] * d * rqt[hf] : 0.f;
+						As[t * AP + s] = s < t ? ck[nt][2 * hf + e] * d * ft[hf] : 0.f;
+					}
+					*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+				}
+			}
+			}
+			__syncthreads();
+			// T = (I + A)⁻¹: the diagonal 16×16 blocks of tiles holding tokens by forward substitution (one thread per
+			// column), then the blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj. Rows of padding
+			// tiles are neither computed nor stored: the state pass reads T and M only in rows of tiles holding tokens.
+			if (tid < 16 * nb) {
+				const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
+				float x[16];
+#pragma unroll
+				for (int r = 0; r < 16; r++) { // the loads do not wait for earlier stores: Ts is written afterwards
+					float v = r == j ? 1.f : 0.f;
+#pragma unroll
+					for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
+					x[r] = r < j ? 0.f : v;
+				}
+#pragma unroll
+				for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
+			}
+			__syncthreads();
+			// Level lv: blocks (lv + b, b), b < 4 − lv; thread tid: block b = tid / 64, row r, columns c4 … c4 + 3 (one
+			// broadcast load of A or T_ii and one 16-byte load per four multiply-adds).
+			for (int lv = 1; lv < 4; lv++) {
+				const int b = tid >> 6, r = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+				const int bi = lv + b, bj = b;
+				const bool on = b < 4 - lv && bi < nb; // padding rows of A are zero: T_ij stays zero
+				if (on) {
+					float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+					for (int k = bj; k < bi; k++)
+#pragma unroll
+						for (int p = 0; p < 16; p++) {
+							const float a = As[(16 * bi + r) * AP + 16 * k + p];
+							const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4);
+							y.x += a * t.x;
+							y.y += a * t.y;
+							y.z += a * t.z;
+							y.w += a * t.w;
+						}
+					*(float4 *)(Ys + (b * 16 + r) * YP + c4) = y;
+				}
+				__syncthreads();
+				if (on) {
+					float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+					for (int p = 0; p < 16; p++) {
+						const float a = Ts[(16 * bi + r) * AP + 16 * bi + p];
+						const float4 t = *(const float4 *)(Ys + (b * 16 + p) * YP + c4);
+						y.x += a * t.x;
+						y.y += a * t.y;
+						y.z += a * t.z;
+						y.w += a * t.w;
+					}
+					*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4) = make_float4(-y.x, -y.y, -y.z, -y.w);
+				}
+				__syncthreads();
+			}
+			char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
+			__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
+			for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
+				const int t = p >> 5, s = (p & 31) * 2;
+				*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
+			}
+			float *F = (float *)(wp + 2 * GC * GC * 2);
+			if (tid < GC) {
+				const int t = tid;
+				const bool ok = t < len;
+				const float gC = gam[len - 1], gt = expf(gam[t]);
+				F[t] = ok ? bs[t] * gt * rk[t] : 0.f;              // fa
+				F[GC + t] = ok ? bs[t] : 0.f;                      // fb
+				F[2 * GC + t] = ok ? gt * rq[t] : 0.f;             // fq
+				F[3 * GC + t] = ok ? expf(gC - gam[t]) * rk[t] : 0.f; // fk
+				F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
+			}
+			__syncthreads(); // the next value head writes Γ, β, A and T anew
 		}
-		__syncthreads();
 	}
-	char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
-	__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
-	for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
-		const int t = p >> 5, s = (p & 31) * 2;
-		*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
-	}
-	float *F = (float *)(wp + 2 * GC * GC * 2);
-	if (tid < GC) {
-		const int t = tid;
-		const bool ok = t < len;
-		const float gC = gam[len - 1], gt = expf(gam[t]);
-		F[t] = ok ? bs[t] * gt * rk[t] : 0.f;              // fa
-		F[GC + t] = ok ? bs[t] : 0.f;                      // fb
-		F[2 * GC + t] = ok ? gt * rq[t] : 0.f;             // fq
-		F[3 * GC + t] = ok ? expf(gC - gam[t]) * rk[t] : 0.f; // fk
-		F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
-	}
+}
+
+// gdn_prep: one value head per block, grid (chunks, hv).
+extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat16 *qkv, const void *g, int gdt,
+                                                          const void *beta, int bdt, const int32_t *chunks, int hk,
+                                                          int hv, int dv, char *work) {
+	KEV_GRID_DEP();
+	const int h = blockIdx.y;
+	gdn_prep_heads<1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
+}
+
+// gdn_prep_kh: all value heads of a key head per block, grid (chunks, hk); the same bits as gdn_prep.
+extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bfloat16 *qkv, const void *g, int gdt,
+                                                             const void *beta, int bdt, const int32_t *chunks,
+                                                             int hk, int hv, int dv, char *work) {
+	KEV_GRID_DEP();
+	const int kh = blockIdx.y;
+	gdn_prep_heads<0>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, kh * (hv / hk));
 }
 
 // gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length ≥ 0); base[z]: its first chunk
