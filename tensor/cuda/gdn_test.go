@@ -159,8 +159,8 @@ func TestGDN(t *testing.T) {
 						}
 						descs, base, rows := gdnFlat(long, 0)
 						rdescs, _, rrows := gdnFlat(rl, len(rows)/3)
-						rows = append(append(rows, rrows...), 0) // never empty
-						descs = append(descs, rdescs...)
+						rows = append(append(rows, rrows...), 0)                // never empty
+						descs, base = append(descs, rdescs...), append(base, 0) // never empty
 						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
@@ -364,7 +364,7 @@ func TestGDNBatchInvariant(t *testing.T) {
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
 // own; "tc-inblock": rows in the block of their state instead of gdn_rows; "tc-prep1": one precompute block per
-// value head (gdn_prep) instead of per key head; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
+// value head (gdn_prep) instead of per key head; "tc-rows3": at most 3 rows a gdn_rows block; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
 // kernels ("reg"): device
 // time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
 // is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
@@ -436,8 +436,9 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-prep1", "tc-ns1", "tc-ns2", "tc"} {
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-prep1", "tc-rows3", "tc-ns1", "tc-ns2", "tc"} {
 			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-inblock", kind != "tc-prep1"
+			gdnRowsCap = map[string]int{"tc-rows3": 3}[kind]
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -455,7 +456,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH, gdnNS = true, true, true, true, 0
+			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH, gdnNS, gdnRowsCap = true, true, true, true, 0, 0
 			if err != nil {
 				b.Fatal(err)
 			}

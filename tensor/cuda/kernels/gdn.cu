@@ -638,8 +638,8 @@ __device__ __forceinline__ void gdn_tile_a(uint32_t a[4], const __nv_bfloat16 *w
 // null: zero) and keep none: entries rows … rows + nrows − 1 of the row table (first row, length 1…64, workspace
 // chunk), nrows ≤ the launch's shared memory allows (2·64·40 bf16 per row after the 128×40 hi and lo parts of S).
 // The block loads its 128×32 state slice once and runs all rows side by side in three phases, each 16-token tile
-// of each row a unit of work for one warp: X = K S and R = fb·V − fa·X; Δ = T R (per 16 columns); P = Q S and
-// O = fq·P + M Δ. Each unit computes exactly what gdn_state computes for the same row, so the bits are those of a
+// of each row a unit of work for one warp: X = K S and R = fb·V − fa·X; Δ = T R; P = Q S and O = fq·P + M Δ.
+// A unit's operands come from global memory (L2), all of its loads issued before its products. Each unit computes exactly what gdn_state computes for the same row, so the bits are those of a
 // row run in the block of its state, whichever rows share the block.
 extern "C" __global__ void __launch_bounds__(256, 2) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
                                                               const GdnSeg *desc, const int32_t *rows, int hk,
@@ -675,50 +675,65 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_rows(void *o, int odt, 
 		const int t0 = rt[3 * r], len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
 		for (int m = 0; m < nb; m++, u++) {
 			if ((u & 7) != warp) continue;
-			float X[4][4] = {};
-			gdn_qs(X, qkv + (size_t)t0 * width + (size_t)hk * GDK + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
+			// every global load of the unit is issued before the products, so their latencies overlap
 			const float *F = (const float *)(work + ((size_t)ck * hv + h) * GDN_WORK + 2 * GC * GC * 2);
 			__nv_bfloat16 *Rs = RD + (size_t)r * 2 * GC * VP;
 			const int ta = 16 * m + gq, tb = ta + 8;
 			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
 			const __nv_bfloat16 *v = qkv + (size_t)t0 * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0;
+			uint32_t va[4], vb[4];
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				va[nt] = ld32(v + (size_t)ta * width + 8 * nt + 2 * qq, ta < len);
+				vb[nt] = ld32(v + (size_t)tb * width + 8 * nt + 2 * qq, tb < len);
+			}
+			float X[4][4] = {};
+			gdn_qs(X, qkv + (size_t)t0 * width + (size_t)hk * GDK + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
 				const int col = 8 * nt + 2 * qq;
-				const uint32_t va = ld32(v + (size_t)ta * width + col, ta < len), vb = ld32(v + (size_t)tb * width + col, tb < len);
-				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)&va);
-				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)&vb);
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)&va[nt]);
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)&vb[nt]);
 				*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * X[nt][0], fb0 * v0.y - fa0 * X[nt][1]);
 				*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * X[nt][2], fb1 * v1.y - fa1 * X[nt][3]);
 			}
 		}
 	}
 	__syncthreads();
-	// phase 2: Δ = T R (T lower triangular: k tiles 0 … m), unit (row, tile, 16 columns)
+	// phase 2: Δ = T R (T lower triangular: k tiles 0 … m), unit (row, tile); the T fragments are loaded first
 	for (int r = 0, u = 0; r < nr; r++) {
 		const int len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
-		for (int m = 0; m < nb; m++)
-			for (int dh = 0; dh < 2; dh++, u++) {
-				if ((u & 7) != warp) continue;
-				const __nv_bfloat16 *Tw = (const __nv_bfloat16 *)(work + ((size_t)ck * hv + h) * GDN_WORK);
-				const __nv_bfloat16 *Rs = RD + (size_t)r * 2 * GC * VP;
-				__nv_bfloat16 *Ds = (__nv_bfloat16 *)Rs + GC * VP;
-				float D[2][4] = {};
-				for (int kk = 0; kk <= m; kk++) {
-					uint32_t a[4], b[4];
-					gdn_tile_a(a, Tw, m, kk, lane);
+		for (int m = 0; m < nb; m++, u++) {
+			if ((u & 7) != warp) continue;
+			const __nv_bfloat16 *Tw = (const __nv_bfloat16 *)(work + ((size_t)ck * hv + h) * GDN_WORK);
+			const __nv_bfloat16 *Rs = RD + (size_t)r * 2 * GC * VP;
+			__nv_bfloat16 *Ds = (__nv_bfloat16 *)Rs + GC * VP;
+			uint32_t a[GC / 16][4];
+#pragma unroll
+			for (int kk = 0; kk < GC / 16; kk++)
+				if (kk <= m) gdn_tile_a(a[kk], Tw, m, kk, lane);
+			float D[2][2][4] = {};
+#pragma unroll
+			for (int kk = 0; kk < GC / 16; kk++) {
+				if (kk > m) break;
+#pragma unroll
+				for (int dh = 0; dh < 2; dh++) {
+					uint32_t b[4];
 					ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * dh + (li >> 1) * 8);
-					mma16816(D[0], a, b[0], b[1]);
-					mma16816(D[1], a, b[2], b[3]);
+					mma16816(D[dh][0], a[kk], b[0], b[1]);
+					mma16816(D[dh][1], a[kk], b[2], b[3]);
 				}
-				const int ta = 16 * m + gq, tb = ta + 8;
+			}
+			const int ta = 16 * m + gq, tb = ta + 8;
+#pragma unroll
+			for (int dh = 0; dh < 2; dh++)
 #pragma unroll
 				for (int n = 0; n < 2; n++) {
 					const int col = 16 * dh + 8 * n + 2 * qq;
-					*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
-					*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+					*(uint32_t *)(Ds + ta * VP + col) = pack2(D[dh][n][0], D[dh][n][1]);
+					*(uint32_t *)(Ds + tb * VP + col) = pack2(D[dh][n][2], D[dh][n][3]);
 				}
-			}
+		}
 	}
 	__syncthreads();
 	// phase 3: P = Q S, O = fq·P + M Δ, unit (row, tile)
@@ -726,14 +741,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_rows(void *o, int odt, 
 		const int t0 = rt[3 * r], len = rt[3 * r + 1], ck = rt[3 * r + 2], nb = (len + 15) >> 4;
 		for (int m = 0; m < nb; m++, u++) {
 			if ((u & 7) != warp) continue;
-			float P[4][4] = {};
-			gdn_qs(P, qkv + (size_t)t0 * width + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
 			const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
 			const __nv_bfloat16 *Mw = (const __nv_bfloat16 *)(wp + GC * GC * 2);
 			const float *F = (const float *)(wp + 2 * GC * GC * 2);
 			const __nv_bfloat16 *Ds = RD + (size_t)r * 2 * GC * VP + GC * VP;
 			const int ta = 16 * m + gq, tb = ta + 8;
 			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
+			uint32_t am[GC / 16][4];
+#pragma unroll
+			for (int kk = 0; kk < GC / 16; kk++)
+				if (kk <= m) gdn_tile_a(am[kk], Mw, m, kk, lane);
+			float P[4][4] = {};
+			gdn_qs(P, qkv + (size_t)t0 * width + (size_t)kh * GDK, width, len, m, Sh, Sl, lane);
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
 				P[nt][0] *= fq0;
@@ -741,15 +760,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_rows(void *o, int odt, 
 				P[nt][2] *= fq1;
 				P[nt][3] *= fq1;
 			}
-			for (int kk = 0; kk <= m; kk++) {
-				uint32_t a[4];
-				gdn_tile_a(a, Mw, m, kk, lane);
+#pragma unroll
+			for (int kk = 0; kk < GC / 16; kk++) {
+				if (kk > m) break;
 #pragma unroll
 				for (int np = 0; np < 2; np++) {
 					uint32_t b[4];
 					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
-					mma16816(P[2 * np], a, b[0], b[1]);
-					mma16816(P[2 * np + 1], a, b[2], b[3]);
+					mma16816(P[2 * np], am[kk], b[0], b[1]);
+					mma16816(P[2 * np + 1], am[kk], b[2], b[3]);
 				}
 			}
 			const size_t ow = (size_t)hv * dv;
