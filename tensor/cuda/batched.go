@@ -503,7 +503,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	takes := func(sg tensor.Segment) bool { return tc && gdnTakes(sg.Len) }
 	isRow := func(sg tensor.Segment) bool { return tc && sg.From != tensor.FromZero && gdnIsRow(sg.Len, sg.Keep) }
 	inBase := func(sg tensor.Segment) bool {
-		return !gdnRowsOn && isRow(sg) && sg.From == tensor.FromSegment && takes(segs[sg.Index])
+		return isRow(sg) && sg.From == tensor.FromSegment && takes(segs[sg.Index])
 	}
 	referenced := make([]bool, len(segs)) // final state read by a later launch
 	for _, s := range segs {
@@ -542,7 +542,6 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		var tab []int32
 		var short [2][]segDesc
 		var long [2][]*gdnLong
-		var rl []*gdnLong                   // groups of rows in a launch of their own, after both state passes (gdnRowsOn)
 		at0 := make(map[int]*gdnLong)       // descriptor of a new segment the tensor-core kernels take
 		groups := make(map[[2]int]*gdnLong) // rows' own groups, by (From, Index)
 		for p, second := range []bool{false, true} {
@@ -570,11 +569,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 						g = &gdnLong{d: d}
 						g.d[0], g.d[1], g.d[8], g.d[9] = 0, 0, 0, 0 // no chunks of its own, no final state
 						groups[key] = g
-						if gdnRowsOn {
-							rl = append(rl, g)
-						} else {
-							long[p] = append(long[p], g)
-						}
+						long[p] = append(long[p], g)
 					}
 					tab = g.addRow(tab, starts[i], sg.Len)
 				case takes(sg):
@@ -587,18 +582,15 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				}
 			}
 		}
-		// layout: short[0] short[1] long[0] long[1] rl (descriptors, 8-byte aligned), tab, lb[0], lb[1], rows
-		wave := b.dev.gdnWave(hv, dv)
+		// layout: short[0] short[1] long[0] long[1] (descriptors, 8-byte aligned), tab, lb[0], lb[1], rows
 		for p := range long {
-			long[p] = gdnSpread(long[p], wave)
+			long[p] = gdnSpread(long[p], b.dev.gdnWave(hv, dv))
 		}
-		rl = gdnCap(gdnSpread(rl, wave), b.dev.gdnRowsMax())
 		d0, lb0, rows0 := gdnFlat(long[0], 0)
 		d1, lb1, rows1 := gdnFlat(long[1], len(rows0)/3)
-		dr, _, rowsr := gdnFlat(rl, (len(rows0)+len(rows1))/3)
 		var all []int32
-		var off [9]int
-		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, dr, tab, lb0, lb1, append(append(rows0, rows1...), rowsr...)} {
+		var off [8]int
+		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, tab, lb0, lb1, append(rows0, rows1...)} {
 			off[k] = len(all)
 			all = append(all, part...)
 		}
@@ -617,13 +609,13 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if work, err = s.temp(int64(nc) * int64(hv) * gdnWork); err != nil {
 				return err
 			}
-			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(5), work, nc, hk, hv, dv); err != nil {
+			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(4), work, nc, hk, hv, dv); err != nil {
 				return err
 			}
 		}
 		for p := range 2 {
 			if len(long[p]) > 0 {
-				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(6+p), at(8), work, len(long[p]), hk, hv, dv); err != nil {
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(5+p), at(7), work, len(long[p]), hk, hv, dv); err != nil {
 					return err
 				}
 			}
@@ -652,9 +644,6 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if err != nil {
 				return err
 			}
-		}
-		if len(rl) > 0 { // every state a row continues is final now
-			return s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), work, len(rl), gdnMaxRows(rl), hk, hv, dv)
 		}
 		return nil
 	})

@@ -11,8 +11,9 @@ import (
 
 // The chunked delta rule on tensor cores (kernels/gdn.cu): for d_k = 128, value widths that are a multiple of 32
 // and bf16 input rows, segments run as a parallel precompute over (64-token chunk, value head) — T = (I + A)⁻¹
-// and the intra-chunk attention M in a workspace — then one sequential pass per (32 value columns, value head,
-// segment) with mma.sync bf16 products. Rows — segments of at most one chunk that continue a state and keep none
+// and the intra-chunk attention M in a workspace; large launches take one block per (chunk, key head) for its
+// value heads in turn — then one sequential pass per (32 value columns, value head, segment) with mma.sync bf16
+// products. Rows — segments of at most one chunk that continue a state and keep none
 // of their own, such as a request's question rows — run in the block of the state they continue, after that
 // state's own chunks, so the state slice is loaded (or computed) once for all of them; a row's outputs come from
 // the same code whichever rows share its block. Other shapes and segments shorter than gdnMinLen keep the register
@@ -37,11 +38,6 @@ var gdnNS = 0
 // gdnGroup selects the grouping of rows in the block of the state they continue; false runs every row as a
 // segment of its own (tests compare the two: the bits are the same).
 var gdnGroup = true
-
-// gdnRowsOn runs rows in a launch of their own (gdn_rows) once the states they continue are final, all rows of a
-// group side by side; false runs them one after the other in the block of their state, after its chunks
-// (gdn_state). Both compute the same bits; tests and benchmarks compare the two.
-var gdnRowsOn = true
 
 // gdnRowLen is the longest row (one chunk) that runs in the block of the state it continues.
 const gdnRowLen = 64
@@ -88,43 +84,6 @@ func gdnSpread(ls []*gdnLong, wave int) []*gdnLong {
 // gdnWave is the number of descriptors of a gdn_state launch in one wave of two blocks per multiprocessor.
 func (d *Device) gdnWave(hv, dv int) int { return 2 * d.info.SMs / max(1, hv*dv/32) }
 
-// gdnCap splits the groups of more than max rows into near-equal parts of at most max rows. Any split computes
-// the same bits.
-func gdnCap(ls []*gdnLong, max int) []*gdnLong {
-	var out []*gdnLong
-	for _, g := range ls {
-		n := len(g.rows) / 3
-		if n <= max {
-			out = append(out, g)
-			continue
-		}
-		parts := (n + max - 1) / max
-		for p, at := 0, 0; p < parts; p++ {
-			k := (n - at/3) / (parts - p) * 3
-			out = append(out, &gdnLong{d: g.d, rows: g.rows[at : at+k : at+k]})
-			at += k
-		}
-	}
-	return out
-}
-
-// gdnRowsShared is gdn_rows's dynamic shared memory for groups of up to rows rows: the 128×32 state slice as hi and
-// lo bf16 parts [128][40], then R and Δ [64][40] bf16 per row.
-func gdnRowsShared(rows int) int { return 2*128*40*2 + rows*2*64*40*2 }
-
-// gdnRowsCap, when positive, caps the rows of a gdn_rows block below gdnRowsMax (tests split groups with it).
-var gdnRowsCap = 0
-
-// gdnRowsMax is the largest group of rows one gdn_rows block runs: 8, or fewer where the device's opt-in shared
-// memory per block holds fewer (or gdnRowsCap).
-func (d *Device) gdnRowsMax() int {
-	m := max(1, min(8, (d.info.SharedOptin-gdnRowsShared(0))/(gdnRowsShared(1)-gdnRowsShared(0))))
-	if gdnRowsCap > 0 {
-		m = min(m, gdnRowsCap)
-	}
-	return m
-}
-
 // gdnFlat returns the descriptors (their row counts and offsets set, rows numbered from row0), their first
 // chunks and their rows, for upload.
 func gdnFlat(ls []*gdnLong, row0 int) (descs, firsts, rows []int32) {
@@ -167,10 +126,17 @@ func gdnChunks(tab []int32, start, n int) ([]int32, int32) {
 	return tab, first
 }
 
-// gdnPrepKH runs the precompute with one block per (chunk, key head) for all of the key head's value heads
-// (gdn_prep_kh: q and k loaded, normalised and multiplied once) when there are several; false keeps one block per
-// (chunk, value head) (gdn_prep). Both compute the same bits; tests compare the two.
+// gdnPrepKH selects the precompute with one block per (chunk, key head) for all of the key head's value heads
+// (gdn_prep_kh: q and k loaded, normalised and multiplied once) for launches of at least gdnPrepKHWaves waves of
+// it; otherwise, and always when false, one block per (chunk, value head) (gdn_prep), which keeps small launches
+// wider. Both compute the same bits; tests compare the two.
 var gdnPrepKH = true
+
+// gdnPrepKHWaves is the smallest gdn_prep_kh launch, in waves of three blocks per multiprocessor, that takes it.
+const gdnPrepKHWaves = 1
+
+// gdnPrepAll takes gdn_prep_kh (when gdnPrepKH) whatever the launch's size; tests set it.
+var gdnPrepAll = false
 
 // gdnPrep enqueues gdn_prep or gdn_prep_kh over nc chunks (chunks: int32 [nc][2] on the device) into work
 // (nc·hv·gdnWork bytes).
@@ -179,7 +145,7 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 	q.args.Ptr(qkv.Ptr)
 	q.put(g).put(beta)
 	q.args.Ptr(chunks.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
-	if gdnPrepKH && hv > hk {
+	if gdnPrepKH && hv > hk && (gdnPrepAll || nc*hk >= gdnPrepKHWaves*3*q.d.info.SMs) {
 		return q.launch("gdn", "gdn_prep_kh", cudrv.Dim3{X: nc, Y: hk, Z: 1}, block256, gdnPrepShared)
 	}
 	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
@@ -201,25 +167,6 @@ func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk
 	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(ns))
 }
 
-// gdnRows enqueues gdn_rows over groups of rows (desc: SegDesc [groups], each a state and its rows as gdnFlat sets
-// them, at most maxRows rows; rows: int32 [R][3]; work: the rows' chunks as gdn_prep wrote them). The states must
-// be final: the launch goes after the state passes that write them.
-func (q *Queue) gdnRows(o, qkv Operand, desc, rows, work Buffer, groups, maxRows, hk, hv, dv int) error {
-	q.args.Reset()
-	q.put(o)
-	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(rows.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
-	return q.launch("gdn", "gdn_rows", cudrv.Dim3{X: dv / 32, Y: hv, Z: groups}, block256, gdnRowsShared(maxRows))
-}
-
-// gdnMaxRows returns the largest row count of the groups.
-func gdnMaxRows(ls []*gdnLong) int {
-	m := 0
-	for _, g := range ls {
-		m = max(m, len(g.rows)/3)
-	}
-	return m
-}
-
 // deltaLong enqueues the segments of a (starts, ls) that the tensor-core kernels take (gdn.go) and returns the
 // others, for the register kernels.
 func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, []int32, error) {
@@ -227,8 +174,8 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 		return starts, ls, nil
 	}
 	var tab, ss, sl []int32
-	var long, rl []*gdnLong // state descriptors; groups of rows in a launch of their own (gdnRowsOn)
-	var group *gdnLong      // the rows (segments keep no state when there are several)
+	var long []*gdnLong
+	var group *gdnLong // the rows (segments keep no state when there are several)
 	for i := range starts {
 		n := int(ls[i])
 		switch {
@@ -238,11 +185,7 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 			if group == nil {
 				group = &gdnLong{}
 				group.d.set(0, 0, 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, 0)
-				if gdnRowsOn {
-					rl = append(rl, group)
-				} else {
-					long = append(long, group)
-				}
+				long = append(long, group)
 			}
 			tab = group.addRow(tab, int(starts[i]), n)
 		default:
@@ -252,17 +195,12 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 			long = append(long, g)
 		}
 	}
-	if len(long) == 0 && len(rl) == 0 {
+	if len(long) == 0 {
 		return starts, ls, nil
 	}
-	wave := s.b.dev.gdnWave(a.HV, a.DV)
-	long = gdnSpread(long, wave)
-	rl = gdnCap(gdnSpread(rl, wave), s.b.dev.gdnRowsMax())
+	long = gdnSpread(long, s.b.dev.gdnWave(a.HV, a.DV))
 	descs, lb, rows := gdnFlat(long, 0)
-	rdescs, _, rrows := gdnFlat(rl, len(rows)/3)
-	rows = append(rows, rrows...)
-	// one upload: descriptors of both launches (8-byte aligned), chunks, first chunks, rows
-	all := append(append(append(append(descs, rdescs...), tab...), lb...), rows...)
+	all := append(append(append(descs, tab...), lb...), rows...) // one upload: descriptors (8-byte aligned), chunks, first chunks, rows
 	tb, err := s.ints(all)
 	if err != nil {
 		return nil, nil, err
@@ -273,19 +211,8 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 	if err != nil {
 		return nil, nil, err
 	}
-	nd := 10 * (len(long) + len(rl))
-	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(nd), work, nc, a.HK, a.HV, a.DV); err != nil {
+	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(10*len(long)), work, nc, a.HK, a.HV, a.DV); err != nil {
 		return nil, nil, err
 	}
-	if len(long) > 0 {
-		if err := s.q.gdnState(a.O, a.QKV, at(0), at(nd+len(tab)), at(nd+len(tab)+len(long)), work, len(long), a.HK, a.HV, a.DV); err != nil {
-			return nil, nil, err
-		}
-	}
-	if len(rl) > 0 {
-		if err := s.q.gdnRows(a.O, a.QKV, at(10*len(long)), at(nd+len(tab)+len(long)), work, len(rl), gdnMaxRows(rl), a.HK, a.HV, a.DV); err != nil {
-			return nil, nil, err
-		}
-	}
-	return ss, sl, nil
+	return ss, sl, s.q.gdnState(a.O, a.QKV, at(0), at(10*len(long)+len(tab)), at(11*len(long)+len(tab)), work, len(long), a.HK, a.HV, a.DV)
 }

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"testing"
 
-	"gorgonia.org/cu"
-
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -68,8 +66,7 @@ func i32Bytes(v []int32) []byte {
 // segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
 // after the state's own chunks. Final states are compared for single segments. Both state kernels run every case
-// (gdn_state_ns1 and ns2, after gdn_prep_kh and gdn_prep) and must agree bit for bit; the rows cases run a third time with the rows in a launch of
-// their own (gdn_rows, after the state pass), which must agree bit for bit too.
+// (gdn_state_ns1 after gdn_prep_kh, ns2 after gdn_prep) and must agree bit for bit.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -105,7 +102,7 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [4][]float32 // reference, tensor cores (ns1, ns2, rows by gdn_rows)
+			var outs, finals [3][]float32 // reference, tensor cores (ns1, ns2)
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -115,10 +112,7 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 4 {
-					if k == 3 && !c.rows {
-						break
-					}
+				for k := range 3 {
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -134,7 +128,7 @@ func TestGDN(t *testing.T) {
 						}
 					} else {
 						var tab []int32
-						var long, rl []*gdnLong
+						var long []*gdnLong
 						var group *gdnLong
 						start := 0
 						for _, l := range c.lens {
@@ -142,11 +136,7 @@ func TestGDN(t *testing.T) {
 								if group == nil {
 									group = &gdnLong{}
 									group.d.set(0, 0, 0, tensor.F32, 0, tensor.F32, S0.Ptr, 0)
-									if k == 3 {
-										rl = append(rl, group)
-									} else {
-										long = append(long, group)
-									}
+									long = append(long, group)
 								}
 								tab = group.addRow(tab, start, l)
 							} else {
@@ -158,30 +148,22 @@ func TestGDN(t *testing.T) {
 							start += l
 						}
 						descs, base, rows := gdnFlat(long, 0)
-						rdescs, _, rrows := gdnFlat(rl, len(rows)/3)
-						rows = append(append(rows, rrows...), 0)                // never empty
-						descs, base = append(descs, rdescs...), append(base, 0) // never empty
+						rows = append(rows, 0) // never empty
 						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
 							return err
 						}
 						bufs = append(bufs, cb, db, bb, rb, work)
-						gdnPrepKH = k != 2
+						gdnPrepKH, gdnPrepAll = k == 1, k == 1
 						err = q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv)
-						gdnPrepKH = true
+						gdnPrepKH, gdnPrepAll = true, false
 						if err != nil {
 							return err
 						}
-						gdnNS = k % 3
-						if len(long) > 0 {
-							err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
-						}
+						gdnNS = k
+						err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
 						gdnNS = 0
-						if err == nil && len(rl) > 0 {
-							rd := Buffer{Ptr: db.Ptr + cu.DevicePtr(40*len(long)), Bytes: db.Bytes - int64(40*len(long))}
-							err = q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, rd, rb, work, len(rl), gdnMaxRows(rl), c.hk, c.hv, c.dv)
-						}
 						if err != nil {
 							return err
 						}
@@ -205,11 +187,6 @@ func TestGDN(t *testing.T) {
 			for i := range finals[1] {
 				if math.Float32bits(finals[1][i]) != math.Float32bits(finals[2][i]) {
 					t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and ns2", i, finals[1][i], finals[2][i])
-				}
-			}
-			for i := range outs[3] {
-				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[3][i]) {
-					t.Fatalf("o[%d]: %g with the rows in the state's block, %g by gdn_rows", i, outs[1][i], outs[3][i])
 				}
 			}
 		})
@@ -363,11 +340,10 @@ func TestGDNBatchInvariant(t *testing.T) {
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own; "tc-inblock": rows in the block of their state instead of gdn_rows; "tc-prep1": one precompute block per
-// value head (gdn_prep) instead of per key head; "tc-rows3": at most 3 rows a gdn_rows block; "tc-ns1", "tc-ns2": the state kernel of one or two stages whatever the launch's size) and the register
-// kernels ("reg"): device
-// time of the whole call (uploads of its small tables included), the stream held behind a gate until the call
-// is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
+// own; "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2":
+// the state kernel of one or two stages whatever the launch's size) and the register kernels ("reg"): device time
+// of the whole call (uploads of its small tables included), the stream held behind a gate until the call is
+// queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
 // states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
 // kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs.
 func BenchmarkGDN(b *testing.B) {
@@ -436,9 +412,8 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-inblock", "tc-prep1", "tc-rows3", "tc-ns1", "tc-ns2", "tc"} {
-			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-inblock", kind != "tc-prep1"
-			gdnRowsCap = map[string]int{"tc-rows3": 3}[kind]
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc"} {
+			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -456,7 +431,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup, gdnRowsOn, gdnPrepKH, gdnNS, gdnRowsCap = true, true, true, true, 0, 0
+			gdnOn, gdnGroup, gdnPrepKH, gdnNS = true, true, true, 0
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -469,10 +444,9 @@ func BenchmarkGDN(b *testing.B) {
 // TestGDNRows checks the rows that run in the block of the state they continue (question rows: one chunk at most,
 // no state kept): a batch of new states continued by rows of 1 to 64 tokens, rows of cached states, rows of an
 // empty new state (a group of their own), next to segments that are not rows (65 tokens, a kept row). Every output
-// and kept state must be bit-identical with the grouping off (each row a segment of its own), with the rows run in
-// the block of their state instead of gdn_rows, with the groups split between gdn_rows blocks (1, 2, 3 rows a
-// block), and with each row computed alone (a call holding only the row and the state it continues), and within
-// the bounds of TestGDNSegments against the register kernels.
+// and kept state must be bit-identical with the grouping off (each row a segment of its own) and with each row
+// computed alone (a call holding only the row and the state it continues), and within the bounds of TestGDNSegments
+// against the register kernels.
 func TestGDNRows(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
@@ -574,21 +548,6 @@ func TestGDNRows(t *testing.T) {
 	ou, ku := run(all)
 	gdnGroup = true
 	same("grouped/ungrouped o", ob, ou)
-	gdnRowsOn = false
-	oi, ki := run(all)
-	gdnRowsOn = true
-	same("gdn_rows/in the state's block o", ob, oi)
-	for i := range kb {
-		if kb[i] != nil {
-			same(fmt.Sprintf("gdn_rows/in the state's block state%d", i), kb[i], ki[i])
-		}
-	}
-	for _, cap := range []int{1, 2, 3} { // groups split between gdn_rows blocks
-		gdnRowsCap = cap
-		oc, _ := run(all)
-		gdnRowsCap = 0
-		same(fmt.Sprintf("rows %d a block o", cap), ob, oc)
-	}
 	for i := range kb {
 		if (kb[i] == nil) != (ku[i] == nil) {
 			t.Fatalf("segment %d: kept %v grouped, %v ungrouped", i, kb[i] != nil, ku[i] != nil)
@@ -633,11 +592,11 @@ func TestGDNRows(t *testing.T) {
 		rest -= l
 	}
 	lens = append(lens, rest)
-	var single [4][]float32 // grouped, ungrouped, register kernels, grouped in the state's block
-	for k := range 4 {
-		gdnGroup, gdnOn, gdnRowsOn = k != 1, k != 2, k != 3
+	var single [3][]float32 // grouped, ungrouped, register kernels
+	for k := range 3 {
+		gdnGroup, gdnOn = k == 0, k < 2
 		o, _, err := gb.GatedDeltaRule(x, g, beta, states[1], lens, c)
-		gdnGroup, gdnOn, gdnRowsOn = true, true, true
+		gdnGroup, gdnOn = true, true
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -645,6 +604,5 @@ func TestGDNRows(t *testing.T) {
 		gb.Free(o)
 	}
 	same("GatedDeltaRule grouped/ungrouped", single[0], single[1])
-	same("GatedDeltaRule gdn_rows/in the state's block", single[0], single[3])
 	checkRel(t, "GatedDeltaRule/o", single[0], single[2], gdnRMSTol+bf, gdnWorstTol+4*bf)
 }
