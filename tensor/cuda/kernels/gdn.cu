@@ -1,9 +1,9 @@
 // The gated delta rule in its chunked (WY) form on tensor cores, d_k = 128, for every non-empty segment of bf16
 // rows. Two launches per call:
 //
-//   gdn_prep: one block per (64-token chunk, key head), all chunks of all segments at once; the value heads of the
-//   key head one after the other, sharing the loads, norms and products of q and k. From the raw bf16
-//   q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
+//   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once (gdn_prep_kh: one per
+//   (chunk, key head), its value heads one after the other, sharing the loads, norms and products of q and k).
+//   From the raw bf16 q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
 //   (γ_t = exp Γ_t) and β:
 //     A[t,s] = β_t rk_t rk_s e^{Γ_t−Γ_s} (k_t·k_s)  (s < t),   T = (I + A)⁻¹ (unit lower triangular, fp32),
 //     M[t,s] = rq_t rk_s e^{Γ_t−Γ_s} (q_t·k_s)      (s ≤ t),
