@@ -7,7 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kevgo/kev/tensor"
@@ -345,7 +347,8 @@ func TestGDNBatchInvariant(t *testing.T) {
 // of the whole call (uploads of its small tables included), the stream held behind a gate until the call is
 // queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
 // states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
-// kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs.
+// kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs; KEV_GDN_CASES and
+// KEV_GDN_KINDS (comma-separated names) limit the cases and kinds, e.g. for a profiler.
 func BenchmarkGDN(b *testing.B) {
 	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	width := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
@@ -391,7 +394,14 @@ func BenchmarkGDN(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	only := func(env, v string) bool { // KEV_GDN_CASES, KEV_GDN_KINDS: comma-separated names to run (all when unset)
+		list := os.Getenv(env)
+		return list == "" || slices.Contains(strings.Split(list, ","), v)
+	}
 	for _, cs := range cases {
+		if !only("KEV_GDN_CASES", cs.name) {
+			continue
+		}
 		n := 0
 		for _, s := range cs.segs {
 			n += s.Len
@@ -413,6 +423,9 @@ func BenchmarkGDN(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc"} {
+			if !only("KEV_GDN_KINDS", kind) {
+				continue
+			}
 			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
