@@ -105,11 +105,16 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
 	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
-	for (int p = tid; p < GC * 32; p += 256) { // 16 pieces of q, then 16 of k, per row
-		const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
-		const bool ok = t < len;
-		const __nv_bfloat16 *src = qkv + (size_t)(t0 + (ok ? t : 0)) * width + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
-		cp16((which ? Ks : Qs) + t * KP + d8, src, ok);
+	{ // 16 pieces of q, then 16 of k, per row: thread tid copies one piece of rows tid / 32 + 8j
+		const int tr = tid >> 5, which = (tid >> 4) & 1, d8 = (tid & 15) * 8;
+		const __nv_bfloat16 *src = qkv + (size_t)t0 * width + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
+		__nv_bfloat16 *dst = (which ? Ks : Qs) + tr * KP + d8;
+#pragma unroll
+		for (int j = 0; j < GC / 8; j++) {
+			const int t = tr + 8 * j;
+			const bool ok = t < len;
+			cp16(dst + 8 * j * KP, src + (size_t)(ok ? t : 0) * width, ok);
+		}
 	}
 	cp_commit();
 	cp_wait<0>();
@@ -374,26 +379,37 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		int t0, len, ck;
 		item(i, t0, len, ck);
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that hold tokens (the others are never read)
-		if (qk)
-			for (int p = tid; p < GC * 32; p += 256) { // per row: 16 pieces of q, 16 of k
-				const int t = p >> 5, which = (p >> 4) & 1, d8 = (p & 15) * 8;
+		// Each thread copies fixed 16-byte pieces of rows tid / 32 + 8j (q, k), tid / 4 (v) and tid / 8 + 32j (T, M):
+		// the row pointers step by constants, so a piece costs a copy and an add.
+		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width; // the item's first row
+		if (qk) { // per row: 16 pieces of q, then 16 of k
+			const int tr = tid >> 5, which = (tid >> 4) & 1, d8 = (tid & 15) * 8;
+			const __nv_bfloat16 *src = row0 + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
+			__nv_bfloat16 *dst = (which ? Ks : Qs) + tr * KP + d8;
+#pragma unroll
+			for (int j = 0; j < GC / 8; j++) {
+				const int t = tr + 8 * j;
 				const bool ok = t < len;
-				const __nv_bfloat16 *row = qkv + (size_t)(t0 + (ok ? t : 0)) * width;
-				cp16((which ? Ks : Qs) + t * KP + d8, row + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, ok);
+				cp16(dst + 8 * j * KP, src + (size_t)(ok ? t : 0) * width, ok);
 			}
+		}
 		if (!rest) {
 			cp_commit();
 			return;
 		}
-		for (int p = tid; p < GC * 4; p += 256) { // per row: 4 pieces of v
-			const int t = p >> 2, d8 = (p & 3) * 8;
+		{ // per row: 4 pieces of v
+			const int t = tid >> 2, d8 = (tid & 3) * 8;
 			const bool ok = t < len;
-			cp16(Vs + t * VP + d8, qkv + (size_t)(t0 + (ok ? t : 0)) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
+			cp16(Vs + t * VP + d8, row0 + (size_t)(ok ? t : 0) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
 		}
 		const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
-		for (int p = tid; p < 2 * GC * 8; p += 256) { // T and M rows: 8 pieces each
-			const int m = p >> 9, t = (p >> 3) & 63, d8 = (p & 7) * 8;
-			if (t < nr) cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+		{ // T and M rows: 8 pieces each
+			const int tr = tid >> 3, d8 = (tid & 7) * 8;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int m = j >> 1, t = tr + 32 * (j & 1);
+				if (t < nr) cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+			}
 		}
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
