@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -38,8 +39,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// newRand returns a generator seeded from the clock, or from KEV_SEED (to reproduce a run: the seed is logged).
 func newRand(t testing.TB) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("KEV_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("KEV_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }

