@@ -95,6 +95,7 @@ func (e *engine) runBatch(batch []chunk) {
 	}
 	var created []*layers.State
 	var keep []*layers.State
+	var pt passTimes
 	start := time.Now()
 	plan, err := e.cache.Run(states, false, func(pl *prefixcache.Plan[*layers.State]) (err error) {
 		defer func() {
@@ -102,11 +103,12 @@ func (e *engine) runBatch(batch []chunk) {
 				err = fmt.Errorf("kev: model pass panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
+		pt = passTimes{lookup: time.Since(start)}
 		slots := make([]*prefixcache.Slot[*layers.State], len(batch))
 		for k, i := range fresh {
 			slots[i] = &pl.Slots[k]
 		}
-		keep, err = e.runPasses(batch, slots, &created)
+		keep, err = e.runPasses(batch, slots, &created, &pt)
 		return err
 	}, isOOM)
 	elapsed := time.Since(start)
@@ -159,7 +161,7 @@ func (e *engine) runBatch(batch []chunk) {
 		(*f)(len(batch))
 	}
 	e.log.Debug("kev: batch", "replica", e.index, "requests", len(batch), "answered", len(done),
-		"ms", float64(elapsed.Microseconds())/1000)
+		"ms", msec(elapsed), "lookup_ms", msec(pt.lookup), "issue_ms", msec(pt.issue), "point_ms", msec(pt.point))
 	for _, c := range done {
 		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit}
 	}
@@ -287,7 +289,15 @@ func planPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], budget 
 // row of a pass in one call, the probabilities written to each request; then the prefixes for the cache (a hit's
 // own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
 // request has rows left, the state those rows continue.
-func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State) ([]*layers.State, error) {
+// passTimes splits a batch's model time for the debug log: the prefix cache's lookup before the passes, the host's
+// time queuing the passes' layers (the device runs meanwhile), and the pointer head's time, which waits for the
+// device and reads the probabilities back. The rest is the host's work after the passes.
+type passTimes struct{ lookup, issue, point time.Duration }
+
+// msec is d in milliseconds, to the microsecond.
+func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) ([]*layers.State, error) {
 	passes, news := planPasses(batch, slots, e.passTokens)
 	for _, ps := range passes {
 		for k, rr := range ps.rows {
@@ -296,7 +306,10 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 			}
 		}
 		err := tensor.Run(e.backend, func() error {
+			t0 := time.Now()
 			out, err := e.model.Forward(&ps.batch)
+			t1 := time.Now()
+			pt.issue += t1.Sub(t0)
 			if err != nil {
 				return err
 			}
@@ -307,6 +320,7 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 				}
 			}
 			err = e.point(out, ps, batch)
+			pt.point += time.Since(t1)
 			out.Free()
 			return err
 		})

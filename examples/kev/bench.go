@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -82,10 +81,13 @@ type benchConfig struct {
 func benchCommand(args []string) error {
 	start := time.Now()
 	fs := newFlags("bench", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda] [-dtype fp32|bf16] [-cases FILE] "+
-		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE] [-cpuprofile FILE] [-trace FILE]")
+		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE] [-cpuprofile FILE] [-trace FILE] "+
+		"[-log-format text|json] [-log-level info]")
 	var mf modelFlags
 	mf.register(fs)
 	var cfg benchConfig
+	var lc logConfig
+	lc.register(fs, os.Getenv)
 	casesPath := fs.String("cases", "", "the cases file, {\"cases\": {name: request}} (default: Kev's serving benchmark shapes, built in)")
 	fs.IntVar(&cfg.runs, "runs", 20, "timed requests of each kind per case")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "requests of each kind per case run first and not counted")
@@ -102,6 +104,9 @@ func benchCommand(args []string) error {
 	var err error
 	if cfg.clients, err = parseClients(*clients); err != nil {
 		return usagef("-clients: %v", err)
+	}
+	if err := lc.check(); err != nil {
+		return err
 	}
 	switch {
 	case cfg.runs < 1:
@@ -122,8 +127,8 @@ func benchCommand(args []string) error {
 		path = bundledCasesRef
 	}
 	run, opts := mf.options()
-	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s)
-		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s); at debug, every batch
+		opts.Logger = lc.logger(stderr)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

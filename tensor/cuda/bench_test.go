@@ -107,7 +107,8 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 // with one split per chunk (split-K), and the stream-K kernel, for chunks of ⌈k tiles / s⌉ (s = 2 … 8): the data
 // the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
 // 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among);
-// KEV_TILES_SHAPES=chunked times only the shapes whose planned k tiles are summed in chunks.
+// KEV_TILES_SHAPES=chunked times only the shapes whose planned k tiles are summed in chunks; KEV_TILES_NK=NxK,…
+// times other shapes instead of Kev-4B's.
 func BenchmarkGEMMTiles(b *testing.B) {
 	if !dev.hopper() {
 		b.Skip("wgmma kernels need compute capability 9.0")
@@ -122,8 +123,18 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			}
 		}
 	}
+	shapes := gemmShapes
+	if v := os.Getenv("KEV_TILES_NK"); v != "" { // other shapes, "NxK,…" (what L2 holds, for instance)
+		shapes = nil
+		for _, f := range strings.Split(v, ",") {
+			var n, k int
+			if _, err := fmt.Sscanf(f, "%dx%d", &n, &k); err == nil && n > 0 && k > 0 {
+				shapes = append(shapes, [2]int{n, k})
+			}
+		}
+	}
 	for _, M := range Ms {
-		for _, s := range gemmShapes {
+		for _, s := range shapes {
 			N, K := s[0], s[1]
 			kTiles := (K + 63) / 64
 			c0 := fixedChunk(N, K, sms)

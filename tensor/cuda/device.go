@@ -68,6 +68,7 @@ type Device struct {
 	gon         bool
 
 	prof *launchProfile // set while a launch profile runs (benchmarks)
+	plog *passLog       // KEV_CUDA_PASS_LOG: when each Run's waits began on the host and the device (passlog.go)
 	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
 	gn   int            // > 0: every wgmma GEMM's tile order in groups of gn n-tiles (benchmarks; 1: m-fastest)
 }
@@ -159,6 +160,10 @@ func Open(ordinal int) (*Device, error) {
 		d.Close()
 		return nil, err
 	}
+	if d.plog, err = passLogFromEnv(); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -179,6 +184,9 @@ func (d *Device) Do(f func(q *Queue) error) error {
 func (d *Device) Run(f func() error) error {
 	return d.drv.Do(func() error {
 		if d.q.rec || d.graphMax == 0 || d.prof != nil {
+			if d.plog != nil && !d.plog.active && !d.q.rec && d.prof == nil {
+				return d.plog.run(&d.q, f)
+			}
 			return f()
 		}
 		return d.runRecorded(f)
@@ -211,6 +219,11 @@ func (d *Device) Close() error {
 			}
 		}
 		d.q.s.Destroy()
+		if d.plog != nil {
+			if cerr := d.plog.close(); err == nil {
+				err = cerr
+			}
+		}
 		return err
 	})
 	d.drv.Close()
@@ -371,6 +384,9 @@ func (q *Queue) launch(mod, name string, grid, block cudrv.Dim3, shared int) err
 	if q.d.prof != nil {
 		q.d.prof.mark(q.s, mod+"."+name+q.tag)
 	}
+	if q.d.plog != nil && q.d.plog.perLaunch {
+		q.d.plog.mark(q.s, mod+"."+name+q.tag)
+	}
 	return nil
 }
 
@@ -417,6 +433,9 @@ func (q *Queue) Sync() error {
 		return err
 	}
 	q.d.syncs.Add(1)
+	if q.d.plog != nil {
+		q.d.plog.mark(q.s, "")
+	}
 	return cudrv.Wrap("cuStreamSynchronize", q.s.Synchronize())
 }
 

@@ -699,7 +699,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 	if p.kern == gemmSK || p.persist {
 		grid = cudrv.Dim3{X: p.grid, Y: 1, Z: 1}
 	}
-	if d.prof != nil {
+	if d.tagLaunches() {
 		q.tag = gemmTag(&g, p)
 		defer func() { q.tag = "" }()
 	}
@@ -720,7 +720,7 @@ func gemmTag(g *GEMM, p gemmPlan) string {
 
 // tagged runs launch with the profile tag of GEMM g (its reduce or fused finish) when a launch profile runs.
 func (q *Queue) tagged(g *GEMM, p gemmPlan, launch func() error) error {
-	if q.d.prof != nil {
+	if q.d.tagLaunches() {
 		q.tag = gemmTag(g, p)
 		defer func() { q.tag = "" }()
 	}
