@@ -53,7 +53,7 @@ type GEMM struct {
 	splits   int        // 0: choose; ≥ 1 (tests)
 	chunk    int        // wg128 with one split, or sk: force chunked accumulation of this many k tiles (tests)
 	sk       int        // with kern sk: stream-K tiles, 0: chosen, < 0: none (tests)
-	grid     int        // with kern sk or xc: blocks, 0: one per multiprocessor (tests)
+	grid     int        // with kern sk or xc, or a persistent tile kernel: blocks, 0: one per multiprocessor (tests)
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
@@ -61,6 +61,7 @@ type GEMM struct {
 	xc       wgTile     // force this chunked tile kernel (wcTiles), chunks of chunk k tiles (0: fixedChunk's)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
 	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at), 0: l2Group's (tests, benchmarks)
+	mc       int        // persistent tile kernels: > 0 in clusters of two sharing W tiles, < 0 not, 0: the plan's (tests, benchmarks)
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -76,6 +77,7 @@ type gemmPlan struct {
 	grid          int  // sk: blocks (persistent)
 	reduce        bool // split-K finished by gemm_splitk_reduce (a launch of its own), not by each tile's last split
 	persist       bool // one split on the persistent tile kernel: min(tiles, grid) blocks looping over the tiles
+	mc            bool // persistent, in clusters of two blocks multicasting W tiles (gemm_wgmma_pc…, W boxes of bn/2 rows)
 	blocksM, blkN int
 }
 
@@ -357,6 +359,17 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 	}
 	p.persist, p.fn = true, fmt.Sprintf("gemm_wgmma_p%dx%d", p.bm, p.bn)
 	p.grid = min(p.blocksM*outTilesN(p, g), d.sms())
+	if g.mc > 0 || g.mc == 0 && d.mc > 0 && p.blocksM > 1 {
+		p.mc, p.fn = true, fmt.Sprintf("gemm_wgmma_pc%dx%d", p.bm, p.bn)
+		p.grid = 2 * min((p.blocksM+1)/2*outTilesN(p, g), d.sms()/2)
+	}
+	if g.grid > 0 { // tests and benchmarks: fewer blocks (an even number in clusters)
+		n := g.grid
+		if p.mc {
+			n = max(2, n&^1)
+		}
+		p.grid = min(p.grid, n)
+	}
 	return p
 }
 
@@ -627,6 +640,9 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
 		}
 		p.fn = fmt.Sprintf("gemm_wgmma_g%dx%d", p.bm, p.bn)
+		if p.mc {
+			p.fn = fmt.Sprintf("gemm_wgmma_gc%dx%d", p.bm, p.bn)
+		}
 	}
 	if p.kern == gemmSK {
 		if p.skTiles > maxGEMMTiles {
@@ -657,8 +673,8 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			return gemmPlan{}, fmt.Errorf("cuda: GEMM: X: %w", err)
 		}
 		wBox := p.bn
-		if g.SwiGLU {
-			wBox = p.bn / 2 // the gate rows and the up rows of a tile, loaded side by side
+		if g.SwiGLU || p.mc {
+			wBox = p.bn / 2 // the gate rows and the up rows of a tile, or each cluster block's half, loaded side by side
 		}
 		tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
 			BoxRows: wBox, BoxCols: p.bk, Swizzle128: true})

@@ -485,6 +485,192 @@ WP_TILE(192, 128, 5)
 WP_TILE(192, 144, 5)
 WP_TILE(192, 192, 4)
 
+// ---- Persistent tiles in clusters of two blocks sharing the W tile (TMA multicast) ----
+//
+// At M of a few hundred rows the tile kernels above are bound by what the multiprocessors load from L2 (each step
+// of a 128×144 tile takes ~0.55 µs with every multiprocessor loading, ~0.28 µs — its tensor-core time — with a few:
+// BenchmarkGEMMTiles with W and X held in L2), and the blocks of the two m-tiles of an n-tile load the same W
+// tile. gemm_wgmma_persist_mc runs gemm_wgmma_persist's tiles in clusters of two blocks: block r (its rank in the
+// cluster) computes m-tile 2p + r of the cluster's tile pair (p, n). Each block's producer loads its own X tile and
+// half of the W tile — rows r·BN/2 … (r+1)·BN/2 of it; with SwiGLU, block 0 the gate rows and block 1 the up rows —
+// multicast into the same stage of both blocks, so the W tile crosses from L2 once for both.
+//
+// A stage is refilled only when the consumers of both blocks are done with it: each consumer warp arrives on the
+// stage's empty barrier in both blocks (2 · 4 · BM/64 arrivals a phase). A block's full barrier expects its X tile
+// and the whole W tile; the half its peer multicasts may land before the block's own producer announces the bytes,
+// but the phase cannot complete before that producer arrives. Pair tiles go in tile_at's order over ⌈mT/2⌉ rows of
+// pairs, cluster c taking pairs c, c + C, …; a block whose m-tile lies past M still loads its W half for its peer
+// and keeps the protocol, without products. The two blocks synchronise before the first remote access and before
+// they exit. Each tile is computed exactly as by gemm_wgmma_persist: the same bits.
+__device__ __forceinline__ uint32_t cluster_rank() {
+	uint32_t r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+	return r;
+}
+
+// cluster_sync is a barrier over every thread of the cluster, with release and acquire at cluster scope.
+__device__ __forceinline__ void cluster_sync() {
+	asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// peer_addr is the shared address a in block cta of the cluster.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t a, uint32_t cta) {
+	uint32_t r;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(cta));
+	return r;
+}
+
+// mbar_arrive_cluster arrives on the mbarrier at cluster shared address a (any block of the cluster). What it
+// orders is the consumers' reads of a stage by wgmma, complete when they arrive, against the copy engine's next
+// writes into it, which wait for the arrival: CTA-scope semantics, as for the block's own barriers.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t a) {
+	asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(a) : "memory");
+}
+
+// tma_load2d_mc is tma_load2d into the same shared offset of every block in mask, each completing on its own
+// barrier at bar's offset.
+__device__ __forceinline__ void tma_load2d_mc(uint32_t dst, const TensorMap *map, int c0, int c1, uint32_t bar,
+                                              uint16_t mask) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+	             "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+	             "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+	             : "memory");
+}
+
+template <int BM, int BN, int STAGES, bool GATED>
+__device__ __forceinline__ void gemm_wgmma_persist_mc(const TensorMap *tmX, const TensorMap *tmW, void *Y,
+                                                      const void *R, int M, int N, int K, int ldy, int yF32,
+                                                      int gn) {
+	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
+	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+	constexpr int HALF = BN / 2; // W rows each block loads (with SwiGLU: TN, the gate or the up rows)
+	static_assert(HALF % 8 == 0, "a W half must be whole 8-row swizzle atoms");
+	extern __shared__ unsigned char smem_raw[];
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
+	const int NO = GATED ? N / 2 : N;       // output columns
+	const int mT = (M + BM - 1) / BM, mP = (mT + 1) / 2, nT = (NO + TN - 1) / TN, T = mP * nT;
+	const int kTiles = (K + BK - 1) / BK;
+	const int wg = threadIdx.x >> 7;
+	const uint32_t rank = cluster_rank(), peer = rank ^ 1;
+	const int cl = blockIdx.x >> 1, C = gridDim.x >> 1;
+
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 2 * 4 * CONS);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	cluster_sync(); // both blocks' barriers exist before either touches the other's
+
+	if (wg == 0) {
+		producer_regs();
+		if (threadIdx.x == 0) {
+			int it = 0;
+			for (int tile = cl; tile < T; tile += C) {
+				int mp0, n0;
+				tile_at(tile, mP, nT, gn, 2 * BM, TN, mp0, n0);
+				const int m0 = mp0 + (int)rank * BM;
+				const int wrow = GATED ? (int)rank * NO + n0 : n0 + (int)rank * HALF;
+				for (int kt = 0; kt < kTiles; kt++, it++) {
+					const int s = it % STAGES;
+					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+					mbar_expect_tx(full, STAGE_BYTES);
+					tma_load2d(sa, tmX, kt * BK, m0, full);
+					tma_load2d_mc(sa + A_BYTES + rank * (HALF * 128), tmW, kt * BK, wrow, full, 0x3);
+				}
+			}
+		}
+	} else {
+		consumer_regs<BM>();
+		const int c = wg - 1, t = threadIdx.x - 128;
+		const int w = (t >> 5) & 3, l = t & 31;
+		// a consumer warp's release of stage s: lane 0 arrives on the empty barrier of both blocks
+		const uint32_t empty0 = peer_addr(bars + 8 * STAGES, rank), empty1 = peer_addr(bars + 8 * STAGES, peer);
+		auto release = [&](int s) {
+			__syncwarp();
+			if (l == 0) {
+				mbar_arrive_cluster(empty0 + 8 * s);
+				mbar_arrive_cluster(empty1 + 8 * s);
+			}
+		};
+		float d[BN / 2];
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++) d[i] = 0.f;
+		int it = 0;
+		for (int tile = cl; tile < T; tile += C) {
+			int mp0, n0;
+			tile_at(tile, mP, nT, gn, 2 * BM, TN, mp0, n0);
+			const int m0 = mp0 + (int)rank * BM;
+			const bool live = m0 + 64 * c < M;
+			for (int kt = 0; kt < kTiles; kt++, it++) {
+				const int s = it % STAGES;
+				mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+				if (live) {
+					const uint32_t sa = base + s * STAGE_BYTES + c * (64 * 128), sb = base + s * STAGE_BYTES + A_BYTES;
+					wgmma_fence();
+#pragma unroll
+					for (int kk = 0; kk < BK / 16; kk++)
+						wgmma_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || kt > 0);
+					wgmma_commit();
+					wgmma_wait1();
+				}
+				if (kt > 0) release((it - 1) % STAGES);
+			}
+			if (live) wgmma_wait0();
+			release((it - 1) % STAGES);
+			if (!live) continue;
+#pragma unroll
+			for (int j = 0; j < TN / 8; j++) {
+				const int col = n0 + 8 * j + 2 * (l & 3);
+				if (col >= NO) continue;
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+					if (row >= M) continue;
+					if constexpr (GATED) {
+						constexpr int U = 4 * (TN / 8); // the up sums of the same columns
+						const float v0 = swiglu1(d[4 * j + 2 * h], d[U + 4 * j + 2 * h]);
+						const float v1 = swiglu1(d[4 * j + 2 * h + 1], d[U + 4 * j + 2 * h + 1]);
+						*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)row * ldy + col) = __floats2bfloat162_rn(v0, v1);
+					} else {
+						gemm_store2(Y, R, ldy, yF32, row, col, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+					}
+				}
+			}
+		}
+	}
+	cluster_sync(); // no block exits while its peer may still multicast into it or arrive on its barriers
+}
+
+// Persistent tile kernels in clusters of two blocks (gemm_wgmma_pcBMxBN; SwiGLU-fused twins gemm_wgmma_gcBMxBN),
+// launched on an even number of blocks; the W tensor map's box is BN/2 rows.
+#define WC_TILE(BM, BN, STAGES)                                                                                   \
+	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128 * (BM / 64 + 1), 1)                \
+	    gemm_wgmma_pc##BM##x##BN(WP_PARAMS) {                                                                   \
+		KEV_GRID_DEP();                                                                                           \
+		gemm_wgmma_persist_mc<BM, BN, STAGES, false>(WP_ARGS);                                                   \
+	}                                                                                                          \
+	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128 * (BM / 64 + 1), 1)                \
+	    gemm_wgmma_gc##BM##x##BN(WP_PARAMS) {                                                                   \
+		KEV_GRID_DEP();                                                                                           \
+		gemm_wgmma_persist_mc<BM, BN, STAGES, true>(WP_ARGS);                                                    \
+	}
+WC_TILE(128, 64, 8)
+WC_TILE(128, 96, 7)
+WC_TILE(128, 128, 6)
+WC_TILE(128, 144, 6)
+WC_TILE(128, 192, 5)
+WC_TILE(128, 256, 4)
+WC_TILE(192, 64, 7)
+WC_TILE(192, 96, 6)
+WC_TILE(192, 128, 5)
+WC_TILE(192, 144, 5)
+WC_TILE(192, 192, 4)
+
 // Persistent chunked tile kernel (CHUNKED above) for the batch-invariant shapes whose k tiles are summed in chunks,
 // at M where X does not fit in L2: the bits of the stream-K kernel and of split-K with one split per chunk, without
 // partial sums in memory, in 128×160 tiles (N = 2,560 in 16 of them), four stages beside the 80 KiB of chunk sums.
