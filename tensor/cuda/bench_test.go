@@ -166,22 +166,17 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			for _, c := range chunks {
 				sp := (kTiles + c - 1) / c
 				for _, xt := range wgTiles {
-					for _, kind := range []string{"p", "pc", ""} {
-						waves := kind == ""
-						if sp > 1 && kind != "p" {
+					for _, waves := range []bool{false, true} {
+						if waves && sp > 1 {
 							continue
 						}
 						name := fmt.Sprintf("%dx%d", xt.bm, xt.bn)
-						if sp == 1 {
-							name = kind + name // p: the persistent kernel, pc: persistent in clusters of two sharing W tiles
-						}
-						mc := -1
-						if kind == "pc" {
-							mc = 1
+						if sp == 1 && !waves {
+							name = "p" + name // the persistent kernel
 						}
 						grid, _ := strconv.Atoi(os.Getenv("KEV_TILES_GRID")) // persistent kernels on fewer blocks
 						b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%s", M, N, K, c, name), func(b *testing.B) {
-							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves, mc: mc, grid: grid})
+							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves, grid: grid})
 							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s splits=%d us=%.2f model=%.1f\n",
 								M, N, K, c, name, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
 						})

@@ -71,7 +71,6 @@ type Device struct {
 	plog *passLog       // KEV_CUDA_PASS_LOG: when each Run's waits began on the host and the device (passlog.go)
 	byM  bool           // plan GEMMs from M as well, not batch-invariant (benchmarks: what invariance costs)
 	gn   int            // > 0: every wgmma GEMM's tile order in groups of gn n-tiles (benchmarks; 1: m-fastest)
-	mc   int            // > 0: persistent tile plans of two or more m-tiles run in clusters sharing W (KEV_GEMM_MC=on)
 }
 
 // fnKey names a kernel: module and function.
@@ -152,9 +151,6 @@ func Open(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
-	if strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GEMM_MC")), "on") {
-		d.mc = 1
-	}
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

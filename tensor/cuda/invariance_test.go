@@ -184,8 +184,7 @@ func TestGEMMBatchInvariant(t *testing.T) {
 // one (waves, wgmma groups waited for one at a time, tested since the first Hopper planner): with one split, and
 // with the k tiles in splits (split-K, partials added in split order by gemm_splitk_reduce against the 128×128
 // kernel's in-kernel finish), at M that leave consumers without rows or end inside a tile (of 128 or 192 rows),
-// and N that are not multiples of the tile width, with a residual; the persistent kernels also in clusters of two
-// blocks sharing W tiles (at M of one m-tile the second block of each cluster has no rows).
+// and N that are not multiples of the tile width, with a residual.
 func TestGEMMTiles(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("wgmma kernels need compute capability 9.0")
@@ -209,18 +208,12 @@ func TestGEMMTiles(t *testing.T) {
 						if waves && sp > 1 {
 							continue
 						}
-						mcs := []int{-1}
-						if !waves && sp == 1 {
-							mcs = append(mcs, 1) // persistent, also in clusters of two sharing W tiles
-						}
-						for _, mc := range mcs {
-							for _, gn := range []int{0, 1, 3} { // tile order: the planned groups, m-fastest, groups of 3 n-tiles
-								got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves, gn: gn, mc: mc})
-								for i := range base {
-									if got[i] != base[i] {
-										t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v, gn %d, clusters %v): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, gn, mc > 0, i/N, i%N, got[i], base[i])
-										break
-									}
+						for _, gn := range []int{0, 1, 3} { // tile order: the planned groups, m-fastest, groups of 3 n-tiles
+							got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves, gn: gn})
+							for i := range base {
+								if got[i] != base[i] {
+									t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v, gn %d): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, gn, i/N, i%N, got[i], base[i])
+									break
 								}
 							}
 						}
@@ -360,9 +353,8 @@ func TestForwardBatchInvariant(t *testing.T) {
 
 // TestGEMMSwiGLU checks the SwiGLU-fused tile kernels bit for bit against the GEMM followed by the SwiGLU kernel:
 // the default plan where it fuses (against the default plan's GEMM) and every tile width (against the unchunked
-// GEMM: a fused kernel sums all of k in one chunk), persistent with several tiles per block, alone and in clusters
-// of two blocks sharing W tiles, at output widths F that are not multiples of the tile's half width and K not a
-// multiple of 64.
+// GEMM: a fused kernel sums all of k in one chunk), persistent with several tiles per block, at output widths F
+// that are not multiples of the tile's half width and K not a multiple of 64.
 func TestGEMMSwiGLU(t *testing.T) {
 	if !dev.hopper() {
 		t.Skip("wgmma kernels need compute capability 9.0")
@@ -396,28 +388,19 @@ func TestGEMMSwiGLU(t *testing.T) {
 				return out
 			}
 			planned, whole := unfused(GEMM{}), unfused(GEMM{xt: wgTiles[1], splits: 1})
-			type fcase struct {
-				xt wgTile
-				mc int
-			}
-			cases := []fcase{{}}
-			for _, xt := range wgTiles {
-				cases = append(cases, fcase{xt, -1}, fcase{xt, 1})
-			}
-			for _, fc := range cases {
-				xt := fc.xt
+			for _, xt := range append([]wgTile{{}}, wgTiles...) {
 				want := whole
 				if xt.bm == 0 {
 					want = planned
 				}
-				name := fmt.Sprintf("F=%d K=%d M=%d tile %dx%d clusters %v", F, K, M, xt.bm, xt.bn, fc.mc > 0)
+				name := fmt.Sprintf("F=%d K=%d M=%d tile %dx%d", F, K, M, xt.bm, xt.bn)
 				var got []uint16
 				do(t, func(q *Queue) error {
 					X := upload(t, q, bytesOf16(x[:M*K]), 0)
 					W := upload(t, q, bytesOf16(w), 0)
 					Y := poisoned(t, q, 2*M*F)
 					defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
-					g := GEMM{Y: Y, X: X, W: W, M: M, N: N, K: K, SwiGLU: true, xt: xt, mc: fc.mc}
+					g := GEMM{Y: Y, X: X, W: W, M: M, N: N, K: K, SwiGLU: true, xt: xt}
 					if xt.bm != 0 {
 						g.gn = 3 // a tile order other than the planned one's
 					}

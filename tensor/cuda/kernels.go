@@ -61,7 +61,6 @@ type GEMM struct {
 	xc       wgTile     // force this chunked tile kernel (wcTiles), chunks of chunk k tiles (0: fixedChunk's)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
 	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at), 0: l2Group's (tests, benchmarks)
-	mc       int        // persistent tile kernels: > 0 in clusters of two sharing W tiles, < 0 not, 0: the plan's (tests, benchmarks)
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -77,7 +76,6 @@ type gemmPlan struct {
 	grid          int  // sk: blocks (persistent)
 	reduce        bool // split-K finished by gemm_splitk_reduce (a launch of its own), not by each tile's last split
 	persist       bool // one split on the persistent tile kernel: min(tiles, grid) blocks looping over the tiles
-	mc            bool // persistent, in clusters of two blocks multicasting W tiles (gemm_wgmma_pc…, W boxes of bn/2 rows)
 	blocksM, blkN int
 }
 
@@ -359,16 +357,8 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 	}
 	p.persist, p.fn = true, fmt.Sprintf("gemm_wgmma_p%dx%d", p.bm, p.bn)
 	p.grid = min(p.blocksM*outTilesN(p, g), d.sms())
-	if g.mc > 0 || g.mc == 0 && d.mc > 0 && p.blocksM > 1 {
-		p.mc, p.fn = true, fmt.Sprintf("gemm_wgmma_pc%dx%d", p.bm, p.bn)
-		p.grid = 2 * min((p.blocksM+1)/2*outTilesN(p, g), d.sms()/2)
-	}
-	if g.grid > 0 { // tests and benchmarks: fewer blocks (an even number in clusters)
-		n := g.grid
-		if p.mc {
-			n = max(2, n&^1)
-		}
-		p.grid = min(p.grid, n)
+	if g.grid > 0 { // tests and benchmarks: fewer blocks
+		p.grid = min(p.grid, g.grid)
 	}
 	return p
 }
@@ -640,9 +630,6 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			return gemmPlan{}, &ArgError{op, "SwiGLU", fmt.Sprintf("no fused kernel for the %s plan of N = %d, K = %d, M = %d", p.fn, g.N, g.K, g.M)}
 		}
 		p.fn = fmt.Sprintf("gemm_wgmma_g%dx%d", p.bm, p.bn)
-		if p.mc {
-			p.fn = fmt.Sprintf("gemm_wgmma_gc%dx%d", p.bm, p.bn)
-		}
 	}
 	if p.kern == gemmSK {
 		if p.skTiles > maxGEMMTiles {
@@ -673,8 +660,8 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			return gemmPlan{}, fmt.Errorf("cuda: GEMM: X: %w", err)
 		}
 		wBox := p.bn
-		if g.SwiGLU || p.mc {
-			wBox = p.bn / 2 // the gate rows and the up rows of a tile, or each cluster block's half, loaded side by side
+		if g.SwiGLU {
+			wBox = p.bn / 2 // the gate rows and the up rows of a tile, loaded side by side
 		}
 		tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: 2 * g.K,
 			BoxRows: wBox, BoxCols: p.bk, Swizzle128: true})

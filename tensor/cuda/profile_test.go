@@ -25,8 +25,7 @@ import (
 // the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
 // m-fastest, KEV_PROFILE_MODES=groups with several group widths, KEV_PROFILE_MODES=tiles the invariant plans with
 // every tile kernel and with the 128-row ones only, KEV_PROFILE_MODES=pdl with kernels launched as programmatic
-// dependents (compute capability 9.0) and without, KEV_PROFILE_MODES=mc the invariant plans with the persistent
-// tiles alone and in clusters of two sharing W tiles.
+// dependents (compute capability 9.0) and without.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -71,8 +70,6 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{modes[0], modes[2]}
 	case "pdl":
 		modes = []pmode{modes[0], {"invariant/nopdl", false, false, false}}
-	case "mc":
-		modes = []pmode{{"invariant/no-mc", false, false, false}, {"invariant/mc", false, false, false}}
 	case "tiles":
 		modes = []pmode{modes[0], {"invariant/tiles128", false, false, false}}
 	case "chunked":
@@ -92,9 +89,9 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
-	pdl0, mc0 := dev.pdl, dev.mc
+	pdl0 := dev.pdl
 	defer dev.Do(func(q *Queue) error {
-		schedPrev, schedBM, schedNoWC, q.d.gn, q.d.pdl, q.d.mc = false, 0, false, 0, pdl0, mc0
+		schedPrev, schedBM, schedNoWC, q.d.gn, q.d.pdl = false, 0, false, 0, pdl0
 		return nil
 	})
 	for range b.N {
@@ -146,13 +143,7 @@ func BenchmarkPassKernels(b *testing.B) {
 							schedBM = 128 // the schedules of 128-row tiles only (before the 192-row tiles)
 						}
 						schedNoWC = strings.HasSuffix(mode.name, "/no-chunked-tiles") // stream-K for chunked shapes, as before
-						q.d.mc = mc0
-						if strings.HasSuffix(mode.name, "/mc") {
-							q.d.mc = 1 // persistent tiles in clusters of two sharing W tiles
-						} else if strings.HasSuffix(mode.name, "/no-mc") {
-							q.d.mc = 0
-						}
-						q.d.gn = 0 // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
+						q.d.gn = 0                                                    // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
 						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
 							q.d.gn, _ = strconv.Atoi(v)
 						}
