@@ -2,6 +2,7 @@ package kev
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -45,5 +46,44 @@ func TestLoadMapsCPUWeights(t *testing.T) {
 	}
 	if got := probs(t, p, goldenRequests(t, s)[0]); len(got) == 0 {
 		t.Error("no probabilities")
+	}
+}
+
+// TestBatchDebugTimes checks the debug line of each batch: its model time and the parts of it — the prefix
+// cache's lookup, queuing the layers, the pointer head — each present, none negative, and together within the
+// whole.
+func TestBatchDebugTimes(t *testing.T) {
+	s := goldenSets(t)[0]
+	var logs bytes.Buffer
+	p := loadGolden(t, s, Options{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	for _, req := range goldenRequests(t, s)[:2] {
+		if got := probs(t, p, req); len(got) == 0 {
+			t.Fatal("no probabilities")
+		}
+	}
+	batches := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, `"msg":"kev: batch"`) {
+			continue
+		}
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(line), &raw); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		ms := map[string]float64{}
+		for _, k := range []string{"ms", "lookup_ms", "issue_ms", "point_ms"} {
+			v, ok := raw[k].(float64)
+			if !ok {
+				t.Fatalf("batch line lacks %s: %s", k, line)
+			}
+			ms[k] = v
+		}
+		if ms["lookup_ms"] < 0 || ms["issue_ms"] <= 0 || ms["point_ms"] < 0 || ms["lookup_ms"]+ms["issue_ms"]+ms["point_ms"] > ms["ms"]+0.002 {
+			t.Errorf("times do not add up: %s", line)
+		}
+		batches++
+	}
+	if batches < 2 {
+		t.Errorf("%d batch lines, want at least 2:\n%s", batches, logs.String())
 	}
 }
