@@ -24,7 +24,9 @@
 // compute_90 PTX and kernels are launched as programmatic dependents of the kernel before them
 // (cuLaunchKernelEx): a kernel's blocks may become resident while the one before it finishes, and each kernel
 // waits for that grid (griddepcontrol.wait, kernels/pdl.cuh) before touching memory, so launch gaps overlap the
-// previous kernel's tail (−0.2 to −0.4 ms per short pass). KEV_CUDA_PDL=off launches them plainly. On compute capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
+// previous kernel's tail (−0.2 to −0.4 ms per short pass); the GEMM kernels load the W tiles of their first k
+// steps (weights, which no kernel writes) before that wait. KEV_CUDA_PDL=off launches them plainly. On compute
+// capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
 // the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128 or 192 rows and 64 to 256
 // columns, persistent, or split-K over the fixed k chunks of a shape with one reduce launch (or, when an AddRMSNorm
 // follows, MatMulAddRMSNorm's kernel that adds the partial sums and normalises), or a persistent stream-K schedule
@@ -35,6 +37,11 @@
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
 // state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
+//
+// KEV_CUDA_PASS_LOG=file appends one JSON line per Run: its host time and, for each wait for the device inside it,
+// when the host began to wait and when the device got there (an event at the start and one before each wait);
+// KEV_CUDA_PASS_LOG_LAUNCHES=1 adds every launch, with an event after each. The difference between when the device
+// reaches a pass's read-back and the pass's own device time is time it spent waiting for the host.
 //
 // Results are batch-invariant: a GEMM's k partition (its chunks, summed in a fixed order) depends on (N, K) and
 // the device only, the batch size only picks the schedule that runs it; attention splits keys per segment; the
