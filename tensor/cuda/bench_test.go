@@ -180,6 +180,13 @@ func BenchmarkGEMMTiles(b *testing.B) {
 							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s splits=%d us=%.2f model=%.1f\n",
 								M, N, K, c, name, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
 						})
+						// KEV_TILES_NOSTORE=1: the same persistent tiles without their epilogue (what storing costs)
+						if os.Getenv("KEV_TILES_NOSTORE") == "1" && name[0] == 'p' && (xt == wgTile{128, 144, 6} || xt == wgTile{128, 256, 4} || xt == wgTile{192, 192, 4}) {
+							b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/n%dx%d", M, N, K, c, xt.bm, xt.bn), func(b *testing.B) {
+								t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, grid: grid, noStore: true})
+								fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=n%dx%d splits=%d us=%.2f\n", M, N, K, c, xt.bm, xt.bn, sp, t*1e6)
+							})
+						}
 					}
 				}
 				if c < kTiles {

@@ -54,6 +54,7 @@ type GEMM struct {
 	chunk    int        // wg128 with one split, or sk: force chunked accumulation of this many k tiles (tests)
 	sk       int        // with kern sk: stream-K tiles, 0: chosen, < 0: none (tests)
 	grid     int        // with kern sk or xc, or a persistent tile kernel: blocks, 0: one per multiprocessor (tests)
+	noStore  bool       // persistent tile kernel without its epilogue (benchmarks; 128×144, 128×256, 192×192 only)
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
@@ -359,6 +360,9 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 	p.grid = min(p.blocksM*outTilesN(p, g), d.sms())
 	if g.grid > 0 { // tests and benchmarks: fewer blocks
 		p.grid = min(p.grid, g.grid)
+	}
+	if g.noStore {
+		p.fn = fmt.Sprintf("gemm_wgmma_n%dx%d", p.bm, p.bn)
 	}
 	return p
 }

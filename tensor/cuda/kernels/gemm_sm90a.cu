@@ -370,7 +370,7 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy) = silu(g)·u as swiglu_bf16
 // would on the stored GEMM output — the same bits, without writing [g | u].
-template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false>
+template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false, bool NOSTORE = false>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32,
                                                    int gn, int chunk = 0) {
@@ -475,6 +475,10 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		if (live) wgmma_wait0();
 		mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 		if (!live) continue;
+		if constexpr (NOSTORE) { // benchmarks: the tile without its epilogue (one store only if a sum is NaN)
+			if (d[0] != d[0]) ((float *)Y)[0] = d[0];
+			continue;
+		}
 		auto acc = [&](int i) { return CHUNKED ? tot(i) : d[i]; };
 		// The bf16 pair of accumulator group j, row half h, as stored (SwiGLU applied, or rounded).
 		auto pair = [&](int j, int h) -> uint32_t {
@@ -583,6 +587,17 @@ WP_TILE(192, 96, 6)
 WP_TILE(192, 128, 5)
 WP_TILE(192, 144, 5)
 WP_TILE(192, 192, 4)
+
+// The persistent kernels without their epilogue (gemm_wgmma_nBMxBN), for benchmarks that measure what storing the
+// tiles costs.
+#define WN_TILE(BM, BN, STAGES)                                                                                   \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_n##BM##x##BN(WP_PARAMS) {      \
+		KEV_GRID_DEP_DEFERRED();                                                                                  \
+		gemm_wgmma_persist<BM, BN, STAGES, false, false, true>(WP_ARGS);                                        \
+	}
+WN_TILE(128, 144, 6)
+WN_TILE(128, 256, 4)
+WN_TILE(192, 192, 4)
 
 // Persistent chunked tile kernel (CHUNKED above) for the batch-invariant shapes whose k tiles are summed in chunks,
 // at M where X does not fit in L2: the bits of the stream-K kernel and of split-K with one split per chunk, without
