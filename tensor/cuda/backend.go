@@ -123,6 +123,8 @@ type Tensor struct {
 	ld    int     // a view's row stride in elements
 	refs  int     // views reading this tensor's memory, not yet freed nor densified
 	dense *Tensor // a view's contiguous copy
+
+	loaded bool // holds data uploaded from the host, which no kernel writes (FromHost, FromBits, …): GEMM.WLoaded
 }
 
 // Shape returns the tensor's dimensions.
@@ -297,6 +299,7 @@ func (b *Backend) upload(dt tensor.DType, shape []int, raw []byte) (tensor.Tenso
 	if err != nil {
 		return nil, err
 	}
+	t.loaded = true
 	return t, nil
 }
 

@@ -47,6 +47,9 @@ type GEMM struct {
 	// SwiGLU on the bf16 output of the plain GEMM. Only where the plan is a one-split tile plan (SwiGLUFused says
 	// so); no residual, bf16 Y.
 	SwiGLU bool
+	// WLoaded: W holds data uploaded from the host that no kernel writes (weights), so the tile kernels may load
+	// their first W tiles before waiting for the kernel before them. Leave it false for a W a kernel computed.
+	WLoaded bool
 
 	kern     gemmKernel // 0: choose (tests force one)
 	tile     int        // 64 or 128: force the mma.sync kernel of that square tile (tests)
@@ -676,6 +679,10 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 		if p.reduce {
 			cnt = 0 // no in-kernel finish: gemm_splitk_reduce below
 		}
+		wpre := int32(0) // the W tiles of the first k steps before the wait: only for uploaded weights
+		if g.WLoaded {
+			wpre = 1
+		}
 		gn := int32(l2Group(g.M, p.bn, g.K, outTilesN(p, &g)))
 		if g.gn > 0 {
 			gn = int32(g.gn)
@@ -689,6 +696,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			if p.kern == gemmWGC {
 				a.I32(int32(p.chunk))
 			}
+			a.I32(wpre)
 		case p.kern == gemmSK:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
@@ -696,7 +704,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 		default:
 			a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(cnt).
 				I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(int32(p.tps)).
-				I32(int32(p.chunk)).I32(gn)
+				I32(int32(p.chunk)).I32(gn).I32(wpre)
 		}
 	} else {
 		a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(d.ws.Ptr).Ptr(d.cnt.Ptr).Ptr(g.X.Ptr).Ptr(g.W.Ptr).

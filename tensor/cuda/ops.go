@@ -77,7 +77,7 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 			return s.q.Memset16(y.buf, 0, int64(m*n)*elemSize(y.dtype)/2)
 		}
 		if xt.dtype == tensor.BF16 && wt.dtype == tensor.BF16 && k%8 == 0 && n%8 == 0 {
-			return s.q.GEMM(GEMM{Y: y.buf, X: xt.buf, W: wt.buf, M: m, N: n, K: k})
+			return s.q.GEMM(GEMM{Y: y.buf, X: xt.buf, W: wt.buf, M: m, N: n, K: k, WLoaded: wt.loaded})
 		}
 		return s.q.MatMulAny(y.Operand(), xt.Operand(), wt.Operand(), m, n, k)
 	})
@@ -274,7 +274,7 @@ func (b *Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps float
 		if y, err = s.out(tensor.BF16, m, n); err != nil {
 			return err
 		}
-		return s.q.GEMMAddRMSNorm(GEMM{X: xt.buf, W: wt.buf, M: m, N: n, K: k}, y.buf, sum.buf, rt.buf, gt.buf, eps, plusOne)
+		return s.q.GEMMAddRMSNorm(GEMM{X: xt.buf, W: wt.buf, M: m, N: n, K: k, WLoaded: wt.loaded}, y.buf, sum.buf, rt.buf, gt.buf, eps, plusOne)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -325,7 +325,7 @@ func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 		if y, err = s.out(tensor.BF16, m, n2/2); err != nil {
 			return err
 		}
-		return s.q.GEMM(GEMM{Y: y.buf, X: xt.buf, W: wt.buf, M: m, N: n2, K: k, SwiGLU: true})
+		return s.q.GEMM(GEMM{Y: y.buf, X: xt.buf, W: wt.buf, M: m, N: n2, K: k, SwiGLU: true, WLoaded: wt.loaded})
 	})
 	if !fused || err != nil {
 		if err != nil {

@@ -55,5 +55,6 @@ func (b *Backend) FromHostRows(parts ...*qwen35.Tensor) (tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.loaded = true
 	return t, nil
 }

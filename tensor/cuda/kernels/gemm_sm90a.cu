@@ -220,7 +220,7 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(float *d, uint64_t 
 template <int BM, int BN, int STAGES, bool CHUNK>
 __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                            float *ws, unsigned *cnt, int M, int N, int K, int ldy, int yF32,
-                                           int tps, int chunk, int gn) {
+                                           int tps, int chunk, int gn, int wpre) {
 	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -239,9 +239,9 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	if (wg == 0) {
 		producer_regs();
 		if (threadIdx.x == 0) {
-			// the W tiles of the first steps before the wait for the kernels before this one (weights: no kernel
-			// writes them), their X tiles after it
-			const int pre = min(STAGES, nk);
+			// wpre (W holds weights uploaded from the host, which no kernel writes): the W tiles of the first steps
+			// before the wait for the kernels before this one, their X tiles after it
+			const int pre = wpre ? min(STAGES, nk) : 0;
 			for (int kt = 0; kt < pre; kt++) {
 				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
 				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, (kt0 + kt) * BK, n0, bars + 8 * kt);
@@ -373,7 +373,7 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false, bool NOSTORE = false>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32,
-                                                   int gn, int chunk = 0) {
+                                                   int gn, int chunk, int wpre) {
 	static_assert(!(GATED && CHUNKED), "the SwiGLU epilogue has no chunked twin");
 	constexpr int BK = 64, CONS = BM / 64; // CONS consumer warpgroups of 64 rows each
 	constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
@@ -390,14 +390,14 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	if (wg == 0) {
 		producer_regs();
 		if (threadIdx.x == 0) {
-			// the W tiles of the first STAGES steps before the wait for the kernels before this one (weights: no
-			// kernel writes them), their X tiles after it
+			// wpre (W holds weights uploaded from the host, which no kernel writes): the W tiles of the first
+			// STAGES steps before the wait for the kernels before this one, their X tiles after it
 			auto loadW = [&](uint32_t sa, int kt, int n0, uint32_t full) {
 				tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
 				if constexpr (GATED) tma_load2d(sa + A_BYTES + TN * 128, tmW, kt * BK, NO + n0, full);
 			};
 			int pre = 0;
-			for (int tile = blockIdx.x; tile < T && pre < STAGES; tile += gridDim.x) {
+			for (int tile = blockIdx.x; wpre && tile < T && pre < STAGES; tile += gridDim.x) {
 				int m0, n0;
 				tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
 				for (int kt = 0; kt < kTiles && pre < STAGES; kt++, pre++) {
@@ -568,13 +568,13 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 // just above a multiple of 128 — 257 … 384, 513 … 576 — does not pay a whole extra row of tiles; no 256-wide twin:
 // its 128 accumulators per thread do not fit beside the rest in 152 registers).
 #define WP_TILE(BM, BN, STAGES)                                                                                   \
-	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_p##BM##x##BN(WP_PARAMS) {      \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_p##BM##x##BN(WP_PARAMS, int wpre) {      \
 		KEV_GRID_DEP_DEFERRED();                                                                                  \
-		gemm_wgmma_persist<BM, BN, STAGES, false>(WP_ARGS);                                                      \
+		gemm_wgmma_persist<BM, BN, STAGES, false>(WP_ARGS, 0, wpre);                                                      \
 	}                                                                                                          \
-	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_g##BM##x##BN(WP_PARAMS) {      \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_g##BM##x##BN(WP_PARAMS, int wpre) {      \
 		KEV_GRID_DEP_DEFERRED();                                                                                  \
-		gemm_wgmma_persist<BM, BN, STAGES, true>(WP_ARGS);                                                       \
+		gemm_wgmma_persist<BM, BN, STAGES, true>(WP_ARGS, 0, wpre);                                                       \
 	}
 WP_TILE(128, 64, 8)
 WP_TILE(128, 96, 7)
@@ -591,9 +591,9 @@ WP_TILE(192, 192, 4)
 // The persistent kernels without their epilogue (gemm_wgmma_nBMxBN), for benchmarks that measure what storing the
 // tiles costs.
 #define WN_TILE(BM, BN, STAGES)                                                                                   \
-	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_n##BM##x##BN(WP_PARAMS) {      \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_n##BM##x##BN(WP_PARAMS, int wpre) {      \
 		KEV_GRID_DEP_DEFERRED();                                                                                  \
-		gemm_wgmma_persist<BM, BN, STAGES, false, false, true>(WP_ARGS);                                        \
+		gemm_wgmma_persist<BM, BN, STAGES, false, false, true>(WP_ARGS, 0, wpre);                                        \
 	}
 WN_TILE(128, 144, 6)
 WN_TILE(128, 256, 4)
@@ -604,9 +604,9 @@ WN_TILE(192, 192, 4)
 // partial sums in memory, in 128×160 tiles (N = 2,560 in 16 of them), four stages beside the 80 KiB of chunk sums.
 // (128×128 with the sums in registers, 128×192 and 192×128 were built, bit-tested and measured: slower than the
 // stream-K kernel or this one at every M measured.)
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARAMS, int chunk) {
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARAMS, int chunk, int wpre) {
 	KEV_GRID_DEP_DEFERRED();
-	gemm_wgmma_persist<128, 160, 4, false, true>(WP_ARGS, chunk);
+	gemm_wgmma_persist<128, 160, 4, false, true>(WP_ARGS, chunk, wpre);
 }
 
 #define WG_PARAMS                                                                                                \
@@ -618,9 +618,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARA
 // 227 KiB of shared memory. Only the 128×128 kernel has the chunked accumulation (CHUNK: a second accumulator set;
 // the wider tiles' registers would not fit it, and they run a chunked shape as split-K with one split per chunk).
 #define WG_TILE(BM, BN, STAGES, CHUNK)                                                                            \
-	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_##BM##x##BN(WG_PARAMS) {       \
+	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_##BM##x##BN(WG_PARAMS, int wpre) {       \
 		KEV_GRID_DEP_DEFERRED();                                                                                  \
-		gemm_wgmma<BM, BN, STAGES, CHUNK>(WG_ARGS);                                                              \
+		gemm_wgmma<BM, BN, STAGES, CHUNK>(WG_ARGS, wpre);                                                              \
 	}
 WG_TILE(128, 256, 4, false)
 WG_TILE(128, 128, 6, true)
