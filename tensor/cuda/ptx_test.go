@@ -153,9 +153,7 @@ func TestCubinFresh(t *testing.T) {
 
 // TestKernelsWaitForGrid checks that every kernel begins with KEV_GRID_DEP() (kernels/pdl.cuh): on compute
 // capability 9.0 kernels are launched as programmatic dependents of the kernel before them, so one that touched
-// memory before waiting could read its inputs before they are written. The GEMM kernels that load their first W
-// tiles (weights, which no kernel writes) before they wait begin with KEV_GRID_DEP_DEFERRED() instead, and their
-// threads call kev_grid_wait() themselves.
+// memory before waiting could read its inputs before they are written.
 func TestKernelsWaitForGrid(t *testing.T) {
 	srcs, _ := filepath.Glob("kernels/*.cu")
 	kernels := 0
@@ -176,10 +174,9 @@ func TestKernelsWaitForGrid(t *testing.T) {
 				t.Fatalf("%s: kernel at byte %d has no body", p, i)
 			}
 			body := strings.TrimLeft(s[i+open+1:], " \t\r\n\\")
-			deferred := strings.HasPrefix(body, "KEV_GRID_DEP_DEFERRED();") && strings.Count(s, "kev_grid_wait();") >= 2
-			if !strings.HasPrefix(body, "KEV_GRID_DEP();") && !deferred {
+			if !strings.HasPrefix(body, "KEV_GRID_DEP();") {
 				line := 1 + strings.Count(s[:i], "\n")
-				t.Errorf("%s:%d: the kernel does not begin with KEV_GRID_DEP() (or KEV_GRID_DEP_DEFERRED() in a source whose threads call kev_grid_wait())", p, line)
+				t.Errorf("%s:%d: the kernel does not begin with KEV_GRID_DEP()", p, line)
 			}
 			kernels++
 			at = i + open

@@ -239,34 +239,16 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	if (wg == 0) {
 		producer_regs();
 		if (threadIdx.x == 0) {
-			// the W tiles of the first steps before the wait for the kernels before this one (weights: no kernel
-			// writes them), their X tiles after it
-			const int pre = min(STAGES, nk);
-			for (int kt = 0; kt < pre; kt++) {
-				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
-				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, (kt0 + kt) * BK, n0, bars + 8 * kt);
-			}
-			kev_grid_wait();
-			kev_grid_launch();
 			for (int kt = 0; kt < nk; kt++) {
-				const int k = (kt0 + kt) * BK;
-				if (kt < pre) {
-					tma_load2d(base + kt * STAGE_BYTES, tmX, k, m0, bars + 8 * kt);
-					continue;
-				}
 				uint32_t full;
 				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
+				const int k = (kt0 + kt) * BK;
 				tma_load2d(sa, tmX, k, m0, full);
 				tma_load2d(sa + A_BYTES, tmW, k, n0, full);
 			}
-		} else {
-			kev_grid_wait();
-			kev_grid_launch();
 		}
 		return;
 	}
-	kev_grid_wait();
-	kev_grid_launch();
 	consumer_regs<BM>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist (M ≤ 64: the second one only keeps time)
@@ -390,46 +372,21 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 	if (wg == 0) {
 		producer_regs();
 		if (threadIdx.x == 0) {
-			// the W tiles of the first STAGES steps before the wait for the kernels before this one (weights: no
-			// kernel writes them), their X tiles after it
-			auto loadW = [&](uint32_t sa, int kt, int n0, uint32_t full) {
-				tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
-				if constexpr (GATED) tma_load2d(sa + A_BYTES + TN * 128, tmW, kt * BK, NO + n0, full);
-			};
-			int pre = 0;
-			for (int tile = blockIdx.x; tile < T && pre < STAGES; tile += gridDim.x) {
-				int m0, n0;
-				tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
-				for (int kt = 0; kt < kTiles && pre < STAGES; kt++, pre++) {
-					mbar_expect_tx(bars + 8 * pre, STAGE_BYTES);
-					loadW(base + pre * STAGE_BYTES, kt, n0, bars + 8 * pre);
-				}
-			}
-			kev_grid_wait();
-			kev_grid_launch();
 			int it = 0;
 			for (int tile = blockIdx.x; tile < T; tile += gridDim.x) {
 				int m0, n0;
 				tile_at(tile, mT, nT, gn, BM, TN, m0, n0);
 				for (int kt = 0; kt < kTiles; kt++, it++) {
-					if (it < pre) {
-						tma_load2d(base + it * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * it);
-						continue;
-					}
 					uint32_t full;
 					const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, it, full);
 					tma_load2d(sa, tmX, kt * BK, m0, full);
-					loadW(sa, kt, n0, full);
+					tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+					if constexpr (GATED) tma_load2d(sa + A_BYTES + TN * 128, tmW, kt * BK, NO + n0, full);
 				}
 			}
-		} else {
-			kev_grid_wait();
-			kev_grid_launch();
 		}
 		return;
 	}
-	kev_grid_wait();
-	kev_grid_launch();
 	consumer_regs<BM>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const int w = (t >> 5) & 3, l = t & 31;
@@ -509,11 +466,11 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 // its 128 accumulators per thread do not fit beside the rest in 152 registers).
 #define WP_TILE(BM, BN, STAGES)                                                                                   \
 	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_p##BM##x##BN(WP_PARAMS) {      \
-		KEV_GRID_DEP_DEFERRED();                                                                                  \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<BM, BN, STAGES, false>(WP_ARGS);                                                      \
 	}                                                                                                          \
 	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_g##BM##x##BN(WP_PARAMS) {      \
-		KEV_GRID_DEP_DEFERRED();                                                                                  \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma_persist<BM, BN, STAGES, true>(WP_ARGS);                                                       \
 	}
 WP_TILE(128, 64, 8)
@@ -534,7 +491,7 @@ WP_TILE(192, 192, 4)
 // (128×128 with the sums in registers, 128×192 and 192×128 were built, bit-tested and measured: slower than the
 // stream-K kernel or this one at every M measured.)
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARAMS, int chunk) {
-	KEV_GRID_DEP_DEFERRED();
+	KEV_GRID_DEP();
 	gemm_wgmma_persist<128, 160, 4, false, true>(WP_ARGS, chunk);
 }
 
@@ -548,7 +505,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_wgmma_c128x160(WP_PARA
 // the wider tiles' registers would not fit it, and they run a chunked shape as split-K with one split per chunk).
 #define WG_TILE(BM, BN, STAGES, CHUNK)                                                                            \
 	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_##BM##x##BN(WG_PARAMS) {       \
-		KEV_GRID_DEP_DEFERRED();                                                                                  \
+		KEV_GRID_DEP();                                                                                           \
 		gemm_wgmma<BM, BN, STAGES, CHUNK>(WG_ARGS);                                                              \
 	}
 WG_TILE(128, 256, 4, false)

@@ -17,20 +17,3 @@
 	do {                                                                                                   \
 	} while (0)
 #endif
-
-// KEV_GRID_DEP_DEFERRED() begins a kernel that first loads memory no kernel writes (the GEMMs' weights: the W tiles
-// of its first k steps, so that they stream in while the kernel before it finishes) and only then waits: every
-// thread calls kev_grid_wait() and kev_grid_launch(), KEV_GRID_DEP's two halves, before it touches anything else.
-#define KEV_GRID_DEP_DEFERRED()                                                                                 \
-	do {                                                                                                   \
-	} while (0)
-__device__ __forceinline__ void kev_grid_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void kev_grid_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
