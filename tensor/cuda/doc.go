@@ -24,8 +24,7 @@
 // compute_90 PTX and kernels are launched as programmatic dependents of the kernel before them
 // (cuLaunchKernelEx): a kernel's blocks may become resident while the one before it finishes, and each kernel
 // waits for that grid (griddepcontrol.wait, kernels/pdl.cuh) before touching memory, so launch gaps overlap the
-// previous kernel's tail (−0.2 to −0.4 ms per short pass); the GEMM kernels load the W tiles of their first k
-// steps (weights, which no kernel writes) before that wait. KEV_CUDA_PDL=off launches them plainly. On compute
+// previous kernel's tail (−0.2 to −0.4 ms per short pass). KEV_CUDA_PDL=off launches them plainly. On compute
 // capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
 // the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128 or 192 rows and 64 to 256
 // columns, persistent, or split-K over the fixed k chunks of a shape with one reduce launch (or, when an AddRMSNorm
