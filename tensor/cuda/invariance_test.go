@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/layers"
 	"github.com/kevgo/kev/tensor"
@@ -438,4 +439,80 @@ func TestGEMMSwiGLU(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMatMulComputedW checks MatMul with a w that the kernel just before it wrote (w + bias, on the device) against
+// the same product with that w uploaded from the host: the same bits. A GEMM that read its first W tiles before
+// waiting for the kernel before it (programmatic dependent launch) would read w before it is written.
+func TestMatMulComputedW(t *testing.T) {
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	const M, N, K = 240, 2560, 2560
+	up := func(shape []int, v []uint16) tensor.Tensor {
+		x, err := gb.FromBits(tensor.BF16, shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	x := up([]int{M, K}, randBF16(r, M*K, 1))
+	w0 := up([]int{N, K}, randBF16(r, N*K, 1/math.Sqrt(K)))
+	bias, err := gb.FromFloat32([]int{K}, func() []float32 {
+		v := make([]float32, K)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return v
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gb.Free(x, w0, bias)
+	for i := range 3 {
+		var got, want []float32
+		err := gb.Run(func() error {
+			w, err := gb.AddBias(w0, bias)
+			if err != nil {
+				return err
+			}
+			defer gb.Free(w)
+			y, err := gb.MatMul(x, w)
+			if err != nil {
+				return err
+			}
+			defer gb.Free(y)
+			if got, err = gb.ToHost(y); err != nil {
+				return err
+			}
+			wh, err := gb.ToHost(w)
+			if err != nil {
+				return err
+			}
+			bits := make([]uint16, len(wh))
+			for j, v := range wh {
+				bits[j] = half.BF16FromF32(v) // exact: wh holds bf16 values
+			}
+			wu, err := gb.FromBits(tensor.BF16, []int{N, K}, bits)
+			if err != nil {
+				return err
+			}
+			defer gb.Free(wu)
+			yu, err := gb.MatMul(x, wu)
+			if err != nil {
+				return err
+			}
+			defer gb.Free(yu)
+			want, err = gb.ToHost(yu)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Fatalf("run %d: element %d: %g with the computed w, %g with it uploaded", i, j, got[j], want[j])
+			}
+		}
+	}
 }
