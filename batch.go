@@ -285,10 +285,6 @@ func planPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], budget 
 	return passes, news
 }
 
-// runPasses answers a batch's chunks: its passes in order, each inside tensor.Run, with the pointer head on every
-// row of a pass in one call, the probabilities written to each request; then the prefixes for the cache (a hit's
-// own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
-// request has rows left, the state those rows continue.
 // passTimes splits a batch's model time for the debug log: the prefix cache's lookup before the passes, the host's
 // time queuing the passes' layers (the device runs meanwhile), and the pointer head's time, which waits for the
 // device and reads the probabilities back. The rest is the host's work after the passes.
@@ -297,6 +293,11 @@ type passTimes struct{ lookup, issue, point time.Duration }
 // msec is d in milliseconds, to the microsecond.
 func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// runPasses answers a batch's chunks: its passes in order, each inside tensor.Run, with the pointer head on every
+// row of a pass in one call, the probabilities written to each request; then the prefixes for the cache (a hit's
+// own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
+// request has rows left, the state those rows continue. pt collects the time queuing the passes and the pointer
+// head's.
 func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) ([]*layers.State, error) {
 	passes, news := planPasses(batch, slots, e.passTokens)
 	for _, ps := range passes {

@@ -123,6 +123,7 @@ func BenchmarkGEMMTiles(b *testing.B) {
 			}
 		}
 	}
+	grid, _ := strconv.Atoi(os.Getenv("KEV_TILES_GRID")) // persistent kernels on fewer blocks
 	shapes := gemmShapes
 	if v := os.Getenv("KEV_TILES_NK"); v != "" { // other shapes, "NxK,…" (what L2 holds, for instance)
 		shapes = nil
@@ -174,7 +175,6 @@ func BenchmarkGEMMTiles(b *testing.B) {
 						if sp == 1 && !waves {
 							name = "p" + name // the persistent kernel
 						}
-						grid, _ := strconv.Atoi(os.Getenv("KEV_TILES_GRID")) // persistent kernels on fewer blocks
 						b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%s", M, N, K, c, name), func(b *testing.B) {
 							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves, grid: grid})
 							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s splits=%d us=%.2f model=%.1f\n",

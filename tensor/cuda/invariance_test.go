@@ -470,6 +470,14 @@ func TestMatMulComputedW(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gb.Free(x, w0, bias)
+	product := func(w tensor.Tensor) ([]float32, error) {
+		y, err := gb.MatMul(x, w)
+		if err != nil {
+			return nil, err
+		}
+		defer gb.Free(y)
+		return gb.ToHost(y)
+	}
 	for i := range 3 {
 		var got, want []float32
 		err := gb.Run(func() error {
@@ -478,12 +486,7 @@ func TestMatMulComputedW(t *testing.T) {
 				return err
 			}
 			defer gb.Free(w)
-			y, err := gb.MatMul(x, w)
-			if err != nil {
-				return err
-			}
-			defer gb.Free(y)
-			if got, err = gb.ToHost(y); err != nil {
+			if got, err = product(w); err != nil {
 				return err
 			}
 			wh, err := gb.ToHost(w)
@@ -499,12 +502,7 @@ func TestMatMulComputedW(t *testing.T) {
 				return err
 			}
 			defer gb.Free(wu)
-			yu, err := gb.MatMul(x, wu)
-			if err != nil {
-				return err
-			}
-			defer gb.Free(yu)
-			want, err = gb.ToHost(yu)
+			want, err = product(wu)
 			return err
 		})
 		if err != nil {

@@ -22,7 +22,8 @@ import (
 // held until the whole pass is queued), the difference is time the device spent waiting for the host; what the
 // Run takes after the last wait is the host's work on the results. With KEV_CUDA_PASS_LOG_LAUNCHES=1 an event
 // also follows every launch (which stops each kernel from starting under the previous one's tail) and the line
-// lists every launch: its kernel, when the host launched it and when the device had finished it.
+// lists every launch: its kernel, when the host launched it and when the device had finished it. Passes recorded
+// as CUDA graphs (KEV_CUDA_GRAPHS) are not logged.
 //
 //	{"host_ms": x, "launches": n, "syncs": n, "direct": n, "stalls": n,
 //	 "waits": [{"host_ms": x, "device_ms": x}, ...], "launch": [["module.kernel", host_ms, device_ms], ...]}
