@@ -108,7 +108,7 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 // the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
 // 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among);
 // KEV_TILES_SHAPES=chunked times only the shapes whose planned k tiles are summed in chunks; KEV_TILES_NK=NxK,…
-// times other shapes instead of Kev-4B's.
+// times other shapes instead of Kev-4B's; KEV_TILES_GN=g runs the tile kernels in tile order g (GEMM.gn).
 func BenchmarkGEMMTiles(b *testing.B) {
 	if !dev.hopper() {
 		b.Skip("wgmma kernels need compute capability 9.0")
@@ -124,6 +124,7 @@ func BenchmarkGEMMTiles(b *testing.B) {
 		}
 	}
 	grid, _ := strconv.Atoi(os.Getenv("KEV_TILES_GRID")) // persistent kernels on fewer blocks
+	gnT, _ := strconv.Atoi(os.Getenv("KEV_TILES_GN"))    // the tiles' order (GEMM.gn: 1 m-fastest, −1 rotated)
 	shapes := gemmShapes
 	if v := os.Getenv("KEV_TILES_NK"); v != "" { // other shapes, "NxK,…" (what L2 holds, for instance)
 		shapes = nil
@@ -176,17 +177,10 @@ func BenchmarkGEMMTiles(b *testing.B) {
 							name = "p" + name // the persistent kernel
 						}
 						b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/%s", M, N, K, c, name), func(b *testing.B) {
-							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves, grid: grid})
+							t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, waves: waves, grid: grid, gn: gnT})
 							fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=%s splits=%d us=%.2f model=%.1f\n",
 								M, N, K, c, name, sp, t*1e6, tileCost(xt, M, N, K, sms, sp, c))
 						})
-						// KEV_TILES_NOSTORE=1: the same persistent tiles without their epilogue (what storing costs)
-						if os.Getenv("KEV_TILES_NOSTORE") == "1" && name[0] == 'p' && (xt == wgTile{128, 144, 6} || xt == wgTile{128, 256, 4} || xt == wgTile{192, 192, 4}) {
-							b.Run(fmt.Sprintf("M=%d/N=%d/K=%d/c=%d/n%dx%d", M, N, K, c, xt.bm, xt.bn), func(b *testing.B) {
-								t, _ := timeGEMM(b, GEMM{M: M, N: N, K: K, xt: xt, splits: sp, grid: grid, noStore: true})
-								fmt.Printf("KEVBENCH gemm-tile M=%d N=%d K=%d chunk=%d tile=n%dx%d splits=%d us=%.2f\n", M, N, K, c, xt.bm, xt.bn, sp, t*1e6)
-							})
-						}
 					}
 				}
 				if c < kTiles {

@@ -209,9 +209,14 @@ func TestGEMMTiles(t *testing.T) {
 						if waves && sp > 1 {
 							continue
 						}
-						for _, gn := range []int{0, 1, 3} { // tile order: the planned groups, m-fastest, groups of 3 n-tiles
-							// gn 1: W also marked as uploaded weights (its first tiles before the grid wait)
-							got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves, gn: gn, WLoaded: gn == 1})
+						for _, gn := range []int{0, 1, 3, -1} { // tile order: the planned one, m-fastest, groups of 3 n-tiles, rotated
+							// gn 1: W also marked as uploaded weights (its first tiles before the grid wait); gn −1 on 6
+							// blocks, so that the rotation by rounds moves tiles
+							grid := 0
+							if gn < 0 {
+								grid = 6
+							}
+							got := gemmRows(t, x, w, res, M, N, K, GEMM{xt: xt, splits: sp, waves: waves, gn: gn, grid: grid, WLoaded: gn == 1})
 							for i := range base {
 								if got[i] != base[i] {
 									t.Errorf("N=%d K=%d M=%d %d splits: %dx%d (waves %v, gn %d): row %d column %d: %#04x, 128×128 %#04x", N, K, M, sp, xt.bm, xt.bn, waves, gn, i/N, i%N, got[i], base[i])

@@ -57,14 +57,13 @@ type GEMM struct {
 	chunk    int        // wg128 with one split, or sk: force chunked accumulation of this many k tiles (tests)
 	sk       int        // with kern sk: stream-K tiles, 0: chosen, < 0: none (tests)
 	grid     int        // with kern sk or xc, or a persistent tile kernel: blocks, 0: one per multiprocessor (tests)
-	noStore  bool       // persistent tile kernel without its epilogue (benchmarks; 128×144, 128×256, 192×192 only)
 	byM      bool       // plan from M as well, as before batch invariance (benchmarks: what invariance costs)
 	noStream bool       // with byM: plan as if the streaming kernel did not exist (benchmarks)
 	v3       bool       // the batch-invariant plan before the stream-K schedule (benchmarks: old against new)
 	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
 	xc       wgTile     // force this chunked tile kernel (wcTiles), chunks of chunk k tiles (0: fixedChunk's)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
-	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at), 0: l2Group's (tests, benchmarks)
+	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at; −1: rotated m-fastest, persistent kernels only), 0: the planned order (tests, benchmarks)
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
@@ -363,9 +362,6 @@ func (d *Device) persistent(p gemmPlan, g *GEMM) gemmPlan {
 	p.grid = min(p.blocksM*outTilesN(p, g), d.sms())
 	if g.grid > 0 { // tests and benchmarks: fewer blocks
 		p.grid = min(p.grid, g.grid)
-	}
-	if g.noStore {
-		p.fn = fmt.Sprintf("gemm_wgmma_n%dx%d", p.bm, p.bn)
 	}
 	return p
 }
@@ -684,7 +680,10 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 			wpre = 1
 		}
 		gn := int32(l2Group(g.M, p.bn, g.K, outTilesN(p, &g)))
-		if g.gn > 0 {
+		if gn == 1 && p.persist {
+			gn = -1 // m-fastest, each n-tile's m-tiles rotated by its round (tile_at): partial tiles shared out
+		}
+		if g.gn != 0 {
 			gn = int32(g.gn)
 		} else if d.gn > 0 {
 			gn = int32(d.gn)

@@ -22,10 +22,10 @@ import (
 // KEV_PROFILE_MODES=delta runs the invariant plans with the tensor-core delta rule (rows grouped by state, and
 // ungrouped) and with the register kernels instead of the GEMM plan modes, KEV_PROFILE_MODES=invariant the
 // invariant plans alone, KEV_PROFILE_MODES=gemm the invariant plans with today's GEMM schedule and the one before
-// the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the GEMM tile order in L2 groups and
-// m-fastest, KEV_PROFILE_MODES=groups with several group widths, KEV_PROFILE_MODES=tiles the invariant plans with
-// every tile kernel and with the 128-row ones only, KEV_PROFILE_MODES=pdl with kernels launched as programmatic
-// dependents (compute capability 9.0) and without.
+// the per-M tile widths, KEV_PROFILE_MODES=order the invariant plans with the planned GEMM tile order (L2 groups,
+// or m-fastest rotated by rounds) and plain m-fastest, KEV_PROFILE_MODES=groups with several group widths,
+// KEV_PROFILE_MODES=tiles the invariant plans with every tile kernel and with the 128-row ones only,
+// KEV_PROFILE_MODES=pdl with kernels launched as programmatic dependents (compute capability 9.0) and without.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -43,6 +43,7 @@ func BenchmarkPassKernels(b *testing.B) {
 		{"6q-kev257", 35, []int{42, 73, 47, 22, 16, 22}, 0}, // the same on a ticket numbered 10 … 99: 257 tokens, one past two 128-row tiles
 		{"5q-370", 370, []int{40, 40, 40, 40, 37}, 0},
 		{"5q-2200", 2200, []int{40, 40, 40, 40, 32}, 0},
+		{"5q-2200r200", 2200, []int{40, 40, 40, 40, 40}, 0}, // bench-cases.json's rows: 200, one 64-row step past a 192-row tile
 		{"64x6q-short", 13, []int{40, 40, 40, 40, 40, 40}, 64},
 	}
 	if only := os.Getenv("KEV_PROFILE_CASES"); only != "" {

@@ -112,7 +112,18 @@ template <int BM> __device__ __forceinline__ void consumer_regs() {
 // n-tiles (the last group narrower when gn does not divide nT), n fastest within a group, then m. The blocks that
 // run at the same time then cover a few n-tiles of many m-tiles, so both the X rows and the W rows they read are
 // shared in L2 (m-fastest order over all of a tall X streamed X from memory once per n-tile). gn = 1 is m-fastest.
+// gn < 0 (persistent kernels, whose block b runs tiles b, b + gridDim.x, …): m-fastest with the m-tiles of n-tile n
+// rotated by ⌊n·mT / gridDim.x⌋, the round of tiles that n-tile starts in. When gridDim.x is a multiple of mT, a
+// block's tiles in plain m-fastest order would all have the same m; rotated, its successive rounds take successive
+// m-tiles, so the tiles of a partial last row of tiles (fewer live consumers, cheaper) are shared out among the
+// blocks instead of falling to the same ones, while the m-tiles of an n-tile still run side by side.
 __device__ __forceinline__ void tile_at(int t, int mT, int nT, int gn, int BM, int TN, int &m0, int &n0) {
+	if (gn < 0) {
+		const int n = t / mT;
+		m0 = ((t - n * mT + n * mT / (int)gridDim.x) % mT) * BM;
+		n0 = n * TN;
+		return;
+	}
 	const int per = mT * gn, g = t / per, r = t - g * per;
 	const int nb = g * gn, w = min(gn, nT - nb);
 	m0 = (r / w) * BM;
@@ -229,7 +240,7 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 
 	const int wg = threadIdx.x >> 7;
 	int m0, n0; // the tile of block (x, y), in the order of tile_at
-	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, gn, BM, BN, m0, n0);
+	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, BN, m0, n0);
 	const int kTiles = (K + BK - 1) / BK;
 	const int kt0 = blockIdx.z * tps;
 	const int nk = max(0, min(kTiles, kt0 + tps) - kt0);
@@ -370,7 +381,7 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy) = silu(g)·u as swiglu_bf16
 // would on the stored GEMM output — the same bits, without writing [g | u].
-template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false, bool NOSTORE = false>
+template <int BM, int BN, int STAGES, bool GATED, bool CHUNKED = false>
 __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const TensorMap *tmW, void *Y,
                                                    const void *R, int M, int N, int K, int ldy, int yF32,
                                                    int gn, int chunk, int wpre) {
@@ -475,10 +486,6 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		if (live) wgmma_wait0();
 		mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 		if (!live) continue;
-		if constexpr (NOSTORE) { // benchmarks: the tile without its epilogue (one store only if a sum is NaN)
-			if (d[0] != d[0]) ((float *)Y)[0] = d[0];
-			continue;
-		}
 		auto acc = [&](int i) { return CHUNKED ? tot(i) : d[i]; };
 		// The bf16 pair of accumulator group j, row half h, as stored (SwiGLU applied, or rounded).
 		auto pair = [&](int j, int h) -> uint32_t {
@@ -587,17 +594,6 @@ WP_TILE(192, 96, 6)
 WP_TILE(192, 128, 5)
 WP_TILE(192, 144, 5)
 WP_TILE(192, 192, 4)
-
-// The persistent kernels without their epilogue (gemm_wgmma_nBMxBN), for benchmarks that measure what storing the
-// tiles costs.
-#define WN_TILE(BM, BN, STAGES)                                                                                   \
-	extern "C" __global__ void __launch_bounds__(128 * (BM / 64 + 1), 1) gemm_wgmma_n##BM##x##BN(WP_PARAMS, int wpre) {      \
-		KEV_GRID_DEP_DEFERRED();                                                                                  \
-		gemm_wgmma_persist<BM, BN, STAGES, false, false, true>(WP_ARGS, 0, wpre);                                        \
-	}
-WN_TILE(128, 144, 6)
-WN_TILE(128, 256, 4)
-WN_TILE(192, 192, 4)
 
 // Persistent chunked tile kernel (CHUNKED above) for the batch-invariant shapes whose k tiles are summed in chunks,
 // at M where X does not fit in L2: the bits of the stream-K kernel and of split-K with one split per chunk, without
