@@ -73,7 +73,8 @@ func TestSegmentsFast(t *testing.T) {
 	for _, s := range segs {
 		n += s.Len
 	}
-	for _, c := range []tensor.AttentionConfig{{Heads: 8, KVHeads: 2, HeadDim: 256}, {Heads: 4, KVHeads: 4, HeadDim: 64}, {Heads: 6, KVHeads: 2, HeadDim: 128}} {
+	// heads / kv heads 4, 1, 3 and 2: blocks of four, one, one and two heads (flashGroup)
+	for _, c := range []tensor.AttentionConfig{{Heads: 8, KVHeads: 2, HeadDim: 256}, {Heads: 4, KVHeads: 4, HeadDim: 64}, {Heads: 6, KVHeads: 2, HeadDim: 128}, {Heads: 4, KVHeads: 2, HeadDim: 128}} {
 		t.Run(fmt.Sprintf("attention/D%d", c.HeadDim), func(t *testing.T) {
 			c.Scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 			qw, kvw := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
@@ -96,7 +97,54 @@ func TestSegmentsFast(t *testing.T) {
 				t.Fatal(err)
 			}
 			compareHidden(t, "o", cb, want, gb, got, 2e-2)
-			gb.Free(append(append(kpg, vpg...), qg, kg, vg, got)...)
+			// Blocks of one head each: the same bits on every row whose keys are not split (a block's rows change,
+			// a row's products and their order do not); split rows may split their key tiles elsewhere.
+			setOneHead := func(v bool) { _ = dev.Do(func(*Queue) error { flashOneHead = v; return nil }) }
+			setOneHead(true)
+			one, err := gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+			setOneHead(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Split rows merged by attn_combine_rows after the launch: the bits of the merge in the last split.
+			setApart := func(v bool) { _ = dev.Do(func(*Queue) error { flashCombineApart = v; return nil }) }
+			setApart(true)
+			apart, err := gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+			setApart(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gb.Free(apart)
+			ah, err := gb.ToHost(apart)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareHidden(t, "o (one head a block)", cb, want, gb, one, 2e-2)
+			gh, err := gb.ToHost(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oh, err := gb.ToHost(one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range ah {
+				if math.Float32bits(gh[i]) != math.Float32bits(ah[i]) {
+					t.Fatalf("row %d column %d: %g merged in the last split, %g by attn_combine_rows", i/qw, i%qw, gh[i], ah[i])
+				}
+			}
+			row := 0
+			for _, sg := range segs {
+				if sg.From != tensor.FromPrefix || segSplits(prefixLens[sg.Index]) == 1 {
+					for i := row * qw; i < (row+sg.Len)*qw; i++ {
+						if math.Float32bits(gh[i]) != math.Float32bits(oh[i]) {
+							t.Fatalf("row %d column %d: %g in blocks of %d heads, %g in blocks of one", i/qw, i%qw, gh[i], flashGroup(c.Heads, c.KVHeads), oh[i])
+						}
+					}
+				}
+				row += sg.Len
+			}
+			gb.Free(append(append(kpg, vpg...), qg, kg, vg, got, one)...)
 		})
 	}
 	for _, dk := range []int{128, 64} {

@@ -2,7 +2,8 @@
 // k, v and prefix): mma.sync m16n8k16 with bf16 operands and fp32 accumulation for S = Q·Kᵀ and O = P·V, an fp32
 // online softmax in base 2, and the probabilities rounded to bf16 for P·V (as flash attention does).
 //
-// A block of 4 warps takes 64 consecutive query rows of one query head (16 rows per warp); the key tiles (32 keys)
+// A block of 4 warps takes 64 consecutive query rows of one query head (16 rows per warp), or 64/G rows of G heads
+// of one group (flash_attn_segs_dN_gG); the key tiles (32 keys)
 // are the P prefix rows, then the new rows from the segment start of the block's first row up to its last row,
 // double-buffered through cp.async. Row t sees every prefix key and the new keys segStart[t] … t. Query heads of a
 // group read the same K/V tiles, which stay in L2.
@@ -51,13 +52,50 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 	return *(uint32_t *)&v;
 }
 
-// flash_attn runs one block: query rows tq0 … min(tq0 + 63, rowEnd − 1), which see the P rows of kp/vp and their
-// own new keys from s0 on. segStart (per row, may be null: s0 for every row) masks the new keys of each row.
+// combine_lanes merges the splits' partial outputs of row t, head h as combine (below) does, d = lane, lane + 32, …
+// (a warp's lanes), reading the partials from L2 (other blocks wrote them).
 template <int D>
+__device__ __forceinline__ void combine_lanes(void *o, int odt, const float *opart, const float *ml, int t, int h,
+                                              int N, int H, int splits, int lane) {
+	float M = -INFINITY;
+	for (int z = 0; z < splits; z++) M = fmaxf(M, __ldcg(ml + 2 * (((size_t)z * N + t) * H + h)));
+	float wsum = 0.f;
+	for (int z = 0; z < splits; z++) {
+		const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
+		const float l = __ldcg(p + 1);
+		if (l > 0.f) wsum += l * exp2f(__ldcg(p) - M);
+	}
+	const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+	const size_t qw = (size_t)H * D;
+	float acc[D / 32];
+#pragma unroll
+	for (int i = 0; i < D / 32; i++) acc[i] = 0.f;
+	for (int z = 0; z < splits; z++) {
+		const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
+		const float l = __ldcg(p + 1);
+		if (!(l > 0.f)) continue;
+		const float w = l * exp2f(__ldcg(p) - M);
+		const float *op = opart + (size_t)z * N * qw + (size_t)t * qw + (size_t)h * D + lane;
+#pragma unroll
+		for (int i = 0; i < D / 32; i++) acc[i] += w * __ldcg(op + 32 * i);
+	}
+#pragma unroll
+	for (int i = 0; i < D / 32; i++) st(o, odt, (size_t)t * qw + (size_t)h * D + lane + 32 * i, acc[i] * inv);
+}
+
+// flash_attn runs one block: query rows tq0 … min(tq0 + 64/GQ − 1, rowEnd − 1) of GQ query heads h0 … h0 + GQ − 1
+// of one group (they read the same K/V tiles; GQ divides H / KV), which see the P rows of kp/vp and their own new
+// keys from s0 on. Warp w takes 16 rows, (w / GQ)·16 onwards, of head h0 + w % GQ; a row's products, masks and sums
+// are the same whatever GQ, so only the block's key tiles (up to its last row) and their splits depend on it.
+// segStart (per row, may be null: s0 for every row) masks the new keys of each row.
+template <int D, int GQ>
 __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q,
                                            const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *kp,
                                            const __nv_bfloat16 *vp, const int32_t *segStart, int tq0, int rowEnd,
-                                           int s0, int N, int P, int H, int KV, float scale2, int splits) {
+                                           int s0, int N, int P, int H, int KV, float scale2, int splits, int h0,
+                                           unsigned *cnt) {
+	static_assert(GQ == 1 || GQ == 2 || GQ == 4, "1, 2 or 4 heads a block");
+	constexpr int BQ = FA_BQ / GQ; // query rows of the block
 	constexpr int STR = D + 8; // shared row stride in elements
 	constexpr int NT = D / 8;  // 8-wide output tiles per row
 	extern __shared__ __align__(16) unsigned char fsm[];
@@ -65,9 +103,9 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	__nv_bfloat16 *Ks = Qs + FA_BQ * STR;      // [2][BK][STR]
 	__nv_bfloat16 *Vs = Ks + 2 * FA_BK * STR;  // [2][BK][STR]
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
-	const int h = blockIdx.y, z = blockIdx.z;
-	const int kh = h / (H / KV);
-	const int tmax = min(tq0 + FA_BQ - 1, rowEnd - 1);
+	const int h = h0 + warp % GQ, z = blockIdx.z; // this warp's head
+	const int kh = h0 / (H / KV);
+	const int tmax = min(tq0 + BQ - 1, rowEnd - 1);
 	const int nPre = (P + FA_BK - 1) / FA_BK;
 	const int nt = nPre + (tmax - s0) / FA_BK + 1;
 	const int per = (nt + splits - 1) / splits;
@@ -76,8 +114,9 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 
 	for (int c = tid; c < FA_BQ * D / 8; c += 128) {
 		const int r = c / (D / 8), cc = (c % (D / 8)) * 8;
+		const int w = r / 16, t = tq0 + (w / GQ) * 16 + r % 16; // Qs row r: warp w's row t of head h0 + w % GQ
 		uint4 val = make_uint4(0, 0, 0, 0);
-		if (tq0 + r < rowEnd) val = *(const uint4 *)(q + (size_t)(tq0 + r) * qw + (size_t)h * D + cc);
+		if (t < rowEnd) val = *(const uint4 *)(q + (size_t)t * qw + (size_t)(h0 + w % GQ) * D + cc);
 		*(uint4 *)(Qs + r * STR + cc) = val;
 	}
 	auto load = [&](int i, int buf) {
@@ -100,7 +139,7 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	};
 
 	// This thread's two rows: warp·16 + g and + 8.
-	const int t0 = tq0 + warp * 16 + g, t1 = t0 + 8;
+	const int t0 = tq0 + (warp / GQ) * 16 + g, t1 = t0 + 8;
 	const int ss0 = t0 < rowEnd ? (segStart ? segStart[t0] : s0) : 0x7fffffff;
 	const int ss1 = t1 < rowEnd ? (segStart ? segStart[t1] : s0) : 0x7fffffff;
 	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
@@ -232,6 +271,23 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 		if (t0 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t0 * H + h)) = make_float2(m0, l0);
 		if (t1 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t1 * H + h)) = make_float2(m1, l1);
 	}
+	if (cnt == nullptr) return; // attn_combine or attn_combine_rows merges the splits
+	// The last of the block's splits to finish merges them (cnt: one counter per block of the launch, zero before,
+	// left zero), as attn_combine_rows would: the same sums in the same order.
+	__shared__ bool s_last;
+	__threadfence();
+	__syncthreads();
+	if (tid == 0) {
+		unsigned *c = cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x;
+		s_last = atomicAdd(c, 1u) == (unsigned)splits - 1;
+		if (s_last) *c = 0;
+	}
+	__syncthreads();
+	if (!s_last) return;
+	__threadfence();
+	const int rows = tmax - tq0 + 1;
+	for (int p = warp; p < rows * GQ; p += 4) // (row, head) pairs, a warp each, its lanes over d
+		combine_lanes<D>(o, odt, opart, ml, tq0 + p / GQ, h0 + p % GQ, N, H, splits, lane);
 }
 
 #define FLASH(NAME, D)                                                                                               \
@@ -241,20 +297,23 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 	    int P, int H, int KV, float scale2, int splits) {                                                            \
 		KEV_GRID_DEP();                                                                                           \
 		const int tq0 = blockIdx.x * FA_BQ;                                                                   \
-		flash_attn<D>(o, odt, opart, ml, q, k, v, kp, vp, segStart, tq0, N, segStart[tq0], N, P, H, KV, scale2,  \
-		              splits);                                                                                   \
+		flash_attn<D, 1>(o, odt, opart, ml, q, k, v, kp, vp, segStart, tq0, N, segStart[tq0], N, P, H, KV,       \
+		                 scale2, splits, blockIdx.y, nullptr);                                                   \
 	}
 FLASH(flash_attn_d64, 64)
 FLASH(flash_attn_d128, 128)
 FLASH(flash_attn_d256, 256)
 
-// Segments with their own prefixes (flash_attn_segs_dN): desc[s] describes segment s (see SegDesc), blocks[b] =
-// (segment, 64-row tile, key splits of this block, unused) for blockIdx.x = b; each block's rows lie in one
+// Segments with their own prefixes (flash_attn_segs_dN, and flash_attn_segs_dN_gG with G query heads a block, 64/G
+// rows: G = 4 reads each K/V tile once for 16 rows of the four heads of a group instead of for 64 rows of one head,
+// which short segments — question rows of ~40 tokens — do not fill): desc[s] describes segment s (see SegDesc),
+// blocks[b] = (segment, 64/G-row tile, key splits of this block, unused) for blockIdx.x = b, heads G·blockIdx.y
+// onwards; each block's rows lie in one
 // segment, so they share its prefix (desc.a, desc.b: bf16 [desc.p, KV·D], null when desc.p = 0) and its first row.
 // Each block has its own split count (the host chooses it from the segment's prefix length alone, so a row's
 // reduction order does not depend on the other segments of the call); gridDim.z is the largest, and splits
-// z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by
-// attn_combine_rows.
+// z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by the last
+// of their splits to finish (cnt: a counter per (blockIdx.x, blockIdx.y), zero; null: by attn_combine_rows).
 // When desc is null, the descriptors come from ps (a call of at most FA_PSEGS segments uploads none).
 #define FA_PSEGS 16
 struct FlashSegs {
@@ -263,22 +322,28 @@ struct FlashSegs {
 __device__ __forceinline__ SegDesc seg_desc(const SegDesc *desc, const FlashSegs &ps, int i) {
 	return desc != nullptr ? desc[i] : ps.d[i]; // ps is __grid_constant__: read in place, not copied per thread
 }
-#define FLASH_SEGS(NAME, D)                                                                                          \
+#define FLASH_SEGS(NAME, D, GQ)                                                                                      \
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
 	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2,         \
-	    const __grid_constant__ FlashSegs ps) {                                                                      \
+	    unsigned *cnt, const __grid_constant__ FlashSegs ps) {                                                       \
 		KEV_GRID_DEP();                                                                                           \
 		const int4 bl = blocks[blockIdx.x];                                                                   \
 		if ((int)blockIdx.z >= bl.z) return;                                                                   \
 		const SegDesc sd = seg_desc(desc, ps, bl.x);                                                           \
-		flash_attn<D>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b,    \
-		              nullptr, sd.start + bl.y * FA_BQ, sd.start + sd.len, sd.start, N, sd.p, H, KV, scale2,     \
-		              bl.z);                                                                                     \
+		flash_attn<D, GQ>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b, \
+		                  nullptr, sd.start + bl.y * (FA_BQ / GQ), sd.start + sd.len, sd.start, N, sd.p, H, KV,   \
+		                  scale2, bl.z, GQ * blockIdx.y, cnt);                                                   \
 	}
-FLASH_SEGS(flash_attn_segs_d64, 64)
-FLASH_SEGS(flash_attn_segs_d128, 128)
-FLASH_SEGS(flash_attn_segs_d256, 256)
+FLASH_SEGS(flash_attn_segs_d64, 64, 1)
+FLASH_SEGS(flash_attn_segs_d128, 128, 1)
+FLASH_SEGS(flash_attn_segs_d256, 256, 1)
+FLASH_SEGS(flash_attn_segs_d64_g2, 64, 2)
+FLASH_SEGS(flash_attn_segs_d128_g2, 128, 2)
+FLASH_SEGS(flash_attn_segs_d256_g2, 256, 2)
+FLASH_SEGS(flash_attn_segs_d64_g4, 64, 4)
+FLASH_SEGS(flash_attn_segs_d128_g4, 128, 4)
+FLASH_SEGS(flash_attn_segs_d256_g4, 256, 4)
 
 // combine merges the splits' partial outputs of row t, head h: with M = max m_s and w_s = l_s·2^(m_s − M),
 // o = Σ w_s·O_s / Σ w_s, summed in split order. opart [*, N, H, D], ml [*, N, H, 2].
