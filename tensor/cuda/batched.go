@@ -213,18 +213,13 @@ func flashGroup(heads, kvHeads int) int {
 	return 1
 }
 
-// flashCombineApart merges split rows in attn_combine_rows instead of in the last split's block (the same bits), for
-// tests and benchmarks. Set only on the device thread, between launches.
-var flashCombineApart bool
-
 // flashOneHead makes every flash_attn_segs block take one head (64 rows), as before the grouped blocks; for
 // benchmarks that compare both in one run. Set only on the device thread, between launches.
 var flashOneHead bool
 
 // flashSegs launches flash_attn_segs_dD (flashGroup's heads a block) over the 64/G-row tiles of every segment
 // (segment i starts at row starts[i] and continues plens[i] prefix keys), each block splitting its keys segSplits
-// ways; the last split of each block to finish merges its rows (attn_combine_rows after the launch when the
-// blocks outnumber the tile counters). Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
+// ways, then attn_combine_rows over the rows of the split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
 func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
 	var db Buffer
@@ -266,17 +261,11 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 		}
 		part, ml = q.d.ws.Ptr, q.d.ws.Ptr+cu.DevicePtr(pn)
 	}
-	// the last split of a block merges its rows (one tile counter per block), or attn_combine_rows after
-	var cnt cu.DevicePtr
-	fused := len(rows) > 0 && nb*(h/gq) <= maxGEMMTiles && !flashCombineApart
-	if fused {
-		cnt = q.d.cnt.Ptr
-	}
 	log2e := float32(1.4426950408889634)
 	q.args.Reset()
 	q.put(y.Operand())
 	q.args.Ptr(part).Ptr(ml).Ptr(qt.buf.Ptr).Ptr(kt.buf.Ptr).Ptr(vt.buf.Ptr).Ptr(db.Ptr).Ptr(bb.Ptr)
-	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale*log2e).Ptr(cnt).Bytes(pd[:], 8)
+	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale*log2e).Bytes(pd[:], 8)
 	name := fmt.Sprintf("flash_attn_segs_d%d", d)
 	if gq > 1 {
 		name += fmt.Sprintf("_g%d", gq)
@@ -284,7 +273,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h / gq, Z: maxS}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
 		return err
 	}
-	if len(rows) == 0 || fused {
+	if len(rows) == 0 {
 		return nil
 	}
 	rb, err := s.ints(rows)

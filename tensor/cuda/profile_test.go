@@ -26,8 +26,7 @@ import (
 // or m-fastest rotated by rounds) and plain m-fastest, KEV_PROFILE_MODES=groups with several group widths,
 // KEV_PROFILE_MODES=tiles the invariant plans with every tile kernel and with the 128-row ones only,
 // KEV_PROFILE_MODES=pdl with kernels launched as programmatic dependents (compute capability 9.0) and without,
-// KEV_PROFILE_MODES=attn with attention blocks of a group's heads (flashGroup), of one head, and with split rows
-// merged in a launch of their own.
+// KEV_PROFILE_MODES=attn with attention blocks of a group's heads (flashGroup) and of one head.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -78,7 +77,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	case "chunked":
 		modes = []pmode{modes[0], {"invariant/no-chunked-tiles", false, false, false}}
 	case "attn":
-		modes = []pmode{modes[0], {"invariant/one-head", false, false, false}, {"invariant/combine-apart", false, false, false}}
+		modes = []pmode{modes[0], {"invariant/one-head", false, false, false}}
 	case "order":
 		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
 	case "groups":
@@ -96,7 +95,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	defer setByM(false)
 	pdl0 := dev.pdl
 	defer dev.Do(func(q *Queue) error {
-		schedPrev, schedBM, schedNoWC, flashOneHead, flashCombineApart, q.d.gn, q.d.pdl = false, 0, false, false, false, 0, pdl0
+		schedPrev, schedBM, schedNoWC, flashOneHead, q.d.gn, q.d.pdl = false, 0, false, false, 0, pdl0
 		return nil
 	})
 	for range b.N {
@@ -147,10 +146,9 @@ func BenchmarkPassKernels(b *testing.B) {
 						if strings.HasSuffix(mode.name, "/tiles128") {
 							schedBM = 128 // the schedules of 128-row tiles only (before the 192-row tiles)
 						}
-						schedNoWC = strings.HasSuffix(mode.name, "/no-chunked-tiles")      // stream-K for chunked shapes, as before
-						flashOneHead = strings.HasSuffix(mode.name, "/one-head")           // attention blocks of one head, as before the groups
-						flashCombineApart = strings.HasSuffix(mode.name, "/combine-apart") // split rows merged in a launch of their own
-						q.d.gn = 0                                                         // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
+						schedNoWC = strings.HasSuffix(mode.name, "/no-chunked-tiles") // stream-K for chunked shapes, as before
+						flashOneHead = strings.HasSuffix(mode.name, "/one-head")      // attention blocks of one head, as before the groups
+						q.d.gn = 0                                                    // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
 						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
 							q.d.gn, _ = strconv.Atoi(v)
 						}

@@ -52,37 +52,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 	return *(uint32_t *)&v;
 }
 
-// combine_lanes merges the splits' partial outputs of row t, head h as combine (below) does, d = lane, lane + 32, …
-// (a warp's lanes), reading the partials from L2 (other blocks wrote them).
-template <int D>
-__device__ __forceinline__ void combine_lanes(void *o, int odt, const float *opart, const float *ml, int t, int h,
-                                              int N, int H, int splits, int lane) {
-	float M = -INFINITY;
-	for (int z = 0; z < splits; z++) M = fmaxf(M, __ldcg(ml + 2 * (((size_t)z * N + t) * H + h)));
-	float wsum = 0.f;
-	for (int z = 0; z < splits; z++) {
-		const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
-		const float l = __ldcg(p + 1);
-		if (l > 0.f) wsum += l * exp2f(__ldcg(p) - M);
-	}
-	const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-	const size_t qw = (size_t)H * D;
-	float acc[D / 32];
-#pragma unroll
-	for (int i = 0; i < D / 32; i++) acc[i] = 0.f;
-	for (int z = 0; z < splits; z++) {
-		const float *p = ml + 2 * (((size_t)z * N + t) * H + h);
-		const float l = __ldcg(p + 1);
-		if (!(l > 0.f)) continue;
-		const float w = l * exp2f(__ldcg(p) - M);
-		const float *op = opart + (size_t)z * N * qw + (size_t)t * qw + (size_t)h * D + lane;
-#pragma unroll
-		for (int i = 0; i < D / 32; i++) acc[i] += w * __ldcg(op + 32 * i);
-	}
-#pragma unroll
-	for (int i = 0; i < D / 32; i++) st(o, odt, (size_t)t * qw + (size_t)h * D + lane + 32 * i, acc[i] * inv);
-}
-
 // flash_attn runs one block: query rows tq0 … min(tq0 + 64/GQ − 1, rowEnd − 1) of GQ query heads h0 … h0 + GQ − 1
 // of one group (they read the same K/V tiles; GQ divides H / KV), which see the P rows of kp/vp and their own new
 // keys from s0 on. Warp w takes 16 rows, (w / GQ)·16 onwards, of head h0 + w % GQ; a row's products, masks and sums
@@ -92,8 +61,7 @@ template <int D, int GQ>
 __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q,
                                            const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *kp,
                                            const __nv_bfloat16 *vp, const int32_t *segStart, int tq0, int rowEnd,
-                                           int s0, int N, int P, int H, int KV, float scale2, int splits, int h0,
-                                           unsigned *cnt) {
+                                           int s0, int N, int P, int H, int KV, float scale2, int splits, int h0) {
 	static_assert(GQ == 1 || GQ == 2 || GQ == 4, "1, 2 or 4 heads a block");
 	constexpr int BQ = FA_BQ / GQ; // query rows of the block
 	constexpr int STR = D + 8; // shared row stride in elements
@@ -271,23 +239,6 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 		if (t0 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t0 * H + h)) = make_float2(m0, l0);
 		if (t1 < rowEnd) *(float2 *)(ml + 2 * (mz + (size_t)t1 * H + h)) = make_float2(m1, l1);
 	}
-	if (cnt == nullptr) return; // attn_combine or attn_combine_rows merges the splits
-	// The last of the block's splits to finish merges them (cnt: one counter per block of the launch, zero before,
-	// left zero), as attn_combine_rows would: the same sums in the same order.
-	__shared__ bool s_last;
-	__threadfence();
-	__syncthreads();
-	if (tid == 0) {
-		unsigned *c = cnt + (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-		s_last = atomicAdd(c, 1u) == (unsigned)splits - 1;
-		if (s_last) *c = 0;
-	}
-	__syncthreads();
-	if (!s_last) return;
-	__threadfence();
-	const int rows = tmax - tq0 + 1;
-	for (int p = warp; p < rows * GQ; p += 4) // (row, head) pairs, a warp each, its lanes over d
-		combine_lanes<D>(o, odt, opart, ml, tq0 + p / GQ, h0 + p % GQ, N, H, splits, lane);
 }
 
 #define FLASH(NAME, D)                                                                                               \
@@ -298,7 +249,7 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 		KEV_GRID_DEP();                                                                                           \
 		const int tq0 = blockIdx.x * FA_BQ;                                                                   \
 		flash_attn<D, 1>(o, odt, opart, ml, q, k, v, kp, vp, segStart, tq0, N, segStart[tq0], N, P, H, KV,       \
-		                 scale2, splits, blockIdx.y, nullptr);                                                   \
+		                 scale2, splits, blockIdx.y);                                                            \
 	}
 FLASH(flash_attn_d64, 64)
 FLASH(flash_attn_d128, 128)
@@ -312,8 +263,8 @@ FLASH(flash_attn_d256, 256)
 // segment, so they share its prefix (desc.a, desc.b: bf16 [desc.p, KV·D], null when desc.p = 0) and its first row.
 // Each block has its own split count (the host chooses it from the segment's prefix length alone, so a row's
 // reduction order does not depend on the other segments of the call); gridDim.z is the largest, and splits
-// z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by the last
-// of their splits to finish (cnt: a counter per (blockIdx.x, blockIdx.y), zero; null: by attn_combine_rows).
+// z ≥ the block's count do nothing. A block of one split writes o; the rows of the others are merged by
+// attn_combine_rows.
 // When desc is null, the descriptors come from ps (a call of at most FA_PSEGS segments uploads none).
 #define FA_PSEGS 16
 struct FlashSegs {
@@ -326,14 +277,14 @@ __device__ __forceinline__ SegDesc seg_desc(const SegDesc *desc, const FlashSegs
 	extern "C" __global__ void __launch_bounds__(128) NAME(                                                      \
 	    void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,                   \
 	    const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV, float scale2,         \
-	    unsigned *cnt, const __grid_constant__ FlashSegs ps) {                                                       \
+	    const __grid_constant__ FlashSegs ps) {                                                                      \
 		KEV_GRID_DEP();                                                                                           \
 		const int4 bl = blocks[blockIdx.x];                                                                   \
 		if ((int)blockIdx.z >= bl.z) return;                                                                   \
 		const SegDesc sd = seg_desc(desc, ps, bl.x);                                                           \
 		flash_attn<D, GQ>(o, odt, opart, ml, q, k, v, (const __nv_bfloat16 *)sd.a, (const __nv_bfloat16 *)sd.b, \
 		                  nullptr, sd.start + bl.y * (FA_BQ / GQ), sd.start + sd.len, sd.start, N, sd.p, H, KV,   \
-		                  scale2, bl.z, GQ * blockIdx.y, cnt);                                                   \
+		                  scale2, bl.z, GQ * blockIdx.y);                                                        \
 	}
 FLASH_SEGS(flash_attn_segs_d64, 64, 1)
 FLASH_SEGS(flash_attn_segs_d128, 128, 1)
