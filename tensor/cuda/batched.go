@@ -282,8 +282,9 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	}
 	q.args.Reset()
 	q.put(y.Operand())
-	q.args.Ptr(part).Ptr(ml).Ptr(rb.Ptr).I32(int32(n)).I32(int32(h)).I32(int32(d))
-	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: len(rows) / 2, Y: h, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0)
+	nr := len(rows) / 2
+	q.args.Ptr(part).Ptr(ml).Ptr(rb.Ptr).I32(int32(nr)).I32(int32(n)).I32(int32(h)).I32(int32(d))
+	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: (nr*h + 7) / 8, Y: 1, Z: 1}, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
 }
 
 // convParamSegs is the most segment descriptors a convolution launch carries as a kernel parameter (CONV_PSEGS in

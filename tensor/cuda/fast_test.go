@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/kevgo/kev/internal/cudrv"
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -282,4 +283,68 @@ func BenchmarkServingKernels(b *testing.B) {
 			fmt.Printf("KEVBENCH kernel %q us=%.1f\n", c.name, sec*1e6)
 		})
 	}
+}
+
+// TestAttnCombineRows checks attn_combine_rows (a warp per row and head, the splits' loads at once) against
+// attn_combine (a block per row and head, one split after another) on the same partial outputs: the same bits, for
+// every head dimension and split count, with splits that saw no key (l = 0, m = −inf) among them.
+func TestAttnCombineRows(t *testing.T) {
+	r := newRand(t)
+	const N, H = 37, 6
+	for _, D := range []int{64, 128, 256} {
+		for _, splits := range []int{2, 3, 7, 16} {
+			part := make([]float32, splits*N*H*D)
+			for i := range part {
+				part[i] = float32(r.NormFloat64())
+			}
+			ml := make([]float32, 2*splits*N*H)
+			for i := 0; i < len(ml); i += 2 {
+				ml[i], ml[i+1] = float32(4*r.NormFloat64()), float32(1+30*r.Float64())
+				if r.IntN(9) == 0 { // a split whose keys were all masked
+					ml[i], ml[i+1] = float32(math.Inf(-1)), 0
+				}
+			}
+			rows := make([]int32, 0, 2*N)
+			for i := range N {
+				rows = append(rows, int32(i), int32(splits))
+			}
+			var got, want []uint16
+			do(t, func(q *Queue) error {
+				pb, mb := upload(t, q, bytesOf32(part), 0), upload(t, q, bytesOf32(ml), 0)
+				rb := upload(t, q, bytesOf32(int32sAsFloat(rows)), 0)
+				oa, ob := poisoned(t, q, 2*N*H*D), poisoned(t, q, 2*N*H*D)
+				defer func() {
+					for _, b := range []Buffer{pb, mb, rb, oa, ob} {
+						_ = q.Free(b)
+					}
+				}()
+				q.args.Reset()
+				q.args.Ptr(oa.Ptr).I32(int32(tensor.BF16)).Ptr(pb.Ptr).Ptr(mb.Ptr).I32(N).I32(H).I32(int32(D)).I32(int32(splits))
+				if err := q.launch("flash", "attn_combine", cudrv.Dim3{X: N, Y: H, Z: 1}, cudrv.Dim3{X: 64, Y: 1, Z: 1}, 0); err != nil {
+					return err
+				}
+				q.args.Reset()
+				q.args.Ptr(ob.Ptr).I32(int32(tensor.BF16)).Ptr(pb.Ptr).Ptr(mb.Ptr).Ptr(rb.Ptr).I32(N).I32(N).I32(H).I32(int32(D))
+				if err := q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: (N*H + 7) / 8, Y: 1, Z: 1}, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0); err != nil {
+					return err
+				}
+				want, got = from16(download(t, q, oa, 2*N*H*D)), from16(download(t, q, ob, 2*N*H*D))
+				return nil
+			})
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("D %d, %d splits: row %d head %d column %d: %#04x, attn_combine %#04x", D, splits, i/(H*D), i/D%H, i%D, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// int32sAsFloat reinterprets v's bits as float32 (for bytesOf32).
+func int32sAsFloat(v []int32) []float32 {
+	f := make([]float32, len(v))
+	for i, x := range v {
+		f[i] = math.Float32frombits(uint32(x))
+	}
+	return f
 }

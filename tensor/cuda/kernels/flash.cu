@@ -326,11 +326,51 @@ extern "C" __global__ void attn_combine(void *o, int odt, const float *opart, co
 	combine(o, odt, opart, ml, blockIdx.x, blockIdx.y, N, H, D, splits);
 }
 
-// attn_combine_rows merges the splits of the listed rows: rows[blockIdx.x] = (row, its split count). One block of
-// 64 threads per (listed row, head).
-extern "C" __global__ void attn_combine_rows(void *o, int odt, const float *opart, const float *ml, const int2 *rows,
-                                             int N, int H, int D) {
+// attn_combine_rows merges the splits of the listed rows: rows[i] = (row, its split count ≤ 32), i < nrows. One
+// warp per (listed row, head), eight a block, its lanes over d: lane z < splits loads split z's (m, l) and its weight
+// 2^(m − M), so a merge takes two round trips to memory (the (m, l) pairs, then the partial outputs of every split
+// at once) instead of one per split; the sums are combine's, in the same order and with the same roundings (fused
+// multiply-adds where the compiler contracts combine's), so the bits are attn_combine's.
+extern "C" __global__ void __launch_bounds__(256) attn_combine_rows(void *o, int odt, const float *opart,
+                                                                    const float *ml, const int2 *rows, int nrows,
+                                                                    int N, int H, int D) {
 	KEV_GRID_DEP();
-	const int2 r = rows[blockIdx.x];
-	combine(o, odt, opart, ml, r.x, blockIdx.y, N, H, D, r.y);
+	const int lane = threadIdx.x & 31, p = blockIdx.x * 8 + (threadIdx.x >> 5);
+	if (p >= nrows * H) return;
+	const int2 r = rows[p / H];
+	const int t = r.x, h = p % H, splits = r.y;
+	float m = -INFINITY, l = 0.f;
+	if (lane < splits) {
+		const float2 v = *(const float2 *)(ml + 2 * (((size_t)lane * N + t) * H + h));
+		m = v.x, l = v.y;
+	}
+	float M = m;
+#pragma unroll
+	for (int s = 16; s > 0; s >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, s));
+	const float e = lane < splits ? exp2f(m - M) : 0.f;
+	const float w = __fmul_rn(l, e); // combine's p[1]·2^(p[0] − M), rounded before it multiplies the partial
+	float wsum = 0.f;
+	for (int z = 0; z < splits; z++) {
+		const float lz = __shfl_sync(0xffffffffu, l, z), ez = __shfl_sync(0xffffffffu, e, z);
+		if (lz > 0.f) wsum = __fmaf_rn(lz, ez, wsum);
+	}
+	const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+	const size_t qw = (size_t)H * D;
+	const float *op = opart + (size_t)t * qw + (size_t)h * D + lane;
+	float acc[8];
+#pragma unroll
+	for (int i = 0; i < 8; i++) acc[i] = 0.f;
+#pragma unroll 4
+	for (int z = 0; z < splits; z++) {
+		const float lz = __shfl_sync(0xffffffffu, l, z), wz = __shfl_sync(0xffffffffu, w, z);
+		if (!(lz > 0.f)) continue;
+		float v[8];
+#pragma unroll
+		for (int i = 0; i < 8; i++) v[i] = lane + 32 * i < D ? op[(size_t)z * N * qw + 32 * i] : 0.f;
+#pragma unroll
+		for (int i = 0; i < 8; i++) acc[i] = __fmaf_rn(wz, v[i], acc[i]);
+	}
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		if (lane + 32 * i < D) st(o, odt, (size_t)t * qw + (size_t)h * D + lane + 32 * i, acc[i] * inv);
 }
