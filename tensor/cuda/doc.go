@@ -25,18 +25,23 @@
 // (cuLaunchKernelEx): a kernel's blocks may become resident while the one before it finishes, and each kernel
 // waits for that grid (griddepcontrol.wait, kernels/pdl.cuh) before touching memory, so launch gaps overlap the
 // previous kernel's tail (−0.2 to −0.4 ms per short pass); the GEMM kernels load the W tiles of their first k
-// steps (weights, which no kernel writes) before that wait. KEV_CUDA_PDL=off launches them plainly. On compute
+// steps before that wait when W was uploaded from the host (weights, which no kernel writes; GEMM.WLoaded), and
+// wait first for any other W. KEV_CUDA_PDL=off launches them plainly. On compute
 // capability 9.0 the GEMM runs warp-specialised wgmma kernels fed by
 // the bulk tensor copy engine (kernels/gemm_sm90a.cu, PTX for sm_90a): tiles of 128 or 192 rows and 64 to 256
 // columns, persistent, or split-K over the fixed k chunks of a shape with one reduce launch (or, when an AddRMSNorm
 // follows, MatMulAddRMSNorm's kernel that adds the partial sums and normalises), or a persistent stream-K schedule
 // over those chunks, chosen per M by a cost model so that the tiles fill the GPU (the k partition depends on the
 // shape only, so a row's bits do not depend on its batch); when X outgrows L2 the tiles run in groups of n-tiles so
-// that the blocks running together share both operands in L2; the MLP's gate/up GEMM applies SwiGLU in its
-// epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// that the blocks running together share both operands in L2, and otherwise m-fastest with each n-tile's m-tiles
+// rotated by the round they start in, so that a partial last row of tiles is shared out among the blocks; bf16
+// tiles without a residual store whole 16-byte pieces (a shuffle transpose within each quad of lanes); the MLP's
+// gate/up GEMM applies SwiGLU in its epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (kernels/gdn.cu); other shapes keep each head's
-// state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel.
+// state in registers and go token by token (kernels/delta.cu). Attention is a tiled flash kernel whose blocks take
+// 16 rows of the four query heads of a group (or 32 of two, or 64 of one), so that each K/V tile they load serves
+// four heads and short segments pad few rows; keys over a long prefix split per segment, merged by a second launch.
 //
 // KEV_CUDA_PASS_LOG=file appends one JSON line per Run: its host time and, for each wait for the device inside it,
 // when the host began to wait and when the device got there (an event at the start and one before each wait);
