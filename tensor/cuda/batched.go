@@ -205,8 +205,11 @@ func segSplits(p int) int {
 // flashGroup is the query heads a flash_attn_segs block takes (4, 2 or 1 of a group of heads / kvHeads): each K/V
 // tile it loads serves 64/G rows of each, so a short segment pads fewer rows to the block's 64.
 func flashGroup(heads, kvHeads int) int {
+	if flashOneHead || kvHeads <= 0 || heads%kvHeads != 0 {
+		return 1
+	}
 	for _, g := range []int{4, 2} {
-		if kvHeads > 0 && heads%kvHeads == 0 && (heads/kvHeads)%g == 0 && !flashOneHead {
+		if (heads/kvHeads)%g == 0 {
 			return g
 		}
 	}
@@ -219,7 +222,8 @@ var flashOneHead bool
 
 // flashSegs launches flash_attn_segs_dD (flashGroup's heads a block) over the 64/G-row tiles of every segment
 // (segment i starts at row starts[i] and continues plens[i] prefix keys), each block splitting its keys segSplits
-// ways, then attn_combine_rows over the rows of the split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
+// ways, then attn_combine_rows over the rows of the split blocks. Up to convParamSegs descriptors travel as a
+// kernel parameter, more are uploaded.
 func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
 	var db Buffer

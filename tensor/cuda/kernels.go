@@ -63,7 +63,7 @@ type GEMM struct {
 	xt       wgTile     // force this wgmma tile kernel, with splits (0: 1) of equal k tiles (tests, benchmarks)
 	xc       wgTile     // force this chunked tile kernel (wcTiles), chunks of chunk k tiles (0: fixedChunk's)
 	waves    bool       // tile kernels with one split: a block per tile, not the persistent kernel (tests, benchmarks)
-	gn       int        // wgmma kernels: n-tiles per group of the tile order (tile_at; −1: rotated m-fastest, persistent kernels only), 0: the planned order (tests, benchmarks)
+	gn       int        // wgmma kernels' tile order (tile_at): n-tiles per group, −1 m-fastest rotated by rounds, 0 planned
 }
 
 // gemmPlan is a chosen GEMM launch: kernel, tile, k tiles per split.
