@@ -236,11 +236,20 @@ func (s *scope) alloc(n int64) (Buffer, error) {
 	return s.b.pool.get(n)
 }
 
-// out allocates a result tensor (no memory when it has no elements).
+// out allocates a result tensor (no memory when it has no elements). A BF16 matrix gets tileRoom rows of room
+// past its last row, which a GEMM reading it as X may read (xRows).
 func (s *scope) out(dt tensor.DType, shape ...int) (*Tensor, error) {
+	return s.newTensor(dt, true, shape)
+}
+
+// newTensor allocates a tensor, with room past a BF16 matrix's last row when room is set.
+func (s *scope) newTensor(dt tensor.DType, room bool, shape []int) (*Tensor, error) {
 	t := &Tensor{shape: shape, dtype: dt, b: s.b}
 	if n := int64(tensor.Numel(shape)); n > 0 {
 		var err error
+		if cols := shape[len(shape)-1]; room && len(shape) >= 2 && dt == tensor.BF16 {
+			n += int64(tileRoom(int(n)/cols)) * int64(cols)
+		}
 		if t.buf, err = s.alloc(n * elemSize(dt)); err != nil {
 			return nil, err
 		}
@@ -291,7 +300,7 @@ func (b *Backend) upload(dt tensor.DType, shape []int, raw []byte) (tensor.Tenso
 	var t *Tensor
 	err := b.run(func(s *scope) error {
 		var err error
-		if t, err = s.out(dt, shape...); err != nil || len(raw) == 0 {
+		if t, err = s.newTensor(dt, false, shape); err != nil || len(raw) == 0 { // no room: weights stay their size
 			return err
 		}
 		return s.q.Upload(t.buf, raw)

@@ -108,7 +108,8 @@ func BenchmarkGEMMSchedule(b *testing.B) {
 // the schedule model and the chunk choice are fitted to. KEV_TILES_M lists the token counts (default
 // 64,89,240,567,2392); KEV_TILES_CHUNKS=plan times the planned chunk only (the schedules the planner picks among);
 // KEV_TILES_SHAPES=chunked times only the shapes whose planned k tiles are summed in chunks; KEV_TILES_NK=NxK,…
-// times other shapes instead of Kev-4B's; KEV_TILES_GN=g runs the tile kernels in tile order g (GEMM.gn).
+// times other shapes instead of Kev-4B's; KEV_TILES_GN=g runs the tile kernels in tile order g (GEMM.gn);
+// KEV_TILES_ZEROFILL=1 ends the X tensor maps at row M, so that TMA fills the rows past it with zeros (gemmZeroFill).
 func BenchmarkGEMMTiles(b *testing.B) {
 	if !dev.hopper() {
 		b.Skip("wgmma kernels need compute capability 9.0")
@@ -125,6 +126,8 @@ func BenchmarkGEMMTiles(b *testing.B) {
 	}
 	grid, _ := strconv.Atoi(os.Getenv("KEV_TILES_GRID")) // persistent kernels on fewer blocks
 	gnT, _ := strconv.Atoi(os.Getenv("KEV_TILES_GN"))    // the tiles' order (GEMM.gn: 1 m-fastest, −1 rotated)
+	gemmZeroFill = os.Getenv("KEV_TILES_ZEROFILL") == "1"
+	defer func() { gemmZeroFill = false }()
 	shapes := gemmShapes
 	if v := os.Getenv("KEV_TILES_NK"); v != "" { // other shapes, "NxK,…" (what L2 holds, for instance)
 		shapes = nil
@@ -223,6 +226,7 @@ func benchGEMM(b *testing.B, M, N, K int, byM bool) {
 func timeGEMM(b *testing.B, g GEMM) (float64, gemmPlan) {
 	M, N, K := g.M, g.N, g.K
 	xb, wb, yb := int64(2*M*K), int64(2*N*K), int64(2*M*N)
+	xb += int64(2 * tileRoom(M) * K) // room past row M, as the backend's results have (xRows)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	var t float64
 	p := dev.plan(&g)

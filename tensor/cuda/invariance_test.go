@@ -520,3 +520,82 @@ func TestMatMulComputedW(t *testing.T) {
 		}
 	}
 }
+
+// TestGEMMRowsPastM checks that the rows past M that the X tensor map reads (xRows) change no bit of Y and that no
+// row past M of Y is written: X's buffer holds NaN in the room past row M (tileRoom), and Y's buffer as many rows
+// of a poison value; every wgmma schedule (persistent tiles, split-K, chunked tiles, stream-K, the planned one, the
+// fused SwiGLU) is compared with the same GEMM on an X buffer that ends at row M, whose map TMA fills with zeros.
+func TestGEMMRowsPastM(t *testing.T) {
+	if !dev.hopper() {
+		t.Skip("wgmma kernels need compute capability 9.0")
+	}
+	r := newRand(t)
+	for _, s := range [][2]int{{2560, 9216}, {12352, 2560}, {392, 1000}} {
+		N, K := s[0], s[1]
+		const maxM = 300
+		x := randBF16(r, maxM*K, 1)
+		w := randBF16(r, N*K, 1/math.Sqrt(float64(K)))
+		kTiles := (K + 63) / 64
+		for _, M := range []int{1, 16, 65, 129, 257, 300} {
+			if got, want := xRows(&GEMM{M: M, K: K, LdX: K, X: Buffer{Bytes: int64(2 * (M + tileRoom(M)) * K)}}, 192), (M+191)/192*192; got != want {
+				t.Errorf("M=%d K=%d: xRows %d for 192-row tiles, want %d", M, K, got, want)
+			}
+			gs := []GEMM{{}, {SwiGLU: true}, {kern: gemmSK, chunk: max(1, kTiles/3)}}
+			for _, xt := range wgTiles {
+				gs = append(gs, GEMM{xt: xt}, GEMM{xt: xt, splits: 3, WLoaded: true})
+			}
+			for _, xc := range wcTiles {
+				gs = append(gs, GEMM{xc: xc, chunk: max(1, kTiles/3)})
+			}
+			for _, g := range gs {
+				if g.SwiGLU && !dev.SwiGLUFused(M, N, K) {
+					continue
+				}
+				if g.splits > 1 && (kTiles+g.splits-1)/g.splits*(g.splits-1) >= kTiles {
+					continue
+				}
+				var zero, past []uint16
+				var spill bool
+				for _, room := range []int{0, tileRoom(M)} {
+					outN := N
+					if g.SwiGLU {
+						outN = N / 2
+					}
+					var out []uint16
+					do(t, func(q *Queue) error {
+						X := upload(t, q, bytesOf16(x[:M*K]), 2*room*K) // the room past M: 0xffff, NaN
+						W := upload(t, q, bytesOf16(w), 0)
+						Y := poisoned(t, q, 2*(M+room)*outN)
+						defer func() { q.Free(X); q.Free(W); q.Free(Y) }()
+						h := g
+						h.Y, h.X, h.W, h.M, h.N, h.K = Y, X, W, M, N, K
+						if err := q.GEMM(h); err != nil {
+							return err
+						}
+						out = from16(download(t, q, Y, 2*(M+room)*outN))
+						return nil
+					})
+					for _, v := range out[M*outN:] {
+						spill = spill || v != 0xffff
+					}
+					if room == 0 {
+						zero = out
+					} else {
+						past = out[:M*outN]
+					}
+				}
+				p := dev.plan(&GEMM{M: M, N: N, K: K, SwiGLU: g.SwiGLU, kern: g.kern, chunk: g.chunk, xt: g.xt, xc: g.xc, splits: g.splits})
+				if spill {
+					t.Errorf("N=%d K=%d M=%d %s (%d splits): Y written past row M", N, K, M, p.fn, p.splits)
+				}
+				cols := len(zero) / M
+				for i := range zero {
+					if past[i] != zero[i] {
+						t.Errorf("N=%d K=%d M=%d %s (%d splits): row %d column %d: %#04x with NaN rows past M, %#04x with zeros", N, K, M, p.fn, p.splits, i/cols, i%cols, past[i], zero[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}

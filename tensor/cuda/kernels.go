@@ -657,7 +657,7 @@ func (q *Queue) gemm(gp *GEMM, reduce bool) (gemmPlan, error) {
 	a := &q.args
 	a.Reset()
 	if p.mod == "gemm_sm90a" {
-		tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: 2 * g.LdX,
+		tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: xRows(&g, p.bm), Cols: g.K, Stride: 2 * g.LdX,
 			BoxRows: p.bm, BoxCols: p.bk, Swizzle128: true})
 		if err != nil {
 			return gemmPlan{}, fmt.Errorf("cuda: GEMM: X: %w", err)
@@ -863,4 +863,32 @@ func (q *Queue) FillUniform(b Buffer, n int64, seed uint32, scale float32) error
 	q.args.Reset()
 	q.args.Ptr(b.Ptr).U64(uint64(n)).U32(seed).F32(scale)
 	return q.launch("ops", "fill_uniform_bf16", gridFor(n, 256, q.d.info.SMs), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+}
+
+// gemmZeroFill makes the X tensor map of the wgmma kernels end at row M, as before xRows (benchmarks compare).
+var gemmZeroFill bool
+
+// xRows is the row count the X tensor map of a GEMM with tiles of bm rows declares: M, extended to the tiles' next
+// multiple of bm rows as far as X's buffer holds them. TMA fills the rows of a box past the map's end with zeros,
+// and on the H200 that costs more than reading them: a last row of tiles with a few live rows took as long as 1.4
+// whole ones (NOTES-perf v25). The rows past M reach only output rows past M, which no kernel stores or sums, so
+// whatever they hold (another tensor's rows, NaN) changes no bit of Y. The backend's results have room past their
+// last row for this (tileRoom). (W's last n-tile, filled past N the same way, measured no slower: one tile column
+// of many, and W is not padded.)
+func xRows(g *GEMM, bm int) int {
+	if gemmZeroFill {
+		return g.M
+	}
+	fit := int((g.X.Bytes/2-int64(g.K))/int64(g.LdX)) + 1 // rows whose K elements lie in the buffer
+	return max(g.M, min(fit, (g.M+bm-1)/bm*bm))
+}
+
+// tileRoom is the room, in rows, that a matrix of rows rows has past its end when the backend computes it, so that
+// the X boxes of any GEMM tile kernel reading its last rows lie in its buffer (xRows): at most 191.
+func tileRoom(rows int) int {
+	room := (rows+127)/128*128 - rows // the stream-K and chunked kernels' tiles
+	for _, t := range wgTiles {
+		room = max(room, (rows+t.bm-1)/t.bm*t.bm-rows)
+	}
+	return room
 }

@@ -35,7 +35,7 @@ func (b *Backend) FromHostRows(parts ...*qwen35.Tensor) (tensor.Tensor, error) {
 	var t *Tensor
 	err := b.run(func(s *scope) error {
 		var err error
-		if t, err = s.out(tensor.BF16, rows, cols); err != nil {
+		if t, err = s.newTensor(tensor.BF16, false, []int{rows, cols}); err != nil { // weights: no room past the rows
 			return err
 		}
 		var off int64
