@@ -61,6 +61,12 @@ __device__ __forceinline__ float bsum(float v, float *scratch) {
 
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + expf(-x)); }
 
+// silu_fast is x·σ(x) = x / (1 + e^−x) with the hardware exponential and division (__expf, __fdividef): a few
+// units in the last place of fp32, far below the bf16 rounding of every value it feeds. For x < −87 the divisor
+// overflows and the result is −0 (the true value is below 1e−36). The convolution and the gated norm use it, every
+// variant of each the same, so their variants still agree bit for bit.
+__device__ __forceinline__ float silu_fast(float x) { return __fdividef(x, 1.f + __expf(-x)); }
+
 // unpack8 widens 8 bf16 (one 16-byte vector) to float; pack8 rounds 8 floats to bf16 (nearest even) into one.
 __device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
 	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;

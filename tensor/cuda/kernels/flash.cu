@@ -40,6 +40,13 @@ __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+	const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+	             : "r"(s));
+}
+
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
 	const unsigned s = (unsigned)__cvta_generic_to_shared(p);
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -129,19 +136,21 @@ __device__ __forceinline__ void flash_attn(void *o, int odt, float *opart, float
 		float s[4][4];
 #pragma unroll
 		for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-		const __nv_bfloat16 *qa = Qs + (warp * 16 + g) * STR + 2 * tig;
+		// Fragments by ldmatrix (the same elements in the same registers as 32-bit loads would give): Q's 16×16 tile
+		// at lane row lane & 15, column half lane >> 4; K's [key][dim] rows as B, matrices (keys n0 + 0…7 | 8…15) ×
+		// (dims +0 | +8), so one x4 serves two 8-key tiles.
+		const __nv_bfloat16 *qa = Qs + (warp * 16 + (lane & 15)) * STR + (lane >> 4) * 8;
+		const __nv_bfloat16 *ka = Kt + ((lane & 7) + (lane >> 4) * 8) * STR + ((lane >> 3) & 1) * 8;
 #pragma unroll
 		for (int kk = 0; kk < D / 16; kk++) {
-			uint32_t a[4];
-			a[0] = *(const uint32_t *)(qa + kk * 16);
-			a[1] = *(const uint32_t *)(qa + 8 * STR + kk * 16);
-			a[2] = *(const uint32_t *)(qa + kk * 16 + 8);
-			a[3] = *(const uint32_t *)(qa + 8 * STR + kk * 16 + 8);
-#pragma unroll
-			for (int n = 0; n < 4; n++) {
-				const __nv_bfloat16 *kb = Kt + (n * 8 + g) * STR + kk * 16 + 2 * tig;
-				mma16816(s[n], a, *(const uint32_t *)kb, *(const uint32_t *)(kb + 8));
-			}
+			uint32_t a[4], b01[4], b23[4];
+			ldsm_x4(a, qa + kk * 16);
+			ldsm_x4(b01, ka + kk * 16);
+			ldsm_x4(b23, ka + 16 * STR + kk * 16);
+			mma16816(s[0], a, b01[0], b01[1]);
+			mma16816(s[1], a, b01[2], b01[3]);
+			mma16816(s[2], a, b23[0], b23[1]);
+			mma16816(s[3], a, b23[2], b23[3]);
 		}
 		const bool pre = i < nPre;
 		const int base = pre ? i * FA_BK : s0 + (i - nPre) * FA_BK;

@@ -96,7 +96,7 @@ extern "C" __global__ void conv1d_silu_segs(void *y, int ydt, const void *x, int
 			const float xv = src >= sd.start ? ld(x, xdt, (size_t)src * ldx + c) : hist(sd, K - 1 + (src - sd.start), c);
 			acc += ld(w, wdt, (size_t)c * K + j) * xv;
 		}
-		st(y, ydt, i, acc * sigm(acc));
+		st(y, ydt, i, silu_fast(acc));
 	}
 }
 
@@ -187,7 +187,7 @@ __device__ __forceinline__ void conv_weights(float (&wv)[K][8], const void *w, i
 // conv_row returns the 8 outputs of one row from its window (win[j]: input row t − K + 1 + j, 8 bf16 channels).
 // Same bits as conv1d_silu_segs: each window value and weight is the same element widened exactly to fp32, and
 // each output is acc = 0, then acc += w[c, j]·x_j for j = 0 … K − 1 (the same expression, so the same fused
-// multiply-adds in the same order), then acc·sigm(acc), rounded once to nearest even.
+// multiply-adds in the same order), then silu_fast(acc), rounded once to nearest even.
 template <int K>
 __device__ __forceinline__ uint4 conv_row(const float (&wv)[K][8], const uint4 (&win)[K]) {
 	uint4 o;
@@ -200,7 +200,7 @@ __device__ __forceinline__ uint4 conv_row(const float (&wv)[K][8], const uint4 (
 			float acc = 0.f;
 #pragma unroll
 			for (int j = 0; j < K; j++) acc += wv[j][e + u] * bf16at(win[j], e + u);
-			s[u] = acc * sigm(acc);
+			s[u] = silu_fast(acc);
 		}
 		h[e / 2] = __floats2bfloat162_rn(s[0], s[1]);
 	}
