@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sort"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -252,6 +253,9 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 			}
 		}
 	}
+	if !flashInOrder {
+		flashLongestFirst(blocks, plens, 64/gq)
+	}
 	nb := len(blocks) / 4
 	bb, err := s.ints(blocks)
 	if err != nil {
@@ -289,6 +293,31 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	nr := len(rows) / 2
 	q.args.Ptr(part).Ptr(ml).Ptr(rb.Ptr).I32(int32(nr)).I32(int32(n)).I32(int32(h)).I32(int32(d))
 	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: (nr*h + 7) / 8, Y: 1, Z: 1}, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+}
+
+// flashInOrder launches flash_attn_segs blocks in segment and tile order, as before flashLongestFirst; for
+// benchmarks that compare both in one run. Set only on the device thread, between launches.
+var flashInOrder bool
+
+// flashLongestFirst orders the blocks (segment, tile, splits, 0) of a flash_attn_segs launch by the key tiles each
+// split of each takes, most first (ties in their order): the multiprocessors take blocks in launch order, so a
+// causal prefill's last row tiles — the ones that see every key — start first instead of ending the launch alone.
+// A block computes the same bits wherever it runs. rows is the row tile's height.
+func flashLongestFirst(blocks []int32, plens []int, rows int) {
+	type blk struct {
+		b    [4]int32
+		keys int
+	}
+	bs := make([]blk, len(blocks)/4)
+	for i := range bs {
+		copy(bs[i].b[:], blocks[4*i:])
+		seg, tile, sp := int(bs[i].b[0]), int(bs[i].b[1]), int(bs[i].b[2])
+		bs[i].keys = (plens[seg] + (tile+1)*rows) / sp
+	}
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].keys > bs[j].keys })
+	for i, b := range bs {
+		copy(blocks[4*i:], b.b[:])
+	}
 }
 
 // convParamSegs is the most segment descriptors a convolution launch carries as a kernel parameter (CONV_PSEGS in

@@ -27,7 +27,8 @@ import (
 // KEV_PROFILE_MODES=tiles the invariant plans with every tile kernel and with the 128-row ones only,
 // KEV_PROFILE_MODES=pdl with kernels launched as programmatic dependents (compute capability 9.0) and without,
 // KEV_PROFILE_MODES=attn with attention blocks of a group's heads (flashGroup) and of one head,
-// KEV_PROFILE_MODES=zerofill with GEMM X tensor maps over the rows past M (xRows) and ending at M (TMA's zero fill).
+// KEV_PROFILE_MODES=zerofill with GEMM X tensor maps over the rows past M (xRows) and ending at M (TMA's zero fill),
+// KEV_PROFILE_MODES=attnorder with attention blocks longest first and in tile order.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -79,6 +80,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{modes[0], {"invariant/no-chunked-tiles", false, false, false}}
 	case "attn":
 		modes = []pmode{modes[0], {"invariant/one-head", false, false, false}}
+	case "attnorder":
+		modes = []pmode{modes[0], {"invariant/attn-in-order", false, false, false}}
 	case "zerofill":
 		modes = []pmode{modes[0], {"invariant/zero-fill", false, false, false}}
 	case "order":
@@ -99,6 +102,7 @@ func BenchmarkPassKernels(b *testing.B) {
 	pdl0 := dev.pdl
 	defer dev.Do(func(q *Queue) error {
 		schedPrev, schedBM, schedNoWC, flashOneHead, gemmZeroFill, q.d.gn, q.d.pdl = false, 0, false, false, false, 0, pdl0
+		flashInOrder = false
 		return nil
 	})
 	for range b.N {
@@ -152,6 +156,7 @@ func BenchmarkPassKernels(b *testing.B) {
 						schedNoWC = strings.HasSuffix(mode.name, "/no-chunked-tiles") // stream-K for chunked shapes, as before
 						flashOneHead = strings.HasSuffix(mode.name, "/one-head")      // attention blocks of one head, as before the groups
 						gemmZeroFill = strings.HasSuffix(mode.name, "/zero-fill")     // X tensor maps ending at M, as before xRows
+						flashInOrder = strings.HasSuffix(mode.name, "/attn-in-order") // attention blocks in tile order, as before longest first
 						q.d.gn = 0                                                    // "/gn=N": groups of N n-tiles in every GEMM's tile order (1: m-fastest, as before the groups)
 						if _, v, ok := strings.Cut(mode.name, "/gn="); ok {
 							q.d.gn, _ = strconv.Atoi(v)
