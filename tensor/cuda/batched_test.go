@@ -446,20 +446,23 @@ func BenchmarkSegments(b *testing.B) {
 // TestFlashLongestFirst checks the launch order of flash_attn_segs blocks: a permutation of the blocks, by key
 // tiles per split (prefix plus the tile's own rows, over its splits) most first, ties in their order.
 func TestFlashLongestFirst(t *testing.T) {
-	// segment 0: no prefix, 3 tiles of 16 rows; segment 1: 2,048 prefix keys in 4 splits, 2 tiles; segment 2: 40
-	// prefix keys, 1 tile.
-	plens := []int{0, 2048, 40}
-	blocks := []int32{0, 0, 1, 0, 0, 1, 1, 0, 0, 2, 1, 0, 1, 0, 4, 0, 1, 1, 4, 0, 2, 0, 1, 0}
-	flashLongestFirst(blocks, plens, 16)
-	want := []int32{1, 1, 4, 0, 1, 0, 4, 0, 2, 0, 1, 0, 0, 2, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0}
-	// keys: (1,1) 520, (1,0) 516, (2,0) 56, (0,2) 48, (0,1) 32, (0,0) 16
-	if !slices.Equal(blocks, want) {
-		t.Fatalf("order %v, want %v", blocks, want)
-	}
-	// ties keep their order
-	ties := []int32{0, 0, 1, 0, 1, 0, 1, 0, 2, 0, 1, 0}
-	flashLongestFirst(ties, []int{5, 5, 5}, 16)
-	if want := []int32{0, 0, 1, 0, 1, 0, 1, 0, 2, 0, 1, 0}; !slices.Equal(ties, want) {
-		t.Fatalf("ties %v, want %v", ties, want)
+	for _, c := range []struct {
+		name         string
+		plens        []int
+		blocks, want []int32
+	}{
+		// segment 0: no prefix, 3 tiles of 16 rows; segment 1: 2,048 prefix keys in 4 splits, 2 tiles; segment 2:
+		// 40 prefix keys, 1 tile. Keys: (1,1) 520, (1,0) 516, (2,0) 56, (0,2) 48, (0,1) 32, (0,0) 16.
+		{"mixed", []int{0, 2048, 40},
+			[]int32{0, 0, 1, 0, 0, 1, 1, 0, 0, 2, 1, 0, 1, 0, 4, 0, 1, 1, 4, 0, 2, 0, 1, 0},
+			[]int32{1, 1, 4, 0, 1, 0, 4, 0, 2, 0, 1, 0, 0, 2, 1, 0, 0, 1, 1, 0, 0, 0, 1, 0}},
+		{"ties keep their order", []int{5, 5, 5},
+			[]int32{0, 0, 1, 0, 1, 0, 1, 0, 2, 0, 1, 0},
+			[]int32{0, 0, 1, 0, 1, 0, 1, 0, 2, 0, 1, 0}},
+	} {
+		flashLongestFirst(c.blocks, c.plens, 16)
+		if !slices.Equal(c.blocks, c.want) {
+			t.Errorf("%s: order %v, want %v", c.name, c.blocks, c.want)
+		}
 	}
 }
