@@ -31,8 +31,8 @@ var gdnMinLen = 1
 // gdnTakes reports whether a segment of n tokens runs on the tensor-core kernels (when the call's shape allows).
 func gdnTakes(n int) bool { return n > 0 && n >= gdnMinLen }
 
-// gdnNS forces the state kernel with one (1) or two (2) stages of chunk inputs; 0 chooses by the launch's size.
-// Tests run both.
+// gdnNS forces the state kernel with one (1) or two (2) stages of chunk inputs, or the one of 64 value columns a
+// block (3, gdn_state_w2, where d_v allows); 0 chooses by the launch's size. Tests run all three.
 var gdnNS = 0
 
 // gdnGroup selects the grouping of rows in the block of the state they continue; false runs every row as a
@@ -103,17 +103,19 @@ const gdnWork = 17664
 // its registers).
 const gdnPrepShared = 2*64*136*2 + 3*16*20*4 + 4*64*4
 
-// gdnStateShared is gdn_state_ns{1,2}'s dynamic shared memory for ns stages of chunk inputs.
-func gdnStateShared(ns int) int {
-	const stage = 2*64*136*2 + 64*40*2 + 2*64*72*2 + 5*64*4
-	return ns*stage + 2*128*40*2 + 3*64*40*2
+// gdnStateShared is gdn_state's dynamic shared memory for ns stages of chunk inputs and cg groups of 32 value
+// columns (gdn_state_ns{1,2}: cg 1; gdn_state_w2: ns 2, cg 2).
+func gdnStateShared(ns, cg int) int {
+	vw := 32*cg + 8 // padded rows of V, R, Δ and S
+	stage := 2*64*136*2 + 64*vw*2 + 2*64*72*2 + 5*64*4
+	return ns*stage + 2*128*vw*2 + 3*64*vw*2
 }
 
 // gdnFits reports whether the tensor-core kernels take a call of this shape and input: d_k = 128, d_v a multiple
 // of 32, 16-byte aligned bf16 rows, and enough opt-in shared memory for one stage.
 func (d *Device) gdnFits(dk, dv int, x Operand, width int) bool {
 	return gdnOn && dk == 128 && dv%32 == 0 && x.DType == tensor.BF16 && width%8 == 0 && x.Ptr%16 == 0 &&
-		d.info.Major >= 8 && d.info.SharedOptin >= gdnStateShared(1)
+		d.info.Major >= 8 && d.info.SharedOptin >= gdnStateShared(1, 1)
 }
 
 // gdnChunks appends the 64-token chunks of a segment of n rows starting at row start to tab (first row, length)
@@ -151,17 +153,22 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 // gdnState enqueues gdn_state over segs segments (desc: SegDesc [segs], with row counts and offsets as gdnFlat
 // sets them, every segment non-empty or with rows; base: int32 [segs], each segment's first chunk in work; rows:
 // int32 [R][3]). Launches of at most one block per multiprocessor load the next chunk while one runs (one block
-// per multiprocessor, ns2); larger ones run two blocks per multiprocessor (ns1). Both compute the same bits.
+// per multiprocessor, ns2); larger ones run 64 value columns a block, sharing each chunk's loads and barriers
+// between two groups of 8 warps (w2, when d_v is a multiple of 64), else two blocks per multiprocessor (ns1). All
+// compute the same bits.
 func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int) error {
 	q.args.Reset()
 	q.put(o)
 	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(base.Ptr).Ptr(rows.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
 	blocks := segs * hv * dv / 32
-	name, ns := "gdn_state_ns1", 1
-	if (gdnNS == 2 || gdnNS == 0 && blocks <= q.d.info.SMs) && q.d.info.SharedOptin >= gdnStateShared(2) {
-		name, ns = "gdn_state_ns2", 2
+	optin := q.d.info.SharedOptin
+	switch {
+	case (gdnNS == 2 || gdnNS == 0 && blocks <= q.d.info.SMs) && optin >= gdnStateShared(2, 1):
+		return q.launch("gdn", "gdn_state_ns2", cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(2, 1))
+	case (gdnNS == 3 || gdnNS == 0 && blocks > q.d.info.SMs) && dv%64 == 0 && optin >= gdnStateShared(2, 2):
+		return q.launch("gdn", "gdn_state_w2", cudrv.Dim3{X: dv / 64, Y: hv, Z: segs}, block512, gdnStateShared(2, 2))
 	}
-	return q.launch("gdn", name, cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(ns))
+	return q.launch("gdn", "gdn_state_ns1", cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(1, 1))
 }
 
 // deltaLong enqueues the segments of a (starts, ls) that the tensor-core kernels take (gdn.go) and returns the

@@ -72,8 +72,9 @@ func i32Bytes(v []int32) []byte {
 // value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state; several
 // segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
-// after the state's own chunks. Final states are compared for single segments. Both state kernels run every case
-// (gdn_state_ns1 after gdn_prep_kh, ns2 after gdn_prep) and must agree bit for bit.
+// after the state's own chunks. Final states are compared for single segments. Every state kernel runs every case
+// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep) and all must agree
+// bit for bit.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -109,7 +110,7 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [3][]float32 // reference, tensor cores (ns1, ns2)
+			var outs, finals [4][]float32 // reference, tensor cores (ns1, ns2, w2)
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -119,7 +120,7 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 3 {
+				for k := range 4 {
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -190,14 +191,19 @@ func TestGDN(t *testing.T) {
 			if single {
 				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, worst)
 			}
-			for i := range outs[1] {
-				if math.Float32bits(outs[1][i]) != math.Float32bits(outs[2][i]) {
-					t.Fatalf("o[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and ns2", i, outs[1][i], outs[2][i])
+			for k, name := range []string{2: "ns2", 3: "w2"} {
+				if k < 2 {
+					continue
 				}
-			}
-			for i := range finals[1] {
-				if math.Float32bits(finals[1][i]) != math.Float32bits(finals[2][i]) {
-					t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and ns2", i, finals[1][i], finals[2][i])
+				for i := range outs[1] {
+					if math.Float32bits(outs[1][i]) != math.Float32bits(outs[k][i]) {
+						t.Fatalf("o[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, outs[1][i], outs[k][i], name)
+					}
+				}
+				for i := range finals[1] {
+					if math.Float32bits(finals[1][i]) != math.Float32bits(finals[k][i]) {
+						t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, finals[1][i], finals[k][i], name)
+					}
 				}
 			}
 		})
@@ -351,8 +357,9 @@ func TestGDNBatchInvariant(t *testing.T) {
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
 // through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own; "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2":
-// the state kernel of one or two stages whatever the launch's size) and the register kernels ("reg"): device time
+// own; "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2",
+// "tc-w2": the state kernel of one or two stages of 32 value columns, or of 64, whatever the launch's size) and the
+// register kernels ("reg"): device time
 // of the whole call (uploads of its small tables included), the stream held behind a gate until the call is
 // queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
 // states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
@@ -431,12 +438,12 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc"} {
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc"} {
 			if !only("KEV_GDN_KINDS", kind) {
 				continue
 			}
 			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
-			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2}[kind]
+			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2, "tc-w2": 3}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
 				return o, func() { gb.Free(append(kept, o)...) }, err

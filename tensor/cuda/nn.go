@@ -91,6 +91,8 @@ func b2i(b bool) int32 {
 
 var block256 = cudrv.Dim3{X: 256, Y: 1, Z: 1}
 
+var block512 = cudrv.Dim3{X: 512, Y: 1, Z: 1}
+
 // EmbedAny enqueues y[t] = table[ids[t]] for t < T, table [V, d], y [T, d], ids int32 [T] on the device. The ids
 // must lie in [0, V) (checked by the caller).
 func (q *Queue) EmbedAny(y, table Operand, ids Buffer, T, V, d int) error {

@@ -36,7 +36,6 @@ struct __align__(8) GdnSeg {
 #define GBV 32         // value columns per state block
 #define KP (GDK + 8)   // padded smem row of q/k (bf16): 272 bytes, ldmatrix rows on distinct banks
 #define TP (GC + 8)    // padded row of T, M (bf16): 144 bytes
-#define VP (GBV + 8)   // padded row of V, R, Δ, S (bf16): 80 bytes
 #define AP (GC + 4)    // fp32 rows of A and T in gdn_prep (16-byte aligned for the 4-column strips)
 #define YP 20          // fp32 rows of the three 16×16 level blocks
 #define GDN_WORK 17664 // workspace bytes per (chunk, value head): T, M bf16 [64][64], factors fp32 [5][64]
@@ -322,31 +321,35 @@ extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bflo
 	gdn_prep_heads<0>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, kh * (hv / hk));
 }
 
-// gdn_state: grid (dv/32, hv, segments), 256 threads. desc[z]: the segment (length ≥ 0); base[z]: its first chunk
+// gdn_state: grid (dv/(32·CG), hv, segments), 256·CG threads: CG groups of 8 warps, group g on the block's value
+// columns 32g … 32g + 31, each group computing what a block of one group (CG = 1) computes for its columns, in the
+// same order (the same bits); the groups share the chunk's q, k, T, M and factors, loaded once. desc[z]: the segment (length ≥ 0); base[z]: its first chunk
 // in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …); rows [R][3]: rows that continue a
 // segment's final state without keeping their own (first row, length 1…64, workspace chunk), run after the
 // segment's chunks by the same block from the state in its registers — the state slice is loaded or computed once
 // for all of them. A row's outputs are computed by the same code as a chunk of a segment (only the state update is
 // left out), so its bits do not depend on which rows share its block. o [N, hv·dv] of type odt.
-// Warp v holds the state rows 16v … 16v + 15 (all 32 columns). Per chunk, warps 0–3 compute X = K S and R for
+// Warp v of a group holds the state rows 16v … 16v + 15 (the group's 32 columns). Per chunk, warps 0–3 compute X = K S and R for
 // tokens 16v …, while warps 4–7 compute P = Q S for tokens 16(v − 4) …; then Δ = T R with warp v on tokens
 // 16(v & 3) …, columns 16(v >> 2) …; then warps 4–7 the outputs O = fq·P + M Δ while all warps update their
 // state rows. NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two
-// blocks per multiprocessor). Both compute the same bits.
-template <int NS>
+// blocks per multiprocessor). All compute the same bits.
+template <int NS, int CG>
 __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
                                           const int32_t *base, const int32_t *rows, int hk, int hv, int dv,
                                           const char *work) {
 	extern __shared__ __align__(16) char sms[];
-	constexpr int STAGE = 2 * GC * KP * 2 + GC * VP * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
-	__nv_bfloat16 *Sh = (__nv_bfloat16 *)(sms + NS * STAGE); // [128][VP] S, high part
-	__nv_bfloat16 *Sl = Sh + GDK * VP;                       // [128][VP] S − high
-	__nv_bfloat16 *Rs = Sl + GDK * VP;                       // [64][VP] R
-	__nv_bfloat16 *Ds = Rs + GC * VP;                        // [64][VP] Δ
-	__nv_bfloat16 *Dk = Ds + GC * VP;                        // [64][VP] fk·Δ
+	constexpr int BV = GBV * CG, VW = BV + 8; // the block's value columns; padded rows of V, R, Δ, S (bf16)
+	constexpr int STAGE = 2 * GC * KP * 2 + GC * VW * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
+	__nv_bfloat16 *Sh = (__nv_bfloat16 *)(sms + NS * STAGE); // [128][VW] S, high part
+	__nv_bfloat16 *Sl = Sh + GDK * VW;                       // [128][VW] S − high
+	__nv_bfloat16 *Rs = Sl + GDK * VW;                       // [64][VW] R
+	__nv_bfloat16 *Ds = Rs + GC * VW;                        // [64][VW] Δ
+	__nv_bfloat16 *Dk = Ds + GC * VW;                        // [64][VW] fk·Δ
 	const GdnSeg sd = desc[blockIdx.z];
-	const int h = blockIdx.y, kh = h / (hv / hk), c0 = blockIdx.x * GBV;
-	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int tid = threadIdx.x, lane = tid & 31, warp = CG == 1 ? tid >> 5 : (tid >> 5) & 7; // within its group
+	const int cc = CG == 1 ? 0 : GBV * (tid >> 8); // the group's first column in shared rows
+	const int h = blockIdx.y, kh = h / (hv / hk), cb0 = blockIdx.x * BV, c0 = cb0 + cc;
 	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
 	const int mw = warp & 3;     // token tile of X/R (warps 0–3), P/O (warps 4–7) and Δ
 	const bool xw = warp < 4;    // X and R; otherwise P and O
@@ -374,40 +377,40 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	auto issue = [&](int i, bool qk, bool rest) {
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
-		__nv_bfloat16 *Tm = Vs + GC * VP; // T then M, [64][TP] each
+		__nv_bfloat16 *Tm = Vs + GC * VW; // T then M, [64][TP] each
 		float *F = (float *)(Tm + 2 * GC * TP);
 		int t0, len, ck;
 		item(i, t0, len, ck);
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that hold tokens (the others are never read)
-		// Each thread copies fixed 16-byte pieces of rows tid / 32 + 8j (q, k), tid / 4 (v) and tid / 8 + 32j (T, M):
-		// the row pointers step by constants, so a piece costs a copy and an add.
+		// Each thread copies fixed 16-byte pieces of rows tid / 32 + 8CG·j (q, k), tid / (4CG) (v) and tid / 8 + 32CG·j
+		// (T, M): the row pointers step by constants, so a piece costs a copy and an add.
 		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width; // the item's first row
 		if (qk) { // per row: 16 pieces of q, then 16 of k
 			const int tr = tid >> 5, which = (tid >> 4) & 1, d8 = (tid & 15) * 8;
 			const __nv_bfloat16 *src = row0 + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
 			__nv_bfloat16 *dst = (which ? Ks : Qs) + tr * KP + d8;
 #pragma unroll
-			for (int j = 0; j < GC / 8; j++) {
-				const int t = tr + 8 * j;
+			for (int j = 0; j < GC / (8 * CG); j++) {
+				const int t = tr + 8 * CG * j;
 				const bool ok = t < len;
-				cp16(dst + 8 * j * KP, src + (size_t)(ok ? t : 0) * width, ok);
+				cp16(dst + 8 * CG * j * KP, src + (size_t)(ok ? t : 0) * width, ok);
 			}
 		}
 		if (!rest) {
 			cp_commit();
 			return;
 		}
-		{ // per row: 4 pieces of v
-			const int t = tid >> 2, d8 = (tid & 3) * 8;
+		{ // per row: 4CG pieces of v
+			const int t = tid / (4 * CG), d8 = (tid % (4 * CG)) * 8;
 			const bool ok = t < len;
-			cp16(Vs + t * VP + d8, row0 + (size_t)(ok ? t : 0) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + c0 + d8, ok);
+			cp16(Vs + t * VW + d8, row0 + (size_t)(ok ? t : 0) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + cb0 + d8, ok);
 		}
 		const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
 		{ // T and M rows: 8 pieces each
 			const int tr = tid >> 3, d8 = (tid & 7) * 8;
 #pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const int m = j >> 1, t = tr + 32 * (j & 1);
+			for (int j = 0; j < 4 / CG; j++) {
+				const int m = j / (2 / CG), t = tr + 32 * CG * (j % (2 / CG));
 				if (t < nr) cp16(Tm + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
 			}
 		}
@@ -420,7 +423,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		__syncthreads(); // the previous chunk's shared memory is no longer read
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
-		const __nv_bfloat16 *Ts = Vs + GC * VP, *Ms = Ts + GC * TP;
+		const __nv_bfloat16 *Ts = Vs + GC * VW, *Ms = Ts + GC * TP;
 		const float *F = (const float *)(Ms + GC * TP);
 		int t0, len, ck;
 		item(i, t0, len, ck);
@@ -441,8 +444,8 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 					const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
 					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
 					const float2 hf2 = __bfloat1622float2(hi);
-					*(__nv_bfloat162 *)(Sh + sr * VP + col) = hi;
-					*(uint32_t *)(Sl + sr * VP + col) = pack2(x - hf2.x, y - hf2.y);
+					*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
+					*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
 				}
 		}
 		if (NS == 2 && i + 1 < nit) {
@@ -464,7 +467,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 #pragma unroll
 				for (int np = 0; np < 2; np++) {
 					uint32_t bh[4], bl[4];
-					const int off = (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8;
+					const int off = (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * np + (li >> 1) * 8;
 					ldsm4t(bh, Sh + off);
 					ldsm4t(bl, Sl + off);
 					mma16816(XP[2 * np], a, bh[0], bh[1]);
@@ -487,10 +490,10 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 #pragma unroll
 			for (int nt = 0; nt < 4; nt++) {
 				const int col = 8 * nt + 2 * qq;
-				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VP + col));
-				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VP + col));
-				*(uint32_t *)(Rs + ta * VP + col) = pack2(fb0 * v0.x - fa0 * XP[nt][0], fb0 * v0.y - fa0 * XP[nt][1]);
-				*(uint32_t *)(Rs + tb * VP + col) = pack2(fb1 * v1.x - fa1 * XP[nt][2], fb1 * v1.y - fa1 * XP[nt][3]);
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VW + cc + col));
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VW + cc + col));
+				*(uint32_t *)(Rs + ta * VW + cc + col) = pack2(fb0 * v0.x - fa0 * XP[nt][0], fb0 * v0.y - fa0 * XP[nt][1]);
+				*(uint32_t *)(Rs + tb * VW + cc + col) = pack2(fb1 * v1.x - fa1 * XP[nt][2], fb1 * v1.y - fa1 * XP[nt][3]);
 			}
 		}
 		__syncthreads();
@@ -500,19 +503,19 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			for (int kk = 0; kk <= mw; kk++) {
 				uint32_t a[4], b[4];
 				ldsm4(a, Ts + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
-				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VP + 16 * dh + (li >> 1) * 8);
+				ldsm4t(b, Rs + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * dh + (li >> 1) * 8);
 				mma16816(D[0], a, b[0], b[1]);
 				mma16816(D[1], a, b[2], b[3]);
 			}
 			const float fk0 = F[3 * GC + ta], fk1 = F[3 * GC + tb];
 #pragma unroll
 			for (int n = 0; n < 2; n++) {
-				const int col = 16 * dh + 8 * n + 2 * qq;
-				*(uint32_t *)(Ds + ta * VP + col) = pack2(D[n][0], D[n][1]);
-				*(uint32_t *)(Ds + tb * VP + col) = pack2(D[n][2], D[n][3]);
+				const int col = cc + 16 * dh + 8 * n + 2 * qq;
+				*(uint32_t *)(Ds + ta * VW + col) = pack2(D[n][0], D[n][1]);
+				*(uint32_t *)(Ds + tb * VW + col) = pack2(D[n][2], D[n][3]);
 				if (row) continue;
-				*(uint32_t *)(Dk + ta * VP + col) = pack2(fk0 * D[n][0], fk0 * D[n][1]);
-				*(uint32_t *)(Dk + tb * VP + col) = pack2(fk1 * D[n][2], fk1 * D[n][3]);
+				*(uint32_t *)(Dk + ta * VW + col) = pack2(fk0 * D[n][0], fk0 * D[n][1]);
+				*(uint32_t *)(Dk + tb * VW + col) = pack2(fk1 * D[n][2], fk1 * D[n][3]);
 			}
 		}
 		__syncthreads();
@@ -531,7 +534,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 #pragma unroll
 				for (int np = 0; np < 2; np++) {
 					uint32_t b[4];
-					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * np + (li >> 1) * 8);
 					mma16816(XP[2 * np], a, b[0], b[1]);
 					mma16816(XP[2 * np + 1], a, b[2], b[3]);
 				}
@@ -568,7 +571,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			ldsm4t(a, Ks + (16 * kk + lr + (li >> 1) * 8) * KP + 16 * warp + (li & 1) * 8);
 #pragma unroll
 			for (int np = 0; np < 2; np++) {
-				ldsm4t(b[np], Dk + (16 * kk + lr + (li & 1) * 8) * VP + 16 * np + (li >> 1) * 8);
+				ldsm4t(b[np], Dk + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * np + (li >> 1) * 8);
 				mma16816(S[2 * np], a, b[np][0], b[np][1]);
 				mma16816(S[2 * np + 1], a, b[np][2], b[np][3]);
 			}
@@ -591,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int 
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
 	KEV_GRID_DEP();
-	gdn_state<2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+	gdn_state<2, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
@@ -599,5 +602,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int 
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
 	KEV_GRID_DEP();
-	gdn_state<1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+	gdn_state<1, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+}
+
+// gdn_state_w2: grid (dv/64, hv, segments), 512 threads: two groups of 8 warps on 64 value columns, sharing each
+// chunk's loads and barriers, the next chunk loaded while one runs (one block per multiprocessor); the same bits as
+// gdn_state_ns{1,2}.
+extern "C" __global__ void __launch_bounds__(512, 1) gdn_state_w2(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                                  const GdnSeg *desc, const int32_t *base,
+                                                                  const int32_t *rows, int hk, int hv, int dv,
+                                                                  const char *work) {
+	KEV_GRID_DEP();
+	gdn_state<2, 2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
 }
