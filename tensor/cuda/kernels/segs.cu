@@ -154,34 +154,40 @@ __device__ __forceinline__ float bf16at(const uint4 &v, int e) {
 	return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
 }
 
-// conv_weights loads wv[j][e] = w[c + e, j] (the 8K weights of channels c … c + 7 are contiguous): vector loads
-// for fp32 and bf16 weights, widened exactly.
+#define CONV_RB 4  // rows a thread (conv1d_silu_segs_k*)
+#define CONV_WY 4  // thread rows a block
+#define CONV_VX 32 // threads a row of the block, 8 channels each
+
+// conv_weights_block stages the weights of the block's channels cb = 8·CONV_VX·blockIdx.x … (at most 8·CONV_VX of
+// them, fewer at the end of C) in ws, widened exactly to fp32: channel cb + 8v + e, tap j at ws[v·(8K + 4) + eK + j],
+// the rows of 8K weights that thread v reads padded by 4 floats, so that its 16-byte reads fall on distinct banks.
+// The block's threads load the weights coalesced (16-byte vectors for fp32 and bf16), once a block instead of 8K
+// scattered values a thread; every thread of the block must call it (it ends with a barrier).
 template <int K>
-__device__ __forceinline__ void conv_weights(float (&wv)[K][8], const void *w, int wdt, int c) {
+__device__ __forceinline__ void conv_weights_block(float *ws, const void *w, int wdt, int C) {
+	constexpr int NT = CONV_VX * CONV_WY, RW = 8 * K; // threads, weights a row of ws
+	const int tid = threadIdx.y * CONV_VX + threadIdx.x, cb = blockIdx.x * CONV_VX * 8;
+	const int n = min(CONV_VX * 8, C - cb) * K; // a multiple of 8K: C is a multiple of 8
 	if (wdt == DT_F32) {
-		const float4 *w4 = (const float4 *)((const float *)w + (size_t)c * K);
-#pragma unroll
-		for (int q = 0; q < 2 * K; q++) {
-			const float4 v = w4[q];
-			const float f[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-			for (int u = 0; u < 4; u++) wv[(4 * q + u) % K][(4 * q + u) / K] = f[u];
+		const float4 *w4 = (const float4 *)((const float *)w + (size_t)cb * K);
+		for (int g = tid; g < n / 4; g += NT) {
+			const int i = 4 * g;
+			*(float4 *)(ws + i + 4 * (i / RW)) = w4[g];
 		}
 	} else if (wdt == DT_BF16) {
-		const uint4 *w8 = (const uint4 *)((const __nv_bfloat16 *)w + (size_t)c * K);
-#pragma unroll
-		for (int q = 0; q < K; q++) {
+		const uint4 *w8 = (const uint4 *)((const __nv_bfloat16 *)w + (size_t)cb * K);
+		for (int g = tid; g < n / 8; g += NT) {
+			const int i = 8 * g; // 8 weights of one row: RW is a multiple of 8
 			float f[8];
-			unpack8(w8[q], f);
-#pragma unroll
-			for (int u = 0; u < 8; u++) wv[(8 * q + u) % K][(8 * q + u) / K] = f[u];
+			unpack8(w8[g], f);
+			float *d = ws + i + 4 * (i / RW);
+			*(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
+			*(float4 *)(d + 4) = make_float4(f[4], f[5], f[6], f[7]);
 		}
 	} else {
-#pragma unroll
-		for (int j = 0; j < K; j++)
-#pragma unroll
-			for (int e = 0; e < 8; e++) wv[j][e] = ld(w, wdt, (size_t)(c + e) * K + j);
+		for (int i = tid; i < n; i += NT) ws[i + 4 * (i / RW)] = ld(w, wdt, (size_t)cb * K + i);
 	}
+	__syncthreads();
 }
 
 // conv_row returns the 8 outputs of one row from its window (win[j]: input row t − K + 1 + j, 8 bf16 channels).
@@ -220,48 +226,65 @@ __device__ __forceinline__ uint4 conv_row(const float (&wv)[K][8], const uint4 (
 //   the 8·K weights), finds the segment of its first row (binary search in the parameter or the uploaded
 //   descriptors: the warp's lanes together, conv_seg_warp), follows the segment boundaries row by row and skips the
 //   rows of the first kind.
-// Loads wait only for the segment descriptors (the row's own, or the search), never for each other. The bits are
-// those of conv1d_silu_segs (see conv_row). Grid (ceil(C/8/CONV_VX), hb + ceil(N / (CONV_RB·CONV_WY))), no shared memory.
-#define CONV_RB 4
-#define CONV_WY 4
-#define CONV_VX 32
+// Loads wait only for the segment descriptors (the row's own, or the search), never for each other; the weights are
+// staged once a block in shared memory (conv_weights_block) while the rows load. The bits are those of
+// conv1d_silu_segs (see conv_row). Grid (ceil(C/8/CONV_VX), hb + ceil(N / (CONV_RB·CONV_WY))).
 template <int K>
 __device__ __forceinline__ void conv_v8(__nv_bfloat16 *y, const __nv_bfloat16 *x, int ldx, const void *w, int wdt,
                                         const SegDesc *desc, int nseg, const ConvSegs &ps, int N, int C) {
+	__shared__ __align__(16) float ws[CONV_VX * (8 * K + 4)];
 	const int c = (blockIdx.x * CONV_VX + threadIdx.x) * 8;
-	if (c >= C) return;
+	bool live = c < C; // this thread has a row to compute (it still joins the block's barrier)
 	const uint4 zero = make_uint4(0, 0, 0, 0);
 	const int hb = (nseg * (K - 1) + CONV_WY - 1) / CONV_WY;
 	uint4 raw[CONV_RB + K - 1]; // this thread's input rows t0 − K + 1 … t0 + CONV_RB − 1, or a first row's window
-	int t0;
+	int t0 = 0;
 	if ((int)blockIdx.y < hb) {
 		const int h = blockIdx.y * CONV_WY + threadIdx.y, j = h % (K - 1);
-		if (h >= nseg * (K - 1)) return;
-		const SegDesc sd = desc != nullptr ? desc[h / (K - 1)] : ps.d[h / (K - 1)];
-		if (j >= sd.len) return;
-		t0 = sd.start + j;
-		// window row i is history row j + i (zero where hist gives zero) while j + i < K − 1, then row t0 − K + 1 + i
+		live = live && h < nseg * (K - 1);
+		SegDesc sd;
+		if (live) {
+			sd = desc != nullptr ? desc[h / (K - 1)] : ps.d[h / (K - 1)];
+			live = j < sd.len;
+		}
+		if (live) {
+			t0 = sd.start + j;
+			// window row i is history row j + i (zero where hist gives zero) while j + i < K − 1, then row t0 − K + 1 + i
 #pragma unroll
-		for (int i = 0; i < K; i++) {
-			const int hr = j + i;
-			if (hr >= K - 1)
-				raw[i] = *(const uint4 *)(x + (size_t)(t0 - (K - 1) + i) * ldx + c);
-			else if (sd.a != nullptr && hr >= sd.first)
-				raw[i] = __ldg((const uint4 *)((const __nv_bfloat16 *)sd.a + (size_t)(sd.p + hr) * sd.dtb + c));
-			else
-				raw[i] = zero;
+			for (int i = 0; i < K; i++) {
+				const int hr = j + i;
+				if (hr >= K - 1)
+					raw[i] = *(const uint4 *)(x + (size_t)(t0 - (K - 1) + i) * ldx + c);
+				else if (sd.a != nullptr && hr >= sd.first)
+					raw[i] = __ldg((const uint4 *)((const __nv_bfloat16 *)sd.a + (size_t)(sd.p + hr) * sd.dtb + c));
+				else
+					raw[i] = zero;
+			}
 		}
 	} else {
 		t0 = ((blockIdx.y - hb) * CONV_WY + threadIdx.y) * CONV_RB;
-		if (t0 >= N) return;
+		live = live && t0 < N;
+		if (live) {
 #pragma unroll
-		for (int i = 0; i < CONV_RB + K - 1; i++) {
-			const int src = t0 - (K - 1) + i;
-			raw[i] = (src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : zero;
+			for (int i = 0; i < CONV_RB + K - 1; i++) {
+				const int src = t0 - (K - 1) + i;
+				raw[i] = (src >= 0 && src < N) ? *(const uint4 *)(x + (size_t)src * ldx + c) : zero;
+			}
 		}
 	}
-	float wv[K][8];
-	conv_weights<K>(wv, w, wdt, c);
+	conv_weights_block<K>(ws, w, wdt, C); // while the rows are on their way
+	if (!live) return;
+	float wv[K][8]; // wv[j][e] = w[c + e, j]
+	{
+		const float4 *w4 = (const float4 *)(ws + threadIdx.x * (8 * K + 4));
+#pragma unroll
+		for (int q = 0; q < 2 * K; q++) {
+			const float4 v = w4[q];
+			const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+			for (int u = 0; u < 4; u++) wv[(4 * q + u) % K][(4 * q + u) / K] = f[u];
+		}
+	}
 	const bool firsts = (int)blockIdx.y < hb; // one row, t0, its window in raw[0 … K − 1]
 	int s = 0, start = 0, next = 0x7fffffff;
 	if (!firsts) {
