@@ -125,9 +125,9 @@ extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int
 extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
                                               const float *w, int rows, int dv, int L, float eps, int hpr, int ldz) {
 	KEV_GRID_DEP();
-	const int lane = threadIdx.x & 31;
-	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
-	const int i = (lane % L) * 8;
+	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
+	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 >> ls) + (lane >> ls);
+	const int i = (lane & (L - 1)) * 8;
 	const bool on = v < rows;
 	float f[8], zz[8];
 	float ss = 0.f;
@@ -251,9 +251,9 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
 	__syncthreads();
-	const int lane = threadIdx.x & 31;
-	const int vec = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 / L) + lane / L;
-	const int sub = lane % L, i = sub * 8;
+	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
+	const int vec = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 >> ls) + (lane >> ls);
+	const int sub = lane & (L - 1), i = sub * 8;
 	const bool on = vec < T * (H + KV);
 	const __nv_bfloat16 *src = q;
 	__nv_bfloat16 *dst = qo;
@@ -300,7 +300,7 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	// the partner lane of a rotated element: R/16 lanes up for the first half, down for the second
 	const int hl = half / 8;
 	const bool lo = i < half, rot = i < R;
-	const int base = (lane / L) * L, partner = base + (lo ? sub + hl : sub - hl);
+	const int base = lane & ~(L - 1), partner = base + (lo ? sub + hl : sub - hl);
 	float w[8];
 #pragma unroll
 	for (int e = 0; e < 8; e++) w[e] = __shfl_sync(0xffffffffu, v[e], rot ? partner : lane);
@@ -309,7 +309,7 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	// is computed once a vector instead of once per element of both halves, by every lane instead of the R/8 that
 	// rotate: the same bits, a quarter of the sincosf work of a warp at D = 256, R = 64.
 	const float p = (float)pos[t];
-	const int na = (half + L - 1) / L; // angles a lane holds (the same for every lane)
+	const int na = (half + L - 1) >> ls; // angles a lane holds (the same for every lane)
 	float ac[4], as[4];
 #pragma unroll
 	for (int a = 0; a < 4; a++) {
@@ -325,9 +325,9 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 #pragma unroll
 		for (int a = 0; a < 4; a++) {
 			if (a >= na) break;
-			const float c = __shfl_sync(0xffffffffu, ac[a], base + j % L);
-			const float n = __shfl_sync(0xffffffffu, as[a], base + j % L);
-			if (j / L == a) cs = c, sn = n;
+			const float c = __shfl_sync(0xffffffffu, ac[a], base + (j & (L - 1)));
+			const float n = __shfl_sync(0xffffffffu, as[a], base + (j & (L - 1)));
+			if ((j >> ls) == a) cs = c, sn = n;
 		}
 		// v·cos ∓ w·sin as the compiler contracted it before (a rounded w·sin, then one fused multiply-add)
 		const float ws = __fmul_rn(w[e], sn);
