@@ -67,14 +67,14 @@ func i32Bytes(v []int32) []byte {
 	return bytesOf32(f)
 }
 
-// TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}) against the one-warp fp32 recurrent
-// kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3 with
-// value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state; several
-// segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
-// (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block
-// after the state's own chunks. Final states are compared for single segments. Every state kernel runs every case
-// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep) and all must agree
-// bit for bit.
+// TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}, gdn_state_w2) against the one-warp fp32
+// recurrent kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3
+// with value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state;
+// several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
+// (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
+// the state's own chunks. Final states are compared for single segments. Every state kernel runs every case
+// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep) and all must agree bit
+// for bit.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -356,15 +356,14 @@ func TestGDNBatchInvariant(t *testing.T) {
 }
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
-// through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its
-// own; "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2",
-// "tc-w2": the state kernel of one or two stages of 32 value columns, or of 64, whatever the launch's size) and the
-// register kernels ("reg"): device time
-// of the whole call (uploads of its small tables included), the stream held behind a gate until the call is
-// queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024 and 64 × 256 (kept
-// states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new 13-token states,
-// kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs; KEV_GDN_CASES and
-// KEV_GDN_KINDS (comma-separated names) limit the cases and kinds, e.g. for a profiler.
+// through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its own;
+// "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2", "tc-w2":
+// the state kernel of one or two stages of 32 value columns, or of 64, whatever the launch's size) and the register
+// kernels ("reg"): device time of the whole call (uploads of its small tables included), the stream held behind a
+// gate until the call is queued, median of 21 after warm-up. Cases: new segments of 2,392, 2,048 tokens, 8 × 1,024
+// and 64 × 256 (kept states); 6 and 2 question rows of 40 continuing a cached state; Kev's 64-request pass (64 new
+// 13-token states, kept, each continued by 6 rows of 40). KEV_GDN_MIN sets gdnMinLen for the "tc" runs; KEV_GDN_CASES
+// and KEV_GDN_KINDS (comma-separated names) limit the cases and kinds, e.g. for a profiler.
 func BenchmarkGDN(b *testing.B) {
 	c := tensor.DeltaConfig{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	width := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
