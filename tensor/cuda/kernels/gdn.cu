@@ -12,7 +12,8 @@
 //
 //   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
 //   128×32 fp32 state slice S in the accumulator registers of 8 warps, then the rows that continue the segment's
-//   final state (one chunk each, no update). Per chunk, with K, Q, V the raw rows:
+//   final state (one chunk each, no update); gdn_state_w2 runs 64 columns, two such groups of 8 warps sharing each
+//   chunk's loads and barriers. Per chunk, with K, Q, V the raw rows:
 //     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
 //     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
 //     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
