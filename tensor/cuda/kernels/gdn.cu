@@ -330,11 +330,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bflo
 // segment's chunks by the same block from the state in its registers — the state slice is loaded or computed once
 // for all of them. A row's outputs are computed by the same code as a chunk of a segment (only the state update is
 // left out), so its bits do not depend on which rows share its block. o [N, hv·dv] of type odt.
-// Warp v of a group holds the state rows 16v … 16v + 15 (the group's 32 columns). Per chunk, warps 0–3 compute X = K S and R for
-// tokens 16v …, while warps 4–7 compute P = Q S for tokens 16(v − 4) …; then Δ = T R with warp v on tokens
-// 16(v & 3) …, columns 16(v >> 2) …; then warps 4–7 the outputs O = fq·P + M Δ while all warps update their
-// state rows. NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not (two
-// blocks per multiprocessor). All compute the same bits.
+// Warp v of a group holds the state rows 16v … 16v + 15 (the group's 32 columns) and works on tokens 16(v & 3) …
+// and columns 16(v >> 2) … of every product of a chunk: X = K S, P = Q S and R; then Δ = T R; then the outputs
+// O = fq·P + M Δ, while all warps update their state rows. So every warp has the same share of each phase between
+// two barriers. NS = 2 loads the next chunk while this one runs (one block per multiprocessor), NS = 1 does not
+// (two blocks per multiprocessor). All compute the same bits.
 template <int NS, int CG>
 __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
                                           const int32_t *base, const int32_t *rows, int hk, int hv, int dv,
@@ -352,9 +352,8 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	const int cc = CG == 1 ? 0 : GBV * (tid >> 8); // the group's first column in shared rows
 	const int h = blockIdx.y, kh = h / (hv / hk), cb0 = blockIdx.x * BV, c0 = cb0 + cc;
 	const int gq = lane >> 2, qq = lane & 3, li = lane >> 3, lr = lane & 7;
-	const int mw = warp & 3;     // token tile of X/R (warps 0–3), P/O (warps 4–7) and Δ
-	const bool xw = warp < 4;    // X and R; otherwise P and O
-	const int dh = warp >> 2;    // Δ columns 16dh … 16dh + 15
+	const int mw = warp & 3;     // token tile of X, P, R, Δ and O
+	const int dh = warp >> 2;    // their columns 16dh … 16dh + 15
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
 	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z], nit = nch + sd.nrows;
 	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk
@@ -457,25 +456,25 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		else
 			cp_wait<1>();
 		__syncthreads();
-		// warps 0–3: X = K S; warps 4–7: P = Q S (tokens 16mw …)
-		float XP[4][4] = {};
+		// X = K S and P = Q S (tokens 16mw …, columns 16dh …)
+		float X[2][4] = {}, P[2][4] = {};
 		if (live) {
-			const __nv_bfloat16 *A = xw ? Ks : Qs;
 #pragma unroll
 			for (int kk = 0; kk < GDK / 16; kk++) {
-				uint32_t a[4];
-				ldsm4(a, A + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-#pragma unroll
-				for (int np = 0; np < 2; np++) {
-					uint32_t bh[4], bl[4];
-					const int off = (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * np + (li >> 1) * 8;
-					ldsm4t(bh, Sh + off);
-					ldsm4t(bl, Sl + off);
-					mma16816(XP[2 * np], a, bh[0], bh[1]);
-					mma16816(XP[2 * np + 1], a, bh[2], bh[3]);
-					mma16816(XP[2 * np], a, bl[0], bl[1]);
-					mma16816(XP[2 * np + 1], a, bl[2], bl[3]);
-				}
+				uint32_t ak[4], aq[4], bh[4], bl[4];
+				ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+				ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+				const int off = (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * dh + (li >> 1) * 8;
+				ldsm4t(bh, Sh + off);
+				ldsm4t(bl, Sl + off);
+				mma16816(X[0], ak, bh[0], bh[1]); // each sum: the high part, then the low part
+				mma16816(X[1], ak, bh[2], bh[3]);
+				mma16816(P[0], aq, bh[0], bh[1]);
+				mma16816(P[1], aq, bh[2], bh[3]);
+				mma16816(X[0], ak, bl[0], bl[1]);
+				mma16816(X[1], ak, bl[2], bl[3]);
+				mma16816(P[0], aq, bl[0], bl[1]);
+				mma16816(P[1], aq, bl[2], bl[3]);
 			}
 		}
 		if (NS == 1) {
@@ -486,15 +485,15 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			if (qkin) issue(i + 1, true, false);
 		}
 		const int ta = 16 * mw + gq, tb = ta + 8;
-		if (xw && live) { // R = fb·V − fa·X
+		if (live) { // R = fb·V − fa·X
 			const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++) {
-				const int col = 8 * nt + 2 * qq;
-				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VW + cc + col));
-				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VW + cc + col));
-				*(uint32_t *)(Rs + ta * VW + cc + col) = pack2(fb0 * v0.x - fa0 * XP[nt][0], fb0 * v0.y - fa0 * XP[nt][1]);
-				*(uint32_t *)(Rs + tb * VW + cc + col) = pack2(fb1 * v1.x - fa1 * XP[nt][2], fb1 * v1.y - fa1 * XP[nt][3]);
+			for (int n = 0; n < 2; n++) {
+				const int col = cc + 16 * dh + 8 * n + 2 * qq;
+				const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VW + col));
+				const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VW + col));
+				*(uint32_t *)(Rs + ta * VW + col) = pack2(fb0 * v0.x - fa0 * X[n][0], fb0 * v0.y - fa0 * X[n][1]);
+				*(uint32_t *)(Rs + tb * VW + col) = pack2(fb1 * v1.x - fa1 * X[n][2], fb1 * v1.y - fa1 * X[n][3]);
 			}
 		}
 		__syncthreads();
@@ -520,40 +519,36 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		__syncthreads();
-		if (!xw && live) { // O = fq·P + M Δ
+		if (live) { // O = fq·P + M Δ
 			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++) {
-				XP[nt][0] *= fq0;
-				XP[nt][1] *= fq0;
-				XP[nt][2] *= fq1;
-				XP[nt][3] *= fq1;
+			for (int n = 0; n < 2; n++) {
+				P[n][0] *= fq0;
+				P[n][1] *= fq0;
+				P[n][2] *= fq1;
+				P[n][3] *= fq1;
 			}
 			for (int kk = 0; kk <= mw; kk++) {
-				uint32_t a[4];
+				uint32_t a[4], b[4];
 				ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
-#pragma unroll
-				for (int np = 0; np < 2; np++) {
-					uint32_t b[4];
-					ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * np + (li >> 1) * 8);
-					mma16816(XP[2 * np], a, b[0], b[1]);
-					mma16816(XP[2 * np + 1], a, b[2], b[3]);
-				}
+				ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * dh + (li >> 1) * 8);
+				mma16816(P[0], a, b[0], b[1]);
+				mma16816(P[1], a, b[2], b[3]);
 			}
 			const size_t ow = (size_t)hv * dv;
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++) {
-				const size_t col = (size_t)h * dv + c0 + 8 * nt + 2 * qq;
+			for (int n = 0; n < 2; n++) {
+				const size_t col = (size_t)h * dv + c0 + 16 * dh + 8 * n + 2 * qq;
 #pragma unroll
 				for (int hf = 0; hf < 2; hf++) {
 					const int t = hf ? tb : ta;
 					if (t >= len) continue;
 					const size_t at = (size_t)(t0 + t) * ow + col;
 					if (odt == DT_BF16)
-						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(XP[nt][2 * hf], XP[nt][2 * hf + 1]);
+						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[n][2 * hf], P[n][2 * hf + 1]);
 					else {
-						st(o, odt, at, XP[nt][2 * hf]);
-						st(o, odt, at + 1, XP[nt][2 * hf + 1]);
+						st(o, odt, at, P[n][2 * hf]);
+						st(o, odt, at + 1, P[n][2 * hf + 1]);
 					}
 				}
 			}
