@@ -311,6 +311,10 @@ type QKNormRope struct {
 	Norm             tensor.QKNorm
 }
 
+// ropeOneAngle selects qk_norm_rope_bf16_a1 where every lane holds one rotation angle; false keeps the general
+// kernel (tests compare the two: the same bits).
+var ropeOneAngle = true
+
 // QKNormRope enqueues the per-head RMSNorm and partial NeoX rotation of queries and keys (see tensor.Backend).
 func (q *Queue) QKNormRope(a QKNormRope) error {
 	const op = "QKNormRope"
@@ -370,7 +374,11 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 			F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
 		per := 8 * (32 / l)
 		vecs := a.T * (a.H + a.KV)
-		return q.launch("nn", "qk_norm_rope_bf16", cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)
+		fn := "qk_norm_rope_bf16"
+		if ropeOneAngle && a.R/2 <= l { // one rotation angle a lane (D = 256, R = 64): the loops over angles unrolled
+			fn = "qk_norm_rope_bf16_a1"
+		}
+		return q.launch("nn", fn, cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)
 	}
 	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
 	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)

@@ -319,7 +319,9 @@ func TestConvManySegments(t *testing.T) {
 }
 
 // TestQKNormRopeBF16 checks the 16-byte-vector QKNormRope kernel (bf16 operands, fp32 gains) against the CPU
-// backend, with the inputs column views of one projection as the attention layer reads them.
+// backend, with the inputs column views of one projection as the attention layer reads them. Where a lane holds
+// one rotation angle (R/2 ≤ D/8: the first and last cases), the kernel for that case must give the general
+// kernel's bits.
 func TestQKNormRopeBF16(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
@@ -373,6 +375,22 @@ func TestQKNormRopeBF16(t *testing.T) {
 			compareHidden(t, "k", cb, wk, gb, k, 1e-2)
 			if c.Gated {
 				compareHidden(t, "gate", cb, wg, gb, g, 0)
+			}
+			if c.RotaryDim/2 <= c.HeadDim/8 {
+				ropeOneAngle = false
+				q2, k2, g2, err := gb.QKNormRope(vg[0], vg[1], gq, gk, pos, c)
+				ropeOneAngle = true
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, p := range [][2]tensor.Tensor{{q, q2}, {k, k2}} {
+					a, _ := gb.ToHost(p[0])
+					b, _ := gb.ToHost(p[1])
+					if j := sameBits(a, b); j >= 0 {
+						t.Errorf("output %d element %d: one-angle kernel %g, general kernel %g", i, j, a[j], b[j])
+					}
+				}
+				gb.Free(q2, k2, g2)
 			}
 			gb.Free(append(vg, pg, gq, gk, q, k, g)...)
 		})

@@ -242,11 +242,12 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 // half too); a rotated element's partner (R/2 further, or back) sits R/16 lanes away and comes by a shuffle. The
 // squares are summed per lane and then across the L lanes, so r may differ from qk_norm_rope's in the last bit;
 // a vector's result depends on that vector alone.
-extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
+// NA > 0: every lane holds exactly NA angles (⌈R/2 / L⌉ = NA), so the angle loops have a fixed length; NA = 0: any.
+template <int NA>
+__device__ __forceinline__ void qk_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
                                              const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *qg,
                                              const float *kg, const int32_t *pos, int T, int H, int KV, int D, int R,
                                              double theta, float eps, int gated, int norm, int ldq, int ldk, int L) {
-	KEV_GRID_DEP();
 	__shared__ float invf[QK_MAX_HALF];
 	const int half = R / 2;
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
@@ -309,10 +310,10 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	// is computed once a vector instead of once per element of both halves, by every lane instead of the R/8 that
 	// rotate: the same bits, a quarter of the sincosf work of a warp at D = 256, R = 64.
 	const float p = (float)pos[t];
-	const int na = (half + L - 1) >> ls; // angles a lane holds (the same for every lane)
+	const int na = NA ? NA : (half + L - 1) >> ls; // angles a lane holds (the same for every lane)
 	float ac[4], as[4];
 #pragma unroll
-	for (int a = 0; a < 4; a++) {
+	for (int a = 0; a < (NA ? NA : 4); a++) {
 		ac[a] = 1.f, as[a] = 0.f;
 		const int j = sub + L * a;
 		if (a < na && j < half) sincosf(p * invf[j], &as[a], &ac[a]);
@@ -323,11 +324,11 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 		const int j = (lo ? i : i - half) + e; // this element's angle (unused where it does not rotate)
 		float cs = 1.f, sn = 0.f;
 #pragma unroll
-		for (int a = 0; a < 4; a++) {
-			if (a >= na) break;
+		for (int a = 0; a < (NA ? NA : 4); a++) {
+			if (!NA && a >= na) break;
 			const float c = __shfl_sync(0xffffffffu, ac[a], base + (j & (L - 1)));
 			const float n = __shfl_sync(0xffffffffu, as[a], base + (j & (L - 1)));
-			if ((j >> ls) == a) cs = c, sn = n;
+			if (NA == 1 || (j >> ls) == a) cs = c, sn = n; // NA = 1: j < half ≤ L wherever it rotates
 		}
 		// v·cos ∓ w·sin as the compiler contracted it before (a rounded w·sin, then one fused multiply-add)
 		const float ws = __fmul_rn(w[e], sn);
@@ -335,6 +336,23 @@ extern "C" __global__ void qk_norm_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	}
 	if (!on) return;
 	*(uint4 *)(dst + i) = pack8(out);
+}
+
+#define QK_ROPE_PARAMS                                                                                                 \
+	__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate, const __nv_bfloat16 *q, const __nv_bfloat16 *k,         \
+	    const float *qg, const float *kg, const int32_t *pos, int T, int H, int KV, int D, int R, double theta,       \
+	    float eps, int gated, int norm, int ldq, int ldk, int L
+#define QK_ROPE_ARGS qo, ko, gate, q, k, qg, kg, pos, T, H, KV, D, R, theta, eps, gated, norm, ldq, ldk, L
+
+extern "C" __global__ void qk_norm_rope_bf16(QK_ROPE_PARAMS) {
+	KEV_GRID_DEP();
+	qk_rope_bf16<0>(QK_ROPE_ARGS);
+}
+
+// qk_norm_rope_bf16_a1: one angle a lane (R/2 ≤ L, as at D = 256, R = 64); the same bits as qk_norm_rope_bf16.
+extern "C" __global__ void qk_norm_rope_bf16_a1(QK_ROPE_PARAMS) {
+	KEV_GRID_DEP();
+	qk_rope_bf16<1>(QK_ROPE_ARGS);
 }
 
 // Depthwise causal convolution and SiLU, one thread per (row, channel): y[t, c] = silu(Σ_j w[c, j] · x[t−K+1+j, c]),
