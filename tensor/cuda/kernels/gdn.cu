@@ -32,6 +32,11 @@ struct __align__(8) GdnSeg {
 	void *b;
 };
 
+// GdnItem: what gdn_state runs as one step — a chunk of a segment or a row: first row, length, workspace chunk.
+struct GdnItem {
+	int t0, len, ck;
+};
+
 #define GC 64          // tokens per chunk
 #define GDK 128        // key dimension
 #define GBV 32         // value columns per state block
@@ -138,12 +143,16 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], o);
 				sk[e] += __shfl_xor_sync(0xffffffffu, sk[e], o);
 			}
+		// every lane holds the eight sums: lane e < 8 takes row 8w + e's, so the eight rows' divisions and roots
+		// run side by side in one pass instead of one lane at a time
+		float q2 = 0.f, k2 = 0.f;
 #pragma unroll
 		for (int e = 0; e < 8; e++)
-			if (lane == e) {
-				rq[8 * warp + e] = rsqrtf((float)GDK) / sqrtf(sq[e] + 1e-6f);
-				rk[8 * warp + e] = 1.f / sqrtf(sk[e] + 1e-6f);
-			}
+			if (lane == e) q2 = sq[e], k2 = sk[e];
+		if (lane < 8) {
+			rq[8 * warp + lane] = rsqrtf((float)GDK) / sqrtf(q2 + 1e-6f);
+			rk[8 * warp + lane] = 1.f / sqrtf(k2 + 1e-6f);
+		}
 	}
 	__syncthreads();
 	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3
@@ -356,14 +365,13 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	const int dh = warp >> 2;    // their columns 16dh … 16dh + 15
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
 	const int nch = (sd.len + GC - 1) / GC, cb = base[blockIdx.z], nit = nch + sd.nrows;
-	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk
-	auto item = [&](int i, int &t0, int &len, int &ck) {
-		if (i < nch) {
-			t0 = sd.start + GC * i, len = min(GC, sd.len - GC * i), ck = cb + i;
-		} else {
-			const int32_t *rw = rows + 3 * (sd.rows + i - nch);
-			t0 = rw[0], len = rw[1], ck = rw[2];
-		}
+	// item i: chunk i of the segment (i < nch), else row i − nch: first row, length, workspace chunk. A row's comes
+	// from the row table in global memory: the loop reads item i + 2's while item i runs, so no item waits for it.
+	auto item = [&](int i) -> GdnItem {
+		if (i >= nit) return GdnItem{0, 0, 0};
+		if (i < nch) return GdnItem{sd.start + GC * i, min(GC, sd.len - GC * i), cb + i};
+		const int32_t *rw = rows + 3 * (sd.rows + i - nch);
+		return GdnItem{rw[0], rw[1], rw[2]};
 	};
 	float S[4][4]; // rows 16·warp + gq (+8), columns 8nt + 2qq (+1)
 #pragma unroll
@@ -373,27 +381,26 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			const int row = 16 * warp + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
 			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
 		}
-	// issue(i, qk, rest) loads item i's q and k rows (qk), its v rows, T, M and factors (rest), as one group
-	auto issue = [&](int i, bool qk, bool rest) {
+	// issue(i, it, qk, rest) loads item i (it) — its q and k rows (qk), its v rows, T, M and factors (rest) — as
+	// one group
+	auto issue = [&](int i, const GdnItem &it, bool qk, bool rest) {
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		__nv_bfloat16 *Tm = Vs + GC * VW; // T then M, [64][TP] each
 		float *F = (float *)(Tm + 2 * GC * TP);
-		int t0, len, ck;
-		item(i, t0, len, ck);
+		const int len = it.len;
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that hold tokens (the others are never read)
 		// Each thread copies fixed 16-byte pieces of rows tid / 32 + 8CG·j (q, k), tid / (4CG) (v) and tid / 8 + 32CG·j
 		// (T, M): the row pointers step by constants, so a piece costs a copy and an add.
-		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width; // the item's first row
+		const __nv_bfloat16 *row0 = qkv + (size_t)it.t0 * width; // the item's first row
 		if (qk) { // per row: 16 pieces of q, then 16 of k
 			const int tr = tid >> 5, which = (tid >> 4) & 1, d8 = (tid & 15) * 8;
-			const __nv_bfloat16 *src = row0 + (size_t)which * hk * GDK + (size_t)kh * GDK + d8;
+			const __nv_bfloat16 *src = row0 + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, *p = src + (size_t)tr * width;
 			__nv_bfloat16 *dst = (which ? Ks : Qs) + tr * KP + d8;
 #pragma unroll
-			for (int j = 0; j < GC / (8 * CG); j++) {
-				const int t = tr + 8 * CG * j;
-				const bool ok = t < len;
-				cp16(dst + 8 * CG * j * KP, src + (size_t)(ok ? t : 0) * width, ok);
+			for (int j = 0; j < GC / (8 * CG); j++, p += 8 * CG * width) {
+				const bool ok = tr + 8 * CG * j < len;
+				cp16(dst + 8 * CG * j * KP, ok ? p : src, ok);
 			}
 		}
 		if (!rest) {
@@ -405,7 +412,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			const bool ok = t < len;
 			cp16(Vs + t * VW + d8, row0 + (size_t)(ok ? t : 0) * width + 2 * (size_t)hk * GDK + (size_t)h * dv + cb0 + d8, ok);
 		}
-		const char *wp = work + ((size_t)ck * hv + h) * GDN_WORK;
+		const char *wp = work + ((size_t)it.ck * hv + h) * GDN_WORK;
 		{ // T and M rows: 8 pieces each
 			const int tr = tid >> 3, d8 = (tid & 7) * 8;
 #pragma unroll
@@ -417,22 +424,23 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
-	if (NS == 2 && nit > 0) issue(0, true, true);
+	GdnItem cur = item(0), nxt = item(1), nn; // items i, i + 1, i + 2
+	if (NS == 2 && nit > 0) issue(0, cur, true, true);
 	bool qkin = false; // NS = 1: this item's q and k are on their way already (issued during the previous row)
-	for (int i = 0; i < nit; i++) {
+	for (int i = 0; i < nit; i++, cur = nxt, nxt = nn) {
+		nn = item(i + 2);
 		__syncthreads(); // the previous chunk's shared memory is no longer read
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
 		const __nv_bfloat16 *Qs = (const __nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
 		const __nv_bfloat16 *Ts = Vs + GC * VW, *Ms = Ts + GC * TP;
 		const float *F = (const float *)(Ms + GC * TP);
-		int t0, len, ck;
-		item(i, t0, len, ck);
+		const int t0 = cur.t0, len = cur.len;
 		const int nb = (len + 15) >> 4; // 16-token tiles holding tokens; warps of later tiles skip X, P, R, Δ, O
 		const bool live = mw < nb;
 		const bool row = i >= nch;      // a row: outputs only, the state stays
 		if (NS == 1) { // q and k first: X and P wait for them only
-			if (!qkin) issue(i, true, false);
-			issue(i, false, true);
+			if (!qkin) issue(i, cur, true, false);
+			issue(i, cur, false, true);
 		}
 		// S → bf16 hi/lo, [dim][col] (the rows after the first find it there already)
 		if (i <= nch) {
@@ -449,7 +457,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				}
 		}
 		if (NS == 2 && i + 1 < nit) {
-			issue(i + 1, true, true);
+			issue(i + 1, nxt, true, true);
 			cp_wait<1>();
 		} else if (NS == 2)
 			cp_wait<0>();
@@ -482,7 +490,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			cp_wait<0>();
 			__syncthreads();
 			qkin = row && i + 1 < nit;
-			if (qkin) issue(i + 1, true, false);
+			if (qkin) issue(i + 1, nxt, true, false);
 		}
 		const int ta = 16 * mw + gq, tb = ta + 8;
 		if (live) { // R = fb·V − fa·X
