@@ -104,11 +104,16 @@ const gdnWork = 17664
 const gdnPrepShared = 2*64*136*2 + 3*16*20*4 + 4*64*4
 
 // gdnStateShared is gdn_state's dynamic shared memory for ns stages of chunk inputs and cg groups of 32 value
-// columns (gdn_state_ns{1,2}: cg 1; gdn_state_w2: ns 2, cg 2).
+// columns (gdn_state_ns{1,2}: cg 1; gdn_state_w2: ns 2, cg 2, with a fourth [64][vw] buffer for its rows, which
+// its two groups run two at a time).
 func gdnStateShared(ns, cg int) int {
 	vw := 32*cg + 8 // padded rows of V, R, Δ and S
 	stage := 2*64*136*2 + 64*vw*2 + 2*64*72*2 + 5*64*4
-	return ns*stage + 2*128*vw*2 + 3*64*vw*2
+	bufs := 3
+	if cg == 2 {
+		bufs = 4
+	}
+	return ns*stage + 2*128*vw*2 + bufs*64*vw*2
 }
 
 // gdnFits reports whether the tensor-core kernels take a call of this shape and input: d_k = 128, d_v a multiple
@@ -154,8 +159,8 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 // sets them, every segment non-empty or with rows; base: int32 [segs], each segment's first chunk in work; rows:
 // int32 [R][3]). Launches of at most one block per multiprocessor load the next chunk while one runs (one block
 // per multiprocessor, ns2); larger ones run 64 value columns a block, sharing each chunk's loads and barriers
-// between two groups of 8 warps (w2, when d_v is a multiple of 64), else two blocks per multiprocessor (ns1). All
-// compute the same bits.
+// between two groups of 8 warps and running the rows two at a time, one a group (w2, when d_v is a multiple of
+// 64), else two blocks per multiprocessor (ns1). All compute the same bits.
 func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int) error {
 	q.args.Reset()
 	q.put(o)

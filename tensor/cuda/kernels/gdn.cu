@@ -13,7 +13,7 @@
 //   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
 //   128×32 fp32 state slice S in the accumulator registers of 8 warps, then the rows that continue the segment's
 //   final state (one chunk each, no update); gdn_state_w2 runs 64 columns, two such groups of 8 warps sharing each
-//   chunk's loads and barriers. Per chunk, with K, Q, V the raw rows:
+//   chunk's loads and barriers, and then the rows two at a time, each group one row on all 64 columns. Per chunk, with K, Q, V the raw rows:
 //     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
 //     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
 //     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
@@ -356,6 +356,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 	__nv_bfloat16 *Rs = Sl + GDK * VW;                       // [64][VW] R
 	__nv_bfloat16 *Ds = Rs + GC * VW;                        // [64][VW] Δ
 	__nv_bfloat16 *Dk = Ds + GC * VW;                        // [64][VW] fk·Δ
+	__nv_bfloat16 *D2 = Dk + GC * VW;                        // [64][VW] CG = 2: the second group's Δ of a row
 	const GdnSeg sd = desc[blockIdx.z];
 	const int tid = threadIdx.x, lane = tid & 31, warp = CG == 1 ? tid >> 5 : (tid >> 5) & 7; // within its group
 	const int cc = CG == 1 ? 0 : GBV * (tid >> 8); // the group's first column in shared rows
@@ -424,10 +425,12 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
+	// CG = 2 runs the segment's chunks here and its rows two at a time afterwards (below); the others run all items
+	const int nmain = CG == 2 ? nch : nit;
 	GdnItem cur = item(0), nxt = item(1), nn; // items i, i + 1, i + 2
-	if (NS == 2 && nit > 0) issue(0, cur, true, true);
+	if (NS == 2 && nmain > 0) issue(0, cur, true, true);
 	bool qkin = false; // NS = 1: this item's q and k are on their way already (issued during the previous row)
-	for (int i = 0; i < nit; i++, cur = nxt, nxt = nn) {
+	for (int i = 0; i < nmain; i++, cur = nxt, nxt = nn) {
 		nn = item(i + 2);
 		__syncthreads(); // the previous chunk's shared memory is no longer read
 		char *sb = sms + (NS == 2 ? (i & 1) : 0) * STAGE;
@@ -456,7 +459,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 					*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
 				}
 		}
-		if (NS == 2 && i + 1 < nit) {
+		if (NS == 2 && i + 1 < nmain) {
 			issue(i + 1, nxt, true, true);
 			cp_wait<1>();
 		} else if (NS == 2)
@@ -591,6 +594,186 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				*(float2 *)(fin + ((size_t)h * GDK + row) * dv + col) = make_float2(S[nt][2 * hf], S[nt][2 * hf + 1]);
 			}
 	}
+	if constexpr (CG == 2) {
+		if (sd.nrows == 0) return;
+		// The rows, two at a time: group g (warps 8g … 8g + 7) runs rows g, g + 2, … on all 64 columns, from stage
+		// g, its R in Rs (g = 0) or Dk (g = 1) and its Δ in Ds or D2, meeting only its own warps at named barrier
+		// 1 + g, so one group's products run while the other waits at a barrier or for its loads. A warp computes
+		// for its token tile and columns 16dh + 32hh (hh = 0, 1) what a warp of one group computes for its columns
+		// in the loop above: the same bits.
+		__syncthreads(); // the last chunk's inputs are read (the stages are the rows' now)
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
+				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
+				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+				const float2 hf2 = __bfloat1622float2(hi);
+				*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
+				*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
+			}
+		__syncthreads();
+		const int g = tid >> 8, gt = tid & 255;
+		char *sb = sms + g * STAGE;
+		__nv_bfloat16 *Qs = (__nv_bfloat16 *)sb, *Ks = Qs + GC * KP, *Vs = Ks + GC * KP;
+		__nv_bfloat16 *Ts = Vs + GC * VW, *Ms = Ts + GC * TP;
+		float *F = (float *)(Ms + GC * TP);
+		__nv_bfloat16 *Rg = g ? Dk : Rs, *Dg = g ? D2 : Ds;
+		auto gbar = [&]() { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + g) : "memory"); };
+		// The group's 256 threads load a row into stage g as two copy groups: loadA its q, k, 64 columns of v and
+		// factors (issued once the row before has read its own: after its R), loadB its T and M (issued when the
+		// row before is done), so that a row's loads run under the products of the row before.
+		auto loadA = [&](const GdnItem &it) {
+			const __nv_bfloat16 *row0 = qkv + (size_t)it.t0 * width;
+			{ // q and k: 32 pieces a row, rows gt / 32 + 8j
+				const int tr = gt >> 5, which = (gt >> 4) & 1, d8 = (gt & 15) * 8;
+				const __nv_bfloat16 *src = row0 + (size_t)which * hk * GDK + (size_t)kh * GDK + d8, *q = src + (size_t)tr * width;
+				__nv_bfloat16 *dst = (which ? Ks : Qs) + tr * KP + d8;
+#pragma unroll
+				for (int j = 0; j < GC / 8; j++, q += 8 * width) {
+					const bool ok = tr + 8 * j < it.len;
+					cp16(dst + 8 * j * KP, ok ? q : src, ok);
+				}
+			}
+			{ // v: 8 pieces a row, rows gt / 8 + 32j
+				const int tr = gt >> 3, d8 = (gt & 7) * 8;
+				const __nv_bfloat16 *src = row0 + 2 * (size_t)hk * GDK + (size_t)h * dv + cb0 + d8;
+#pragma unroll
+				for (int j = 0; j < 2; j++) {
+					const int t = tr + 32 * j;
+					const bool ok = t < it.len;
+					cp16(Vs + t * VW + d8, ok ? src + (size_t)t * width : src, ok);
+				}
+			}
+			const char *wp = work + ((size_t)it.ck * hv + h) * GDN_WORK;
+			if (gt < 5 * GC / 4) cp16(F + 4 * gt, wp + 2 * GC * GC * 2 + 16 * gt, true);
+			cp_commit();
+		};
+		auto loadB = [&](const GdnItem &it) {
+			const char *wp = work + ((size_t)it.ck * hv + h) * GDN_WORK;
+			const int nr = 16 * ((it.len + 15) >> 4);
+			{ // T and M: 8 pieces a row
+				const int tr = gt >> 3, d8 = (gt & 7) * 8;
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const int m = j >> 1, t = tr + 32 * (j & 1);
+					if (t < nr) cp16(Ts + m * GC * TP + t * TP + d8, wp + (size_t)m * GC * GC * 2 + (t * GC + d8) * 2, true);
+				}
+			}
+			cp_commit();
+		};
+		GdnItem it = item(nch + g), nx = item(nch + g + 2);
+		if (g < sd.nrows) {
+			loadA(it);
+			loadB(it);
+		}
+		for (int r = g; r < sd.nrows; r += 2, it = nx, nx = item(nch + r + 2)) {
+			cp_wait<1>(); // this row's q, k, v and factors (its T and M may still be on their way)
+			gbar();
+			const int t0 = it.t0, len = it.len, nb = (len + 15) >> 4;
+			const bool live = mw < nb;
+			const int ta = 16 * mw + gq, tb = ta + 8;
+			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb]; // read now: the next row's factors come after R
+			float P[2][2][4] = {}; // [hh][n][e]
+			if (live) {
+				const float fa0 = F[ta], fa1 = F[tb], fb0 = F[GC + ta], fb1 = F[GC + tb];
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					const int cs = 32 * hh + 16 * dh; // this warp's 16 columns in the block's 64
+					float X[2][4] = {};
+#pragma unroll
+					for (int kk = 0; kk < GDK / 16; kk++) {
+						uint32_t ak[4], aq[4], bh[4], bl[4];
+						ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+						ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+						const int off = (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8;
+						ldsm4t(bh, Sh + off);
+						ldsm4t(bl, Sl + off);
+						mma16816(X[0], ak, bh[0], bh[1]);
+						mma16816(X[1], ak, bh[2], bh[3]);
+						mma16816(P[hh][0], aq, bh[0], bh[1]);
+						mma16816(P[hh][1], aq, bh[2], bh[3]);
+						mma16816(X[0], ak, bl[0], bl[1]);
+						mma16816(X[1], ak, bl[2], bl[3]);
+						mma16816(P[hh][0], aq, bl[0], bl[1]);
+						mma16816(P[hh][1], aq, bl[2], bl[3]);
+					}
+#pragma unroll
+					for (int n = 0; n < 2; n++) { // R = fb·V − fa·X
+						const int col = cs + 8 * n + 2 * qq;
+						const float2 v0 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + ta * VW + col));
+						const float2 v1 = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + tb * VW + col));
+						*(uint32_t *)(Rg + ta * VW + col) = pack2(fb0 * v0.x - fa0 * X[n][0], fb0 * v0.y - fa0 * X[n][1]);
+						*(uint32_t *)(Rg + tb * VW + col) = pack2(fb1 * v1.x - fa1 * X[n][2], fb1 * v1.y - fa1 * X[n][3]);
+					}
+				}
+			}
+			cp_wait<0>(); // T and M
+			gbar();
+			if (r + 2 < sd.nrows) loadA(nx); // q, k, v and the factors of this row are read
+			if (live) { // Δ = T R
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					const int cs = 32 * hh + 16 * dh;
+					float D[2][4] = {};
+					for (int kk = 0; kk <= mw; kk++) {
+						uint32_t a[4], b[4];
+						ldsm4(a, Ts + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+						ldsm4t(b, Rg + (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8);
+						mma16816(D[0], a, b[0], b[1]);
+						mma16816(D[1], a, b[2], b[3]);
+					}
+#pragma unroll
+					for (int n = 0; n < 2; n++) {
+						const int col = cs + 8 * n + 2 * qq;
+						*(uint32_t *)(Dg + ta * VW + col) = pack2(D[n][0], D[n][1]);
+						*(uint32_t *)(Dg + tb * VW + col) = pack2(D[n][2], D[n][3]);
+					}
+				}
+			}
+			gbar();
+			if (live) { // O = fq·P + M Δ
+				const size_t ow = (size_t)hv * dv;
+#pragma unroll
+				for (int hh = 0; hh < 2; hh++) {
+					const int cs = 32 * hh + 16 * dh;
+#pragma unroll
+					for (int n = 0; n < 2; n++) {
+						P[hh][n][0] *= fq0;
+						P[hh][n][1] *= fq0;
+						P[hh][n][2] *= fq1;
+						P[hh][n][3] *= fq1;
+					}
+					for (int kk = 0; kk <= mw; kk++) {
+						uint32_t a[4], b[4];
+						ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+						ldsm4t(b, Dg + (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8);
+						mma16816(P[hh][0], a, b[0], b[1]);
+						mma16816(P[hh][1], a, b[2], b[3]);
+					}
+#pragma unroll
+					for (int n = 0; n < 2; n++) {
+						const size_t col = (size_t)h * dv + cb0 + cs + 8 * n + 2 * qq;
+#pragma unroll
+						for (int hf = 0; hf < 2; hf++) {
+							const int t = hf ? tb : ta;
+							if (t >= len) continue;
+							const size_t at = (size_t)(t0 + t) * ow + col;
+							if (odt == DT_BF16)
+								*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[hh][n][2 * hf], P[hh][n][2 * hf + 1]);
+							else {
+								st(o, odt, at, P[hh][n][2 * hf]);
+								st(o, odt, at + 1, P[hh][n][2 * hf + 1]);
+							}
+						}
+					}
+				}
+			}
+			gbar(); // T, M and the group's buffers are free for its next row
+			if (r + 2 < sd.nrows) loadB(nx);
+		}
+	}
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int odt, const __nv_bfloat16 *qkv,
@@ -610,8 +793,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int 
 }
 
 // gdn_state_w2: grid (dv/64, hv, segments), 512 threads: two groups of 8 warps on 64 value columns, sharing each
-// chunk's loads and barriers, the next chunk loaded while one runs (one block per multiprocessor); the same bits as
-// gdn_state_ns{1,2}.
+// chunk's loads and barriers, the next chunk loaded while one runs (one block per multiprocessor); then the rows two
+// at a time, one a group on all 64 columns; the same bits as gdn_state_ns{1,2}.
 extern "C" __global__ void __launch_bounds__(512, 1) gdn_state_w2(void *o, int odt, const __nv_bfloat16 *qkv,
                                                                   const GdnSeg *desc, const int32_t *base,
                                                                   const int32_t *rows, int hk, int hv, int dv,
