@@ -35,6 +35,11 @@ func gdnTakes(n int) bool { return n > 0 && n >= gdnMinLen }
 // block (3, gdn_state_w2, where d_v allows); 0 chooses by the launch's size. Tests run all three.
 var gdnNS = 0
 
+// gdnPairs forces gdn_state_w2's rows two at a time (1) or one at a time (-1); 0 chooses by the launch's size:
+// two at a time where the launch has more blocks than multiprocessors (a row then takes a group of 8 warps twice as
+// long, which pays only where other blocks wait for the multiprocessor). Tests run both: the same bits.
+var gdnPairs = 0
+
 // gdnGroup selects the grouping of rows in the block of the state they continue; false runs every row as a
 // segment of its own (tests compare the two: the bits are the same).
 var gdnGroup = true
@@ -159,8 +164,9 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 // sets them, every segment non-empty or with rows; base: int32 [segs], each segment's first chunk in work; rows:
 // int32 [R][3]). Launches of at most one block per multiprocessor load the next chunk while one runs (one block
 // per multiprocessor, ns2); larger ones run 64 value columns a block, sharing each chunk's loads and barriers
-// between two groups of 8 warps and running the rows two at a time, one a group (w2, when d_v is a multiple of
-// 64), else two blocks per multiprocessor (ns1). All compute the same bits.
+// between two groups of 8 warps (w2, when d_v is a multiple of 64; with more than one wave of its blocks, also
+// running the rows two at a time, one a group: gdnPairs), else two blocks per multiprocessor (ns1). All compute
+// the same bits.
 func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int) error {
 	q.args.Reset()
 	q.put(o)
@@ -171,6 +177,8 @@ func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk
 	case (gdnNS == 2 || gdnNS == 0 && blocks <= q.d.info.SMs) && optin >= gdnStateShared(2, 1):
 		return q.launch("gdn", "gdn_state_ns2", cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(2, 1))
 	case (gdnNS == 3 || gdnNS == 0 && blocks > q.d.info.SMs) && dv%64 == 0 && optin >= gdnStateShared(2, 2):
+		pairs := gdnPairs > 0 || gdnPairs == 0 && blocks/2 > q.d.info.SMs
+		q.args.I32(b2i(pairs))
 		return q.launch("gdn", "gdn_state_w2", cudrv.Dim3{X: dv / 64, Y: hv, Z: segs}, block512, gdnStateShared(2, 2))
 	}
 	return q.launch("gdn", "gdn_state_ns1", cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(1, 1))

@@ -73,8 +73,8 @@ func i32Bytes(v []int32) []byte {
 // several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
 // the state's own chunks. Final states are compared for single segments. Every state kernel runs every case
-// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep) and all must agree bit
-// for bit.
+// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep, w2 with its rows one
+// and two at a time) and all must agree bit for bit.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -110,7 +110,7 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [4][]float32 // reference, tensor cores (ns1, ns2, w2)
+			var outs, finals [5][]float32 // reference, tensor cores (ns1, ns2, w2 with rows one and two at a time)
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -120,7 +120,7 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 4 {
+				for k := range 5 {
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -169,9 +169,9 @@ func TestGDN(t *testing.T) {
 						if err != nil {
 							return err
 						}
-						gdnNS = k
+						gdnNS, gdnPairs = min(k, 3), map[int]int{3: -1, 4: 1}[k]
 						err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
-						gdnNS = 0
+						gdnNS, gdnPairs = 0, 0
 						if err != nil {
 							return err
 						}
@@ -191,7 +191,7 @@ func TestGDN(t *testing.T) {
 			if single {
 				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, worst)
 			}
-			for k, name := range []string{2: "ns2", 3: "w2"} {
+			for k, name := range []string{2: "ns2", 3: "w2", 4: "w2 (rows two at a time)"} {
 				if k < 2 {
 					continue
 				}

@@ -347,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bflo
 template <int NS, int CG>
 __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 *qkv, const GdnSeg *desc,
                                           const int32_t *base, const int32_t *rows, int hk, int hv, int dv,
-                                          const char *work) {
+                                          const char *work, int pairs) {
 	extern __shared__ __align__(16) char sms[];
 	constexpr int BV = GBV * CG, VW = BV + 8; // the block's value columns; padded rows of V, R, Δ, S (bf16)
 	constexpr int STAGE = 2 * GC * KP * 2 + GC * VW * 2 + 2 * GC * TP * 2 + 5 * GC * 4;
@@ -425,8 +425,10 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		if (tid < 5 * GC / 4) cp16(F + 4 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
 	};
-	// CG = 2 runs the segment's chunks here and its rows two at a time afterwards (below); the others run all items
-	const int nmain = CG == 2 ? nch : nit;
+	// CG = 2 with pairs runs the segment's chunks here and its rows two at a time afterwards (below); otherwise all
+	// items run here
+	const bool paired = CG == 2 && pairs;
+	const int nmain = paired ? nch : nit;
 	GdnItem cur = item(0), nxt = item(1), nn; // items i, i + 1, i + 2
 	if (NS == 2 && nmain > 0) issue(0, cur, true, true);
 	bool qkin = false; // NS = 1: this item's q and k are on their way already (issued during the previous row)
@@ -595,7 +597,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 	}
 	if constexpr (CG == 2) {
-		if (sd.nrows == 0) return;
+		if (!paired || sd.nrows == 0) return;
 		// The rows, two at a time: group g (warps 8g … 8g + 7) runs rows g, g + 2, … on all 64 columns, from stage
 		// g, its R in Rs (g = 0) or Dk (g = 1) and its Δ in Ds or D2, meeting only its own warps at named barrier
 		// 1 + g, so one group's products run while the other waits at a barrier or for its loads. A warp computes
@@ -781,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_state_ns2(void *o, int 
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
 	KEV_GRID_DEP();
-	gdn_state<2, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+	gdn_state<2, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int odt, const __nv_bfloat16 *qkv,
@@ -789,16 +791,17 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_state_ns1(void *o, int 
                                                                    const int32_t *rows, int hk, int hv, int dv,
                                                                    const char *work) {
 	KEV_GRID_DEP();
-	gdn_state<1, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+	gdn_state<1, 1>(o, odt, qkv, desc, base, rows, hk, hv, dv, work, 0);
 }
 
 // gdn_state_w2: grid (dv/64, hv, segments), 512 threads: two groups of 8 warps on 64 value columns, sharing each
-// chunk's loads and barriers, the next chunk loaded while one runs (one block per multiprocessor); then the rows two
-// at a time, one a group on all 64 columns; the same bits as gdn_state_ns{1,2}.
+// chunk's loads and barriers, the next chunk loaded while one runs (one block per multiprocessor); with pairs set,
+// then the rows two at a time, one a group on all 64 columns (else one at a time as the chunks); the same bits as
+// gdn_state_ns{1,2} either way.
 extern "C" __global__ void __launch_bounds__(512, 1) gdn_state_w2(void *o, int odt, const __nv_bfloat16 *qkv,
                                                                   const GdnSeg *desc, const int32_t *base,
                                                                   const int32_t *rows, int hk, int hv, int dv,
-                                                                  const char *work) {
+                                                                  const char *work, int pairs) {
 	KEV_GRID_DEP();
-	gdn_state<2, 2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work);
+	gdn_state<2, 2>(o, odt, qkv, desc, base, rows, hk, hv, dv, work, pairs);
 }
