@@ -382,6 +382,78 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			const int row = 16 * warp + gq + 8 * (e >> 1), col = c0 + 8 * nt + 2 * qq + (e & 1);
 			S[nt][e] = sd.a ? ld(sd.a, sd.dt, ((size_t)h * GDK + row) * dv + col) : 0.f;
 		}
+	// split_state writes this warp's rows of S as bf16 hi and lo = S − hi, [dim][col], for the products with S
+	auto split_state = [&]() {
+#pragma unroll
+		for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
+				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
+				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+				const float2 hf2 = __bfloat1622float2(hi);
+				*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
+				*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
+			}
+	};
+	// products adds X = K S and P = Q S for the token tile mw and the 16 columns from cs (in the shared rows of S)
+	// to X and P: per k step the high part, then the low part of S
+	auto products = [&](const __nv_bfloat16 *Ks, const __nv_bfloat16 *Qs, int cs, float (&X)[2][4], float (&P)[2][4]) {
+#pragma unroll
+		for (int kk = 0; kk < GDK / 16; kk++) {
+			uint32_t ak[4], aq[4], bh[4], bl[4];
+			ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+			ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+			const int off = (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8;
+			ldsm4t(bh, Sh + off);
+			ldsm4t(bl, Sl + off);
+			mma16816(X[0], ak, bh[0], bh[1]);
+			mma16816(X[1], ak, bh[2], bh[3]);
+			mma16816(P[0], aq, bh[0], bh[1]);
+			mma16816(P[1], aq, bh[2], bh[3]);
+			mma16816(X[0], ak, bl[0], bl[1]);
+			mma16816(X[1], ak, bl[2], bl[3]);
+			mma16816(P[0], aq, bl[0], bl[1]);
+			mma16816(P[1], aq, bl[2], bl[3]);
+		}
+	};
+	// outputs computes O = fq·P + M Δ for the token tile mw and the 16 columns from cs (in the shared rows of Δ, Db;
+	// in the block's columns, cb0 + cs) of the item whose rows start at t0, and stores its rows below len
+	auto outputs = [&](const __nv_bfloat16 *Ms, const __nv_bfloat16 *Db, int cs, float (&P)[2][4], float fq0, float fq1,
+	                   int t0, int len) {
+		const int ta = 16 * mw + gq, tb = ta + 8;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+			P[n][0] *= fq0;
+			P[n][1] *= fq0;
+			P[n][2] *= fq1;
+			P[n][3] *= fq1;
+		}
+		for (int kk = 0; kk <= mw; kk++) {
+			uint32_t a[4], b[4];
+			ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
+			ldsm4t(b, Db + (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8);
+			mma16816(P[0], a, b[0], b[1]);
+			mma16816(P[1], a, b[2], b[3]);
+		}
+		const size_t ow = (size_t)hv * dv;
+#pragma unroll
+		for (int n = 0; n < 2; n++) {
+			const size_t col = (size_t)h * dv + cb0 + cs + 8 * n + 2 * qq;
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int t = hf ? tb : ta;
+				if (t >= len) continue;
+				const size_t at = (size_t)(t0 + t) * ow + col;
+				if (odt == DT_BF16)
+					*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[n][2 * hf], P[n][2 * hf + 1]);
+				else {
+					st(o, odt, at, P[n][2 * hf]);
+					st(o, odt, at + 1, P[n][2 * hf + 1]);
+				}
+			}
+		}
+	};
 	// issue(i, it, qk, rest) loads item i (it) — its q and k rows (qk), its v rows, T, M and factors (rest) — as
 	// one group
 	auto issue = [&](int i, const GdnItem &it, bool qk, bool rest) {
@@ -448,19 +520,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			issue(i, cur, false, true);
 		}
 		// S → bf16 hi/lo, [dim][col] (the rows after the first find it there already)
-		if (i <= nch) {
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
-					const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
-					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-					const float2 hf2 = __bfloat1622float2(hi);
-					*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
-					*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
-				}
-		}
+		if (i <= nch) split_state();
 		if (NS == 2 && i + 1 < nmain) {
 			issue(i + 1, nxt, true, true);
 			cp_wait<1>();
@@ -471,25 +531,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		__syncthreads();
 		// X = K S and P = Q S (tokens 16mw …, columns 16dh …)
 		float X[2][4] = {}, P[2][4] = {};
-		if (live) {
-#pragma unroll
-			for (int kk = 0; kk < GDK / 16; kk++) {
-				uint32_t ak[4], aq[4], bh[4], bl[4];
-				ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-				ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-				const int off = (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * dh + (li >> 1) * 8;
-				ldsm4t(bh, Sh + off);
-				ldsm4t(bl, Sl + off);
-				mma16816(X[0], ak, bh[0], bh[1]); // each sum: the high part, then the low part
-				mma16816(X[1], ak, bh[2], bh[3]);
-				mma16816(P[0], aq, bh[0], bh[1]);
-				mma16816(P[1], aq, bh[2], bh[3]);
-				mma16816(X[0], ak, bl[0], bl[1]);
-				mma16816(X[1], ak, bl[2], bl[3]);
-				mma16816(P[0], aq, bl[0], bl[1]);
-				mma16816(P[1], aq, bl[2], bl[3]);
-			}
-		}
+		if (live) products(Ks, Qs, cc + 16 * dh, X, P);
 		if (NS == 1) {
 			// v, T, M and the factors have arrived; after a row, q and k are read no more: the next item's load
 			cp_wait<0>();
@@ -532,40 +574,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 		}
 		__syncthreads();
-		if (live) { // O = fq·P + M Δ
-			const float fq0 = F[2 * GC + ta], fq1 = F[2 * GC + tb];
-#pragma unroll
-			for (int n = 0; n < 2; n++) {
-				P[n][0] *= fq0;
-				P[n][1] *= fq0;
-				P[n][2] *= fq1;
-				P[n][3] *= fq1;
-			}
-			for (int kk = 0; kk <= mw; kk++) {
-				uint32_t a[4], b[4];
-				ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
-				ldsm4t(b, Ds + (16 * kk + lr + (li & 1) * 8) * VW + cc + 16 * dh + (li >> 1) * 8);
-				mma16816(P[0], a, b[0], b[1]);
-				mma16816(P[1], a, b[2], b[3]);
-			}
-			const size_t ow = (size_t)hv * dv;
-#pragma unroll
-			for (int n = 0; n < 2; n++) {
-				const size_t col = (size_t)h * dv + c0 + 16 * dh + 8 * n + 2 * qq;
-#pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int t = hf ? tb : ta;
-					if (t >= len) continue;
-					const size_t at = (size_t)(t0 + t) * ow + col;
-					if (odt == DT_BF16)
-						*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[n][2 * hf], P[n][2 * hf + 1]);
-					else {
-						st(o, odt, at, P[n][2 * hf]);
-						st(o, odt, at + 1, P[n][2 * hf + 1]);
-					}
-				}
-			}
-		}
+		if (live) outputs(Ms, Ds, cc + 16 * dh, P, F[2 * GC + ta], F[2 * GC + tb], t0, len);
 		if (row || (i + 1 == nch && !sd.b && nit == nch)) continue; // rows keep the state; a last one not wanted
 		// S ← γ_C S + Kᵀ (fk·Δ): rows 16·warp …, tokens in k tiles of 16
 		const float gC = F[4 * GC];
@@ -604,17 +613,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 		// for its token tile and columns 16dh + 32hh (hh = 0, 1) what a warp of one group computes for its columns
 		// in the loop above: the same bits.
 		__syncthreads(); // the last chunk's inputs are read (the stages are the rows' now)
-#pragma unroll
-		for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
-				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
-				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-				const float2 hf2 = __bfloat1622float2(hi);
-				*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
-				*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
-			}
+		split_state();
 		__syncthreads();
 		const int g = tid >> 8, gt = tid & 255;
 		char *sb = sms + g * STAGE;
@@ -684,23 +683,7 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 				for (int hh = 0; hh < 2; hh++) {
 					const int cs = 32 * hh + 16 * dh; // this warp's 16 columns in the block's 64
 					float X[2][4] = {};
-#pragma unroll
-					for (int kk = 0; kk < GDK / 16; kk++) {
-						uint32_t ak[4], aq[4], bh[4], bl[4];
-						ldsm4(ak, Ks + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-						ldsm4(aq, Qs + (16 * mw + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-						const int off = (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8;
-						ldsm4t(bh, Sh + off);
-						ldsm4t(bl, Sl + off);
-						mma16816(X[0], ak, bh[0], bh[1]);
-						mma16816(X[1], ak, bh[2], bh[3]);
-						mma16816(P[hh][0], aq, bh[0], bh[1]);
-						mma16816(P[hh][1], aq, bh[2], bh[3]);
-						mma16816(X[0], ak, bl[0], bl[1]);
-						mma16816(X[1], ak, bl[2], bl[3]);
-						mma16816(P[hh][0], aq, bl[0], bl[1]);
-						mma16816(P[hh][1], aq, bl[2], bl[3]);
-					}
+					products(Ks, Qs, cs, X, P[hh]);
 #pragma unroll
 					for (int n = 0; n < 2; n++) { // R = fb·V − fa·X
 						const int col = cs + 8 * n + 2 * qq;
@@ -736,41 +719,8 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 			}
 			gbar();
 			if (live) { // O = fq·P + M Δ
-				const size_t ow = (size_t)hv * dv;
 #pragma unroll
-				for (int hh = 0; hh < 2; hh++) {
-					const int cs = 32 * hh + 16 * dh;
-#pragma unroll
-					for (int n = 0; n < 2; n++) {
-						P[hh][n][0] *= fq0;
-						P[hh][n][1] *= fq0;
-						P[hh][n][2] *= fq1;
-						P[hh][n][3] *= fq1;
-					}
-					for (int kk = 0; kk <= mw; kk++) {
-						uint32_t a[4], b[4];
-						ldsm4(a, Ms + (16 * mw + (lane & 15)) * TP + 16 * kk + (lane >> 4) * 8);
-						ldsm4t(b, Dg + (16 * kk + lr + (li & 1) * 8) * VW + cs + (li >> 1) * 8);
-						mma16816(P[hh][0], a, b[0], b[1]);
-						mma16816(P[hh][1], a, b[2], b[3]);
-					}
-#pragma unroll
-					for (int n = 0; n < 2; n++) {
-						const size_t col = (size_t)h * dv + cb0 + cs + 8 * n + 2 * qq;
-#pragma unroll
-						for (int hf = 0; hf < 2; hf++) {
-							const int t = hf ? tb : ta;
-							if (t >= len) continue;
-							const size_t at = (size_t)(t0 + t) * ow + col;
-							if (odt == DT_BF16)
-								*(uint32_t *)((__nv_bfloat16 *)o + at) = pack2(P[hh][n][2 * hf], P[hh][n][2 * hf + 1]);
-							else {
-								st(o, odt, at, P[hh][n][2 * hf]);
-								st(o, odt, at + 1, P[hh][n][2 * hf + 1]);
-							}
-						}
-					}
-				}
+				for (int hh = 0; hh < 2; hh++) outputs(Ms, Dg, 32 * hh + 16 * dh, P[hh], fq0, fq1, t0, len);
 			}
 			gbar(); // T, M and the group's buffers are free for its next row
 			if (r + 2 < sd.nrows) loadB(nx);
