@@ -4,8 +4,8 @@
 //
 // A block of 4 warps takes 64 consecutive query rows of one query head (16 rows per warp), or 64/G rows of G heads
 // of one group (flash_attn_segs_dN_gG); the key tiles (32 keys) are the P prefix rows, then the new rows from the
-// segment start of the block's first row up to its last row, double-buffered through cp.async. Row t sees every prefix key and the new keys segStart[t] … t. Query heads of a
-// group read the same K/V tiles, which stay in L2.
+// segment start of the block's first row up to its last row, double-buffered through cp.async. Row t sees every
+// prefix key and the new keys segStart[t] … t. Query heads of a group read the same K/V tiles, which stay in L2.
 //
 // Split over keys (blockIdx.z of splits): each split takes a contiguous range of the block's key tiles and, when
 // splits > 1, writes its normalised partial output (fp32 [splits, N, H, D]) and (m, l) (fp32 [splits, N, H, 2]);
@@ -271,7 +271,8 @@ FLASH(flash_attn_d256, 256)
 // null when desc.p = 0) and its first row. Each block has its own split count (the host chooses it from the
 // segment's prefix length alone, so a row's reduction order does not depend on the other segments of the call);
 // gridDim.z is the largest, and splits z ≥ the block's count do nothing. A block of one split writes o; the rows of
-// the others are merged by attn_combine_rows. When desc is null, the descriptors come from ps (a call of at most FA_PSEGS segments uploads none).
+// the others are merged by attn_combine_rows. When desc is null, the descriptors come from ps (a call of at most
+// FA_PSEGS segments uploads none).
 #define FA_PSEGS 16
 struct FlashSegs {
 	SegDesc d[FA_PSEGS];

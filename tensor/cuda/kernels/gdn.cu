@@ -13,7 +13,8 @@
 //   gdn_state: one block per (32 value columns, value head, segment) runs the segment's chunks in order with its
 //   128×32 fp32 state slice S in the accumulator registers of 8 warps, then the rows that continue the segment's
 //   final state (one chunk each, no update); gdn_state_w2 runs 64 columns, two such groups of 8 warps sharing each
-//   chunk's loads and barriers, and then the rows two at a time, each group one row on all 64 columns. Per chunk, with K, Q, V the raw rows:
+//   chunk's loads and barriers, and then the rows two at a time, each group one row on all 64 columns. Per chunk,
+//   with K, Q, V the raw rows:
 //     X = K S, P = Q S                   (S split into two bf16 parts, hi + lo: the products keep ~16 bits of S)
 //     R = fb·V − fa·X,  Δ = T R          (Δ_t = β_t(v_t − γ_t S₀ᵀk̂_t − Σ_{s<t} (γ_t/γ_s)(k̂_s·k̂_t) Δ_s) solved)
 //     O = fq·P + M Δ                     (o_t = γ_t S₀ᵀq̂_t + Σ_{s≤t} (γ_t/γ_s)(q̂_t·k̂_s) Δ_s)
@@ -333,8 +334,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bflo
 
 // gdn_state: grid (dv/(32·CG), hv, segments), 256·CG threads: CG groups of 8 warps, group g on the block's value
 // columns 32g … 32g + 31, each group computing what a block of one group (CG = 1) computes for its columns, in the
-// same order (the same bits); the groups share the chunk's q, k, T, M and factors, loaded once. desc[z]: the segment (length ≥ 0); base[z]: its first chunk
-// in the workspace (chunk i of the segment is base[z] + i, rows start + 64i …); rows [R][3]: rows that continue a
+// same order (the same bits); the groups share the chunk's q, k, T, M and factors, loaded once. desc[z]: the
+// segment (length ≥ 0); base[z]: its first chunk in the workspace (chunk i of the segment is base[z] + i, rows
+// start + 64i …); rows [R][3]: rows that continue a
 // segment's final state without keeping their own (first row, length 1…64, workspace chunk), run after the
 // segment's chunks by the same block from the state in its registers — the state slice is loaded or computed once
 // for all of them. A row's outputs are computed by the same code as a chunk of a segment (only the state update is
