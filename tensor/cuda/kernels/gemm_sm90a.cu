@@ -331,6 +331,31 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
 	const int w = (t >> 5) & 3, l = t & 31;
 	float *part = ws + (size_t)blockIdx.z * M * N;
+	if (split) {
+		// Partial sums in 16-byte pieces: lanes q and q ^ 1 of a quad swap halves of column groups j and j + 1, so
+		// that lane q holds four consecutive sums (group j + (q & 1), columns 4(q >> 1) …) and a warp's store
+		// writes 64 contiguous bytes of each of 8 rows. The same values at the same places as pairwise stores.
+		const int q = l & 3;
+		const bool odd = q & 1;
+#pragma unroll
+		for (int j = 0; j < BN / 8; j += 2) {
+			const int col = n0 + 8 * (j + odd) + 4 * (q >> 1);
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const float2 a = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+				const float2 b = make_float2(d[4 * j + 4 + 2 * h], d[4 * j + 4 + 2 * h + 1]);
+				const float2 send = odd ? a : b;
+				const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+				const float4 v = odd ? make_float4(got.x, got.y, b.x, b.y) : make_float4(a.x, a.y, got.x, got.y);
+				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+				if (row < M && col < N) *(float4 *)(part + (size_t)row * N + col) = v;
+			}
+		}
+		// Split-K: the last split of a tile adds the partials in order here, or, launched without tile counters
+		// (cnt null), gemm_splitk_reduce does it for all tiles afterwards.
+		if (cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 128 * CONS, 1);
+		return;
+	}
 	auto store = [&](const float *acc) {
 #pragma unroll
 		for (int j = 0; j < BN / 8; j++) {
@@ -340,11 +365,7 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 			for (int h = 0; h < 2; h++) {
 				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
 				if (row >= M) continue;
-				const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-				if (split)
-					*(float2 *)(part + (size_t)row * N + col) = make_float2(v0, v1);
-				else
-					gemm_store2(Y, R, ldy, yF32, row, col, v0, v1);
+				gemm_store2(Y, R, ldy, yF32, row, col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
 			}
 		}
 	};
@@ -352,9 +373,6 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		store(tot);
 	else
 		store(d);
-	// Split-K: the last split of a tile adds the partials in order here, or, launched without tile counters (cnt
-	// null), gemm_splitk_reduce does it for all tiles afterwards.
-	if (split && cnt) gemm_splitk_finish<BM, BN>(Y, R, ws, cnt, M, N, ldy, yF32, m0, n0, t, 128 * CONS, 1);
 }
 
 // swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
