@@ -37,6 +37,7 @@ func TestMatMulAddRMSNormFused(t *testing.T) {
 	fusedSeen := 0
 	for _, c := range []struct{ M, N, K int }{
 		{240, 2560, 9216}, {257, 2560, 4096}, {3, 264, 1000}, {1, 2560, 4096}, // split-K plans with a reduce
+		{17, 4096, 12288},                // Kev-9B's down projection: rows wider than a 4-column group a thread
 		{2392, 2560, 4096}, {40, 96, 64}, // stream-K, and an unsplit tile: not fused
 	} {
 		for _, plusOne := range []bool{true, false} {
