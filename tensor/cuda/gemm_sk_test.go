@@ -230,6 +230,8 @@ func TestGEMMStreamKLayouts(t *testing.T) {
 		{ldx: 1016, ldy: 272, f32: true, res: true},
 		{ldx: 1000, ldy: 264, res: true, self: true},
 		{ldx: 1008, ldy: 264},
+		{ldx: 1000, ldy: 280, res: true}, // 16-byte stores of whole column groups with the residual
+		{ldx: 1000, ldy: 266, res: true}, // a row stride off 16 bytes: stores of pairs
 	} {
 		t.Run(fmt.Sprintf("ldx=%d/ldy=%d/f32=%v/res=%v/self=%v", l.ldx, l.ldy, l.f32, l.res, l.self), func(t *testing.T) {
 			x := randBF16(r, (M-1)*l.ldx+K, 1)

@@ -375,6 +375,34 @@ __device__ __forceinline__ void gemm_wgmma(const TensorMap *tmX, const TensorMap
 		store(d);
 }
 
+// quad_group8 is, as four bf16 pairs, column group j (8 columns) of row half h of a tile whose fp32 sums the four
+// lanes of a quad keep in shared memory, lane q' at quad[q' + stride·i] for its accumulator i (columns 2q' + e of
+// group j: i = 4j + 2h + e), plus the residual's 16 bytes r when res, rounded as gemm_store2 rounds (the same
+// operations on the same values). Lane q reads lane (q + s) & 3's pair at step s, so a warp's reads hit 32 banks.
+__device__ __forceinline__ uint4 quad_group8(const float *quad, int stride, int j, int h, int q, uint4 r, bool res) {
+	float a[4], b[4]; // step s: lane (q + s) & 3's pair
+#pragma unroll
+	for (int s = 0; s < 4; s++) {
+		const int qs = (q + s) & 3;
+		a[s] = quad[qs + stride * (4 * j + 2 * h)];
+		b[s] = quad[qs + stride * (4 * j + 2 * h + 1)];
+	}
+	// the pair of lane i (columns 2i, 2i + 1 of the group) came at step (i − q) & 3
+	auto pair = [&](int i, uint32_t rb) -> uint32_t {
+		const int s = (i - q) & 3;
+		float x = s == 0 ? a[0] : s == 1 ? a[1] : s == 2 ? a[2] : a[3];
+		float y = s == 0 ? b[0] : s == 1 ? b[1] : s == 2 ? b[2] : b[3];
+		if (res) {
+			const float2 rf = __bfloat1622float2(*(const __nv_bfloat162 *)&rb);
+			x += rf.x;
+			y += rf.y;
+		}
+		const __nv_bfloat162 o = __floats2bfloat162_rn(x, y);
+		return *(const uint32_t *)&o;
+	};
+	return make_uint4(pair(0, r.x), pair(1, r.y), pair(2, r.z), pair(3, r.w));
+}
+
 // swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
 // [g | u] row, in the same order, so the fused epilogue below gives its bits.
 __device__ __forceinline__ float swiglu1(float g, float u) {
@@ -523,10 +551,26 @@ __device__ __forceinline__ void gemm_wgmma_persist(const TensorMap *tmX, const T
 		// a row; a 4 × 4 transpose by shuffles gives lane q the 16 bytes of group 4g + q, stored at once (each
 		// instruction then writes 64 contiguous bytes of 8 rows instead of 16 of 8). bf16 output without a residual
 		// and a row stride of whole 16-byte pieces; the same values as the pairwise stores below.
+		// CHUNKED: the sums are in shared memory, so lane q reads its group there (quad_group8), with the residual's
+		// 16 bytes when there is one.
 		constexpr int G4 = (TN / 8) / 4; // groups of four column groups
-		const bool wide = !yF32 && !R && (ldy & 7) == 0;
+		const bool wide = !yF32 && (CHUNKED || !R) && (ldy & 7) == 0;
 		const int q = l & 3;
-		if (wide) {
+		if (CHUNKED && wide) {
+#pragma unroll
+			for (int g = 0; g < G4; g++) {
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h, col = n0 + 8 * (4 * g + q);
+					const bool ok = row < M && col < NO; // N, a multiple of 8: whole groups
+					const size_t at = (size_t)row * ldy + col;
+					uint4 r = make_uint4(0u, 0u, 0u, 0u);
+					if (R && ok) r = *(const uint4 *)((const __nv_bfloat16 *)R + at);
+					const uint4 v = quad_group8(&tot(0) - q, 128 * CONS, 4 * g + q, h, q, r, R != nullptr);
+					if (ok) *(uint4 *)((__nv_bfloat16 *)Y + at) = v;
+				}
+			}
+		} else if (wide) {
 #pragma unroll
 			for (int g = 0; g < G4; g++) {
 #pragma unroll
@@ -815,10 +859,9 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 		if (ja == 0 && jb == nch) { // the whole tile here
 			if (!live) return;
 			if (!yF32 && (ldy & 7) == 0) {
-				// Whole sectors: lane q of a quad takes column group 4g + q of its row — the eight sums its quad holds,
-				// read from shared memory (lane q' of the quad at step (q' − q) & 3, so a warp's reads hit 32 banks) —
-				// adds the residual's 16 bytes there and stores 16 bytes: 64 contiguous bytes of 8 rows a warp
-				// instruction instead of 16. The operations of gemm_store2, on the same values.
+				// Whole sectors: lane q of a quad takes column group 4g + q of its row from the quad's sums in shared
+				// memory (quad_group8) with the residual's 16 bytes and stores 16 bytes: 64 contiguous bytes of 8 rows
+				// a warp instruction instead of 16. The operations of gemm_store2, on the same values.
 				const int q = l & 3;
 				const float *quad = tot + (tid & ~3);
 #pragma unroll
@@ -827,31 +870,12 @@ __device__ __forceinline__ void gemm_sk(const TensorMap *tmX, const TensorMap *t
 #pragma unroll
 					for (int h = 0; h < 2; h++) {
 						const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-						float a[4], b[4]; // step s: lane (q + s) & 3's pair
-#pragma unroll
-						for (int s = 0; s < 4; s++) {
-							const int qs = (q + s) & 3;
-							a[s] = quad[qs + 256 * (4 * jj + 2 * h)];
-							b[s] = quad[qs + 256 * (4 * jj + 2 * h + 1)];
-						}
-						if (row >= M || col >= N) continue;
+						const bool ok = row < M && col < N;
 						const size_t at = (size_t)row * ldy + col;
 						uint4 r = make_uint4(0u, 0u, 0u, 0u);
-						if (R) r = *(const uint4 *)((const __nv_bfloat16 *)R + at);
-						// the pair of lane i, columns 2i, 2i + 1 of the group, came at step (i − q) & 3
-						auto pair = [&](int i, uint32_t rb) -> uint32_t {
-							const int s = (i - q) & 3;
-							float x = s == 0 ? a[0] : s == 1 ? a[1] : s == 2 ? a[2] : a[3];
-							float y = s == 0 ? b[0] : s == 1 ? b[1] : s == 2 ? b[2] : b[3];
-							if (R) {
-								const float2 rf = __bfloat1622float2(*(const __nv_bfloat162 *)&rb);
-								x += rf.x;
-								y += rf.y;
-							}
-							const __nv_bfloat162 o = __floats2bfloat162_rn(x, y);
-							return *(const uint32_t *)&o;
-						};
-						*(uint4 *)((__nv_bfloat16 *)Y + at) = make_uint4(pair(0, r.x), pair(1, r.y), pair(2, r.z), pair(3, r.w));
+						if (R && ok) r = *(const uint4 *)((const __nv_bfloat16 *)R + at);
+						const uint4 o = quad_group8(quad, 256, jj, h, q, r, R != nullptr);
+						if (ok) *(uint4 *)((__nv_bfloat16 *)Y + at) = o;
 					}
 				}
 				return;
