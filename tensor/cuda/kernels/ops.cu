@@ -179,10 +179,11 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // computes them with x = Y (the same vectors per thread, the same order of every sum): the bits of the GEMM, then
 // AddRMSNorm, without storing Y or launching the reduce. One block of SPLIT_THREADS per row (two per multiprocessor),
 // n ≤ RMS_VEC·RMS_THREADS·8. All threads add the row's partial sums into shared memory, each 4-column group with up
-// to SPLIT_BATCH splits' loads in flight at once (a Kev-4B row: two round trips to L2); then the first RMS_THREADS
-// threads normalise the row from there as rmsnorm_bf16 does, synchronising on a named barrier of their own.
+// to SPLIT_BATCH splits' loads in flight at once (a Kev-4B row: two round trips to L2), while the first RMS_THREADS
+// threads' residual vectors load; then those threads normalise the row from there as rmsnorm_bf16 does,
+// synchronising on a named barrier of their own.
 #define SPLIT_THREADS 512
-#define SPLIT_BATCH 8 // partial-sum planes loaded at once
+#define SPLIT_BATCH 6 // partial-sum planes loaded at once
 
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
     splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
@@ -193,6 +194,14 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
 	const int row = blockIdx.x, tid = threadIdx.x;
 	if (row >= M) return;
 	const int nv = n / 8, nq = n / 4;
+	// the norm threads' residual vectors, on their way while the partial sums load
+	uint4 rv[RMS_VEC];
+	if (tid < RMS_THREADS) {
+		const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
+#pragma unroll
+		for (int k = 0; k < RMS_VEC; k++)
+			if (tid + k * RMS_THREADS < nv) rv[k] = rr[tid + k * RMS_THREADS];
+	}
 	const size_t plane = (size_t)M * n;
 	const float *wr = ws + (size_t)row * n;
 	for (int q = tid; q < nq; q += SPLIT_THREADS) {
@@ -218,7 +227,6 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
 	__syncthreads();
 	if (tid >= RMS_THREADS) return;
 	const uint4 *xr = (const uint4 *)yrow;
-	const uint4 *rr = (const uint4 *)(res + (size_t)row * n);
 	uint4 *sr = (uint4 *)(sum + (size_t)row * n);
 	uint4 v[RMS_VEC];
 #pragma unroll
@@ -227,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
 		if (c < nv) {
 			float f[8], r[8];
 			unpack8(xr[c], f);
-			unpack8(rr[c], r);
+			unpack8(rv[k], r);
 #pragma unroll
 			for (int i = 0; i < 8; i++) f[i] += r[i];
 			v[k] = pack8(f);
