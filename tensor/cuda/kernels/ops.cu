@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // threads' residual vectors load; then those threads normalise the row from there as rmsnorm_bf16 does,
 // synchronising on a named barrier of their own.
 #define SPLIT_THREADS 512
-#define SPLIT_BATCH 6 // partial-sum planes loaded at once
+#define SPLIT_BATCH 6 // partial-sum planes loaded at once (within 64 registers beside the residual vectors)
 
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS, 2)
     splitk_add_rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum, const float *ws, const __nv_bfloat16 *res,
