@@ -214,8 +214,9 @@ func randomIDs(r *rand.Rand, n, vocab int) []int32 {
 // swings with the random draw. Over eight H200 runs with fresh weights its prefill error was 0.0129, 0.0206,
 // 0.0323, 0.0329, 0.0378 and 0.0474 (and its rows' 0.012–0.021), while the aligned model stayed at 0.010–0.0125;
 // KEV_SEED=1796191832365373856 draws weights whose rows reach 0.0723 (measured 2026-12-02 with two versions of the
-// delta-rule kernels, the same value: the odd model's widths take none of the tensor-core paths). The bf16 gate that matters is at
-// realistic widths: the golden checkpoints (TestPredictorGoldenCUDA) and the full-size comparison with PyTorch.
+// delta-rule kernels, the same value: the odd model's widths take none of the tensor-core paths). The bf16 gate
+// that matters is at realistic widths: the golden checkpoints (TestPredictorGoldenCUDA) and the full-size
+// comparison with PyTorch.
 func TestModelMatchesCPU(t *testing.T) {
 	tols := map[string]float64{"odd": 0.15, "aligned": 2e-2}
 	r := newRand(t)
