@@ -19,23 +19,12 @@
 // launch with tps = chunk and its in-order finish, so both give the same bits. The planner uses it to keep each
 // output element's reduction order a function of (N, K) alone, whatever M is.
 #include "gemm.cuh"
+#include "wgmma.cuh"
 
 // TensorMap is a CUtensorMap passed by value (__grid_constant__).
 struct __align__(64) TensorMap {
 	unsigned long long v[16];
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-// desc_sw128 is the wgmma matrix descriptor of a K-major tile with 128-byte rows and the 128-byte swizzle, starting
-// at shared address a (the tile 1024-byte aligned; a may add the 32-byte k offsets).
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t a) {
-	uint64_t d = (uint64_t)((a & 0x3FFFF) >> 4);
-	d |= (uint64_t)1 << 16;           // leading-dimension byte offset (unused with this swizzle), encoded 16 B
-	d |= (uint64_t)(1024 >> 4) << 32; // stride-dimension byte offset: 8 rows × 128 B
-	d |= (uint64_t)1 << 62;           // swizzle mode 1: 128 B
-	return d;
-}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
 	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -129,11 +118,6 @@ __device__ __forceinline__ void tile_at(int t, int mT, int nT, int gn, int BM, i
 	m0 = (r / w) * BM;
 	n0 = (nb + r % w) * TN;
 }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
 // wgmma_m64n256: d[64×256] = A[64×16] · B[256×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
 // (descriptors), fp32 d.
