@@ -552,15 +552,20 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	// Segments the tensor-core kernels take (gdn.go), when the call's shape allows; rows among them (one chunk at
 	// most, continuing a state, keeping none) run in the block of the state they continue: a segment of the call
 	// that those kernels take (inBase), else a group of their own per continued state.
+	// With gdn_rows (rowsTC), the rows run in a launch of their own after the state pass and read the final states
+	// of the segments they continue, which those segments then store.
 	tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
+	rowsTC := tc && b.dev.gdnRowsFit(dv)
 	takes := func(sg tensor.Segment) bool { return tc && gdnTakes(sg.Len) }
-	isRow := func(sg tensor.Segment) bool { return tc && sg.From != tensor.FromZero && gdnIsRow(sg.Len, sg.Keep) }
+	isRow := func(sg tensor.Segment) bool {
+		return tc && sg.From != tensor.FromZero && gdnIsRow(sg.Len, sg.Keep, rowsTC)
+	}
 	inBase := func(sg tensor.Segment) bool {
 		return isRow(sg) && sg.From == tensor.FromSegment && takes(segs[sg.Index])
 	}
 	referenced := make([]bool, len(segs)) // final state read by a later launch
 	for _, s := range segs {
-		if s.From == tensor.FromSegment && !inBase(s) {
+		if s.From == tensor.FromSegment && (!inBase(s) || rowsTC) {
 			referenced[s.Index] = true
 		}
 	}
@@ -635,15 +640,29 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				}
 			}
 		}
-		// layout: short[0] short[1] long[0] long[1] (descriptors, 8-byte aligned), tab, lb[0], lb[1], rows
+		// layout: short[0] short[1] long[0] long[1] row blocks (descriptors, 8-byte aligned), tab, lb[0], lb[1], rows
+		var rgs []*gdnRowGroup
 		for p := range long {
-			long[p] = gdnSpread(long[p], b.dev.gdnWave(hv, dv))
+			if rowsTC {
+				var g []*gdnRowGroup
+				long[p], g = gdnPeel(long[p])
+				rgs = append(rgs, g...)
+			} else {
+				long[p] = gdnSpread(long[p], b.dev.gdnWave(hv, dv))
+			}
 		}
 		d0, lb0, rows0 := gdnFlat(long[0], 0)
 		d1, lb1, rows1 := gdnFlat(long[1], len(rows0)/3)
+		rows := append(rows0, rows1...)
+		blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
+		var starts []int32
+		if len(ns) > 0 {
+			starts = gdnRowStarts(ns, rrows, r0s, hv*dv/128, 0, b.dev.info.SMs)
+		}
+		rows = append(rows, rrows...)
 		var all []int32
-		var off [8]int
-		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, tab, lb0, lb1, append(rows0, rows1...)} {
+		var off [10]int
+		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, blks, tab, lb0, lb1, rows, starts} {
 			off[k] = len(all)
 			all = append(all, part...)
 		}
@@ -662,13 +681,13 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if work, err = s.temp(int64(nc) * int64(hv) * gdnWork); err != nil {
 				return err
 			}
-			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(4), work, nc, hk, hv, dv); err != nil {
+			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(5), work, nc, hk, hv, dv); err != nil {
 				return err
 			}
 		}
 		for p := range 2 {
 			if len(long[p]) > 0 {
-				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(5+p), at(7), work, len(long[p]), hk, hv, dv); err != nil {
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(6+p), at(8), work, len(long[p]), hk, hv, dv, gdnDeep(long[p])); err != nil {
 					return err
 				}
 			}
@@ -697,6 +716,9 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if err != nil {
 				return err
 			}
+		}
+		if len(starts) > 0 { // every state the rows continue is complete
+			return s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), at(9), work, len(starts)/8, hk, hv, dv)
 		}
 		return nil
 	})

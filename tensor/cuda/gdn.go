@@ -3,6 +3,9 @@
 package cuda
 
 import (
+	"os"
+	"strings"
+
 	"gorgonia.org/cu"
 
 	"github.com/kevgo/kev/internal/cudrv"
@@ -15,10 +18,12 @@ import (
 // value heads in turn — then one sequential pass per (32 value columns, value head, segment) with mma.sync bf16
 // products. Rows — segments of at most one chunk that continue a state and keep none of their own, such as a
 // request's question rows — run in the block of the state they continue, after that state's own chunks, so the
-// state slice is loaded (or computed) once for all of them; a row's outputs come from the same code whichever
-// rows share its block. Other shapes and segments shorter than gdnMinLen keep the register
-// kernels of delta.go. The choice is made per segment from its own length, so a segment's result never depends
-// on the segments it is batched with.
+// state slice is loaded (or computed) once for all of them; or, with KEV_GDN_ROWS=on on Hopper (d_v a multiple of
+// 128), in a launch of their own after the state pass, gdn_rows: warpgroup products (wgmma) with the state they
+// continue held in registers, persistent blocks running the rows one after another. Either way a row's outputs
+// come from the same code whichever rows share its block. Other shapes and segments shorter than gdnMinLen keep
+// the register kernels of delta.go. The choice is made per segment from its own length, so a segment's result
+// never depends on the segments it is batched with.
 
 // gdnOn selects the tensor-core kernels for the segments they take; false keeps the register kernels for every
 // segment (tests and benchmarks compare the two).
@@ -40,15 +45,120 @@ var gdnNS = 0
 // long, which pays only where other blocks wait for the multiprocessor). Tests run both: the same bits.
 var gdnPairs = 0
 
-// gdnGroup selects the grouping of rows in the block of the state they continue; false runs every row as a
-// segment of its own (tests compare the two: the bits are the same).
+// gdnGroup selects the grouping of rows: false runs every row as a segment of its own where the rows run in the
+// block of the state they continue, and one row a block where gdn_rows runs them (tests compare the two: the bits
+// are the same).
 var gdnGroup = true
 
-// gdnRowLen is the longest row (one chunk) that runs in the block of the state it continues.
+// gdnRowLen is the longest row (one chunk).
 const gdnRowLen = 64
 
-// gdnIsRow reports whether a segment of n tokens that keeps no state (and continues one) runs as a row.
-func gdnIsRow(n int, keep bool) bool { return gdnGroup && !keep && n <= gdnRowLen && gdnTakes(n) }
+// gdnIsRow reports whether a segment of n tokens that keeps no state (and continues one) runs as a row, on a device
+// whose rows of d_v value columns gdn_rows runs (rows).
+func gdnIsRow(n int, keep, rows bool) bool {
+	return (gdnGroup || rows) && !keep && n <= gdnRowLen && gdnTakes(n)
+}
+
+// gdnRowsOn selects gdn_rows for the rows where it runs (KEV_GDN_ROWS=on); off by default, the rows run in the
+// blocks of gdn_state: gdn_rows takes a 64-request pass's rows in 40 % less time, but small passes (a request's
+// six question rows) measured slower end to end with it. Tests and benchmarks run both.
+var gdnRowsOn = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_ROWS")), "on")
+
+// gdnRowsShared is gdn_rows's dynamic shared memory: three stages of a row's inputs (68,608 bytes each), 1,024 bytes
+// to align them, and a 32-byte record of each stage's row.
+const gdnRowsShared = 3*68608 + 1024 + 3*32
+
+// gdnRowsFit reports whether gdn_rows runs the rows of a call with d_v value columns: Hopper, d_v a multiple of 128.
+func (d *Device) gdnRowsFit(dv int) bool {
+	return gdnRowsOn && d.hopper() && dv%128 == 0 && d.info.SharedOptin >= gdnRowsShared
+}
+
+// gdnRowGroup is a set of rows (first row, length, chunk) continuing one state: s of type dt (0: zero).
+type gdnRowGroup struct {
+	s    cu.DevicePtr
+	dt   tensor.DType
+	rows []int32
+}
+
+// gdnPeel moves the rows of ls into groups for gdn_rows: the rows of a descriptor without chunks continue its
+// initial state, the others its final state, which the caller has the descriptor store. It returns the descriptors
+// that have chunks, without their rows, and the groups.
+func gdnPeel(ls []*gdnLong) ([]*gdnLong, []*gdnRowGroup) {
+	var keep []*gdnLong
+	var gs []*gdnRowGroup
+	for _, g := range ls {
+		if len(g.rows) > 0 {
+			rg := &gdnRowGroup{s: ptrOf(g.d[6], g.d[7]), dt: tensor.DType(g.d[3]), rows: g.rows}
+			if g.d[1] > 0 {
+				rg.s, rg.dt = ptrOf(g.d[8], g.d[9]), tensor.F32
+			}
+			gs, g.rows = append(gs, rg), nil
+		}
+		if g.d[1] > 0 {
+			keep = append(keep, g)
+		}
+	}
+	return keep, gs
+}
+
+// ptrOf joins the two halves of a device pointer in a descriptor.
+func ptrOf(lo, hi int32) cu.DevicePtr {
+	return cu.DevicePtr(uint64(uint32(lo)) | uint64(uint32(hi))<<32)
+}
+
+// gdnRowBlocks returns gdn_rows's group table (six int32 a group: the state pointer's halves, its type, its first
+// row, its number of rows, 0), its row table (the rows numbered from row0), and each group's number of rows and
+// first row in that table.
+func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32, ns, r0s []int) {
+	for _, g := range gs {
+		n := len(g.rows) / 3
+		blks = append(blks, int32(uint32(g.s)), int32(uint32(uint64(g.s)>>32)), int32(g.dt), int32(row0+len(rows)/3), int32(n), 0)
+		ns, r0s = append(ns, n), append(r0s, len(rows)/3)
+		rows = append(rows, g.rows...)
+	}
+	return blks, rows, ns, r0s
+}
+
+// gdnRowStarts splits gdn_rows's work — for each group e, each of hzn (head, column block) pairs, the group's
+// ns[e] rows: Q items in all — into g runs of per = ⌈Q/g⌉ consecutive items (the last one shorter), one a block,
+// and returns each run's start (group, pair, row), length and first row's entry of rows (first row, length,
+// chunk). g ≤ 0 takes about one block per multiprocessor (sms) — runs of ⌈Q/sms⌉ items, so that a small launch's
+// runs keep to one state where they can — or one per item with grouping off. Any split computes the same bits.
+func gdnRowStarts(ns []int, rows []int32, r0s []int, hzn, g, sms int) []int32 {
+	q := 0
+	for _, n := range ns {
+		q += n * hzn
+	}
+	if g <= 0 {
+		g = sms
+		if !gdnGroup {
+			g = q
+		}
+	}
+	per := (q + max(1, min(g, q)) - 1) / max(1, min(g, q))
+	var out []int32
+	e, base := 0, 0 // group e's first item
+	for q0 := 0; q0 < q; q0 += per {
+		for q0 >= base+ns[e]*hzn {
+			base += ns[e] * hzn
+			e++
+		}
+		rem := q0 - base
+		r := rem % ns[e]
+		ent := rows[3*(r0s[e]+r):]
+		out = append(out, int32(e), int32(rem/ns[e]), int32(r), int32(min(per, q-q0)), ent[0], ent[1], ent[2], 0)
+	}
+	return out
+}
+
+// gdnRows enqueues gdn_rows over g blocks (blks, rows and starts as gdnRowBlocks and gdnRowStarts return them, on
+// the device).
+func (q *Queue) gdnRows(o, qkv Operand, blks, rows, starts, work Buffer, g, hk, hv, dv int) error {
+	q.args.Reset()
+	q.put(o)
+	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).Ptr(starts.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	return q.launch("gdn_sm90a", "gdn_rows", cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
+}
 
 // gdnLong is a descriptor of gdn_state with its first chunk and its rows (first row, length, chunk).
 type gdnLong struct {
@@ -160,14 +270,28 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
 }
 
+// gdnDeep reports whether a launch of gdn_state over ls has rows in its blocks or more than one chunk a segment on
+// average: work that gdn_state_w2's two groups share (its loads and barriers), which one-chunk segments alone do not
+// repay (two blocks of gdn_state_ns1 a multiprocessor run them sooner).
+func gdnDeep(ls []*gdnLong) bool {
+	chunks := 0
+	for _, g := range ls {
+		if len(g.rows) > 0 {
+			return true
+		}
+		chunks += (int(g.d[1]) + 63) / 64
+	}
+	return chunks >= 2*len(ls)
+}
+
 // gdnState enqueues gdn_state over segs segments (desc: SegDesc [segs], with row counts and offsets as gdnFlat
 // sets them, every segment non-empty or with rows; base: int32 [segs], each segment's first chunk in work; rows:
-// int32 [R][3]). Launches of at most one block per multiprocessor load the next chunk while one runs (one block
-// per multiprocessor, ns2); larger ones run 64 value columns a block, sharing each chunk's loads and barriers
-// between two groups of 8 warps (w2, when d_v is a multiple of 64; with more than one wave of its blocks, also
-// running the rows two at a time, one a group: gdnPairs), else two blocks per multiprocessor (ns1). All compute
-// the same bits.
-func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int) error {
+// int32 [R][3]; deep as gdnDeep reports). Launches of at most one block per multiprocessor load the next chunk while
+// one runs (one block per multiprocessor, ns2); larger deep ones run 64 value columns a block, sharing each chunk's
+// loads and barriers between two groups of 8 warps (w2, when d_v is a multiple of 64; with more than one wave of its
+// blocks, also running the rows two at a time, one a group: gdnPairs), others two blocks per multiprocessor (ns1).
+// All compute the same bits.
+func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk, hv, dv int, deep bool) error {
 	q.args.Reset()
 	q.put(o)
 	q.args.Ptr(qkv.Ptr).Ptr(desc.Ptr).Ptr(base.Ptr).Ptr(rows.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
@@ -176,7 +300,7 @@ func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk
 	switch {
 	case (gdnNS == 2 || gdnNS == 0 && blocks <= q.d.info.SMs) && optin >= gdnStateShared(2, 1):
 		return q.launch("gdn", "gdn_state_ns2", cudrv.Dim3{X: dv / 32, Y: hv, Z: segs}, block256, gdnStateShared(2, 1))
-	case (gdnNS == 3 || gdnNS == 0 && blocks > q.d.info.SMs) && dv%64 == 0 && optin >= gdnStateShared(2, 2):
+	case (gdnNS == 3 || gdnNS == 0 && blocks > q.d.info.SMs && deep) && dv%64 == 0 && optin >= gdnStateShared(2, 2):
 		pairs := gdnPairs > 0 || gdnPairs == 0 && blocks/2 > q.d.info.SMs
 		q.args.I32(b2i(pairs))
 		return q.launch("gdn", "gdn_state_w2", cudrv.Dim3{X: dv / 64, Y: hv, Z: segs}, block512, gdnStateShared(2, 2))
@@ -187,9 +311,11 @@ func (q *Queue) gdnState(o, qkv Operand, desc, base, rows, work Buffer, segs, hk
 // deltaLong enqueues the segments of a (starts, ls) that the tensor-core kernels take (gdn.go) and returns the
 // others, for the register kernels.
 func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, []int32, error) {
-	if !s.b.dev.gdnFits(a.DK, a.DV, a.QKV, width) {
+	dev := s.b.dev
+	if !dev.gdnFits(a.DK, a.DV, a.QKV, width) {
 		return starts, ls, nil
 	}
+	rowsTC := dev.gdnRowsFit(a.DV)
 	var tab, ss, sl []int32
 	var long []*gdnLong
 	var group *gdnLong // the rows (segments keep no state when there are several)
@@ -198,7 +324,7 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 		switch {
 		case !gdnTakes(n):
 			ss, sl = append(ss, starts[i]), append(sl, ls[i])
-		case len(starts) > 1 && gdnIsRow(n, false):
+		case len(starts) > 1 && gdnIsRow(n, false, rowsTC):
 			if group == nil {
 				group = &gdnLong{}
 				group.d.set(0, 0, 0, a.S0.DType, 0, tensor.F32, a.S0.Ptr, 0)
@@ -215,21 +341,50 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 	if len(long) == 0 {
 		return starts, ls, nil
 	}
-	long = gdnSpread(long, s.b.dev.gdnWave(a.HV, a.DV))
+	var rgs []*gdnRowGroup
+	if rowsTC {
+		long, rgs = gdnPeel(long)
+	} else {
+		long = gdnSpread(long, dev.gdnWave(a.HV, a.DV))
+	}
 	descs, lb, rows := gdnFlat(long, 0)
-	all := append(append(append(descs, tab...), lb...), rows...) // one upload: descriptors (8-byte aligned), chunks, first chunks, rows
+	blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
+	var rs []int32 // gdn_rows's blocks
+	if len(ns) > 0 {
+		rs = gdnRowStarts(ns, rrows, r0s, a.HV*a.DV/128, 0, dev.info.SMs)
+	}
+	rows = append(rows, rrows...)
+	// one upload: row groups and descriptors (8-byte aligned), chunks, first chunks, rows, row starts
+	var all []int32
+	var off [6]int
+	for k, part := range [][]int32{blks, descs, tab, lb, rows, rs} {
+		off[k] = len(all)
+		all = append(all, part...)
+	}
 	tb, err := s.ints(all)
 	if err != nil {
 		return nil, nil, err
 	}
-	at := func(k int) Buffer { return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*k), Bytes: tb.Bytes - 4*int64(k)} }
+	at := func(k int) Buffer {
+		return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*off[k]), Bytes: tb.Bytes - 4*int64(off[k])}
+	}
 	nc := len(tab) / 2
 	work, err := s.temp(int64(nc) * int64(a.HV) * gdnWork)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(10*len(long)), work, nc, a.HK, a.HV, a.DV); err != nil {
+	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(2), work, nc, a.HK, a.HV, a.DV); err != nil {
 		return nil, nil, err
 	}
-	return ss, sl, s.q.gdnState(a.O, a.QKV, at(0), at(10*len(long)+len(tab)), at(11*len(long)+len(tab)), work, len(long), a.HK, a.HV, a.DV)
+	if len(long) > 0 {
+		if err := s.q.gdnState(a.O, a.QKV, at(1), at(3), at(4), work, len(long), a.HK, a.HV, a.DV, gdnDeep(long)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(rs) > 0 {
+		if err := s.q.gdnRows(a.O, a.QKV, at(0), at(4), at(5), work, len(rs)/8, a.HK, a.HV, a.DV); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ss, sl, nil
 }

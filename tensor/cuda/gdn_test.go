@@ -67,14 +67,35 @@ func i32Bytes(v []int32) []byte {
 	return bytesOf32(f)
 }
 
+// rowsFit reports whether gdn_rows runs on this device for d_v value columns when selected.
+func rowsFit(dv int) bool {
+	defer func(on bool) { gdnRowsOn = on }(gdnRowsOn)
+	gdnRowsOn = true
+	return dev.gdnRowsFit(dv)
+}
+
+// forRowModes runs f with the rows in the blocks of gdn_state and, where it runs (d_v = 128), on gdn_rows.
+func forRowModes(t *testing.T, f func(t *testing.T)) {
+	defer func(on bool) { gdnRowsOn = on }(gdnRowsOn)
+	for _, on := range []bool{false, true} {
+		if on && !rowsFit(128) {
+			continue
+		}
+		gdnRowsOn = on
+		t.Run(map[bool]string{false: "inblock", true: "gdn_rows"}[on], f)
+	}
+}
+
 // TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}, gdn_state_w2) against the one-warp fp32
 // recurrent kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3
 // with value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state;
 // several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
-// the state's own chunks. Final states are compared for single segments. Every state kernel runs every case
-// (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple of 64, w2 after gdn_prep, w2 with its rows one
-// and two at a time) and all must agree bit for bit.
+// the state's own chunks, or on Hopper with d_v a multiple of 128 on gdn_rows. Final states are compared for single
+// segments. Every state kernel runs every case (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple
+// of 64, w2 after gdn_prep, w2 with its rows one and two at a time) and all must agree bit for bit; where gdn_rows
+// runs, the four again with the rows on gdn_rows (on 1, 2, 7 or about one block a multiprocessor), which must agree
+// bit for bit among themselves.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int
@@ -110,7 +131,13 @@ func TestGDN(t *testing.T) {
 			}
 			single := len(c.lens) == 1
 			on, sn := n*c.hv*c.dv*4, c.hv*dk*c.dv*4
-			var outs, finals [5][]float32 // reference, tensor cores (ns1, ns2, w2 with rows one and two at a time)
+			// reference; tensor cores with the rows in the state's blocks (ns1, ns2, w2 with rows one and two at a
+			// time); with the rows on gdn_rows (1, 2, 7, about one block a multiprocessor) where it runs
+			var outs, finals [9][]float32
+			kinds := 5
+			if rowsFit(c.dv) {
+				kinds = 9
+			}
 			do(t, func(q *Queue) error {
 				X, G, B := upload(t, q, bytesOf16(xs), 0), upload(t, q, bytesOf32(gs), 0), upload(t, q, bytesOf32(bs), 0)
 				St, Ls := upload(t, q, starts, 0), upload(t, q, ls, 0)
@@ -120,7 +147,9 @@ func TestGDN(t *testing.T) {
 				}
 				bufs := []Buffer{X, G, B, St, Ls, S0}
 				defer func() { freeAll(q, bufs) }()
-				for k := range 5 {
+				defer func(on bool) { gdnRowsOn = on }(gdnRowsOn)
+				for k := range kinds {
+					gdnRowsOn = k >= 5
 					O := poisoned(t, q, on)
 					var F Buffer
 					if single {
@@ -155,25 +184,43 @@ func TestGDN(t *testing.T) {
 							}
 							start += l
 						}
+						var rgs []*gdnRowGroup
+						if q.d.gdnRowsFit(c.dv) { // the rows on gdn_rows (k ≥ 5)
+							long, rgs = gdnPeel(long)
+						}
 						descs, base, rows := gdnFlat(long, 0)
-						rows = append(rows, 0) // never empty
+						blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
+						var starts []int32
+						if len(ns) > 0 { // blocks of gdn_rows: 1, 2, 7, about one a multiprocessor
+							starts = gdnRowStarts(ns, rrows, r0s, c.hv*c.dv/128, []int{5: 1, 6: 2, 7: 7, 8: 0}[k], q.d.info.SMs)
+						}
+						rows = append(append(rows, rrows...), 0) // never empty
+						descs, base, blks, starts = append(descs, 0, 0), append(base, 0), append(blks, 0, 0), append(starts, 0)
 						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
+						kb, sb := upload(t, q, i32Bytes(blks), 0), upload(t, q, i32Bytes(starts), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
 							return err
 						}
-						bufs = append(bufs, cb, db, bb, rb, work)
-						gdnPrepKH, gdnPrepAll = k == 1, k == 1
+						bufs = append(bufs, cb, db, bb, rb, kb, sb, work)
+						gdnPrepKH, gdnPrepAll = k == 1 || k == 5, k == 1 || k == 5
 						err = q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv)
 						gdnPrepKH, gdnPrepAll = true, false
 						if err != nil {
 							return err
 						}
-						gdnNS, gdnPairs = min(k, 3), map[int]int{3: -1, 4: 1}[k]
-						err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv)
-						gdnNS, gdnPairs = 0, 0
-						if err != nil {
-							return err
+						if len(long) > 0 {
+							gdnNS, gdnPairs = min(1+(k-1)%4, 3), map[int]int{3: -1, 4: 1}[1+(k-1)%4]
+							err = q.gdnState(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, db, bb, rb, work, len(long), c.hk, c.hv, c.dv, gdnDeep(long))
+							gdnNS, gdnPairs = 0, 0
+							if err != nil {
+								return err
+							}
+						}
+						if g := len(starts) / 8; g > 0 {
+							if err := q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, kb, rb, sb, work, g, c.hk, c.hv, c.dv); err != nil {
+								return err
+							}
 						}
 					}
 					outs[k] = from32(download(t, q, O, on))
@@ -191,18 +238,23 @@ func TestGDN(t *testing.T) {
 			if single {
 				checkRel(t, "final", finals[1], finals[0], gdnRMSTol, worst)
 			}
-			for k, name := range []string{2: "ns2", 3: "w2", 4: "w2 (rows two at a time)"} {
-				if k < 2 {
+			if kinds > 5 {
+				checkRel(t, "o (gdn_rows)", outs[5], outs[0], gdnRMSTol, worst)
+			}
+			names := []string{2: "ns2", 3: "w2", 4: "w2 (rows two at a time)", 6: "gdn_rows on 2 blocks", 7: "gdn_rows on 7 blocks", 8: "gdn_rows on a block a multiprocessor"}
+			for k := 2; k < kinds; k++ {
+				if k == 5 {
 					continue
 				}
-				for i := range outs[1] {
-					if math.Float32bits(outs[1][i]) != math.Float32bits(outs[k][i]) {
-						t.Fatalf("o[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, outs[1][i], outs[k][i], name)
+				b := 1 + 4*(k/5) // the first of k's family
+				for i := range outs[b] {
+					if math.Float32bits(outs[b][i]) != math.Float32bits(outs[k][i]) {
+						t.Fatalf("o[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, outs[b][i], outs[k][i], names[k])
 					}
 				}
-				for i := range finals[1] {
-					if math.Float32bits(finals[1][i]) != math.Float32bits(finals[k][i]) {
-						t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, finals[1][i], finals[k][i], name)
+				for i := range finals[b] {
+					if math.Float32bits(finals[b][i]) != math.Float32bits(finals[k][i]) {
+						t.Fatalf("final[%d]: %g by gdn_prep_kh and gdn_state_ns1, %g by gdn_prep and %s", i, finals[b][i], finals[k][i], names[k])
 					}
 				}
 			}
@@ -238,7 +290,10 @@ func gdnSegsInputs(t *testing.T, r *rand.Rand, gb *Backend, c tensor.DeltaConfig
 // register kernels on the same inputs — new segments, kept states, empty segments, rows continuing cached states
 // and rows continuing segments of the call — and compares outputs (bf16: one more rounding of 2⁻⁹, so the bounds
 // grow by that) and kept states.
-func TestGDNSegments(t *testing.T) {
+// Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows.
+func TestGDNSegments(t *testing.T) { forRowModes(t, testGDNSegments) }
+
+func testGDNSegments(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
@@ -300,7 +355,10 @@ func TestGDNSegments(t *testing.T) {
 // TestGDNBatchInvariant checks that a segment's outputs and kept state do not depend on the segments it is
 // batched with: a 300-token new segment alone (one block per multiprocessor: the two-stage kernel) and in a batch
 // of other new and continuing segments before and after it (the one-stage kernel), bit for bit.
-func TestGDNBatchInvariant(t *testing.T) {
+// Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows.
+func TestGDNBatchInvariant(t *testing.T) { forRowModes(t, testGDNBatchInvariant) }
+
+func testGDNBatchInvariant(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
@@ -356,7 +414,8 @@ func TestGDNBatchInvariant(t *testing.T) {
 }
 
 // BenchmarkGDN times the delta rule of one Kev-4B DeltaNet layer (16 key and 32 value heads of 128, bf16 rows)
-// through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its own;
+// through GatedDeltaRuleSegments with the tensor-core kernels ("tc"; "tc-ungrouped": every row a segment of its own,
+// or on gdn_rows one row a block; "tc-rows": the rows on gdn_rows (KEV_GDN_ROWS=on makes it the default, "tc");
 // "tc-prep1": one precompute block per (chunk, value head) whatever the launch's size; "tc-ns1", "tc-ns2", "tc-w2":
 // the state kernel of one or two stages of 32 value columns, or of 64, whatever the launch's size) and the register
 // kernels ("reg"): device time of the whole call (uploads of its small tables included), the stream held behind a
@@ -437,11 +496,13 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc"} {
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc-rows", "tc"} {
 			if !only("KEV_GDN_KINDS", kind) {
 				continue
 			}
 			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
+			rowsOn := gdnRowsOn
+			gdnRowsOn = gdnRowsOn || kind == "tc-rows"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2, "tc-w2": 3}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -459,7 +520,7 @@ func BenchmarkGDN(b *testing.B) {
 				}
 			}
 			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
-			gdnOn, gdnGroup, gdnPrepKH, gdnNS = true, true, true, 0
+			gdnOn, gdnGroup, gdnPrepKH, gdnNS, gdnRowsOn = true, true, true, 0, rowsOn
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -475,7 +536,10 @@ func BenchmarkGDN(b *testing.B) {
 // and kept state must be bit-identical with the grouping off (each row a segment of its own) and with each row
 // computed alone (a call holding only the row and the state it continues), and within the bounds of TestGDNSegments
 // against the register kernels.
-func TestGDNRows(t *testing.T) {
+// Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows (grouping off: one row a block).
+func TestGDNRows(t *testing.T) { forRowModes(t, testGDNRows) }
+
+func testGDNRows(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
@@ -633,4 +697,53 @@ func TestGDNRows(t *testing.T) {
 	}
 	same("GatedDeltaRule grouped/ungrouped", single[0], single[1])
 	checkRel(t, "GatedDeltaRule/o", single[0], single[2], gdnRMSTol+bf, gdnWorstTol+4*bf)
+}
+
+// TestGDNRowStarts walks gdn_rows's blocks as the kernel does and checks that they run every (group, head and
+// column block, row) item once, in order, for splits into 1 … 300 blocks and with one block a multiprocessor.
+func TestGDNRowStarts(t *testing.T) {
+	for _, c := range []struct {
+		ns  []int
+		hzn int
+	}{{[]int{6}, 32}, {[]int{1}, 1}, {[]int{3, 1, 7, 2}, 32}, {[]int{6, 6, 6, 6, 6}, 64}, {[]int{2, 40}, 3}} {
+		q := 0
+		var rows []int32
+		var r0s []int
+		for e, n := range c.ns {
+			q += n * c.hzn
+			r0s = append(r0s, len(rows)/3)
+			for r := range n {
+				rows = append(rows, int32(100*e+r), int32(1+r), int32(7*e+r))
+			}
+		}
+		for _, g := range []int{1, 2, 3, 7, 132, 300, 0} {
+			st := gdnRowStarts(c.ns, rows, r0s, c.hzn, g, 132)
+			next := [3]int{0, 0, 0} // the item after the last one walked
+			walked := 0
+			for b := 0; b < len(st)/8; b++ {
+				e, hz, r, n := int(st[8*b]), int(st[8*b+1]), int(st[8*b+2]), int(st[8*b+3])
+				if [3]int{e, hz, r} != next || n < 1 {
+					t.Fatalf("ns %v hzn %d g %d: block %d starts at %v with %d items, want %v", c.ns, c.hzn, g, b, [3]int{e, hz, r}, n, next)
+				}
+				if want := rows[3*(r0s[e]+r) : 3*(r0s[e]+r)+3]; !slices.Equal(st[8*b+4:8*b+7], want) {
+					t.Fatalf("ns %v hzn %d g %d: block %d's first entry %v, want %v", c.ns, c.hzn, g, b, st[8*b+4:8*b+7], want)
+				}
+				for range n {
+					if r++; r == c.ns[e] {
+						r = 0
+						if hz++; hz == c.hzn {
+							hz, e = 0, e+1
+						}
+					}
+				}
+				next, walked = [3]int{e, hz, r}, walked+n
+			}
+			if walked != q || next != [3]int{len(c.ns), 0, 0} {
+				t.Fatalf("ns %v hzn %d g %d: %d of %d items walked, ending at %v", c.ns, c.hzn, g, walked, q, next)
+			}
+			if blocks := len(st) / 8; g > 0 && blocks > g || g <= 0 && blocks > 132 {
+				t.Fatalf("ns %v hzn %d g %d: %d blocks", c.ns, c.hzn, g, blocks)
+			}
+		}
+	}
 }

@@ -28,7 +28,9 @@ import (
 // KEV_PROFILE_MODES=pdl with kernels launched as programmatic dependents (compute capability 9.0) and without,
 // KEV_PROFILE_MODES=attn with attention blocks of a group's heads (flashGroup) and of one head,
 // KEV_PROFILE_MODES=zerofill with GEMM X tensor maps over the rows past M (xRows) and ending at M (TMA's zero fill),
-// KEV_PROFILE_MODES=attnorder with attention blocks longest first and in tile order.
+// KEV_PROFILE_MODES=attnorder with attention blocks longest first and in tile order,
+// KEV_PROFILE_MODES=rows with the delta rule's rows in the blocks of gdn_state (unless KEV_GDN_ROWS=on) and on
+// gdn_rows.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)
@@ -84,6 +86,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{modes[0], {"invariant/attn-in-order", false, false, false}}
 	case "zerofill":
 		modes = []pmode{modes[0], {"invariant/zero-fill", false, false, false}}
+	case "rows":
+		modes = []pmode{modes[0], {"invariant/gdn-rows", false, false, false}}
 	case "order":
 		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
 	case "groups":
@@ -164,6 +168,8 @@ func BenchmarkPassKernels(b *testing.B) {
 						return nil
 					})
 					gdnOn, gdnGroup = !mode.reg, !mode.flat
+					rowsOn := gdnRowsOn
+					gdnRowsOn = gdnRowsOn || strings.HasSuffix(mode.name, "/gdn-rows")
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {
 							b.Fatal(err)
@@ -197,7 +203,7 @@ func BenchmarkPassKernels(b *testing.B) {
 					if runErr != nil {
 						b.Fatal(runErr)
 					}
-					gdnOn, gdnGroup = true, true
+					gdnOn, gdnGroup, gdnRowsOn = true, true, rowsOn
 					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
 				}
 			}
@@ -211,7 +217,7 @@ func BenchmarkPassKernels(b *testing.B) {
 // kernelCategory groups a kernel by what it does, for the profile's summary.
 func kernelCategory(name string) string {
 	for _, c := range []struct{ prefix, cat string }{
-		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
+		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"gdn_sm90a.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
 		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
 		{"nn.qk", "norms"},
 	} {

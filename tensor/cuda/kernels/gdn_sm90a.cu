@@ -1,0 +1,308 @@
+// The rows of the chunked gated delta rule on Hopper (sm_90a): segments of at most one 64-token chunk that continue
+// a state and keep none of their own (a request's question rows), with warpgroup products (wgmma). gdn_prep (gdn.cu)
+// has left each row's T, M and factors in the workspace; a row's outputs are then, with S₀ the state it continues,
+//   X = K S₀, P = Q S₀,  R = fb·V − fa·X,  Δ = T R,  O = fq·P + M Δ
+// as in gdn_state (gdn.cu), computed here in the transposed frame, the value columns as the products' rows:
+//   [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ    (A: S₀ᵀ split into bf16 hi + lo parts, in registers for the block's life;
+//                            B: the row's k and q, 128 tokens' rows of the tile, from shared memory)
+//   Δᵀ = Rᵀ Tᵀ               (A: Rᵀ in bf16, formed in registers from the Xᵀ accumulators; B: T)
+//   Oᵀ = fq·Pᵀ + Δᵀ Mᵀ       (A: Δᵀ in bf16 from its accumulators; B: M)
+// so that nothing between the products goes through shared memory, and T, M, K and Q are read as stored (K-major).
+// A block of two warpgroups runs one (row, value head, 128 value columns) item after another: warpgroup w owns
+// columns 64w … 64w + 63; the block copies each item's inputs once for both (cp.async, three stages: the next two
+// items' copies run under this item's products) and keeps the state slice in registers while the items continue
+// the same one. A row's outputs are computed the same way whichever items share its block: its bits do not depend
+// on its batch-mates.
+#include "common.cuh"
+#include "gdn.cuh"
+#include "wgmma.cuh"
+
+// GdnRowBlk: a block's rows — entries r0 … r0 + n − 1 of the row table ([R][3]: first row, length 1…64, workspace
+// chunk) — all continuing the state s (type dt, [hv][128][dv]; null: zero).
+struct __align__(8) GdnRowBlk {
+	const void *s;
+	int32_t dt, r0, n, pad;
+};
+
+#define RV 136 // padded bf16 row of V (128 columns): rows two apart fall on distinct banks
+
+// Stage layout (bytes): [K; Q] as two 128-byte-swizzled slabs of 128 rows (dimensions 0…63, 64…127), T and M
+// (64 rows of 128 bytes, swizzled), V [64][RV] bf16, the factors fp32 [5][64].
+#define R_KQ 0
+#define R_T 32768
+#define R_M 40960
+#define R_V 49152
+#define R_F (R_V + 64 * RV * 2)
+#define R_STAGE 68608 // R_F + 1280, rounded up to 1024 bytes
+
+// stsm4t stores four 8×8 bf16 matrices transposed (stmatrix .trans): lane l gives the address of row l % 8 of
+// matrix l / 8 as stored, r[m] this lane's fragment of matrix m (row l / 4, columns 2(l % 4), +1 before the transpose).
+__device__ __forceinline__ void stsm4t(const void *p, const uint32_t r[4]) {
+	asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sptr(p)), "r"(r[0]),
+	             "r"(r[1]), "r"(r[2]), "r"(r[3])
+	             : "memory");
+}
+
+// regs_after keeps the compiler from moving uses of n registers of d above the wait for the products writing them.
+template <int N> __device__ __forceinline__ void regs_after(float *d) {
+#pragma unroll
+	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// GdnRowMeta: what the copies of a stage's row leave for its products: first row, length, the work item (group
+// index · hv·nz + head·nz + column block z), its head·nz + z, the state's type and address.
+struct __align__(8) GdnRowMeta {
+	int32_t t0, len, item, hz, dt, pad;
+	const void *s;
+};
+
+// gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of row
+// items: for each group e in order, each head h and column block z (nz = dv/128 of them), the group's n_e rows;
+// block b runs the count items from starts[b] = (e, h·nz + z, row, count, the row's entry of rows, 0), one after
+// another. Dynamic shared memory:
+// NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta; the copies of the next NS − 1
+// items are in flight while one runs, across the items' groups, heads and column blocks. Where an item continues
+// another state than the one before it (or another head or columns), its state slice is loaded anew (from L2: the
+// copies prefetch it when they reach its first row). o [N, hv·dv] of type odt; qkv bf16 [N, 2·hk·128 + hv·dv]; work
+// as gdn_prep leaves it.
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
+                                                              const GdnRowBlk *blks, const int32_t *rows,
+                                                              const int32_t *starts, int hk, int hv, int dv,
+                                                              const char *work) {
+	KEV_GRID_DEP();
+	constexpr int NS = 3;
+	extern __shared__ __align__(16) char smr_raw[];
+	char *smr = smr_raw + ((1024 - (smem_u32(smr_raw) & 1023)) & 1023); // the swizzled tiles want 1024-byte alignment
+	GdnRowMeta *meta = (GdnRowMeta *)(smr + NS * R_STAGE);
+	const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31, gq = lane >> 2, qq = lane & 3;
+	const int c0 = 64 * wg + 16 * wi + gq; // this thread's value columns (in the item's 128): c0 and c0 + 8
+	const int nz = dv >> 7, hzn = hv * nz;
+	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	// the copies' cursor: group ie (ib), head and column block ihz, row ir; ent is that row's table entry
+	const int32_t *st0 = starts + 8 * blockIdx.x;
+	const int e0 = st0[0], hz0 = st0[1], count = st0[3]; // the first item's group, (head, column block)
+	int ie = e0, ihz = hz0, ir = st0[2], left = count;
+	int3 ent = make_int3(st0[4], st0[5], st0[6]);
+	GdnRowBlk ib = blks[ie];
+	const GdnRowBlk b0 = ib; // the first item's group
+	// issue copies the cursor's item into stage slot as one group — k rows then q rows (zero past the row's length),
+	// v, the rows of T and M that hold tokens (the others are never read), the factors — records it in the slot's
+	// meta, and moves the cursor on (the next entry's loads in flight until the next call).
+	auto issue = [&](int slot) {
+		char *sb = smr + slot * R_STAGE;
+		const int h = ihz / nz, cb = (ihz - h * nz) * 128, kh = h / (hv / hk), t0 = ent.x, len = ent.y;
+		if (tid == 0) meta[slot] = GdnRowMeta{t0, len, ie * hzn + ihz, ihz, ib.dt, 0, ib.s};
+		if (ir == 0 && ib.s && ib.dt == DT_F32) { // the item's state slice (128 rows of 512 bytes) into L2
+			const char *sp = (const char *)ib.s + ((size_t)h * GDK * dv + cb) * 4;
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				const int p = tid + 256 * j; // row p / 4, 128-byte line p % 4
+				asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sp + (size_t)(p >> 2) * dv * 4 + (p & 3) * 128));
+			}
+		}
+		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width;
+		{ // [K; Q]: tile row n = n0 + 16j, 16 pieces a row; piece c of row n at slab c / 8, chunk (c % 8) ^ (n % 8)
+			const int c = tid & 15, n0 = tid >> 4;
+			char *dst = sb + R_KQ + (c >> 3) * 16384 + (((c & 7) ^ (n0 & 7)) << 4) + n0 * 128;
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				const int t = (n0 + 16 * j) & 63;
+				const bool ok = t < len;
+				const __nv_bfloat16 *src = row0 + (size_t)t * width + (j < 4 ? (size_t)hk * GDK : 0) + (size_t)kh * GDK + 8 * c;
+				cp16(dst + j * 16 * 128, ok ? src : row0, ok);
+			}
+		}
+		{ // V: row t = t0r + 16j, 16 pieces a row
+			const int c = tid & 15, t0r = tid >> 4;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int t = t0r + 16 * j;
+				const bool ok = t < len;
+				const __nv_bfloat16 *src = row0 + (size_t)t * width + 2 * (size_t)hk * GDK + (size_t)h * dv + cb + 8 * c;
+				cp16(sb + R_V + (t * RV + 8 * c) * 2, ok ? src : row0, ok);
+			}
+		}
+		const char *wp = work + ((size_t)ent.z * hv + h) * GDN_WORK;
+		const int nr = 16 * ((len + 15) >> 4);
+		{ // T and M: row t = tr + 32j, 8 pieces a row, piece c at chunk c ^ (t % 8)
+			const int c = tid & 7, tr = tid >> 3;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int m = j >> 1, t = tr + 32 * (j & 1);
+				if (t < nr)
+					cp16(sb + (m ? R_M : R_T) + t * 128 + ((c ^ (t & 7)) << 4), wp + (size_t)m * GC * GC * 2 + (t * GC + 8 * c) * 2, true);
+			}
+		}
+		if (tid < 5 * GC / 4) cp16(sb + R_F + 16 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
+		cp_commit();
+		if (--left == 0) return;
+		if (++ir == ib.n) { // the next head or column block of the group, or the next group
+			ir = 0;
+			if (++ihz == hzn) ihz = 0, ib = blks[++ie];
+		}
+		const int32_t *rw = rows + 3 * (ib.r0 + ir);
+		ent = make_int3(rw[0], rw[1], rw[2]);
+	};
+#pragma unroll
+	for (int i = 0; i < NS - 1; i++)
+		if (i < count) issue(i);
+	// S₀ᵀ of the current item as A fragments, hi and lo = S₀ − hi in bf16 (as gdn_state splits S): k step kk,
+	// register r holds rows c0 (r even) or c0 + 8, dimensions 16kk + 2qq (+1), plus 8 for r ≥ 2
+	uint32_t sh[8][4], sl[8][4];
+	// loadState splits the state slice (s of type dt; null: zero) of head h, columns cb … into sh and sl; fp32 states
+	// (all but cached ones of another type) with every load in flight at once
+	auto loadState = [&](const void *s, int dt, int h, int cb) {
+		float sv[8][4][2];
+		if (s && dt == DT_F32) {
+			const float *sp = (const float *)s + (size_t)h * GDK * dv + cb + c0;
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+				for (int r = 0; r < 4; r++) {
+					const int k = 16 * kk + 2 * qq + (r >> 1) * 8;
+					sv[kk][r][0] = sp[(size_t)k * dv + (r & 1) * 8];
+					sv[kk][r][1] = sp[(size_t)(k + 1) * dv + (r & 1) * 8];
+				}
+		} else {
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+				for (int r = 0; r < 4; r++) {
+					const int col = cb + c0 + (r & 1) * 8, k = 16 * kk + 2 * qq + (r >> 1) * 8;
+					sv[kk][r][0] = s ? ld(s, dt, ((size_t)h * GDK + k) * dv + col) : 0.f;
+					sv[kk][r][1] = s ? ld(s, dt, ((size_t)h * GDK + k + 1) * dv + col) : 0.f;
+				}
+		}
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				const float x = sv[kk][r][0], y = sv[kk][r][1];
+				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+				const float2 hf = __bfloat1622float2(hi);
+				sh[kk][r] = *(const uint32_t *)&hi;
+				sl[kk][r] = pack2(x - hf.x, y - hf.y);
+			}
+	};
+	// the first item's state while its copies are on their way
+	int item = e0 * hzn + hz0;
+	loadState(b0.s, b0.dt, hz0 / nz, (hz0 % nz) * 128);
+	const size_t ow = (size_t)hv * dv;
+	for (int i = 0; i < count; i++) {
+		char *sb = smr + (i % NS) * R_STAGE;
+		if (i + 1 < count) // items i and i + 1 are on their way
+			cp_wait<1>();
+		else
+			cp_wait<0>();
+		fence_async_shared();
+		__syncthreads(); // item i's inputs are in; every thread is past item i − 1, whose stage item i + NS − 1 takes
+		const GdnRowMeta m = meta[i % NS];
+		if (i + NS - 1 < count) issue((i + NS - 1) % NS);
+		const int h = m.hz / nz, cb = (m.hz - h * nz) * 128;
+		if (m.item != item) {
+			item = m.item;
+			loadState(m.s, m.dt, h, cb);
+		}
+		const GdnItem cur{m.t0, m.len, 0};
+		const int len = cur.len, nb = (len + 15) >> 4;
+		const uint32_t kq = smem_u32(sb + R_KQ), tb = smem_u32(sb + R_T), mb = smem_u32(sb + R_M);
+		const __nv_bfloat16 *Vs = (const __nv_bfloat16 *)(sb + R_V);
+		const float *F = (const float *)(sb + R_F);
+		// [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ: per k step the high part, then the low part of S₀. acc[4j + e] holds column c0 (e < 2)
+		// or c0 + 8 of token 8j + 2qq + (e & 1) (j < 8: X; j ≥ 8: P of token 8(j − 8) + …)
+		float acc[64];
+		wgmma_fence();
+#pragma unroll
+		for (int kk = 0; kk < 8; kk++) {
+			const uint64_t db = desc_sw128(kq + (kk >> 2) * 16384 + (kk & 3) * 32);
+			wgmma_rs_m64n128(acc, sh[kk], db, kk > 0);
+			wgmma_rs_m64n128(acc, sl[kk], db, 1);
+		}
+		wgmma_commit();
+		wgmma_wait0();
+		regs_after<64>(acc);
+		// Rᵀ = fb·Vᵀ − fa·Xᵀ in bf16, as the A fragments of Δᵀ's four k steps (tokens 16s …). V's 8×8 blocks are
+		// read transposed: matrix m of load j2 is tokens 8(2j2 + m / 2) …, columns 16wi + 8(m % 2) … of the
+		// warpgroup's 64, so that vp[j][hf] holds (V[t][c], V[t + 1][c]) for t = 8j + 2qq, c = c0 + 8hf.
+		const __nv_bfloat16 *Vw = Vs + 64 * wg + 16 * wi + 8 * ((lane >> 3) & 1) + (lane & 7) * RV; // this lane's row
+		uint32_t vp[8][2];
+#pragma unroll
+		for (int j2 = 0; j2 < 4; j2++) {
+			uint32_t r[4];
+			ldsm4t(r, Vw + 8 * (2 * j2 + (lane >> 4)) * RV);
+			vp[2 * j2][0] = r[0], vp[2 * j2][1] = r[1], vp[2 * j2 + 1][0] = r[2], vp[2 * j2 + 1][1] = r[3];
+		}
+		uint32_t ra[4][4];
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int t = 8 * j + 2 * qq;
+			const float2 fa = *(const float2 *)(F + t), fb = *(const float2 *)(F + GC + t);
+			const float v00 = __uint_as_float(vp[j][0] << 16), v01 = __uint_as_float(vp[j][0] & 0xffff0000u);
+			const float v10 = __uint_as_float(vp[j][1] << 16), v11 = __uint_as_float(vp[j][1] & 0xffff0000u);
+			ra[j >> 1][2 * (j & 1)] = pack2(fb.x * v00 - fa.x * acc[4 * j], fb.y * v01 - fa.y * acc[4 * j + 1]);
+			ra[j >> 1][2 * (j & 1) + 1] = pack2(fb.x * v10 - fa.x * acc[4 * j + 2], fb.y * v11 - fa.y * acc[4 * j + 3]);
+		}
+		// Δᵀ = Rᵀ Tᵀ (T is zero above its diagonal and past the row in its rows below nr; its later rows, not copied,
+		// only reach Δ's tokens from nr on, which nothing reads: Δ's fragments past the row's tiles are zero)
+		float D[32];
+		wgmma_fence();
+#pragma unroll
+		for (int s = 0; s < 4; s++) wgmma_rs_m64n64(D, ra[s], desc_sw128(tb + 32 * s), s > 0);
+		wgmma_commit();
+		wgmma_wait0();
+		regs_after<32>(D);
+		uint32_t da[4][4];
+#pragma unroll
+		for (int s = 0; s < 4; s++)
+#pragma unroll
+			for (int r = 0; r < 4; r++) da[s][r] = s < nb ? pack2(D[8 * s + 2 * r], D[8 * s + 2 * r + 1]) : 0u;
+		// Oᵀ = fq·Pᵀ + Δᵀ Mᵀ
+		float P[32]; // fq·Pᵀ: a register block of its own for the products that add M Δ to it
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int t = 8 * j + 2 * qq;
+			const float2 fq = *(const float2 *)(F + 2 * GC + t);
+			const float fq0 = fq.x, fq1 = fq.y;
+			P[4 * j] = acc[32 + 4 * j] * fq0;
+			P[4 * j + 1] = acc[33 + 4 * j] * fq1;
+			P[4 * j + 2] = acc[34 + 4 * j] * fq0;
+			P[4 * j + 3] = acc[35 + 4 * j] * fq1;
+		}
+		wgmma_fence();
+#pragma unroll
+		for (int s = 0; s < 4; s++) wgmma_rs_m64n64(P, da[s], desc_sw128(mb + 32 * s), 1);
+		wgmma_commit();
+		wgmma_wait0();
+		regs_after<32>(P);
+		const size_t col = (size_t)h * dv + cb + c0;
+		if (odt == DT_BF16) {
+			// Oᵀ's 8×8 blocks stored transposed where this warp read V (its 16 columns, read by no other warp), then
+			// copied out 16 bytes at a time: rows t, two pieces of 8 columns each
+#pragma unroll
+			for (int j2 = 0; j2 < 4; j2++) {
+				const uint32_t r[4] = {pack2(P[8 * j2], P[8 * j2 + 1]), pack2(P[8 * j2 + 2], P[8 * j2 + 3]),
+				                       pack2(P[8 * j2 + 4], P[8 * j2 + 5]), pack2(P[8 * j2 + 6], P[8 * j2 + 7])};
+				stsm4t(Vw + 8 * (2 * j2 + (lane >> 4)) * RV, r);
+			}
+			__syncwarp();
+			const __nv_bfloat16 *Vo = Vs + 64 * wg + 16 * wi;
+			__nv_bfloat16 *ob = (__nv_bfloat16 *)o + (size_t)cur.t0 * ow + (size_t)h * dv + cb + 64 * wg + 16 * wi;
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				const int t = (lane >> 1) + 16 * k, hf = lane & 1;
+				if (t < len) *(uint4 *)(ob + (size_t)t * ow + 8 * hf) = *(const uint4 *)(Vo + t * RV + 8 * hf);
+			}
+		} else {
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int t = 8 * j + 2 * qq + e;
+					if (t >= len) continue;
+					const size_t at = (size_t)(cur.t0 + t) * ow + col;
+					st(o, odt, at, P[4 * j + e]);
+					st(o, odt, at + 8, P[4 * j + 2 + e]);
+				}
+		}
+	}
+}
