@@ -49,8 +49,8 @@ template <int N> __device__ __forceinline__ void regs_after(float *d) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// GdnRowMeta: what the copies of a stage's row leave for its products: first row, length, the work item (group
-// index · hv·nz + head·nz + column block z), its head·nz + z, the state's type and address.
+// GdnRowMeta: what the copies of a stage's item leave for its products: the row's first row and length, the state
+// slice it continues (group · hv·nz + head·nz + column block z), its head·nz + z, the state's type and address.
 struct __align__(8) GdnRowMeta {
 	int32_t t0, len, item, hz, dt, pad;
 	const void *s;
@@ -59,12 +59,11 @@ struct __align__(8) GdnRowMeta {
 // gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of row
 // items: for each group e in order, each head h and column block z (nz = dv/128 of them), the group's n_e rows;
 // block b runs the count items from starts[b] = (e, h·nz + z, row, count, the row's entry of rows, 0), one after
-// another. Dynamic shared memory:
-// NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta; the copies of the next NS − 1
-// items are in flight while one runs, across the items' groups, heads and column blocks. Where an item continues
-// another state than the one before it (or another head or columns), its state slice is loaded anew (from L2: the
-// copies prefetch it when they reach its first row). o [N, hv·dv] of type odt; qkv bf16 [N, 2·hk·128 + hv·dv]; work
-// as gdn_prep leaves it.
+// another. Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta;
+// the copies of the next NS − 1 items are in flight while one runs, across the items' groups, heads and column
+// blocks. Where an item continues another state slice than the one before it, the slice is loaded anew (from L2:
+// the copies prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16
+// [N, 2·hk·128 + hv·dv]; work as gdn_prep leaves it.
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
                                                               const GdnRowBlk *blks, const int32_t *rows,
                                                               const int32_t *starts, int hk, int hv, int dv,
