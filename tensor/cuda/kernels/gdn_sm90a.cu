@@ -202,8 +202,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			item = m.item;
 			loadState(m.s, m.dt, h, cb);
 		}
-		const GdnItem cur{m.t0, m.len, 0};
-		const int len = cur.len, nb = (len + 15) >> 4;
+		const int t0 = m.t0, len = m.len, nb = (len + 15) >> 4;
 		const uint32_t kq = smem_u32(sb + R_KQ), tb = smem_u32(sb + R_T), mb = smem_u32(sb + R_M);
 		const __nv_bfloat16 *Vs = (const __nv_bfloat16 *)(sb + R_V);
 		const float *F = (const float *)(sb + R_F);
@@ -285,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			}
 			__syncwarp();
 			const __nv_bfloat16 *Vo = Vs + 64 * wg + 16 * wi;
-			__nv_bfloat16 *ob = (__nv_bfloat16 *)o + (size_t)cur.t0 * ow + (size_t)h * dv + cb + 64 * wg + 16 * wi;
+			__nv_bfloat16 *ob = (__nv_bfloat16 *)o + (size_t)t0 * ow + (size_t)h * dv + cb + 64 * wg + 16 * wi;
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
 				const int t = (lane >> 1) + 16 * k, hf = lane & 1;
@@ -298,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 				for (int e = 0; e < 2; e++) {
 					const int t = 8 * j + 2 * qq + e;
 					if (t >= len) continue;
-					const size_t at = (size_t)(cur.t0 + t) * ow + col;
+					const size_t at = (size_t)(t0 + t) * ow + col;
 					st(o, odt, at, P[4 * j + e]);
 					st(o, odt, at + 8, P[4 * j + 2 + e]);
 				}
