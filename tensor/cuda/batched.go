@@ -654,15 +654,12 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		d0, lb0, rows0 := gdnFlat(long[0], 0)
 		d1, lb1, rows1 := gdnFlat(long[1], len(rows0)/3)
 		rows := append(rows0, rows1...)
-		blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
-		var starts []int32
-		if len(ns) > 0 {
-			starts = gdnRowStarts(ns, rrows, r0s, hv*dv/128, 0, b.dev.info.SMs)
-		}
+		blks, rrows := gdnRowBlocks(rgs, len(rows)/3)
+		rowBlocks, rowPer, items, runs := gdnRowSplit(blks, hv*dv/128, 0, b.dev.info.SMs)
 		rows = append(rows, rrows...)
 		var all []int32
-		var off [10]int
-		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, blks, tab, lb0, lb1, rows, starts} {
+		var off [9]int
+		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, blks, tab, lb0, lb1, rows} {
 			off[k] = len(all)
 			all = append(all, part...)
 		}
@@ -717,8 +714,8 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 				return err
 			}
 		}
-		if len(starts) > 0 { // every state the rows continue is complete
-			return s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), at(9), work, len(starts)/8, hk, hv, dv)
+		if rowBlocks > 0 { // every state the rows continue is complete
+			return s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), work, len(rgs), items, rowBlocks, rowPer, runs, hk, hv, dv)
 		}
 		return nil
 	})

@@ -59,10 +59,9 @@ func gdnIsRow(n int, keep, rows bool) bool {
 	return (gdnGroup || rows) && !keep && n <= gdnRowLen && gdnTakes(n)
 }
 
-// gdnRowsOn selects gdn_rows for the rows where it runs (KEV_GDN_ROWS=on); off by default, the rows run in the
-// blocks of gdn_state: gdn_rows takes a 64-request pass's rows in 40 % less time, but small passes (a request's
-// six question rows) measured slower end to end with it. Tests and benchmarks run both.
-var gdnRowsOn = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_ROWS")), "on")
+// gdnRowsOn selects gdn_rows for the rows where it runs (Hopper, d_v a multiple of 128): on unless KEV_GDN_ROWS=off,
+// which runs them in the blocks of gdn_state as on other GPUs. Tests and benchmarks run both.
+var gdnRowsOn = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_ROWS")), "off")
 
 // gdnRowsShared is gdn_rows's dynamic shared memory: three stages of a row's inputs (68,608 bytes each), 1,024 bytes
 // to align them, and a 32-byte record of each stage's row.
@@ -107,56 +106,67 @@ func ptrOf(lo, hi int32) cu.DevicePtr {
 }
 
 // gdnRowBlocks returns gdn_rows's group table (six int32 a group: the state pointer's halves, its type, its first
-// row, its number of rows, 0), its row table (the rows numbered from row0), and each group's number of rows and
-// first row in that table.
-func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32, ns, r0s []int) {
+// row, its number of rows, and a sixth that gdnRowSplit sets) and its row table (the rows numbered from row0).
+func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 	for _, g := range gs {
-		n := len(g.rows) / 3
-		blks = append(blks, int32(uint32(g.s)), int32(uint32(uint64(g.s)>>32)), int32(g.dt), int32(row0+len(rows)/3), int32(n), 0)
-		ns, r0s = append(ns, n), append(r0s, len(rows)/3)
+		blks = append(blks, int32(uint32(g.s)), int32(uint32(uint64(g.s)>>32)), int32(g.dt), int32(row0+len(rows)/3), int32(len(g.rows)/3), 0)
 		rows = append(rows, g.rows...)
 	}
-	return blks, rows, ns, r0s
+	return blks, rows
 }
 
-// gdnRowStarts splits gdn_rows's work — for each group e, each of hzn (head, column block) pairs, the group's
-// ns[e] rows: Q items in all — into g runs of per = ⌈Q/g⌉ consecutive items (the last one shorter), one a block,
-// and returns each run's start (group, pair, row), length and first row's entry of rows (first row, length,
-// chunk). g ≤ 0 takes about one block per multiprocessor (sms) — runs of ⌈Q/sms⌉ items, so that a small launch's
-// runs keep to one state where they can — or one per item with grouping off. Any split computes the same bits.
-func gdnRowStarts(ns []int, rows []int32, r0s []int, hzn, g, sms int) []int32 {
-	q := 0
-	for _, n := range ns {
-		q += n * hzn
+// gdnRowSplit splits gdn_rows's items — for each group of blks (gdnRowBlocks), a run of its rows for each of hzn
+// (head, column block) pairs: q items in all — among blocks, and sets each group's sixth entry to what the kernel
+// finds its blocks' group by. With g > 0, into about g blocks of per = ⌈q/g⌉ consecutive items (the last one
+// shorter; each group's first item). With g ≤ 0: where a block for each run fits one per multiprocessor (sms),
+// each run into pieces of per rows, per the least that fits (runs; each group's first block), so that no block loads
+// two states; else as g = sms, runs of ⌈q/sms⌉ items that cross the runs, the state reloaded where it changes.
+// Without grouping, one item a block. Any split computes the same bits.
+func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) {
+	ng := len(blks) / 6
+	most := 0
+	for e := range ng {
+		q += int(blks[6*e+4]) * hzn
+		most = max(most, int(blks[6*e+4]))
+	}
+	if q == 0 {
+		return 0, 0, 0, false
+	}
+	if g <= 0 && (ng*hzn <= sms || !gdnGroup) {
+		for per = 1; per < most; per++ { // the least per whose pieces fit (one a run at most)
+			n := 0
+			for e := range ng {
+				n += hzn * ((int(blks[6*e+4]) + per - 1) / per)
+			}
+			if n <= sms || !gdnGroup {
+				break
+			}
+		}
+		for e := range ng {
+			blks[6*e+5] = int32(blocks)
+			blocks += hzn * ((int(blks[6*e+4]) + per - 1) / per)
+		}
+		return blocks, per, q, true
 	}
 	if g <= 0 {
 		g = sms
-		if !gdnGroup {
-			g = q
-		}
 	}
-	per := (q + max(1, min(g, q)) - 1) / max(1, min(g, q))
-	var out []int32
-	e, base := 0, 0 // group e's first item
-	for q0 := 0; q0 < q; q0 += per {
-		for q0 >= base+ns[e]*hzn {
-			base += ns[e] * hzn
-			e++
-		}
-		rem := q0 - base
-		r := rem % ns[e]
-		ent := rows[3*(r0s[e]+r):]
-		out = append(out, int32(e), int32(rem/ns[e]), int32(r), int32(min(per, q-q0)), ent[0], ent[1], ent[2], 0)
+	per = (q + min(g, q) - 1) / min(g, q)
+	first := 0
+	for e := range ng {
+		blks[6*e+5] = int32(first)
+		first += int(blks[6*e+4]) * hzn
 	}
-	return out
+	return (q + per - 1) / per, per, q, false
 }
 
-// gdnRows enqueues gdn_rows over g blocks (blks, rows and starts as gdnRowBlocks and gdnRowStarts return them, on
-// the device).
-func (q *Queue) gdnRows(o, qkv Operand, blks, rows, starts, work Buffer, g, hk, hv, dv int) error {
+// gdnRows enqueues gdn_rows over the q items of the groups of blks and rows (as gdnRowBlocks and gdnRowSplit leave
+// them, on the device; ng groups), g blocks of per items each, split by runs or not (gdnRowSplit).
+func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, per int, runs bool, hk, hv, dv int) error {
 	q.args.Reset()
 	q.put(o)
-	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).Ptr(starts.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
+	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).I32(int32(ng)).I32(int32(per)).I32(int32(items)).I32(b2i(runs))
+	q.args.I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
 	return q.launch("gdn_sm90a", "gdn_rows", cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
 }
 
@@ -348,16 +358,13 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 		long = gdnSpread(long, dev.gdnWave(a.HV, a.DV))
 	}
 	descs, lb, rows := gdnFlat(long, 0)
-	blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
-	var rs []int32 // gdn_rows's blocks
-	if len(ns) > 0 {
-		rs = gdnRowStarts(ns, rrows, r0s, a.HV*a.DV/128, 0, dev.info.SMs)
-	}
+	blks, rrows := gdnRowBlocks(rgs, len(rows)/3)
+	rowBlocks, rowPer, items, runs := gdnRowSplit(blks, a.HV*a.DV/128, 0, dev.info.SMs)
 	rows = append(rows, rrows...)
-	// one upload: row groups and descriptors (8-byte aligned), chunks, first chunks, rows, row starts
+	// one upload: row groups and descriptors (8-byte aligned), chunks, first chunks, rows
 	var all []int32
-	var off [6]int
-	for k, part := range [][]int32{blks, descs, tab, lb, rows, rs} {
+	var off [5]int
+	for k, part := range [][]int32{blks, descs, tab, lb, rows} {
 		off[k] = len(all)
 		all = append(all, part...)
 	}
@@ -381,8 +388,8 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 			return nil, nil, err
 		}
 	}
-	if len(rs) > 0 {
-		if err := s.q.gdnRows(a.O, a.QKV, at(0), at(4), at(5), work, len(rs)/8, a.HK, a.HV, a.DV); err != nil {
+	if rowBlocks > 0 {
+		if err := s.q.gdnRows(a.O, a.QKV, at(0), at(4), work, len(rgs), items, rowBlocks, rowPer, runs, a.HK, a.HV, a.DV); err != nil {
 			return nil, nil, err
 		}
 	}

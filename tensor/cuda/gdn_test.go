@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"gorgonia.org/cu"
+
 	"github.com/kevgo/kev/tensor"
 )
 
@@ -189,20 +191,18 @@ func TestGDN(t *testing.T) {
 							long, rgs = gdnPeel(long)
 						}
 						descs, base, rows := gdnFlat(long, 0)
-						blks, rrows, ns, r0s := gdnRowBlocks(rgs, len(rows)/3)
-						var starts []int32
-						if len(ns) > 0 { // blocks of gdn_rows: 1, 2, 7, about one a multiprocessor
-							starts = gdnRowStarts(ns, rrows, r0s, c.hv*c.dv/128, []int{5: 1, 6: 2, 7: 7, 8: 0}[k], q.d.info.SMs)
-						}
+						blks, rrows := gdnRowBlocks(rgs, len(rows)/3)
+						// blocks of gdn_rows: 1, 2, 7, as the launches split them
+						rowBlocks, rowPer, items, runs := gdnRowSplit(blks, c.hv*c.dv/128, []int{5: 1, 6: 2, 7: 7, 8: 0}[k], q.d.info.SMs)
 						rows = append(append(rows, rrows...), 0) // never empty
-						descs, base, blks, starts = append(descs, 0, 0), append(base, 0), append(blks, 0, 0), append(starts, 0)
+						descs, base, blks = append(descs, 0, 0), append(base, 0), append(blks, 0, 0)
 						cb, db, bb, rb := upload(t, q, i32Bytes(tab), 0), upload(t, q, i32Bytes(descs), 0), upload(t, q, i32Bytes(base), 0), upload(t, q, i32Bytes(rows), 0)
-						kb, sb := upload(t, q, i32Bytes(blks), 0), upload(t, q, i32Bytes(starts), 0)
+						kb := upload(t, q, i32Bytes(blks), 0)
 						work, err := q.Alloc(int64(len(tab)/2) * int64(c.hv) * gdnWork)
 						if err != nil {
 							return err
 						}
-						bufs = append(bufs, cb, db, bb, rb, kb, sb, work)
+						bufs = append(bufs, cb, db, bb, rb, kb, work)
 						gdnPrepKH, gdnPrepAll = k == 1 || k == 5, k == 1 || k == 5
 						err = q.gdnPrep(Operand{X, tensor.BF16}, Operand{G, tensor.F32}, Operand{B, tensor.F32}, cb, work, len(tab)/2, c.hk, c.hv, c.dv)
 						gdnPrepKH, gdnPrepAll = true, false
@@ -217,8 +217,8 @@ func TestGDN(t *testing.T) {
 								return err
 							}
 						}
-						if g := len(starts) / 8; g > 0 {
-							if err := q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, kb, rb, sb, work, g, c.hk, c.hv, c.dv); err != nil {
+						if rowBlocks > 0 {
+							if err := q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, kb, rb, work, len(rgs), items, rowBlocks, rowPer, runs, c.hk, c.hv, c.dv); err != nil {
 								return err
 							}
 						}
@@ -496,13 +496,13 @@ func BenchmarkGDN(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc-rows", "tc"} {
+		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc-inblock", "tc-rows", "tc"} {
 			if !only("KEV_GDN_KINDS", kind) {
 				continue
 			}
 			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
 			rowsOn := gdnRowsOn
-			gdnRowsOn = gdnRowsOn || kind == "tc-rows"
+			gdnRowsOn = gdnRowsOn && kind != "tc-inblock" || kind == "tc-rows"
 			gdnNS = map[string]int{"tc-ns1": 1, "tc-ns2": 2, "tc-w2": 3}[kind]
 			pass := func() (tensor.Tensor, func(), error) {
 				o, kept, err := gb.GatedDeltaRuleSegments(x, gt, bt, []tensor.Tensor{st}, cs.segs, c)
@@ -699,50 +699,97 @@ func testGDNRows(t *testing.T) {
 	checkRel(t, "GatedDeltaRule/o", single[0], single[2], gdnRMSTol+bf, gdnWorstTol+4*bf)
 }
 
-// TestGDNRowStarts walks gdn_rows's blocks as the kernel does and checks that they run every (group, head and
-// column block, row) item once, in order, for splits into 1 … 300 blocks and with one block a multiprocessor.
-func TestGDNRowStarts(t *testing.T) {
+// TestGDNRowSplit walks gdn_rows's blocks as the kernel does — each block's group found from the groups' first
+// items or blocks, its first item from there, then the items one after another — and checks that they run every
+// (group, head and column block, row) item once, in order, for splits into 1 … 300 blocks and as launches split
+// them (by runs where a block for each run fits, never loading two states in a block then).
+func TestGDNRowSplit(t *testing.T) {
 	for _, c := range []struct {
 		ns  []int
 		hzn int
-	}{{[]int{6}, 32}, {[]int{1}, 1}, {[]int{3, 1, 7, 2}, 32}, {[]int{6, 6, 6, 6, 6}, 64}, {[]int{2, 40}, 3}} {
-		q := 0
-		var rows []int32
-		var r0s []int
-		for e, n := range c.ns {
-			q += n * c.hzn
-			r0s = append(r0s, len(rows)/3)
-			for r := range n {
-				rows = append(rows, int32(100*e+r), int32(1+r), int32(7*e+r))
-			}
-		}
+	}{{[]int{6}, 32}, {[]int{5}, 32}, {[]int{1}, 1}, {[]int{3, 1, 7, 2}, 32}, {[]int{6, 6, 6, 6, 6}, 64}, {[]int{2, 40}, 3}, {make([]int, 70), 2}} {
 		for _, g := range []int{1, 2, 3, 7, 132, 300, 0} {
-			st := gdnRowStarts(c.ns, rows, r0s, c.hzn, g, 132)
-			next := [3]int{0, 0, 0} // the item after the last one walked
-			walked := 0
-			for b := 0; b < len(st)/8; b++ {
-				e, hz, r, n := int(st[8*b]), int(st[8*b+1]), int(st[8*b+2]), int(st[8*b+3])
-				if [3]int{e, hz, r} != next || n < 1 {
-					t.Fatalf("ns %v hzn %d g %d: block %d starts at %v with %d items, want %v", c.ns, c.hzn, g, b, [3]int{e, hz, r}, n, next)
+			var gs []*gdnRowGroup
+			for e, n := range c.ns {
+				if n == 0 { // the 70 groups: 1 … 5 rows
+					n = 1 + e%5
+					c.ns[e] = n
 				}
-				if want := rows[3*(r0s[e]+r) : 3*(r0s[e]+r)+3]; !slices.Equal(st[8*b+4:8*b+7], want) {
-					t.Fatalf("ns %v hzn %d g %d: block %d's first entry %v, want %v", c.ns, c.hzn, g, b, st[8*b+4:8*b+7], want)
+				g := &gdnRowGroup{s: cu.DevicePtr(0x1000 * (e + 1)), dt: tensor.F32}
+				for r := range n {
+					g.rows = append(g.rows, int32(100*e+r), int32(1+r), int32(7*e+r))
 				}
-				for range n {
+				gs = append(gs, g)
+			}
+			blks, rows := gdnRowBlocks(gs, 5)
+			rows = append(make([]int32, 15), rows...) // rows numbered from 5
+			nb, per, q, runs := gdnRowSplit(blks, c.hzn, g, 132)
+			covered := make([]bool, q)
+			for b := range nb {
+				// the kernel's search: the last group whose first item (runs: block) is at or before the block's
+				key := b * per
+				if runs {
+					key = b
+				}
+				e := -1
+				for j := 0; j < len(blks)/6; j++ {
+					if int(blks[6*j+5]) <= key {
+						e++
+					}
+				}
+				n, r0, q0 := int(blks[6*e+4]), int(blks[6*e+3]), int(blks[6*e+5])
+				span := n
+				if runs {
+					span = (n + per - 1) / per
+				}
+				hz := (key - q0) / span
+				r := key - q0 - hz*span
+				count := min(per, q-key)
+				if runs {
+					r *= per
+					count = min(per, n-r)
+				}
+				if count < 1 || hz >= c.hzn || r >= n {
+					t.Fatalf("ns %v hzn %d g %d: block %d starts at %v with %d items", c.ns, c.hzn, g, b, [3]int{e, hz, r}, count)
+				}
+				if want := []int32{int32(100*e + r), int32(1 + r), int32(7*e + r)}; !slices.Equal(rows[3*(r0+r):3*(r0+r)+3], want) {
+					t.Fatalf("ns %v hzn %d g %d: block %d's first entry %v, want %v", c.ns, c.hzn, g, b, rows[3*(r0+r):3*(r0+r)+3], want)
+				}
+				states := 1
+				for k := range count {
+					// item (e, hz, r) is number Σ_{e' < e} n_e'·hzn + hz·n + r
+					at := hz*c.ns[e] + r
+					for j := range e {
+						at += c.ns[j] * c.hzn
+					}
+					if covered[at] {
+						t.Fatalf("ns %v hzn %d g %d: block %d runs item %d twice", c.ns, c.hzn, g, b, at)
+					}
+					covered[at] = true
 					if r++; r == c.ns[e] {
 						r = 0
 						if hz++; hz == c.hzn {
 							hz, e = 0, e+1
 						}
+						if k < count-1 {
+							states++
+						}
 					}
 				}
-				next, walked = [3]int{e, hz, r}, walked+n
+				if runs && states > 1 {
+					t.Fatalf("ns %v hzn %d g %d: block %d of a split by runs loads %d states", c.ns, c.hzn, g, b, states)
+				}
 			}
-			if walked != q || next != [3]int{len(c.ns), 0, 0} {
-				t.Fatalf("ns %v hzn %d g %d: %d of %d items walked, ending at %v", c.ns, c.hzn, g, walked, q, next)
+			for at, ok := range covered {
+				if !ok {
+					t.Fatalf("ns %v hzn %d g %d (runs %v, per %d, %d blocks): item %d of %d never runs", c.ns, c.hzn, g, runs, per, nb, at, q)
+				}
 			}
-			if blocks := len(st) / 8; g > 0 && blocks > g || g <= 0 && blocks > 132 {
-				t.Fatalf("ns %v hzn %d g %d: %d blocks", c.ns, c.hzn, g, blocks)
+			if g > 0 && (runs || nb > g) || g <= 0 && nb > 132 {
+				t.Fatalf("ns %v hzn %d g %d: %d blocks (runs %v)", c.ns, c.hzn, g, nb, runs)
+			}
+			if g <= 0 && runs != (len(c.ns)*c.hzn <= 132) {
+				t.Fatalf("ns %v hzn %d: split by runs %v", c.ns, c.hzn, runs)
 			}
 		}
 	}

@@ -86,8 +86,8 @@ func BenchmarkPassKernels(b *testing.B) {
 		modes = []pmode{modes[0], {"invariant/attn-in-order", false, false, false}}
 	case "zerofill":
 		modes = []pmode{modes[0], {"invariant/zero-fill", false, false, false}}
-	case "rows":
-		modes = []pmode{modes[0], {"invariant/gdn-rows", false, false, false}}
+	case "rows": // the question rows in the blocks of gdn_state, and on gdn_rows
+		modes = []pmode{{"invariant/in-block", false, false, false}, {"invariant/gdn-rows", false, false, false}}
 	case "order":
 		modes = []pmode{modes[0], {"invariant/gn=1", false, false, false}}
 	case "groups":
@@ -169,7 +169,7 @@ func BenchmarkPassKernels(b *testing.B) {
 					})
 					gdnOn, gdnGroup = !mode.reg, !mode.flat
 					rowsOn := gdnRowsOn
-					gdnRowsOn = gdnRowsOn || strings.HasSuffix(mode.name, "/gdn-rows")
+					gdnRowsOn = gdnRowsOn && !strings.HasSuffix(mode.name, "/in-block") || strings.HasSuffix(mode.name, "/gdn-rows")
 					for range 2 { // warm-up: kernels loaded, pool filled
 						if err := be.Run(kind.run); err != nil {
 							b.Fatal(err)

@@ -84,6 +84,13 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 		}
 	}
 	cp_commit();
+	// the first value head's decays and β, loaded while q and k come in; each head's loads then run under the head
+	// before it
+	float gnext = 0.f, bnext = 0.f;
+	if (tid < len) {
+		gnext = ld(g, gdt, (size_t)(t0 + tid) * hv + h0);
+		bnext = ld(beta, bdt, (size_t)(t0 + tid) * hv + h0);
+	}
 	cp_wait<0>();
 	__syncthreads();
 	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side)
@@ -145,9 +152,12 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 			const int h = h0 + hh;
 			__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
 			if (tid < GC) {
-				const bool ok = tid < len;
-				gam[tid] = ok ? ld(g, gdt, (size_t)(t0 + tid) * hv + h) : 0.f;
-				bs[tid] = ok ? ld(beta, bdt, (size_t)(t0 + tid) * hv + h) : 0.f;
+				gam[tid] = gnext;
+				bs[tid] = bnext;
+				if (tid < len && hh + 1 < gv) {
+					gnext = ld(g, gdt, (size_t)(t0 + tid) * hv + h + 1);
+					bnext = ld(beta, bdt, (size_t)(t0 + tid) * hv + h + 1);
+				}
 			}
 			__syncthreads();
 			// the cumulative log decay: warp 0 scans 64 values, two per lane

@@ -17,11 +17,13 @@
 #include "gdn.cuh"
 #include "wgmma.cuh"
 
-// GdnRowBlk: a block's rows — entries r0 … r0 + n − 1 of the row table ([R][3]: first row, length 1…64, workspace
-// chunk) — all continuing the state s (type dt, [hv][128][dv]; null: zero).
+// GdnRowBlk: a group of rows — entries r0 … r0 + n − 1 of the row table ([R][3]: first row, length 1…64,
+// workspace chunk) — all continuing the state s (type dt, [hv][128][dv]; null: zero); q0 is the group's first item
+// in the launch's sequence of items (groups in order, each with n items for each head and column block), or, where
+// the launch splits each run of a group's rows by itself, its first block.
 struct __align__(8) GdnRowBlk {
 	const void *s;
-	int32_t dt, r0, n, pad;
+	int32_t dt, r0, n, q0;
 };
 
 #define RV 136 // padded bf16 row of V (128 columns): rows two apart fall on distinct banks
@@ -56,17 +58,19 @@ struct __align__(8) GdnRowMeta {
 	const void *s;
 };
 
-// gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of row
-// items: for each group e in order, each head h and column block z (nz = dv/128 of them), the group's n_e rows;
-// block b runs the count items from starts[b] = (e, h·nz + z, row, count, the row's entry of rows, 0), one after
-// another. Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta;
+// gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of q row
+// items: for each of the ng groups e in order, each head h and column block z (nz = dv/128 of them), a run of the
+// group's n_e rows. Block b runs items b·per … min(q, (b + 1)·per) − 1 one after another (runs = 0), or, in a
+// launch that has a block for each piece of per rows of every run (runs = 1), one such piece, so that no block
+// loads two states where the runs are short; either way it finds its group from the groups' first items or blocks
+// (a warp-wide count of those at or before its own), so that a launch uploads nothing per block. Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta;
 // the copies of the next NS − 1 items are in flight while one runs, across the items' groups, heads and column
 // blocks. Where an item continues another state slice than the one before it, the slice is loaded anew (from L2:
 // the copies prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16
 // [N, 2·hk·128 + hv·dv]; work as gdn_prep leaves it.
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
                                                               const GdnRowBlk *blks, const int32_t *rows,
-                                                              const int32_t *starts, int hk, int hv, int dv,
+                                                              int ng, int per, int q, int runs, int hk, int hv, int dv,
                                                               const char *work) {
 	KEV_GRID_DEP();
 	constexpr int NS = 3;
@@ -77,13 +81,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 	const int c0 = 64 * wg + 16 * wi + gq; // this thread's value columns (in the item's 128): c0 and c0 + 8
 	const int nz = dv >> 7, hzn = hv * nz;
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	// the block's group e0 is the last one whose first item (runs: first block) is at or before the block's
+	const int key = runs ? (int)blockIdx.x : (int)blockIdx.x * per;
+	int e0 = -1;
+	for (int j = 0; j < ng; j += 32)
+		e0 += __popc(__ballot_sync(0xffffffffu, j + lane < ng && blks[j + lane].q0 <= key));
+	const GdnRowBlk b0 = blks[e0];                     // the first item's group
+	const int span = runs ? (b0.n + per - 1) / per : b0.n; // a run's blocks (runs) or items
+	const int hz0 = (key - b0.q0) / span;                    // the first item's (head, column block)
+	const int ir0 = runs ? (key - b0.q0 - hz0 * span) * per : key - b0.q0 - hz0 * span; // and row
+	const int count = runs ? min(per, b0.n - ir0) : min(per, q - key);
 	// the copies' cursor: group ie (ib), head and column block ihz, row ir; ent is that row's table entry
-	const int32_t *st0 = starts + 8 * blockIdx.x;
-	const int e0 = st0[0], hz0 = st0[1], count = st0[3]; // the first item's group, (head, column block)
-	int ie = e0, ihz = hz0, ir = st0[2], left = count;
-	int3 ent = make_int3(st0[4], st0[5], st0[6]);
-	GdnRowBlk ib = blks[ie];
-	const GdnRowBlk b0 = ib; // the first item's group
+	int ie = e0, ihz = hz0, ir = ir0, left = count;
+	GdnRowBlk ib = b0;
+	int3 ent = make_int3(rows[3 * (ib.r0 + ir)], rows[3 * (ib.r0 + ir) + 1], rows[3 * (ib.r0 + ir) + 2]);
 	// issue copies the cursor's item into stage slot as one group — k rows then q rows (zero past the row's length),
 	// v, the rows of T and M that hold tokens (the others are never read), the factors — records it in the slot's
 	// meta, and moves the cursor on (the next entry's loads in flight until the next call).
