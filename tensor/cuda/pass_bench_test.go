@@ -359,3 +359,61 @@ func profilePasses(path string, n int, pass func() error) error {
 	}
 	return nil
 }
+
+// BenchmarkUploadCost measures what an upload between two kernels costs the stream: 100 small launches
+// (fill_uniform_bf16 over 256 elements) back to back, then each after an upload of n bytes (64 B … 16 KiB), timed
+// on the device behind the gate (median of 15). It prints one KEVBENCH line per size: µs a launch with its upload.
+func BenchmarkUploadCost(b *testing.B) {
+	gb := NewOn(dev)
+	defer gb.Trim()
+	var g *gate
+	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	var out, tab Buffer
+	if err := dev.Do(func(q *Queue) error {
+		var err error
+		if out, err = q.Alloc(512); err != nil {
+			return err
+		}
+		tab, err = q.Alloc(64 << 10)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Do(func(q *Queue) error { q.Free(out); q.Free(tab); return nil })
+	src := make([]byte, 64<<10)
+	for i := range src {
+		src[i] = byte(i*7 + 3)
+	}
+	for range b.N {
+		for _, n := range []int{0, 64, 256, 1 << 10, 2 << 10, 4 << 10, 16 << 10} {
+			pass := func() (tensor.Tensor, func(), error) {
+				return nil, nil, dev.Do(func(q *Queue) error {
+					for i := range 100 {
+						if n > 0 {
+							if err := q.Upload(tab, src[:n]); err != nil {
+								return err
+							}
+						}
+						if err := q.FillUniform(out, 256, uint32(i), 1); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			for range 3 {
+				if _, _, err := pass(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sec, _, err := gatedTimes(g, gb.Run, pass, 15, 0.02)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fmt.Printf("KEVBENCH upload bytes=%d us_per_launch=%.2f\n", n, sec*1e6/100)
+		}
+	}
+}

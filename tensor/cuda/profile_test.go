@@ -189,7 +189,12 @@ func BenchmarkPassKernels(b *testing.B) {
 					if err := dev.Do(func(q *Queue) error { return q.beginProfile() }); err != nil {
 						b.Fatal(err)
 					}
+					var ups []int // KEV_PROFILE_UPLOADS=1: the sizes of the pass's uploads
+					if os.Getenv("KEV_PROFILE_UPLOADS") == "1" {
+						uploadTrace = func(n int) { ups = append(ups, n) }
+					}
 					runErr := be.Run(kind.run)
+					uploadTrace = nil
 					if err := dev.Do(func(q *Queue) error {
 						if _, _, err := g.release(q); err != nil {
 							return err
@@ -205,6 +210,9 @@ func BenchmarkPassKernels(b *testing.B) {
 					}
 					gdnOn, gdnGroup, gdnRowsOn = true, true, rowsOn
 					printProfile(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), dev0, ts)
+					if len(ups) > 0 {
+						printUploads(fmt.Sprintf("%s %s %s", c.name, kind.name, mode.name), ups)
+					}
 				}
 			}
 			for _, st := range states {
@@ -250,4 +258,25 @@ func printProfile(label string, device float64, ts []launchTime) {
 		}
 		fmt.Printf("KEVPROF %q   %8.3f ms %4d× %s\n", label, k.Sec*1e3, k.Count, k.Name)
 	}
+}
+
+// printUploads prints how many uploads of each size class a pass made, and their bytes.
+func printUploads(label string, ups []int) {
+	bounds := []int{64, 256, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 64 << 10, 1 << 30}
+	count, bytes := make([]int, len(bounds)), make([]int, len(bounds))
+	for _, n := range ups {
+		k := 0
+		for n > bounds[k] {
+			k++
+		}
+		count[k]++
+		bytes[k] += n
+	}
+	fmt.Printf("KEVPROF %q uploads=%d", label, len(ups))
+	for k, b := range bounds {
+		if count[k] > 0 {
+			fmt.Printf(" ≤%d:%d(%dB)", b, count[k], bytes[k])
+		}
+	}
+	fmt.Println()
 }

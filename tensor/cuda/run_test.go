@@ -203,9 +203,12 @@ func TestRunExclusive(t *testing.T) {
 }
 
 // TestUploadRing stages more small uploads than the ring holds, while the stream is still busy with earlier
-// work, into one buffer, and reads it back: every byte must arrive although the ring wrapped several times.
+// work, into one buffer, and reads it back: every byte must arrive although the ring wrapped several times. The
+// uploads go as copies (those of whole words would otherwise go as launches).
 func TestUploadRing(t *testing.T) {
 	const piece, pieces = 12 << 10, 900 // 10.5 MiB through a 4 MiB ring
+	defer func(v bool) { uploadByLaunch = v }(uploadByLaunch)
+	uploadByLaunch = false
 	do(t, func(q *Queue) error {
 		big, err := q.Alloc(1 << 30)
 		if err != nil {
