@@ -553,7 +553,9 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	// most, continuing a state, keeping none) run in the block of the state they continue: a segment of the call
 	// that those kernels take (inBase), else a group of their own per continued state.
 	// With gdn_rows (rowsTC), the rows run in a launch of their own after the state pass and read the final states
-	// of the segments they continue, which those segments then store.
+	// of the segments they continue, which those segments then store; a new segment of one chunk (folded) is computed
+	// there too, before its rows, and stores its final state where it keeps it or a segment continues it. Segments
+	// that continue another (never continued themselves) run after gdn_rows.
 	tc := reg && b.dev.gdnFits(dk, dv, xt.Operand(), width)
 	rowsTC := tc && b.dev.gdnRowsFit(dv)
 	takes := func(sg tensor.Segment) bool { return tc && gdnTakes(sg.Len) }
@@ -563,9 +565,13 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	inBase := func(sg tensor.Segment) bool {
 		return isRow(sg) && sg.From == tensor.FromSegment && takes(segs[sg.Index])
 	}
+	folded := make([]bool, len(segs))
+	for i, sg := range segs {
+		folded[i] = rowsTC && gdnFold && sg.From == tensor.FromZero && takes(sg) && sg.Len <= gdnRowLen
+	}
 	referenced := make([]bool, len(segs)) // final state read by a later launch
 	for _, s := range segs {
-		if s.From == tensor.FromSegment && (!inBase(s) || rowsTC) {
+		if s.From == tensor.FromSegment && (!inBase(s) || rowsTC && !folded[s.Index]) {
 			referenced[s.Index] = true
 		}
 	}
@@ -631,7 +637,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 					}
 					tab = g.addRow(tab, starts[i], sg.Len)
 				case takes(sg):
-					g := &gdnLong{d: d}
+					g := &gdnLong{d: d, fold: folded[i]}
 					tab, g.first = gdnChunks(tab, starts[i], sg.Len)
 					long[p] = append(long[p], g)
 					at0[i] = g
@@ -683,6 +689,13 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			}
 		}
 		for p := range 2 {
+			// gdn_rows once the states its rows continue are complete (the new ones and those of the register
+			// kernels), before the segments that continue another, which may continue a segment it computes
+			if p == 1 && rowBlocks > 0 {
+				if err := s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), work, len(rgs), items, rowBlocks, rowPer, runs, hk, hv, dv); err != nil {
+					return err
+				}
+			}
 			if len(long[p]) > 0 {
 				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(6+p), at(8), work, len(long[p]), hk, hv, dv, gdnDeep(long[p])); err != nil {
 					return err
@@ -713,9 +726,6 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			if err != nil {
 				return err
 			}
-		}
-		if rowBlocks > 0 { // every state the rows continue is complete
-			return s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), work, len(rgs), items, rowBlocks, rowPer, runs, hk, hv, dv)
 		}
 		return nil
 	})

@@ -59,41 +59,55 @@ func gdnIsRow(n int, keep, rows bool) bool {
 	return (gdnGroup || rows) && !keep && n <= gdnRowLen && gdnTakes(n)
 }
 
+// gdnFold computes, where gdn_rows runs the rows, every new segment (FromZero) of one chunk in gdn_rows, before the
+// rows that continue it (its state updated in registers), instead of in gdn_state, whose final state the rows would
+// read back; KEV_GDN_FOLD=off keeps them in gdn_state. The choice depends only on the segment.
+var gdnFold = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_FOLD")), "off")
+
 // gdnRowsOn selects gdn_rows for the rows where it runs (Hopper, d_v a multiple of 128): on unless KEV_GDN_ROWS=off,
 // which runs them in the blocks of gdn_state as on other GPUs. Tests and benchmarks run both.
 var gdnRowsOn = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_ROWS")), "off")
 
 // gdnRowsShared is gdn_rows's dynamic shared memory: three stages of a row's inputs (68,608 bytes each), 1,024 bytes
-// to align them, and a 32-byte record of each stage's row.
-const gdnRowsShared = 3*68608 + 1024 + 3*32
+// to align them, and a 40-byte record of each stage's row.
+const gdnRowsShared = 3*68608 + 1024 + 3*40
 
 // gdnRowsFit reports whether gdn_rows runs the rows of a call with d_v value columns: Hopper, d_v a multiple of 128.
 func (d *Device) gdnRowsFit(dv int) bool {
 	return gdnRowsOn && d.hopper() && dv%128 == 0 && d.info.SharedOptin >= gdnRowsShared
 }
 
-// gdnRowGroup is a set of rows (first row, length, chunk) continuing one state: s of type dt (0: zero).
+// gdnRowGroup is a set of rows (first row, length, chunk) continuing one state: s of type dt (0: zero), or, with
+// seg, a segment of one chunk (its first row, length, chunk) that continues s, computed in gdn_rows before the rows
+// (none or more), which continue its final state; that state goes to fin (0: nowhere).
 type gdnRowGroup struct {
 	s    cu.DevicePtr
 	dt   tensor.DType
 	rows []int32
+	seg  []int32
+	fin  cu.DevicePtr
 }
 
 // gdnPeel moves the rows of ls into groups for gdn_rows: the rows of a descriptor without chunks continue its
-// initial state, the others its final state, which the caller has the descriptor store. It returns the descriptors
-// that have chunks, without their rows, and the groups.
+// initial state; a descriptor marked fold (one chunk) becomes a group with its rows, its chunk computed in gdn_rows
+// before them; the rows of the others continue their final state, which the caller has the descriptor store. It
+// returns the descriptors left for gdn_state, without their rows, and the groups.
 func gdnPeel(ls []*gdnLong) ([]*gdnLong, []*gdnRowGroup) {
 	var keep []*gdnLong
 	var gs []*gdnRowGroup
 	for _, g := range ls {
-		if len(g.rows) > 0 {
+		fold := g.fold && g.d[1] > 0 && g.d[1] <= gdnRowLen
+		if len(g.rows) > 0 || fold {
 			rg := &gdnRowGroup{s: ptrOf(g.d[6], g.d[7]), dt: tensor.DType(g.d[3]), rows: g.rows}
-			if g.d[1] > 0 {
+			switch {
+			case fold:
+				rg.seg, rg.fin = []int32{g.d[0], g.d[1], g.first}, ptrOf(g.d[8], g.d[9])
+			case g.d[1] > 0:
 				rg.s, rg.dt = ptrOf(g.d[8], g.d[9]), tensor.F32
 			}
 			gs, g.rows = append(gs, rg), nil
 		}
-		if g.d[1] > 0 {
+		if g.d[1] > 0 && !fold {
 			keep = append(keep, g)
 		}
 	}
@@ -105,12 +119,17 @@ func ptrOf(lo, hi int32) cu.DevicePtr {
 	return cu.DevicePtr(uint64(uint32(lo)) | uint64(uint32(hi))<<32)
 }
 
-// gdnRowBlocks returns gdn_rows's group table (six int32 a group: the state pointer's halves, its type, its first
-// row, its number of rows, and a sixth that gdnRowSplit sets) and its row table (the rows numbered from row0).
+// gdnRowBlk is the number of int32 in a group of gdn_rows's group table (GdnRowBlk).
+const gdnRowBlk = 10
+
+// gdnRowBlocks returns gdn_rows's group table (gdnRowBlk int32 a group: the state pointer's halves, its type, its
+// first entry, its number of items — a segment, first, and the rows — a sixth that gdnRowSplit sets, 1 where a
+// segment comes first, 0, the final state's pointer) and its row table (the entries numbered from row0).
 func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 	for _, g := range gs {
-		blks = append(blks, int32(uint32(g.s)), int32(uint32(uint64(g.s)>>32)), int32(g.dt), int32(row0+len(rows)/3), int32(len(g.rows)/3), 0)
-		rows = append(rows, g.rows...)
+		blks = append(blks, int32(uint32(g.s)), int32(uint32(uint64(g.s)>>32)), int32(g.dt), int32(row0+len(rows)/3), int32(len(g.seg)/3+len(g.rows)/3), 0,
+			b2i(g.seg != nil), 0, int32(uint32(g.fin)), int32(uint32(uint64(g.fin)>>32)))
+		rows = append(append(rows, g.seg...), g.rows...)
 	}
 	return blks, rows
 }
@@ -123,11 +142,11 @@ func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 // two states; else as g = sms, runs of ⌈q/sms⌉ items that cross the runs, the state reloaded where it changes.
 // Without grouping, one item a block. Any split computes the same bits.
 func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) {
-	ng := len(blks) / 6
+	ng := len(blks) / gdnRowBlk
 	most := 0
 	for e := range ng {
-		q += int(blks[6*e+4]) * hzn
-		most = max(most, int(blks[6*e+4]))
+		q += int(blks[gdnRowBlk*e+4]) * hzn
+		most = max(most, int(blks[gdnRowBlk*e+4]))
 	}
 	if q == 0 {
 		return 0, 0, 0, false
@@ -136,15 +155,15 @@ func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) 
 		for per = 1; per < most; per++ { // the least per whose pieces fit (one a run at most)
 			n := 0
 			for e := range ng {
-				n += hzn * ((int(blks[6*e+4]) + per - 1) / per)
+				n += hzn * ((int(blks[gdnRowBlk*e+4]) + per - 1) / per)
 			}
 			if n <= sms || !gdnGroup {
 				break
 			}
 		}
 		for e := range ng {
-			blks[6*e+5] = int32(blocks)
-			blocks += hzn * ((int(blks[6*e+4]) + per - 1) / per)
+			blks[gdnRowBlk*e+5] = int32(blocks)
+			blocks += hzn * ((int(blks[gdnRowBlk*e+4]) + per - 1) / per)
 		}
 		return blocks, per, q, true
 	}
@@ -154,8 +173,8 @@ func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) 
 	per = (q + min(g, q) - 1) / min(g, q)
 	first := 0
 	for e := range ng {
-		blks[6*e+5] = int32(first)
-		first += int(blks[6*e+4]) * hzn
+		blks[gdnRowBlk*e+5] = int32(first)
+		first += int(blks[gdnRowBlk*e+4]) * hzn
 	}
 	return (q + per - 1) / per, per, q, false
 }
@@ -175,6 +194,7 @@ type gdnLong struct {
 	d     segDesc
 	first int32
 	rows  []int32
+	fold  bool // a segment of one chunk continued by nothing but its rows: computed in gdn_rows with them
 }
 
 // addRow appends the chunk of a row of n tokens at start to tab and the row to g.

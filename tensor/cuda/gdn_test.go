@@ -532,10 +532,11 @@ func BenchmarkGDN(b *testing.B) {
 
 // TestGDNRows checks the rows that run in the block of the state they continue (question rows: one chunk at most,
 // no state kept): a batch of new states continued by rows of 1 to 64 tokens, rows of cached states, rows of an
-// empty new state (a group of their own), next to segments that are not rows (65 tokens, a kept row). Every output
-// and kept state must be bit-identical with the grouping off (each row a segment of its own) and with each row
-// computed alone (a call holding only the row and the state it continues), and within the bounds of TestGDNSegments
-// against the register kernels.
+// empty new state (a group of their own), next to segments that are not rows (65 tokens, a kept row), and new
+// segments of one chunk, which gdn_rows computes before their rows (folded), continued by rows, by rows and a
+// segment, or by nothing. Every output and kept state must be bit-identical with the grouping off (each row a
+// segment of its own) and with each row computed alone (a call holding only the row and the state it continues; a
+// folded segment alone too), and within the bounds of TestGDNSegments against the register kernels.
 // Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows (grouping off: one row a block).
 func TestGDNRows(t *testing.T) { forRowModes(t, testGDNRows) }
 
@@ -561,6 +562,18 @@ func testGDNRows(t *testing.T) {
 		{Len: 130, From: tensor.FromZero, Keep: true},
 		{Len: 50, From: tensor.FromSegment, Index: 14},
 		{Len: 2, From: tensor.FromPrefix, Index: 1},
+		// new segments of one chunk (on gdn_rows, computed there before their rows: segment 0 too), kept or not,
+		// continued by rows only, by rows and a segment, or by nothing
+		{Len: 13, From: tensor.FromZero, Keep: true}, // 17
+		{Len: 40, From: tensor.FromSegment, Index: 17},
+		{Len: 7, From: tensor.FromSegment, Index: 17},
+		{Len: 30, From: tensor.FromZero}, // 20
+		{Len: 40, From: tensor.FromSegment, Index: 20},
+		{Len: 64, From: tensor.FromZero, Keep: true}, // 22
+		{Len: 1, From: tensor.FromSegment, Index: 22},
+		{Len: 64, From: tensor.FromSegment, Index: 22},
+		{Len: 65, From: tensor.FromSegment, Index: 22},
+		{Len: 50, From: tensor.FromZero, Keep: true}, // 26
 	}
 	starts := make([]int, len(segs))
 	n := 0
@@ -650,14 +663,18 @@ func testGDNRows(t *testing.T) {
 	}
 	w := c.ValueHeads * c.ValueDim
 	for i, s := range segs {
-		if s.From == tensor.FromZero || s.Len == 0 {
+		folded := s.From == tensor.FromZero && s.Len <= gdnRowLen && dev.gdnRowsFit(c.ValueDim) && gdnFold // on gdn_rows
+		if s.From == tensor.FromZero && !folded || s.Len == 0 {
 			continue
 		}
 		idx := []int{i}
 		if s.From == tensor.FromSegment {
 			idx = []int{s.Index, i}
 		}
-		oa, _ := run(idx)
+		oa, ka := run(idx)
+		if folded && s.Keep {
+			same(fmt.Sprintf("segment %d alone/batched state", i), ka[0], kb[i])
+		}
 		la := segs[idx[0]].Len
 		if len(idx) == 1 {
 			la = 0
@@ -732,12 +749,12 @@ func TestGDNRowSplit(t *testing.T) {
 					key = b
 				}
 				e := -1
-				for j := 0; j < len(blks)/6; j++ {
-					if int(blks[6*j+5]) <= key {
+				for j := 0; j < len(blks)/gdnRowBlk; j++ {
+					if int(blks[gdnRowBlk*j+5]) <= key {
 						e++
 					}
 				}
-				n, r0, q0 := int(blks[6*e+4]), int(blks[6*e+3]), int(blks[6*e+5])
+				n, r0, q0 := int(blks[gdnRowBlk*e+4]), int(blks[gdnRowBlk*e+3]), int(blks[gdnRowBlk*e+5])
 				span := n
 				if runs {
 					span = (n + per - 1) / per

@@ -34,14 +34,6 @@ struct __align__(8) GdnSeg {
 	void *b;
 };
 
-// mma16816: c += a·b, a 16×16 (row), b 16×8 (col), bf16, fp32 accumulators.
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-	             "{%0,%1,%2,%3};\n"
-	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Fragment addresses (lane l, i = l >> 3, r = l & 7), for a 16×16 A tile at (m0, k0) and B tiles:
 //   A stored [m][k]:        ldsm4 at row m0 + (l & 15), column k0 + (l >> 4)·8
 //   A stored [k][m] (Aᵀ):   ldsm4t at row k0 + r + (i >> 1)·8, column m0 + (i & 1)·8

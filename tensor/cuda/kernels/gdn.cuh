@@ -32,6 +32,14 @@ __device__ __forceinline__ void ldsm4t(uint32_t r[4], const void *p) {
 	             : "r"(sptr(p)));
 }
 
+// mma16816: c += a·b, a 16×16 (row), b 16×8 (col), bf16, fp32 accumulators.
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // cp16 copies 16 bytes from global to shared memory asynchronously, or writes 16 zero bytes when !valid.
 __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sptr(dst)), "l"(src), "r"(valid ? 16 : 0));

@@ -20,10 +20,14 @@
 // GdnRowBlk: a group of rows — entries r0 … r0 + n − 1 of the row table ([R][3]: first row, length 1…64,
 // workspace chunk) — all continuing the state s (type dt, [hv][128][dv]; null: zero); q0 is the group's first item
 // in the launch's sequence of items (groups in order, each with n items for each head and column block), or, where
-// the launch splits each run of a group's rows by itself, its first block.
+// the launch splits each run of a group's rows by itself, its first block. With pr = 1 the group's first entry is
+// instead a segment of one chunk that continues s, computed here as the first item of each run, and the rows after
+// it continue its final state: the block that runs the item writes its outputs and, where fin is not null, its
+// final state (fp32 [hv][128][dv]); a block that starts later in the run computes it first for its state alone.
 struct __align__(8) GdnRowBlk {
 	const void *s;
-	int32_t dt, r0, n, q0;
+	int32_t dt, r0, n, q0, pr, pad;
+	float *fin;
 };
 
 #define RV 136 // padded bf16 row of V (128 columns): rows two apart fall on distinct banks
@@ -51,11 +55,14 @@ template <int N> __device__ __forceinline__ void regs_after(float *d) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// GdnRowMeta: what the copies of a stage's item leave for its products: the row's first row and length, the state
-// slice it continues (group · hv·nz + head·nz + column block z), its head·nz + z, the state's type and address.
+// GdnRowMeta: what the copies of a stage's step leave for its products: the row's first row and length, the state
+// slice it continues (its run, group · hv·nz + head·nz + column block z; −run − 1 for the state a segment of the run
+// continues), its head·nz + z, the state's type, the step's kind (0: a row; 1: a run's segment, outputs and final
+// state written; 2: a run's segment for its state alone), the state's address and the final state's.
 struct __align__(8) GdnRowMeta {
-	int32_t t0, len, item, hz, dt, pad;
+	int32_t t0, len, item, hz, dt, kind;
 	const void *s;
+	float *fin;
 };
 
 // gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of q row
@@ -63,9 +70,12 @@ struct __align__(8) GdnRowMeta {
 // group's n_e rows. Block b runs items b·per … min(q, (b + 1)·per) − 1 one after another (runs = 0), or, in a
 // launch that has a block for each piece of per rows of every run (runs = 1), one such piece, so that no block
 // loads two states where the runs are short; either way it finds its group from the groups' first items or blocks
-// (a warp-wide count of those at or before its own), so that a launch uploads nothing per block. Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta;
-// the copies of the next NS − 1 items are in flight while one runs, across the items' groups, heads and column
-// blocks. Where an item continues another state slice than the one before it, the slice is loaded anew (from L2:
+// (a warp-wide count of those at or before its own), so that a launch uploads nothing per block. Where a run's rows
+// continue a segment of one chunk (pr: the run's first item), the block runs that segment like a row, then updates
+// the state in registers, S₁ᵀ = γ_C S₀ᵀ + (fk·Δ)ᵀ K (mma.sync, K by ldmatrix.trans from the stage); a block that
+// starts later in such a run runs the segment first, one more step, for its state alone.
+// Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta; the
+// copies of the next NS − 1 steps are in flight while one runs, across the items' groups, heads and column blocks. Where an item continues another state slice than the one before it, the slice is loaded anew (from L2:
 // the copies prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16
 // [N, 2·hk·128 + hv·dv]; work as gdn_prep leaves it.
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
@@ -94,14 +104,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 	// the copies' cursor: group ie (ib), head and column block ihz, row ir; ent is that row's table entry
 	int ie = e0, ihz = hz0, ir = ir0, left = count;
 	GdnRowBlk ib = b0;
+	bool pend = ib.pr && ir0 > 0; // the run's segment first, for its state alone
+	const int steps = count + pend;
 	int3 ent = make_int3(rows[3 * (ib.r0 + ir)], rows[3 * (ib.r0 + ir) + 1], rows[3 * (ib.r0 + ir) + 2]);
 	// issue copies the cursor's item into stage slot as one group — k rows then q rows (zero past the row's length),
 	// v, the rows of T and M that hold tokens (the others are never read), the factors — records it in the slot's
 	// meta, and moves the cursor on (the next entry's loads in flight until the next call).
 	auto issue = [&](int slot) {
 		char *sb = smr + slot * R_STAGE;
-		const int h = ihz / nz, cb = (ihz - h * nz) * 128, kh = h / (hv / hk), t0 = ent.x, len = ent.y;
-		if (tid == 0) meta[slot] = GdnRowMeta{t0, len, ie * hzn + ihz, ihz, ib.dt, 0, ib.s};
+		const bool silent = pend, seg = pend || (ib.pr && ir == 0); // the run's segment, for its state alone or not
+		int3 en = ent;
+		if (silent) {
+			const int32_t *pw = rows + 3 * ib.r0;
+			en = make_int3(pw[0], pw[1], pw[2]);
+		}
+		const int h = ihz / nz, cb = (ihz - h * nz) * 128, kh = h / (hv / hk), t0 = en.x, len = en.y;
+		const int run = ie * hzn + ihz;
+		if (tid == 0)
+			meta[slot] = GdnRowMeta{t0, len, seg ? -run - 1 : run, ihz, ib.dt, seg ? (silent ? 2 : 1) : 0, ib.s, ib.fin};
 		if (ir == 0 && ib.s && ib.dt == DT_F32) { // the item's state slice (128 rows of 512 bytes) into L2
 			const char *sp = (const char *)ib.s + ((size_t)h * GDK * dv + cb) * 4;
 #pragma unroll
@@ -132,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 				cp16(sb + R_V + (t * RV + 8 * c) * 2, ok ? src : row0, ok);
 			}
 		}
-		const char *wp = work + ((size_t)ent.z * hv + h) * GDN_WORK;
+		const char *wp = work + ((size_t)en.z * hv + h) * GDN_WORK;
 		const int nr = 16 * ((len + 15) >> 4);
 		{ // T and M: row t = tr + 32j, 8 pieces a row, piece c at chunk c ^ (t % 8)
 			const int c = tid & 7, tr = tid >> 3;
@@ -145,6 +165,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		}
 		if (tid < 5 * GC / 4) cp16(sb + R_F + 16 * tid, wp + 2 * GC * GC * 2 + 16 * tid, true);
 		cp_commit();
+		if (silent) { // then the item the block starts at
+			pend = false;
+			return;
+		}
 		if (--left == 0) return;
 		if (++ir == ib.n) { // the next head or column block of the group, or the next group
 			ir = 0;
@@ -155,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 	};
 #pragma unroll
 	for (int i = 0; i < NS - 1; i++)
-		if (i < count) issue(i);
+		if (i < steps) issue(i);
 	// S₀ᵀ of the current item as A fragments, hi and lo = S₀ − hi in bf16 (as gdn_state splits S): k step kk,
 	// register r holds rows c0 (r even) or c0 + 8, dimensions 16kk + 2qq (+1), plus 8 for r ≥ 2
 	uint32_t sh[8][4], sl[8][4];
@@ -195,19 +219,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			}
 	};
 	// the first item's state while its copies are on their way
-	int item = e0 * hzn + hz0;
+	int item = b0.pr ? -(e0 * hzn + hz0) - 1 : e0 * hzn + hz0; // a run with a segment starts from the segment's state
 	loadState(b0.s, b0.dt, hz0 / nz, (hz0 % nz) * 128);
 	const size_t ow = (size_t)hv * dv;
-	for (int i = 0; i < count; i++) {
+	for (int i = 0; i < steps; i++) {
 		char *sb = smr + (i % NS) * R_STAGE;
-		if (i + 1 < count) // items i and i + 1 are on their way
+		if (i + 1 < steps) // steps i and i + 1 are on their way
 			cp_wait<1>();
 		else
 			cp_wait<0>();
 		fence_async_shared();
 		__syncthreads(); // item i's inputs are in; every thread is past item i − 1, whose stage item i + NS − 1 takes
 		const GdnRowMeta m = meta[i % NS];
-		if (i + NS - 1 < count) issue((i + NS - 1) % NS);
+		if (i + NS - 1 < steps) issue((i + NS - 1) % NS);
 		const int h = m.hz / nz, cb = (m.hz - h * nz) * 128;
 		if (m.item != item) {
 			item = m.item;
@@ -265,6 +289,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		for (int s = 0; s < 4; s++)
 #pragma unroll
 			for (int r = 0; r < 4; r++) da[s][r] = s < nb ? pack2(D[8 * s + 2 * r], D[8 * s + 2 * r + 1]) : 0u;
+		// (fk·Δ)ᵀ in bf16 as mma.sync A fragments (k step s: tokens 16s …), for a run's segment's state update
+		uint32_t ua[4][4];
+#pragma unroll
+		for (int s = 0; s < 4; s++)
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				const int t = 16 * s + 2 * qq + 8 * (r >> 1);
+				const float2 fk = *(const float2 *)(F + 3 * GC + t);
+				ua[s][r] = s < nb ? pack2(fk.x * D[8 * s + 2 * r], fk.y * D[8 * s + 2 * r + 1]) : 0u;
+			}
 		// Oᵀ = fq·Pᵀ + Δᵀ Mᵀ
 		float P[32]; // fq·Pᵀ: a register block of its own for the products that add M Δ to it
 #pragma unroll
@@ -284,7 +318,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		wgmma_wait0();
 		regs_after<32>(P);
 		const size_t col = (size_t)h * dv + cb + c0;
-		if (odt == DT_BF16) {
+		if (m.kind == 2) {
+			// a run's segment for its state alone: its outputs are the other block's to write
+		} else if (odt == DT_BF16) {
 			// Oᵀ's 8×8 blocks stored transposed where this warp read V (its 16 columns, read by no other warp), then
 			// copied out 16 bytes at a time: rows t, two pieces of 8 columns each
 #pragma unroll
@@ -312,6 +348,61 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 					st(o, odt, at, P[4 * j + e]);
 					st(o, odt, at + 8, P[4 * j + 2 + e]);
 				}
+		}
+		if (m.kind == 0) continue;
+		// A run's segment: S₁ᵀ = γ_C S₀ᵀ + (fk·Δ)ᵀ K, warp wi its 16 columns × 128 dimensions as 16 n tiles of 8
+		// (U[4j + e]: column c0 (e < 2) or c0 + 8, dimension 8j + 2qq + (e & 1)), S₀ from its hi and lo parts; K's
+		// 8×8 blocks read transposed from the stage (tokens as the k dimension). Then the final state where it is
+		// wanted, and S₁ split as the state the run's rows continue.
+		{
+			const float gC = F[4 * GC];
+			float U[64];
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const int kk = j >> 1, r = 2 * (j & 1);
+				const uint32_t h0 = sh[kk][r], l0 = sl[kk][r], h1 = sh[kk][r + 1], l1 = sl[kk][r + 1];
+				U[4 * j] = gC * (__uint_as_float(h0 << 16) + __uint_as_float(l0 << 16));
+				U[4 * j + 1] = gC * (__uint_as_float(h0 & 0xffff0000u) + __uint_as_float(l0 & 0xffff0000u));
+				U[4 * j + 2] = gC * (__uint_as_float(h1 << 16) + __uint_as_float(l1 << 16));
+				U[4 * j + 3] = gC * (__uint_as_float(h1 & 0xffff0000u) + __uint_as_float(l1 & 0xffff0000u));
+			}
+			const int lt = (lane & 7) + ((lane >> 3) & 1) * 8, ld8 = (lane >> 4) * 8;
+#pragma unroll
+			for (int s = 0; s < 4; s++) {
+				if (s >= nb) break; // padding tokens add nothing
+#pragma unroll
+				for (int jp = 0; jp < 8; jp++) {
+					const int t = 16 * s + lt, d = 16 * jp + ld8;
+					uint32_t b[4];
+					ldsm4t(b, sb + R_KQ + (d >> 6) * 16384 + t * 128 + ((((d >> 3) & 7) ^ (t & 7)) << 4));
+					mma16816(U + 8 * jp, ua[s], b[0], b[1]);
+					mma16816(U + 8 * jp + 4, ua[s], b[2], b[3]);
+				}
+			}
+			if (m.kind == 1 && m.fin) {
+				float *fp = m.fin + (size_t)h * GDK * dv + cb + c0;
+#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const int d = 8 * j + 2 * qq;
+					fp[(size_t)d * dv] = U[4 * j];
+					fp[(size_t)(d + 1) * dv] = U[4 * j + 1];
+					fp[(size_t)d * dv + 8] = U[4 * j + 2];
+					fp[(size_t)(d + 1) * dv + 8] = U[4 * j + 3];
+				}
+			}
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const int kk = j >> 1, r = 2 * (j & 1);
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const float x = U[4 * j + 2 * hf], y = U[4 * j + 2 * hf + 1];
+					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
+					const float2 hv2 = __bfloat1622float2(hi);
+					sh[kk][r + hf] = *(const uint32_t *)&hi;
+					sl[kk][r + hf] = pack2(x - hv2.x, y - hv2.y);
+				}
+			}
+			item = -m.item - 1; // the run's rows continue S₁
 		}
 	}
 }
