@@ -463,11 +463,7 @@ func BenchmarkGDN(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
 	gb := NewOn(dev)
 	defer gb.Trim()
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	g := openGate(b)
 	only := func(env, v string) bool { // KEV_GDN_CASES, KEV_GDN_KINDS: comma-separated names to run (all when unset)
 		list := os.Getenv(env)
 		return list == "" || slices.Contains(strings.Split(list, ","), v)

@@ -71,6 +71,17 @@ type gate struct {
 
 const gateFill = 1 << 29 // bf16 elements per fill (1 GiB)
 
+// openGate opens a gate on the test device, closed when tb's test or benchmark ends.
+func openGate(tb testing.TB) *gate {
+	tb.Helper()
+	var g *gate
+	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dev.Do(func(q *Queue) error { g.close(q); return nil }) })
+	return g
+}
+
 func newGate(q *Queue) (*gate, error) {
 	g := &gate{}
 	var err error
@@ -366,11 +377,7 @@ func profilePasses(path string, n int, pass func() error) error {
 func BenchmarkUploadCost(b *testing.B) {
 	gb := NewOn(dev)
 	defer gb.Trim()
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	g := openGate(b)
 	var out, tab Buffer
 	if err := dev.Do(func(q *Queue) error {
 		var err error

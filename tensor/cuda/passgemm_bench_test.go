@@ -91,11 +91,7 @@ func BenchmarkPassGEMMs(b *testing.B) {
 			flop += 2 * float64(s[0]) * float64(s[1])
 		}
 	}
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	g := openGate(b)
 	for range b.N {
 		for _, m := range ms {
 			// rows returns RMSNorm of n-wide random rows: a backend result, with the room past M of the pass's operands.

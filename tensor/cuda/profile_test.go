@@ -96,11 +96,7 @@ func BenchmarkPassKernels(b *testing.B) {
 			modes = append(modes, pmode{fmt.Sprintf("invariant/gn=%d", gn), false, false, false})
 		}
 	}
-	var g *gate
-	if err := dev.Do(func(q *Queue) error { var err error; g, err = newGate(q); return err }); err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Do(func(q *Queue) error { g.close(q); return nil })
+	g := openGate(b)
 	setByM := func(v bool) { _ = dev.Do(func(q *Queue) error { q.d.byM = v; return nil }) }
 	defer setByM(false)
 	pdl0 := dev.pdl
