@@ -77,10 +77,10 @@ type Device struct {
 type fnKey struct{ mod, name string }
 
 // Stats counts what a Device has done since it was opened: hand-overs to the goroutine that owns the context and
-// calls made on it directly (see Run), kernel launches, waits for the stream (Sync, Download, large uploads),
-// small uploads staged asynchronously, larger ones copied synchronously, waits of the staging ring for a copy
-// still queued, GEMM tensor maps encoded by the driver or reused, and (from Backend.Stats) the memory pool's
-// allocations from the driver.
+// calls made on it directly (see Run), kernel launches (uploads sent as launches among them: uploadWords), waits for
+// the stream (Sync, Download, large uploads), small uploads staged and copied asynchronously, larger ones copied
+// synchronously, waits of the staging ring for a copy still queued, GEMM tensor maps encoded by the driver or
+// reused, and (from Backend.Stats) the memory pool's allocations from the driver.
 type Stats struct {
 	Hops, Inline    int64
 	Launches, Syncs int64

@@ -194,7 +194,7 @@ type gdnLong struct {
 	d     segDesc
 	first int32
 	rows  []int32
-	fold  bool // a segment of one chunk continued by nothing but its rows: computed in gdn_rows with them
+	fold  bool // a new segment of one chunk that gdn_rows computes, before its rows (gdnFold)
 }
 
 // addRow appends the chunk of a row of n tokens at start to tab and the row to g.

@@ -75,9 +75,10 @@ struct __align__(8) GdnRowMeta {
 // the state in registers, S₁ᵀ = γ_C S₀ᵀ + (fk·Δ)ᵀ K (mma.sync, K by ldmatrix.trans from the stage); a block that
 // starts later in such a run runs the segment first, one more step, for its state alone.
 // Dynamic shared memory: NS stages of R_STAGE bytes (aligned to 1024 bytes: 1,024 more) and NS GdnRowMeta; the
-// copies of the next NS − 1 steps are in flight while one runs, across the items' groups, heads and column blocks. Where an item continues another state slice than the one before it, the slice is loaded anew (from L2:
-// the copies prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16
-// [N, 2·hk·128 + hv·dv]; work as gdn_prep leaves it.
+// copies of the next NS − 1 steps are in flight while one runs, across the items' groups, heads and column blocks.
+// Where an item continues another state slice than the one before it, the slice is loaded anew (from L2: the copies
+// prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16 [N, 2·hk·128 + hv·dv];
+// work as gdn_prep leaves it.
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
                                                               const GdnRowBlk *blks, const int32_t *rows,
                                                               int ng, int per, int q, int runs, int hk, int hv, int dv,

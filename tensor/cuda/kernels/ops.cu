@@ -35,11 +35,13 @@ __device__ __forceinline__ void upload_words(uint32_t *dst, int n, const KevWord
 		if (i < n) dst[i] = v[k];
 	}
 }
-extern "C" __global__ void __launch_bounds__(256) upload_words_256(uint32_t *dst, int n, const __grid_constant__ KevWords<256> p) {
+extern "C" __global__ void __launch_bounds__(256)
+    upload_words_256(uint32_t *dst, int n, const __grid_constant__ KevWords<256> p) {
 	KEV_GRID_DEP_DEFERRED();
 	upload_words<256>(dst, n, p);
 }
-extern "C" __global__ void __launch_bounds__(256) upload_words_1008(uint32_t *dst, int n, const __grid_constant__ KevWords<1008> p) {
+extern "C" __global__ void __launch_bounds__(256)
+    upload_words_1008(uint32_t *dst, int n, const __grid_constant__ KevWords<1008> p) {
 	KEV_GRID_DEP_DEFERRED();
 	upload_words<1008>(dst, n, p);
 }
