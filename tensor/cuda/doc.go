@@ -40,9 +40,12 @@
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);
-// with KEV_GDN_ROWS=on, question rows run instead on gdn_rows (kernels/gdn_sm90a.cu: warpgroup products with the
-// state's value columns as their rows, persistent blocks; faster on large batches, slower on small ones); other
-// shapes keep each head's state in registers and go token by token (kernels/delta.cu). Attention is a tiled
+// on Hopper (d_v a multiple of 128; KEV_GDN_ROWS=off keeps the path before), question rows run instead on gdn_rows
+// (kernels/gdn_sm90a.cu: warpgroup products with the state's value columns as their rows, persistent blocks), which
+// also computes new segments of one chunk before the rows that continue them (KEV_GDN_FOLD=off leaves them to the
+// state pass); other shapes keep each head's state in registers and go token by token (kernels/delta.cu). Small
+// uploads (a pass's tables) go as launches carrying the words in their parameters (KEV_CUDA_SMALL_UPLOADS=copy:
+// copies). Attention is a tiled
 // flash kernel whose blocks take 16 rows of the four query heads of a group (or 32 of two, or 64 of one), so that
 // each K/V tile they load serves four heads and short segments pad few rows; keys over a long prefix split per
 // segment, merged by a second launch.
