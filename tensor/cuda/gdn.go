@@ -45,11 +45,6 @@ var gdnNS = 0
 // long, which pays only where other blocks wait for the multiprocessor). Tests run both: the same bits.
 var gdnPairs = 0
 
-// gdnGroup selects the grouping of rows: false runs every row as a segment of its own where the rows run in the
-// block of the state they continue, and one row a block where gdn_rows runs them (tests compare the two: the bits
-// are the same).
-var gdnGroup = true
-
 // gdnRowLen is the longest row (one chunk).
 const gdnRowLen = 64
 
@@ -119,9 +114,6 @@ func ptrOf(lo, hi int32) cu.DevicePtr {
 	return cu.DevicePtr(uint64(uint32(lo)) | uint64(uint32(hi))<<32)
 }
 
-// gdnRowBlk is the number of int32 in a group of gdn_rows's group table (GdnRowBlk).
-const gdnRowBlk = 10
-
 // gdnRowBlocks returns gdn_rows's group table (gdnRowBlk int32 a group: the state pointer's halves, its type, its
 // first entry, its number of items — a segment, first, and the rows — a sixth that gdnRowSplit sets, 1 where a
 // segment comes first, 0, the final state's pointer) and its row table (the entries numbered from row0).
@@ -132,51 +124,6 @@ func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 		rows = append(append(rows, g.seg...), g.rows...)
 	}
 	return blks, rows
-}
-
-// gdnRowSplit splits gdn_rows's items — for each group of blks (gdnRowBlocks), a run of its rows for each of hzn
-// (head, column block) pairs: q items in all — among blocks, and sets each group's sixth entry to what the kernel
-// finds its blocks' group by. With g > 0, into about g blocks of per = ⌈q/g⌉ consecutive items (the last one
-// shorter; each group's first item). With g ≤ 0: where a block for each run fits one per multiprocessor (sms),
-// each run into pieces of per rows, per the least that fits (runs; each group's first block), so that no block loads
-// two states; else as g = sms, runs of ⌈q/sms⌉ items that cross the runs, the state reloaded where it changes.
-// Without grouping, one item a block. Any split computes the same bits.
-func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) {
-	ng := len(blks) / gdnRowBlk
-	most := 0
-	for e := range ng {
-		q += int(blks[gdnRowBlk*e+4]) * hzn
-		most = max(most, int(blks[gdnRowBlk*e+4]))
-	}
-	if q == 0 {
-		return 0, 0, 0, false
-	}
-	if g <= 0 && (ng*hzn <= sms || !gdnGroup) {
-		for per = 1; per < most; per++ { // the least per whose pieces fit (one a run at most)
-			n := 0
-			for e := range ng {
-				n += hzn * ((int(blks[gdnRowBlk*e+4]) + per - 1) / per)
-			}
-			if n <= sms || !gdnGroup {
-				break
-			}
-		}
-		for e := range ng {
-			blks[gdnRowBlk*e+5] = int32(blocks)
-			blocks += hzn * ((int(blks[gdnRowBlk*e+4]) + per - 1) / per)
-		}
-		return blocks, per, q, true
-	}
-	if g <= 0 {
-		g = sms
-	}
-	per = (q + min(g, q) - 1) / min(g, q)
-	first := 0
-	for e := range ng {
-		blks[gdnRowBlk*e+5] = int32(first)
-		first += int(blks[gdnRowBlk*e+4]) * hzn
-	}
-	return (q + per - 1) / per, per, q, false
 }
 
 // gdnRows enqueues gdn_rows over the q items of the groups of blks and rows (as gdnRowBlocks and gdnRowSplit leave
