@@ -282,6 +282,26 @@ func (s *scope) ints(v []int32) (Buffer, error) {
 	return buf, s.q.Upload(buf, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)))
 }
 
+// intParts uploads parts (not all empty) one after another in one buffer, in one upload, and returns each part's
+// place in it.
+func (s *scope) intParts(parts ...[]int32) ([]Buffer, error) {
+	var all []int32
+	offs := make([]int, len(parts))
+	for k, p := range parts {
+		offs[k] = len(all)
+		all = append(all, p...)
+	}
+	tb, err := s.ints(all)
+	if err != nil {
+		return nil, err
+	}
+	bufs := make([]Buffer, len(parts))
+	for k, o := range offs {
+		bufs[k] = Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*o), Bytes: tb.Bytes - 4*int64(o)}
+	}
+	return bufs, nil
+}
+
 func checkShape(shape []int, n int) error {
 	for _, s := range shape {
 		if s < 0 {

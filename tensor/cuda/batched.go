@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -663,28 +664,20 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		blks, rrows := gdnRowBlocks(rgs, len(rows)/3)
 		rowBlocks, rowPer, items, runs := gdnRowSplit(blks, hv*dv/128, 0, b.dev.info.SMs)
 		rows = append(rows, rrows...)
-		var all []int32
-		var off [9]int
-		for k, part := range [][]int32{flat(short[0]), flat(short[1]), d0, d1, blks, tab, lb0, lb1, rows} {
-			off[k] = len(all)
-			all = append(all, part...)
-		}
-		if len(all) == 0 {
+		parts := [][]int32{flat(short[0]), flat(short[1]), d0, d1, blks, tab, lb0, lb1, rows}
+		if slices.IndexFunc(parts, func(p []int32) bool { return len(p) > 0 }) < 0 {
 			return nil
 		}
-		tb, err := s.ints(all)
+		at, err := s.intParts(parts...)
 		if err != nil {
 			return err
-		}
-		at := func(k int) Buffer {
-			return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*off[k]), Bytes: tb.Bytes - 4*int64(off[k])}
 		}
 		var work Buffer
 		if nc := len(tab) / 2; nc > 0 {
 			if work, err = s.temp(int64(nc) * int64(hv) * gdnWork); err != nil {
 				return err
 			}
-			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at(5), work, nc, hk, hv, dv); err != nil {
+			if err := s.q.gdnPrep(xt.Operand(), gt.Operand(), bt.Operand(), at[5], work, nc, hk, hv, dv); err != nil {
 				return err
 			}
 		}
@@ -692,12 +685,12 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			// gdn_rows once the states its rows continue are complete (the new ones and those of the register
 			// kernels), before the segments that continue another, which may continue a segment it computes
 			if p == 1 && rowBlocks > 0 {
-				if err := s.q.gdnRows(o.Operand(), xt.Operand(), at(4), at(8), work, len(rgs), items, rowBlocks, rowPer, runs, hk, hv, dv); err != nil {
+				if err := s.q.gdnRows(o.Operand(), xt.Operand(), at[4], at[8], work, len(rgs), items, rowBlocks, rowPer, runs, hk, hv, dv); err != nil {
 					return err
 				}
 			}
 			if len(long[p]) > 0 {
-				if err := s.q.gdnState(o.Operand(), xt.Operand(), at(2+p), at(6+p), at(8), work, len(long[p]), hk, hv, dv, gdnDeep(long[p])); err != nil {
+				if err := s.q.gdnState(o.Operand(), xt.Operand(), at[2+p], at[6+p], at[8], work, len(long[p]), hk, hv, dv, gdnDeep(long[p])); err != nil {
 					return err
 				}
 			}
@@ -708,7 +701,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			qq := s.q
 			qq.args.Reset()
 			qq.put(o.Operand()).put(xt.Operand()).put(gt.Operand()).put(bt.Operand())
-			qq.args.Ptr(at(p).Ptr).I32(int32(hk)).I32(int32(hv))
+			qq.args.Ptr(at[p].Ptr).I32(int32(hk)).I32(int32(hv))
 			grid := cudrv.Dim3{X: (dv + 31) / 32, Y: hv, Z: len(descs)}
 			if reg {
 				vec := xt.dtype == tensor.BF16 && width%8 == 0 && xt.buf.Ptr%16 == 0

@@ -18,10 +18,11 @@ import (
 // value heads in turn — then one sequential pass per (32 value columns, value head, segment) with mma.sync bf16
 // products. Rows — segments of at most one chunk that continue a state and keep none of their own, such as a
 // request's question rows — run in the block of the state they continue, after that state's own chunks, so the
-// state slice is loaded (or computed) once for all of them; or, with KEV_GDN_ROWS=on on Hopper (d_v a multiple of
-// 128), in a launch of their own after the state pass, gdn_rows: warpgroup products (wgmma) with the state they
-// continue held in registers, persistent blocks running the rows one after another. Either way a row's outputs
-// come from the same code whichever rows share its block. Other shapes and segments shorter than gdnMinLen keep
+// state slice is loaded (or computed) once for all of them; or, on Hopper (d_v a multiple of 128; KEV_GDN_ROWS=off
+// keeps the former), in a launch of their own after the state pass, gdn_rows: warpgroup products (wgmma) with the
+// state they continue held in registers, persistent blocks running the rows one after another, and new segments of
+// one chunk computed there before their rows (gdnFold). Either way a row's outputs come from the same code whichever
+// rows share its block. Other shapes and segments shorter than gdnMinLen keep
 // the register kernels of delta.go. The choice is made per segment from its own length, so a segment's result
 // never depends on the segments it is batched with.
 
@@ -329,34 +330,25 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 	rowBlocks, rowPer, items, runs := gdnRowSplit(blks, a.HV*a.DV/128, 0, dev.info.SMs)
 	rows = append(rows, rrows...)
 	// one upload: row groups and descriptors (8-byte aligned), chunks, first chunks, rows
-	var all []int32
-	var off [5]int
-	for k, part := range [][]int32{blks, descs, tab, lb, rows} {
-		off[k] = len(all)
-		all = append(all, part...)
-	}
-	tb, err := s.ints(all)
+	at, err := s.intParts(blks, descs, tab, lb, rows)
 	if err != nil {
 		return nil, nil, err
-	}
-	at := func(k int) Buffer {
-		return Buffer{Ptr: tb.Ptr + cu.DevicePtr(4*off[k]), Bytes: tb.Bytes - 4*int64(off[k])}
 	}
 	nc := len(tab) / 2
 	work, err := s.temp(int64(nc) * int64(a.HV) * gdnWork)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at(2), work, nc, a.HK, a.HV, a.DV); err != nil {
+	if err := s.q.gdnPrep(a.QKV, a.G, a.Beta, at[2], work, nc, a.HK, a.HV, a.DV); err != nil {
 		return nil, nil, err
 	}
 	if len(long) > 0 {
-		if err := s.q.gdnState(a.O, a.QKV, at(1), at(3), at(4), work, len(long), a.HK, a.HV, a.DV, gdnDeep(long)); err != nil {
+		if err := s.q.gdnState(a.O, a.QKV, at[1], at[3], at[4], work, len(long), a.HK, a.HV, a.DV, gdnDeep(long)); err != nil {
 			return nil, nil, err
 		}
 	}
 	if rowBlocks > 0 {
-		if err := s.q.gdnRows(a.O, a.QKV, at(0), at(4), work, len(rgs), items, rowBlocks, rowPer, runs, a.HK, a.HV, a.DV); err != nil {
+		if err := s.q.gdnRows(a.O, a.QKV, at[0], at[4], work, len(rgs), items, rowBlocks, rowPer, runs, a.HK, a.HV, a.DV); err != nil {
 			return nil, nil, err
 		}
 	}

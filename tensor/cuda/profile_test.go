@@ -29,8 +29,8 @@ import (
 // KEV_PROFILE_MODES=attn with attention blocks of a group's heads (flashGroup) and of one head,
 // KEV_PROFILE_MODES=zerofill with GEMM X tensor maps over the rows past M (xRows) and ending at M (TMA's zero fill),
 // KEV_PROFILE_MODES=attnorder with attention blocks longest first and in tile order,
-// KEV_PROFILE_MODES=rows with the delta rule's rows in the blocks of gdn_state (unless KEV_GDN_ROWS=on) and on
-// gdn_rows.
+// KEV_PROFILE_MODES=rows with the delta rule's rows in the blocks of gdn_state and on gdn_rows.
+// KEV_PROFILE_UPLOADS=1 also prints how many uploads each pass made, by size.
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	w, be, m := kev4BModel(b, r)

@@ -354,11 +354,8 @@ __device__ __forceinline__ void gdn_state(void *o, int odt, const __nv_bfloat16 
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
 				const int sr = 16 * warp + gq + 8 * hf, col = 8 * nt + 2 * qq;
-				const float x = S[nt][2 * hf], y = S[nt][2 * hf + 1];
-				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-				const float2 hf2 = __bfloat1622float2(hi);
-				*(__nv_bfloat162 *)(Sh + sr * VW + cc + col) = hi;
-				*(uint32_t *)(Sl + sr * VW + cc + col) = pack2(x - hf2.x, y - hf2.y);
+				split2(S[nt][2 * hf], S[nt][2 * hf + 1], *(uint32_t *)(Sh + sr * VW + cc + col),
+				       *(uint32_t *)(Sl + sr * VW + cc + col));
 			}
 	};
 	// products adds X = K S and P = Q S for the token tile mw and the 16 columns from cs (in the shared rows of S)

@@ -51,3 +51,12 @@ __device__ __forceinline__ uint32_t pack2(float x, float y) {
 	__nv_bfloat162 h = __floats2bfloat162_rn(x, y);
 	return *(uint32_t *)&h;
 }
+
+// split2 splits (x, y) into bf16 pairs hi = (x, y) rounded and lo = (x, y) − hi: a state's two parts for bf16
+// products, together ~16 significant bits.
+__device__ __forceinline__ void split2(float x, float y, uint32_t &hi, uint32_t &lo) {
+	const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+	const float2 f = __bfloat1622float2(h);
+	hi = *(const uint32_t *)&h;
+	lo = pack2(x - f.x, y - f.y);
+}

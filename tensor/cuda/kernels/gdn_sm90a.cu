@@ -211,13 +211,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 #pragma unroll
 		for (int kk = 0; kk < 8; kk++)
 #pragma unroll
-			for (int r = 0; r < 4; r++) {
-				const float x = sv[kk][r][0], y = sv[kk][r][1];
-				const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-				const float2 hf = __bfloat1622float2(hi);
-				sh[kk][r] = *(const uint32_t *)&hi;
-				sl[kk][r] = pack2(x - hf.x, y - hf.y);
-			}
+			for (int r = 0; r < 4; r++) split2(sv[kk][r][0], sv[kk][r][1], sh[kk][r], sl[kk][r]);
 	};
 	// the first item's state while its copies are on their way
 	int item = b0.pr ? -(e0 * hzn + hz0) - 1 : e0 * hzn + hz0; // a run with a segment starts from the segment's state
@@ -395,13 +389,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			for (int j = 0; j < 16; j++) {
 				const int kk = j >> 1, r = 2 * (j & 1);
 #pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const float x = U[4 * j + 2 * hf], y = U[4 * j + 2 * hf + 1];
-					const __nv_bfloat162 hi = __floats2bfloat162_rn(x, y);
-					const float2 hv2 = __bfloat1622float2(hi);
-					sh[kk][r + hf] = *(const uint32_t *)&hi;
-					sl[kk][r + hf] = pack2(x - hv2.x, y - hv2.y);
-				}
+				for (int hf = 0; hf < 2; hf++)
+					split2(U[4 * j + 2 * hf], U[4 * j + 2 * hf + 1], sh[kk][r + hf], sl[kk][r + hf]);
 			}
 			item = -m.item - 1; // the run's rows continue S₁
 		}
