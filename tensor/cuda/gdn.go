@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -128,14 +129,21 @@ func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 }
 
 // gdnRows enqueues gdn_rows over the q items of the groups of blks and rows (as gdnRowBlocks and gdnRowSplit leave
-// them, on the device; ng groups), g blocks of per items each, split by runs or not (gdnRowSplit).
-func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, per int, runs bool, hk, hv, dv int) error {
+// them, on the device; ng groups), g blocks of per items each, split by runs or not (gdnRowSplit), its products
+// over tiles 16-token tiles (gdnRowTiles of the row table).
+func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, per int, runs bool, tiles, hk, hv, dv int) error {
+	if tiles < 1 || tiles > 4 {
+		return fmt.Errorf("cuda: gdn_rows over %d tiles of 16 tokens (1 to 4)", tiles)
+	}
 	q.args.Reset()
 	q.put(o)
 	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).I32(int32(ng)).I32(int32(per)).I32(int32(items)).I32(b2i(runs))
 	q.args.I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
-	return q.launch("gdn_sm90a", "gdn_rows", cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
+	return q.launch("gdn_sm90a", gdnRowsNames[tiles-1], cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
 }
+
+// gdnRowsNames are gdn_rows's kernels by the launch's tiles.
+var gdnRowsNames = [4]string{"gdn_rows_t1", "gdn_rows_t2", "gdn_rows_t3", "gdn_rows_t4"}
 
 // gdnLong is a descriptor of gdn_state with its first chunk and its rows (first row, length, chunk).
 type gdnLong struct {
@@ -191,10 +199,11 @@ func gdnFlat(ls []*gdnLong, row0 int) (descs, firsts, rows []int32) {
 // gdnWork is the workspace per (chunk, value head): T and M as bf16 [64][64], five fp32 [64] row factors.
 const gdnWork = 17664
 
-// gdnPrepShared is gdn_prep's dynamic shared memory: q, k [64][136] bf16, then A, T [64][68] fp32 in their place
-// (the same bytes); three 16×20 blocks; four 64-vectors. Four blocks fit a multiprocessor (gdn_prep_kh: three, for
-// its registers).
-const gdnPrepShared = 2*64*136*2 + 3*16*20*4 + 4*64*4
+// gdnPrepShared is the precompute's dynamic shared memory for p value heads side by side (gdn_prep: 1,
+// gdn_prep_kh: 2): q, k [64][136] bf16, then A, T [64][68] fp32 of each head in their place (and after them for
+// two heads); Γ and β [p][64], rq and rk [64]. Four blocks of gdn_prep fit a multiprocessor, three of gdn_prep_kh
+// (its registers, and 3 × 71 KB of shared memory).
+func gdnPrepShared(p int) int { return max(2*64*136*2, p*2*64*68*4) + (2*p+2)*64*4 }
 
 // gdnStateShared is gdn_state's dynamic shared memory for ns stages of chunk inputs and cg groups of 32 value
 // columns (gdn_state_ns{1,2}: cg 1; gdn_state_w2: ns 2, cg 2, with a fourth [64][vw] buffer for its rows, which
@@ -243,9 +252,9 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 	q.put(g).put(beta)
 	q.args.Ptr(chunks.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
 	if gdnPrepKH && hv > hk && (gdnPrepAll || nc*hk >= 3*q.d.info.SMs) {
-		return q.launch("gdn", "gdn_prep_kh", cudrv.Dim3{X: nc, Y: hk, Z: 1}, block256, gdnPrepShared)
+		return q.launch("gdn", "gdn_prep_kh", cudrv.Dim3{X: nc, Y: hk, Z: 1}, block256, gdnPrepShared(2))
 	}
-	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared)
+	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared(1))
 }
 
 // gdnDeep reports whether a launch of gdn_state over ls has rows in its blocks or more than one chunk a segment on
@@ -348,7 +357,7 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 		}
 	}
 	if rowBlocks > 0 {
-		if err := s.q.gdnRows(a.O, a.QKV, at[0], at[4], work, len(rgs), items, rowBlocks, rowPer, runs, a.HK, a.HV, a.DV); err != nil {
+		if err := s.q.gdnRows(a.O, a.QKV, at[0], at[4], work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowTiles(rrows), a.HK, a.HV, a.DV); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -41,24 +41,26 @@ struct __align__(8) GdnSeg {
 //   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
 
 // gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + NH − 1 of key head kh (NH = 0: all
-// hv/hk of them). chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c. K Kᵀ and Q Kᵀ (and the norms)
-// depend on the key head only: they are computed once, kept in registers, and each value head then takes its
-// decays and β, its A and M, and its inverse in turn.
+// hv/hk of them), P at a time side by side. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// K Kᵀ and Q Kᵀ (and the norms) depend on the key head only: they are computed once, kept in registers, and each
+// group of P value heads then takes its decays and β, its A and M, and its inverse together, every phase between
+// the same two barriers for all P heads (the heads' arithmetic is the same whatever P: the same bits).
 // qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
-template <int NH>
+// Shared memory: q, k [64][KP] bf16, then in their place (and after them when P = 2) A and T [64][AP] fp32 of each
+// head; then Γ and β [P][64], rq and rk [64] (gdnPrepShared in gdn.go).
+template <int NH, int P>
 __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const void *g, int gdt, const void *beta,
                                                int bdt, const int32_t *chunks, int hk, int hv, int dv, char *work,
                                                int kh, int h0) {
 	extern __shared__ __align__(16) char smg[];
-	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;  // [64][KP]
-	__nv_bfloat16 *Ks = Qs + GC * KP;          // [64][KP]
-	float *As = (float *)Qs;                   // [64][AP] A, strictly lower: over q and k once K Kᵀ, Q Kᵀ are done
-	float *Ts = As + GC * AP;                  // [64][AP] T
-	float *Ys = (float *)(Ks + GC * KP);       // [3][16][YP]
-	float *gam = Ys + 3 * 16 * YP;             // [64] Γ
-	float *bs = gam + GC;                      // [64] β
-	float *rq = bs + GC;                       // [64]
-	float *rk = rq + GC;                       // [64]
+	__nv_bfloat16 *Qs = (__nv_bfloat16 *)smg;              // [64][KP]
+	__nv_bfloat16 *Ks = Qs + GC * KP;                      // [64][KP]
+	float *AT = (float *)smg;                              // head e: A at AT + 2e·64·AP, T after it
+	float *gam = (float *)(smg + P * 2 * GC * AP * 4);     // [P][64] Γ
+	float *bs = gam + P * GC;                              // [P][64] β
+	float *rq = bs + P * GC;                               // [64]
+	float *rk = rq + GC;                                   // [64]
+	static_assert(2 * GC * AP * 4 == 2 * GC * KP * 2, "A and T take the place of q and k");
 	const int c = blockIdx.x, gv = NH ? NH : hv / hk;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
@@ -76,50 +78,22 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 		}
 	}
 	cp_commit();
-	// the first value head's decays and β, loaded while q and k come in; each head's loads then run under the head
-	// before it
+	// the first heads' decays and β (thread e·64 + t: head e, token t), loaded while q and k come in; each group's
+	// loads then run under the group before it
+	const int le = tid >> 6, lt = tid & 63;
 	float gnext = 0.f, bnext = 0.f;
-	if (tid < len) {
-		gnext = ld(g, gdt, (size_t)(t0 + tid) * hv + h0);
-		bnext = ld(beta, bdt, (size_t)(t0 + tid) * hv + h0);
+	if (tid < P * GC && le < gv && lt < len) {
+		gnext = ld(g, gdt, (size_t)(t0 + lt) * hv + h0 + le);
+		bnext = ld(beta, bdt, (size_t)(t0 + lt) * hv + h0 + le);
 	}
 	cp_wait<0>();
 	__syncthreads();
-	// norms: warp w rows 8w … 8w + 7, lane l dims 4l … 4l + 3 (all loads first, then the sums side by side)
+	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3; the warp whose n
+	// tiles hold the m tile's diagonal block also takes that block of Q Qᵀ, for the norms: ‖k_t‖² and ‖q_t‖² are the
+	// diagonals of K Kᵀ and Q Qᵀ
 	{
-		float sq[8], sk[8];
-#pragma unroll
-		for (int e = 0; e < 8; e++) {
-			const uint2 a = *(const uint2 *)(Qs + (8 * warp + e) * KP + 4 * lane);
-			const uint2 b = *(const uint2 *)(Ks + (8 * warp + e) * KP + 4 * lane);
-			const float2 a0 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.x), a1 = __bfloat1622float2(*(const __nv_bfloat162 *)&a.y);
-			const float2 b0 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.x), b1 = __bfloat1622float2(*(const __nv_bfloat162 *)&b.y);
-			sq[e] = a0.x * a0.x + a0.y * a0.y + a1.x * a1.x + a1.y * a1.y;
-			sk[e] = b0.x * b0.x + b0.y * b0.y + b1.x * b1.x + b1.y * b1.y;
-		}
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-			for (int e = 0; e < 8; e++) {
-				sq[e] += __shfl_xor_sync(0xffffffffu, sq[e], o);
-				sk[e] += __shfl_xor_sync(0xffffffffu, sk[e], o);
-			}
-		// every lane holds the eight sums: lane e < 8 takes row 8w + e's, so the eight rows' divisions and roots
-		// run side by side in one pass instead of one lane at a time
-		float q2 = 0.f, k2 = 0.f;
-#pragma unroll
-		for (int e = 0; e < 8; e++)
-			if (lane == e) q2 = sq[e], k2 = sk[e];
-		if (lane < 8) {
-			rq[8 * warp + lane] = rsqrtf((float)GDK) / sqrtf(q2 + 1e-6f);
-			rk[8 * warp + lane] = 1.f / sqrtf(k2 + 1e-6f);
-		}
-	}
-	__syncthreads();
-	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3
-	{
-		const int mi = warp >> 1, n0 = (warp & 1) * 32;
-		float ck[4][4] = {}, cq[4][4] = {};
+		const int mi = warp >> 1, n0 = (warp & 1) * 32, nd = (16 * mi - n0) >> 4; // nd: the diagonal's n pair
+		float ck[4][4] = {}, cq[4][4] = {}, cd[2][4] = {};
 		const int i = lane >> 3, r = lane & 7;
 #pragma unroll
 		for (int kk = 0; kk < GDK / 16; kk++) {
@@ -136,25 +110,46 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				mma16816(ck[2 * np + 1], ak, b[2], b[3]);
 				mma16816(cq[2 * np], aq, b[0], b[1]);
 				mma16816(cq[2 * np + 1], aq, b[2], b[3]);
+				if (np == nd) { // the diagonal block: Q Qᵀ too
+					ldsm4(b, Qs + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
+					mma16816(cd[0], aq, b[0], b[1]);
+					mma16816(cd[1], aq, b[2], b[3]);
+				}
 			}
 		}
 		const int gq = lane >> 2, qq = lane & 3;
+		// the diagonal element (t, t), t = 16mi + gq + 8hf, is entry 2hf + (gq & 1) of n tile 2nd + hf in the lanes
+		// with gq / 2 = qq; rows of padding tiles keep no norm (nothing reads one)
+		if ((nd == 0 || nd == 1) && mi < nb && (gq >> 1) == qq)
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const int t = 16 * mi + gq + 8 * hf;
+				const bool odd = gq & 1;
+				const float k0 = odd ? ck[hf][2 * hf + 1] : ck[hf][2 * hf];
+				const float k1 = odd ? ck[2 + hf][2 * hf + 1] : ck[2 + hf][2 * hf];
+				const float k2 = nd ? k1 : k0, q2 = odd ? cd[hf][2 * hf + 1] : cd[hf][2 * hf];
+				rq[t] = rsqrtf((float)GDK) / sqrtf(q2 + 1e-6f);
+				rk[t] = 1.f / sqrtf(k2 + 1e-6f);
+			}
+		// the thread's head and index among its head's 256/P threads in the substitution and the levels
+		const int he = P == 2 ? tid >> 7 : 0, ht = P == 2 ? tid & 127 : tid;
 		__syncthreads(); // q and k are read: A and T take their place
-		for (int hh = 0; hh < gv; hh++) {
-			const int h = h0 + hh;
-			__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h) * GDN_WORK + GC * GC * 2);
-			if (tid < GC) {
+		for (int hh = 0; hh < gv; hh += P) {
+			const int np = min(P, gv - hh); // heads in this group
+			if (tid < P * GC) {
 				gam[tid] = gnext;
 				bs[tid] = bnext;
-				if (tid < len && hh + 1 < gv) {
-					gnext = ld(g, gdt, (size_t)(t0 + tid) * hv + h + 1);
-					bnext = ld(beta, bdt, (size_t)(t0 + tid) * hv + h + 1);
+				gnext = bnext = 0.f;
+				if (hh + P + le < gv && lt < len) {
+					gnext = ld(g, gdt, (size_t)(t0 + lt) * hv + h0 + hh + P + le);
+					bnext = ld(beta, bdt, (size_t)(t0 + lt) * hv + h0 + hh + P + le);
 				}
 			}
 			__syncthreads();
-			// the cumulative log decay: warp 0 scans 64 values, two per lane
-			if (warp == 0) {
-				const float a0 = gam[2 * lane], a1 = a0 + gam[2 * lane + 1];
+			// the cumulative log decay: warp e scans head e's 64 values, two per lane
+			if (warp < np) {
+				float *ga = gam + warp * GC;
+				const float a0 = ga[2 * lane], a1 = a0 + ga[2 * lane + 1];
 				float s = a1;
 #pragma unroll
 				for (int o = 1; o < 32; o <<= 1) {
@@ -164,115 +159,148 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
 				if (lane == 0) ex = 0.f;
 				__syncwarp();
-				gam[2 * lane] = ex + a0;
-				gam[2 * lane + 1] = ex + a1;
+				ga[2 * lane] = ex + a0;
+				ga[2 * lane + 1] = ex + a1;
 			}
-			for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
+			for (int e = 0; e < np; e++) {
+				float *Ts = AT + (2 * e + 1) * GC * AP;
+				for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
+			}
 			__syncthreads();
-			if (mi < nb) { // rows of padding tiles: A, T and M never read
-			float gt[2], ft[2], rqt[2], gs[8], rks[8];
+			if (mi < nb) // rows of padding tiles: A, T and M never read
+				for (int e = 0; e < np; e++) {
+					const float *ga = gam + e * GC, *ba = bs + e * GC;
+					float *As = AT + 2 * e * GC * AP;
+					__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK + GC * GC * 2);
+					float gt[2], ft[2], rqt[2], gs[8], rks[8];
 #pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int t = 16 * mi + gq + 8 * hf;
-				gt[hf] = gam[t];
-				ft[hf] = rk[t] * bs[t];
-				rqt[hf] = rq[t];
-			}
-#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
-				gs[j] = gam[s];
-				rks[j] = rk[s];
-			}
-#pragma unroll
-			for (int nt = 0; nt < 4; nt++) {
-#pragma unroll
-				for (int hf = 0; hf < 2; hf++) {
-					const int t = 16 * mi + gq + 8 * hf;
-					float m2[2];
-#pragma unroll
-					for (int e = 0; e < 2; e++) {
-						const int s = n0 + 8 * nt + 2 * qq + e, j = 2 * nt + e;
-						const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
-						m2[e] = s <= t ? cq[nt][2 * hf + e] * d * rqt[hf] : 0.f;
-						As[t * AP + s] = s < t ? ck[nt][2 * hf + e] * d * ft[hf] : 0.f;
+					for (int hf = 0; hf < 2; hf++) {
+						const int t = 16 * mi + gq + 8 * hf;
+						gt[hf] = ga[t];
+						ft[hf] = rk[t] * ba[t];
+						rqt[hf] = rq[t];
 					}
-					*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+#pragma unroll
+					for (int j = 0; j < 8; j++) {
+						const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
+						gs[j] = ga[s];
+						rks[j] = rk[s];
+					}
+#pragma unroll
+					for (int nt = 0; nt < 4; nt++) {
+#pragma unroll
+						for (int hf = 0; hf < 2; hf++) {
+							const int t = 16 * mi + gq + 8 * hf;
+							float m2[2];
+#pragma unroll
+							for (int q = 0; q < 2; q++) {
+								const int s = n0 + 8 * nt + 2 * qq + q, j = 2 * nt + q;
+								const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
+								m2[q] = s <= t ? cq[nt][2 * hf + q] * d * rqt[hf] : 0.f;
+								As[t * AP + s] = s < t ? ck[nt][2 * hf + q] * d * ft[hf] : 0.f;
+							}
+							*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+						}
+					}
 				}
-			}
-			}
 			__syncthreads();
 			// T = (I + A)⁻¹: the diagonal 16×16 blocks of tiles holding tokens by forward substitution (one thread per
 			// column), then the blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj. Rows of padding
 			// tiles are neither computed nor stored: the state pass reads T and M only in rows of tiles holding tokens.
-			if (tid < 16 * nb) {
-				const int blk = tid >> 4, j = tid & 15, o = 16 * blk;
+			const float *As = AT + 2 * he * GC * AP;
+			float *Ts = AT + (2 * he + 1) * GC * AP;
+			if (ht < 16 * nb && he < np) {
+				// column j: x_r = δ_rj − Σ_{p<r} A_rp x_p (x_r = 0 above the diagonal), each x_p taken off every later
+				// row as soon as it is known — the same operations in the same order per row as summing row by row,
+				// but a chain of 16 steps instead of 120 (the loads do not wait for earlier stores: Ts is written
+				// afterwards)
+				const int blk = ht >> 4, j = ht & 15, o = 16 * blk;
 				float x[16];
 #pragma unroll
-				for (int r = 0; r < 16; r++) { // the loads do not wait for earlier stores: Ts is written afterwards
-					float v = r == j ? 1.f : 0.f;
+				for (int r = 0; r < 16; r++) x[r] = r == j ? 1.f : 0.f;
 #pragma unroll
-					for (int p = 0; p < r; p++) v -= As[(o + r) * AP + o + p] * x[p];
-					x[r] = r < j ? 0.f : v;
+				for (int p = 0; p < 16; p++) {
+					if (p < j) x[p] = 0.f;
+#pragma unroll
+					for (int r = p + 1; r < 16; r++) x[r] -= As[(o + r) * AP + o + p] * x[p];
 				}
 #pragma unroll
 				for (int r = 0; r < 16; r++) Ts[(o + r) * AP + o + j] = x[r];
 			}
 			__syncthreads();
-			// Level lv: blocks (lv + b, b), b < 4 − lv; thread tid: block b = tid / 64, row r, columns c4 … c4 + 3 (one
-			// broadcast load of A or T_ii and one 16-byte load per four multiply-adds).
-			for (int lv = 1; lv < 4; lv++) {
-				const int b = tid >> 6, r = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+			// Level lv (only those with blocks holding tokens): blocks (lv + b, b), b < 4 − lv; a head's thread ht:
+			// block b = ht / (64/P), row r, columns c4 … c4 + 4P − 1 (one broadcast load of A or T_ii and one 16-byte
+			// load per four multiply-adds). The sums Y = A·T of a level go to the unused block (0, b + 1) of A.
+			for (int lv = 1; lv < nb; lv++) {
+				const int b = ht / (64 / P), r = (ht / (4 / P)) & 15, c4 = (ht % (4 / P)) * 4 * P;
 				const int bi = lv + b, bj = b;
-				const bool on = b < 4 - lv && bi < nb; // padding rows of A are zero: T_ij stays zero
+				const bool on = b < 4 - lv && bi < nb && he < np; // padding rows of A are zero: T_ij stays zero
+				float *Ys = (float *)As + 16 * (b + 1);            // [16][AP]: rows 0 … 15 of A above its diagonal
 				if (on) {
-					float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+					float4 y[P];
+#pragma unroll
+					for (int u = 0; u < P; u++) y[u] = make_float4(0.f, 0.f, 0.f, 0.f);
 					for (int k = bj; k < bi; k++)
 #pragma unroll
 						for (int p = 0; p < 16; p++) {
 							const float a = As[(16 * bi + r) * AP + 16 * k + p];
-							const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4);
-							y.x += a * t.x;
-							y.y += a * t.y;
-							y.z += a * t.z;
-							y.w += a * t.w;
+#pragma unroll
+							for (int u = 0; u < P; u++) {
+								const float4 t = *(const float4 *)(Ts + (16 * k + p) * AP + 16 * bj + c4 + 4 * u);
+								y[u].x += a * t.x;
+								y[u].y += a * t.y;
+								y[u].z += a * t.z;
+								y[u].w += a * t.w;
+							}
 						}
-					*(float4 *)(Ys + (b * 16 + r) * YP + c4) = y;
+#pragma unroll
+					for (int u = 0; u < P; u++) *(float4 *)(Ys + r * AP + c4 + 4 * u) = y[u];
 				}
 				__syncthreads();
 				if (on) {
-					float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+					float4 y[P];
+#pragma unroll
+					for (int u = 0; u < P; u++) y[u] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
 					for (int p = 0; p < 16; p++) {
 						const float a = Ts[(16 * bi + r) * AP + 16 * bi + p];
-						const float4 t = *(const float4 *)(Ys + (b * 16 + p) * YP + c4);
-						y.x += a * t.x;
-						y.y += a * t.y;
-						y.z += a * t.z;
-						y.w += a * t.w;
+#pragma unroll
+						for (int u = 0; u < P; u++) {
+							const float4 t = *(const float4 *)(Ys + p * AP + c4 + 4 * u);
+							y[u].x += a * t.x;
+							y[u].y += a * t.y;
+							y[u].z += a * t.z;
+							y[u].w += a * t.w;
+						}
 					}
-					*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4) = make_float4(-y.x, -y.y, -y.z, -y.w);
+#pragma unroll
+					for (int u = 0; u < P; u++)
+						*(float4 *)(Ts + (16 * bi + r) * AP + 16 * bj + c4 + 4 * u) =
+						    make_float4(-y[u].x, -y[u].y, -y[u].z, -y[u].w);
 				}
 				__syncthreads();
 			}
-			char *wp = work + ((size_t)c * hv + h) * GDN_WORK;
-			__nv_bfloat16 *Tw = (__nv_bfloat16 *)wp;
-			for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
-				const int t = p >> 5, s = (p & 31) * 2;
-				*(uint32_t *)(Tw + t * GC + s) = pack2(Ts[t * AP + s], Ts[t * AP + s + 1]);
+			for (int e = 0; e < np; e++) {
+				const float *Te = AT + (2 * e + 1) * GC * AP;
+				__nv_bfloat16 *Tw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK);
+				for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
+					const int t = p >> 5, s = (p & 31) * 2;
+					*(uint32_t *)(Tw + t * GC + s) = pack2(Te[t * AP + s], Te[t * AP + s + 1]);
+				}
 			}
-			float *F = (float *)(wp + 2 * GC * GC * 2);
-			if (tid < GC) {
-				const int t = tid;
+			if (tid < P * GC && le < np) {
+				const int t = lt;
+				const float *ga = gam + le * GC, *ba = bs + le * GC;
+				float *F = (float *)(work + ((size_t)c * hv + h0 + hh + le) * GDN_WORK + 2 * GC * GC * 2);
 				const bool ok = t < len;
-				const float gC = gam[len - 1], gt = expf(gam[t]);
-				F[t] = ok ? bs[t] * gt * rk[t] : 0.f;              // fa
-				F[GC + t] = ok ? bs[t] : 0.f;                      // fb
+				const float gC = ga[len - 1], gt = expf(ga[t]);
+				F[t] = ok ? ba[t] * gt * rk[t] : 0.f;              // fa
+				F[GC + t] = ok ? ba[t] : 0.f;                      // fb
 				F[2 * GC + t] = ok ? gt * rq[t] : 0.f;             // fq
-				F[3 * GC + t] = ok ? expf(gC - gam[t]) * rk[t] : 0.f; // fk
+				F[3 * GC + t] = ok ? expf(gC - ga[t]) * rk[t] : 0.f; // fk
 				F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
 			}
-			__syncthreads(); // the next value head writes Γ, β, A and T anew
+			if (hh + P < gv) __syncthreads(); // the next group writes Γ, β, A and T anew
 		}
 	}
 }
@@ -283,16 +311,21 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
                                                           int hv, int dv, char *work) {
 	KEV_GRID_DEP();
 	const int h = blockIdx.y;
-	gdn_prep_heads<1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
+	gdn_prep_heads<1, 1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
 }
 
-// gdn_prep_kh: all value heads of a key head per block, grid (chunks, hk); the same bits as gdn_prep.
+// gdn_prep_kh: all value heads of a key head per block, two at a time, grid (chunks, hk); the same bits as
+// gdn_prep. Two value heads a key head (Qwen3.5's layers) take a copy of the code that knows it: one group, so
+// K Kᵀ and Q Kᵀ need not outlive its A and M.
 extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bfloat16 *qkv, const void *g, int gdt,
                                                              const void *beta, int bdt, const int32_t *chunks,
                                                              int hk, int hv, int dv, char *work) {
 	KEV_GRID_DEP();
 	const int kh = blockIdx.y;
-	gdn_prep_heads<0>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, kh * (hv / hk));
+	if (hv == 2 * hk)
+		gdn_prep_heads<2, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, 2 * kh);
+	else
+		gdn_prep_heads<0, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, kh * (hv / hk));
 }
 
 // gdn_state: grid (dv/(32·CG), hv, segments), 256·CG threads: CG groups of 8 warps, group g on the block's value

@@ -55,6 +55,64 @@ template <int N> __device__ __forceinline__ void regs_after(float *d) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns: a
+// row's products take only the 16-token tiles that hold its tokens.
+template <int N> __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t a[4], uint64_t db, int acc);
+template <> __device__ __forceinline__ void wgmma_rs<16>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<32>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<48>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<64>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	wgmma_rs_m64n64(d, a, db, acc);
+}
+template <> __device__ __forceinline__ void wgmma_rs<128>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	wgmma_rs_m64n128(d, a, db, acc);
+}
+
+// The three products of an item over the first NB 16-token tiles of k, q and the row's tokens (k and v zero past
+// the row, R and Δ then too: a tile past the row's own adds exact zeros to the products, and the columns of such
+// tokens are never read):
+// rows_xp: [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ, acc[0 …) the k tokens', acc[32 …) the q tokens' (the layout of one m64n128);
+// rows_d: Δᵀ = Rᵀ Tᵀ; rows_o: Oᵀ += Δᵀ Mᵀ. kq, tb, mb: the stage's tiles.
+template <int NB>
+__device__ __forceinline__ void rows_xp(float *acc, const uint32_t (*sh)[4], const uint32_t (*sl)[4], uint32_t kq) {
+#pragma unroll
+	for (int kk = 0; kk < 8; kk++) {
+		const uint32_t b = kq + (kk >> 2) * 16384 + (kk & 3) * 32;
+		if constexpr (NB == 4) {
+			wgmma_rs<128>(acc, sh[kk], desc_sw128(b), kk > 0);
+			wgmma_rs<128>(acc, sl[kk], desc_sw128(b), 1);
+		} else {
+			wgmma_rs<16 * NB>(acc, sh[kk], desc_sw128(b), kk > 0);
+			wgmma_rs<16 * NB>(acc + 32, sh[kk], desc_sw128(b + 64 * 128), kk > 0);
+			wgmma_rs<16 * NB>(acc, sl[kk], desc_sw128(b), 1);
+			wgmma_rs<16 * NB>(acc + 32, sl[kk], desc_sw128(b + 64 * 128), 1);
+		}
+	}
+}
+template <int NB> __device__ __forceinline__ void rows_d(float *D, const uint32_t (*ra)[4], uint32_t tb) {
+#pragma unroll
+	for (int s = 0; s < NB; s++) wgmma_rs<16 * NB>(D, ra[s], desc_sw128(tb + 32 * s), s > 0);
+}
+template <int NB> __device__ __forceinline__ void rows_o(float *P, const uint32_t (*da)[4], uint32_t mb) {
+#pragma unroll
+	for (int s = 0; s < NB; s++) wgmma_rs<16 * NB>(P, da[s], desc_sw128(mb + 32 * s), 1);
+}
+
 // GdnRowMeta: what the copies of a stage's step leave for its products: the row's first row and length, the state
 // slice it continues (its run, group · hv·nz + head·nz + column block z; −run − 1 for the state a segment of the run
 // continues), its head·nz + z, the state's type, the step's kind (0: a row; 1: a run's segment, outputs and final
@@ -79,11 +137,15 @@ struct __align__(8) GdnRowMeta {
 // Where an item continues another state slice than the one before it, the slice is loaded anew (from L2: the copies
 // prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16 [N, 2·hk·128 + hv·dv];
 // work as gdn_prep leaves it.
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, const __nv_bfloat16 *qkv,
-                                                              const GdnRowBlk *blks, const int32_t *rows,
-                                                              int ng, int per, int q, int runs, int hk, int hv, int dv,
-                                                              const char *work) {
-	KEV_GRID_DEP();
+// gdn_rows_tX (X = 1 … 4) is gdn_rows for a launch whose rows and segments hold at most X 16-token tiles (16X
+// tokens): every product of every item runs over X tiles (one width a kernel: ptxas serialises all of a kernel's
+// warpgroup products where two widths of one product share it). The tiles past an item's own add exact zeros and
+// fill columns that nothing reads, so a token's results do not depend on X: a launch takes the X of its longest
+// row, and its rows keep their bits in any batch.
+template <int XN>
+__device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloat16 *qkv, const GdnRowBlk *blks,
+                                              const int32_t *rows, int ng, int per, int q, int runs, int hk, int hv,
+                                              int dv, const char *work) {
 	constexpr int NS = 3;
 	extern __shared__ __align__(16) char smr_raw[];
 	char *smr = smr_raw + ((1024 - (smem_u32(smr_raw) & 1023)) & 1023); // the swizzled tiles want 1024-byte alignment
@@ -132,6 +194,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			}
 		}
 		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width;
+		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that the products read: the tiles holding tokens
 		{ // [K; Q]: tile row n = n0 + 16j, 16 pieces a row; piece c of row n at slab c / 8, chunk (c % 8) ^ (n % 8)
 			const int c = tid & 15, n0 = tid >> 4;
 			char *dst = sb + R_KQ + (c >> 3) * 16384 + (((c & 7) ^ (n0 & 7)) << 4) + n0 * 128;
@@ -140,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 				const int t = (n0 + 16 * j) & 63;
 				const bool ok = t < len;
 				const __nv_bfloat16 *src = row0 + (size_t)t * width + (j < 4 ? (size_t)hk * GDK : 0) + (size_t)kh * GDK + 8 * c;
-				cp16(dst + j * 16 * 128, ok ? src : row0, ok);
+				if (t < 16 * XN) cp16(dst + j * 16 * 128, ok ? src : row0, ok);
 			}
 		}
 		{ // V: row t = t0r + 16j, 16 pieces a row
@@ -150,11 +213,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 				const int t = t0r + 16 * j;
 				const bool ok = t < len;
 				const __nv_bfloat16 *src = row0 + (size_t)t * width + 2 * (size_t)hk * GDK + (size_t)h * dv + cb + 8 * c;
-				cp16(sb + R_V + (t * RV + 8 * c) * 2, ok ? src : row0, ok);
+				if (t < 16 * XN) cp16(sb + R_V + (t * RV + 8 * c) * 2, ok ? src : row0, ok);
 			}
 		}
 		const char *wp = work + ((size_t)en.z * hv + h) * GDN_WORK;
-		const int nr = 16 * ((len + 15) >> 4);
 		{ // T and M: row t = tr + 32j, 8 pieces a row, piece c at chunk c ^ (t % 8)
 			const int c = tid & 7, tr = tid >> 3;
 #pragma unroll
@@ -226,7 +288,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		fence_async_shared();
 		__syncthreads(); // item i's inputs are in; every thread is past item i − 1, whose stage item i + NS − 1 takes
 		const GdnRowMeta m = meta[i % NS];
-		if (i + NS - 1 < steps) issue((i + NS - 1) % NS);
 		const int h = m.hz / nz, cb = (m.hz - h * nz) * 128;
 		if (m.item != item) {
 			item = m.item;
@@ -240,13 +301,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		// or c0 + 8 of token 8j + 2qq + (e & 1) (j < 8: X; j ≥ 8: P of token 8(j − 8) + …)
 		float acc[64];
 		wgmma_fence();
-#pragma unroll
-		for (int kk = 0; kk < 8; kk++) {
-			const uint64_t db = desc_sw128(kq + (kk >> 2) * 16384 + (kk & 3) * 32);
-			wgmma_rs_m64n128(acc, sh[kk], db, kk > 0);
-			wgmma_rs_m64n128(acc, sl[kk], db, 1);
-		}
+		rows_xp<XN>(acc, sh, sl, kq);
 		wgmma_commit();
+		if (i + NS - 1 < steps) issue((i + NS - 1) % NS); // under the products
 		wgmma_wait0();
 		regs_after<64>(acc);
 		// Rᵀ = fb·Vᵀ − fa·Xᵀ in bf16, as the A fragments of Δᵀ's four k steps (tokens 16s …). V's 8×8 blocks are
@@ -255,14 +312,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		const __nv_bfloat16 *Vw = Vs + 64 * wg + 16 * wi + 8 * ((lane >> 3) & 1) + (lane & 7) * RV; // this lane's row
 		uint32_t vp[8][2];
 #pragma unroll
-		for (int j2 = 0; j2 < 4; j2++) {
+		for (int j2 = 0; j2 < XN; j2++) {
 			uint32_t r[4];
 			ldsm4t(r, Vw + 8 * (2 * j2 + (lane >> 4)) * RV);
 			vp[2 * j2][0] = r[0], vp[2 * j2][1] = r[1], vp[2 * j2 + 1][0] = r[2], vp[2 * j2 + 1][1] = r[3];
 		}
 		uint32_t ra[4][4];
 #pragma unroll
-		for (int j = 0; j < 8; j++) {
+		for (int j = 0; j < 2 * XN; j++) {
 			const int t = 8 * j + 2 * qq;
 			const float2 fa = *(const float2 *)(F + t), fb = *(const float2 *)(F + GC + t);
 			const float v00 = __uint_as_float(vp[j][0] << 16), v01 = __uint_as_float(vp[j][0] & 0xffff0000u);
@@ -270,12 +327,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			ra[j >> 1][2 * (j & 1)] = pack2(fb.x * v00 - fa.x * acc[4 * j], fb.y * v01 - fa.y * acc[4 * j + 1]);
 			ra[j >> 1][2 * (j & 1) + 1] = pack2(fb.x * v10 - fa.x * acc[4 * j + 2], fb.y * v11 - fa.y * acc[4 * j + 3]);
 		}
-		// Δᵀ = Rᵀ Tᵀ (T is zero above its diagonal and past the row in its rows below nr; its later rows, not copied,
-		// only reach Δ's tokens from nr on, which nothing reads: Δ's fragments past the row's tiles are zero)
+		// Δᵀ = Rᵀ Tᵀ over the row's tiles (T is zero above its diagonal and past the row in its rows below nr; its
+		// later rows are not copied; Δ's fragments past the row's tiles are zero)
 		float D[32];
 		wgmma_fence();
-#pragma unroll
-		for (int s = 0; s < 4; s++) wgmma_rs_m64n64(D, ra[s], desc_sw128(tb + 32 * s), s > 0);
+		rows_d<XN>(D, ra, tb);
 		wgmma_commit();
 		wgmma_wait0();
 		regs_after<32>(D);
@@ -286,6 +342,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			for (int r = 0; r < 4; r++) da[s][r] = s < nb ? pack2(D[8 * s + 2 * r], D[8 * s + 2 * r + 1]) : 0u;
 		// (fk·Δ)ᵀ in bf16 as mma.sync A fragments (k step s: tokens 16s …), for a run's segment's state update
 		uint32_t ua[4][4];
+		if (m.kind != 0)
 #pragma unroll
 		for (int s = 0; s < 4; s++)
 #pragma unroll
@@ -301,14 +358,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			const int t = 8 * j + 2 * qq;
 			const float2 fq = *(const float2 *)(F + 2 * GC + t);
 			const float fq0 = fq.x, fq1 = fq.y;
-			P[4 * j] = acc[32 + 4 * j] * fq0;
-			P[4 * j + 1] = acc[33 + 4 * j] * fq1;
-			P[4 * j + 2] = acc[34 + 4 * j] * fq0;
-			P[4 * j + 3] = acc[35 + 4 * j] * fq1;
+			const bool in = j < 2 * XN; // tokens past the row's tiles: never stored
+			P[4 * j] = in ? acc[32 + 4 * j] * fq0 : 0.f;
+			P[4 * j + 1] = in ? acc[33 + 4 * j] * fq1 : 0.f;
+			P[4 * j + 2] = in ? acc[34 + 4 * j] * fq0 : 0.f;
+			P[4 * j + 3] = in ? acc[35 + 4 * j] * fq1 : 0.f;
 		}
 		wgmma_fence();
-#pragma unroll
-		for (int s = 0; s < 4; s++) wgmma_rs_m64n64(P, da[s], desc_sw128(mb + 32 * s), 1);
+		rows_o<XN>(P, da, mb);
 		wgmma_commit();
 		wgmma_wait0();
 		regs_after<32>(P);
@@ -319,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 			// Oᵀ's 8×8 blocks stored transposed where this warp read V (its 16 columns, read by no other warp), then
 			// copied out 16 bytes at a time: rows t, two pieces of 8 columns each
 #pragma unroll
-			for (int j2 = 0; j2 < 4; j2++) {
+			for (int j2 = 0; j2 < XN; j2++) {
 				const uint32_t r[4] = {pack2(P[8 * j2], P[8 * j2 + 1]), pack2(P[8 * j2 + 2], P[8 * j2 + 3]),
 				                       pack2(P[8 * j2 + 4], P[8 * j2 + 5]), pack2(P[8 * j2 + 6], P[8 * j2 + 7])};
 				stsm4t(Vw + 8 * (2 * j2 + (lane >> 4)) * RV, r);
@@ -396,3 +453,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_rows(void *o, int odt, 
 		}
 	}
 }
+
+#define GDN_ROWS(X)                                                                                                    \
+	extern "C" __global__ void __launch_bounds__(256, 1)                                                               \
+	    gdn_rows_t##X(void *o, int odt, const __nv_bfloat16 *qkv, const GdnRowBlk *blks, const int32_t *rows, int ng,  \
+	                  int per, int q, int runs, int hk, int hv, int dv, const char *work) {                           \
+		KEV_GRID_DEP();                                                                                                \
+		gdn_rows_body<X>(o, odt, qkv, blks, rows, ng, per, q, runs, hk, hv, dv, work);                                 \
+	}
+GDN_ROWS(1)
+GDN_ROWS(2)
+GDN_ROWS(3)
+GDN_ROWS(4)
