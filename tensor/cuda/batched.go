@@ -685,7 +685,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			// gdn_rows once the states its rows continue are complete (the new ones and those of the register
 			// kernels), before the segments that continue another, which may continue a segment it computes
 			if p == 1 && rowBlocks > 0 {
-				if err := s.q.gdnRows(o.Operand(), xt.Operand(), at[4], at[8], work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowTiles(rrows), hk, hv, dv); err != nil {
+				if err := s.q.gdnRows(o.Operand(), xt.Operand(), at[4], at[8], work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowWidth(rrows), hk, hv, dv); err != nil {
 					return err
 				}
 			}

@@ -130,20 +130,20 @@ func gdnRowBlocks(gs []*gdnRowGroup, row0 int) (blks, rows []int32) {
 
 // gdnRows enqueues gdn_rows over the q items of the groups of blks and rows (as gdnRowBlocks and gdnRowSplit leave
 // them, on the device; ng groups), g blocks of per items each, split by runs or not (gdnRowSplit), its products
-// over tiles 16-token tiles (gdnRowTiles of the row table).
-func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, per int, runs bool, tiles, hk, hv, dv int) error {
-	if tiles < 1 || tiles > 4 {
-		return fmt.Errorf("cuda: gdn_rows over %d tiles of 16 tokens (1 to 4)", tiles)
+// over width pieces of 8 tokens (gdnRowWidth of the row table).
+func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, per int, runs bool, width, hk, hv, dv int) error {
+	if width < 1 || width > 8 {
+		return fmt.Errorf("cuda: gdn_rows over %d pieces of 8 tokens (1 to 8)", width)
 	}
 	q.args.Reset()
 	q.put(o)
 	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).I32(int32(ng)).I32(int32(per)).I32(int32(items)).I32(b2i(runs))
 	q.args.I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
-	return q.launch("gdn_sm90a", gdnRowsNames[tiles-1], cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
+	return q.launch("gdn_sm90a", gdnRowsNames[width-1], cudrv.Dim3{X: g, Y: 1, Z: 1}, block256, gdnRowsShared)
 }
 
-// gdnRowsNames are gdn_rows's kernels by the launch's tiles.
-var gdnRowsNames = [4]string{"gdn_rows_t1", "gdn_rows_t2", "gdn_rows_t3", "gdn_rows_t4"}
+// gdnRowsNames are gdn_rows's kernels by the launch's width.
+var gdnRowsNames = [8]string{"gdn_rows_e1", "gdn_rows_e2", "gdn_rows_e3", "gdn_rows_e4", "gdn_rows_e5", "gdn_rows_e6", "gdn_rows_e7", "gdn_rows_e8"}
 
 // gdnLong is a descriptor of gdn_state with its first chunk and its rows (first row, length, chunk).
 type gdnLong struct {
@@ -357,7 +357,7 @@ func (s *scope) deltaLong(a DeltaRule, starts, ls []int32, width int) ([]int32, 
 		}
 	}
 	if rowBlocks > 0 {
-		if err := s.q.gdnRows(a.O, a.QKV, at[0], at[4], work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowTiles(rrows), a.HK, a.HV, a.DV); err != nil {
+		if err := s.q.gdnRows(a.O, a.QKV, at[0], at[4], work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowWidth(rrows), a.HK, a.HV, a.DV); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -56,12 +56,12 @@ func gdnRowSplit(blks []int32, hzn, g, sms int) (blocks, per, q int, runs bool) 
 	return (q + per - 1) / per, per, q, false
 }
 
-// gdnRowTiles is the number of 16-token tiles of the longest entry of a gdn_rows row table (first row, length,
-// chunk): the width of every product of the launch (gdn_rows_t1 … t4).
-func gdnRowTiles(rows []int32) int {
+// gdnRowWidth is the number of 8-token pieces of the longest entry of a gdn_rows row table (first row, length,
+// chunk), 1 to 8: the width of every product of the launch (gdn_rows_e1 … e8).
+func gdnRowWidth(rows []int32) int {
 	n := 1
 	for i := 1; i < len(rows); i += 3 {
-		n = max(n, int(rows[i]+15)/16)
+		n = max(n, int(rows[i]+7)/8)
 	}
-	return min(n, 4)
+	return min(n, 8)
 }

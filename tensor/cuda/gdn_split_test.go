@@ -101,26 +101,27 @@ func TestGDNRowSplit(t *testing.T) {
 	}
 }
 
-// TestGDNRowTiles checks the width of gdn_rows's products: the tiles of 16 tokens of a table's longest entry.
-func TestGDNRowTiles(t *testing.T) {
+// TestGDNRowWidth checks the width of gdn_rows's products: the 8-token pieces of a table's longest entry.
+func TestGDNRowWidth(t *testing.T) {
 	for _, c := range []struct {
 		lens []int32
 		want int
 	}{
 		{nil, 1},
 		{[]int32{1}, 1},
-		{[]int32{16}, 1},
-		{[]int32{17}, 2},
-		{[]int32{13, 40, 33}, 3},
-		{[]int32{48, 49}, 4},
-		{[]int32{64, 2}, 4},
+		{[]int32{8}, 1},
+		{[]int32{9}, 2},
+		{[]int32{13, 40, 33}, 5},
+		{[]int32{48, 41}, 6},
+		{[]int32{57, 2}, 8},
+		{[]int32{64}, 8},
 	} {
 		var rows []int32
 		for i, n := range c.lens {
 			rows = append(rows, int32(100*i), n, int32(i))
 		}
-		if got := gdnRowTiles(rows); got != c.want {
-			t.Errorf("lengths %v: %d tiles, want %d", c.lens, got, c.want)
+		if got := gdnRowWidth(rows); got != c.want {
+			t.Errorf("lengths %v: width %d, want %d", c.lens, got, c.want)
 		}
 	}
 }

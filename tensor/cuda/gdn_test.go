@@ -216,7 +216,7 @@ func TestGDN(t *testing.T) {
 							}
 						}
 						if rowBlocks > 0 {
-							if err := q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, kb, rb, work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowTiles(rrows), c.hk, c.hv, c.dv); err != nil {
+							if err := q.gdnRows(Operand{O, tensor.F32}, Operand{X, tensor.BF16}, kb, rb, work, len(rgs), items, rowBlocks, rowPer, runs, gdnRowWidth(rrows), c.hk, c.hv, c.dv); err != nil {
 								return err
 							}
 						}

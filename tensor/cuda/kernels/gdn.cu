@@ -163,8 +163,8 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				ga[2 * lane + 1] = ex + a1;
 			}
 			for (int e = 0; e < np; e++) {
-				float *Ts = AT + (2 * e + 1) * GC * AP;
-				for (int i = tid; i < 16 * nb * AP; i += 256) Ts[i] = 0.f;
+				float4 *Ts = (float4 *)(AT + (2 * e + 1) * GC * AP);
+				for (int i = tid; i < 4 * nb * AP; i += 256) Ts[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 			}
 			__syncthreads();
 			if (mi < nb) // rows of padding tiles: A, T and M never read
@@ -188,18 +188,25 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 					}
 #pragma unroll
 					for (int nt = 0; nt < 4; nt++) {
+						// an n tile wholly above the diagonal: M zero, A not stored (nothing reads A on or above it)
+						const bool above = n0 + 8 * nt > 16 * mi + 15;
 #pragma unroll
 						for (int hf = 0; hf < 2; hf++) {
-							const int t = 16 * mi + gq + 8 * hf;
-							float m2[2];
+							const int t = 16 * mi + gq + 8 * hf, s0 = n0 + 8 * nt + 2 * qq;
+							if (above) {
+								*(uint32_t *)(Mw + t * GC + s0) = 0u;
+								continue;
+							}
+							float m2[2], a2[2];
 #pragma unroll
 							for (int q = 0; q < 2; q++) {
-								const int s = n0 + 8 * nt + 2 * qq + q, j = 2 * nt + q;
-								const float d = expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
+								const int s = s0 + q, j = 2 * nt + q;
+								const float d = __expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
 								m2[q] = s <= t ? cq[nt][2 * hf + q] * d * rqt[hf] : 0.f;
-								As[t * AP + s] = s < t ? ck[nt][2 * hf + q] * d * ft[hf] : 0.f;
+								a2[q] = s < t ? ck[nt][2 * hf + q] * d * ft[hf] : 0.f;
 							}
-							*(uint32_t *)(Mw + t * GC + n0 + 8 * nt + 2 * qq) = pack2(m2[0], m2[1]);
+							*(float2 *)(As + t * AP + s0) = make_float2(a2[0], a2[1]);
+							*(uint32_t *)(Mw + t * GC + s0) = pack2(m2[0], m2[1]);
 						}
 					}
 				}
@@ -283,9 +290,10 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 			for (int e = 0; e < np; e++) {
 				const float *Te = AT + (2 * e + 1) * GC * AP;
 				__nv_bfloat16 *Tw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK);
-				for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
-					const int t = p >> 5, s = (p & 31) * 2;
-					*(uint32_t *)(Tw + t * GC + s) = pack2(Te[t * AP + s], Te[t * AP + s + 1]);
+				for (int p = tid; p < 16 * nb * GC / 4; p += 256) {
+					const int t = p >> 4, s = (p & 15) * 4;
+					const float4 v = *(const float4 *)(Te + t * AP + s);
+					*(uint2 *)(Tw + t * GC + s) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
 				}
 			}
 			if (tid < P * GC && le < np) {

@@ -76,6 +76,30 @@ template <> __device__ __forceinline__ void wgmma_rs<48>(float *d, const uint32_
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
+template <> __device__ __forceinline__ void wgmma_rs<8>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<24>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<40>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, {%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<56>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, {%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
 template <> __device__ __forceinline__ void wgmma_rs<64>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	wgmma_rs_m64n64(d, a, db, acc);
 }
@@ -83,24 +107,24 @@ template <> __device__ __forceinline__ void wgmma_rs<128>(float *d, const uint32
 	wgmma_rs_m64n128(d, a, db, acc);
 }
 
-// The three products of an item over the first NB 16-token tiles of k, q and the row's tokens (k and v zero past
-// the row, R and Δ then too: a tile past the row's own adds exact zeros to the products, and the columns of such
-// tokens are never read):
-// rows_xp: [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ, acc[0 …) the k tokens', acc[32 …) the q tokens' (the layout of one m64n128);
-// rows_d: Δᵀ = Rᵀ Tᵀ; rows_o: Oᵀ += Δᵀ Mᵀ. kq, tb, mb: the stage's tiles.
-template <int NB>
+// The three products of an item over the first tokens of k, q and the row (k and v zero past the row, R and Δ
+// then too: tokens past the row's own add exact zeros to the products, and their columns are never read):
+// rows_xp: [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ over the first 8·E tokens of k and q, acc[0 …) the k tokens', acc[32 …) the q
+// tokens' (the layout of one m64n128); rows_d: Δᵀ = Rᵀ Tᵀ and rows_o: Oᵀ += Δᵀ Mᵀ over the first NB 16-token
+// tiles. kq, tb, mb: the stage's tiles.
+template <int E>
 __device__ __forceinline__ void rows_xp(float *acc, const uint32_t (*sh)[4], const uint32_t (*sl)[4], uint32_t kq) {
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
 		const uint32_t b = kq + (kk >> 2) * 16384 + (kk & 3) * 32;
-		if constexpr (NB == 4) {
+		if constexpr (E == 8) {
 			wgmma_rs<128>(acc, sh[kk], desc_sw128(b), kk > 0);
 			wgmma_rs<128>(acc, sl[kk], desc_sw128(b), 1);
 		} else {
-			wgmma_rs<16 * NB>(acc, sh[kk], desc_sw128(b), kk > 0);
-			wgmma_rs<16 * NB>(acc + 32, sh[kk], desc_sw128(b + 64 * 128), kk > 0);
-			wgmma_rs<16 * NB>(acc, sl[kk], desc_sw128(b), 1);
-			wgmma_rs<16 * NB>(acc + 32, sl[kk], desc_sw128(b + 64 * 128), 1);
+			wgmma_rs<8 * E>(acc, sh[kk], desc_sw128(b), kk > 0);
+			wgmma_rs<8 * E>(acc + 32, sh[kk], desc_sw128(b + 64 * 128), kk > 0);
+			wgmma_rs<8 * E>(acc, sl[kk], desc_sw128(b), 1);
+			wgmma_rs<8 * E>(acc + 32, sl[kk], desc_sw128(b + 64 * 128), 1);
 		}
 	}
 }
@@ -137,16 +161,16 @@ struct __align__(8) GdnRowMeta {
 // Where an item continues another state slice than the one before it, the slice is loaded anew (from L2: the copies
 // prefetch it when they reach its group's first row). o [N, hv·dv] of type odt; qkv bf16 [N, 2·hk·128 + hv·dv];
 // work as gdn_prep leaves it.
-// gdn_rows_tX (X = 1 … 4) is gdn_rows for a launch whose rows and segments hold at most X 16-token tiles (16X
-// tokens): every product of every item runs over X tiles (one width a kernel: ptxas serialises all of a kernel's
-// warpgroup products where two widths of one product share it). The tiles past an item's own add exact zeros and
-// fill columns that nothing reads, so a token's results do not depend on X: a launch takes the X of its longest
-// row, and its rows keep their bits in any batch.
-template <int XN>
+// gdn_rows_eE (E = 1 … 8) is gdn_rows for a launch whose rows and segments hold at most 8E tokens: every product
+// of every item runs over the launch's width — [Xᵀ Pᵀ] over 8E tokens, Δᵀ and Oᵀ over XN = ⌈E/2⌉ tiles of 16 (one
+// width a kernel: ptxas serialises all of a kernel's warpgroup products where two widths of one product share
+// it). Tokens past an item's own add exact zeros and fill columns that nothing reads, so a token's results do not
+// depend on E: a launch takes the E of its longest row, and its rows keep their bits in any batch.
+template <int E>
 __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloat16 *qkv, const GdnRowBlk *blks,
                                               const int32_t *rows, int ng, int per, int q, int runs, int hk, int hv,
                                               int dv, const char *work) {
-	constexpr int NS = 3;
+	constexpr int NS = 3, XN = (E + 1) / 2;
 	extern __shared__ __align__(16) char smr_raw[];
 	char *smr = smr_raw + ((1024 - (smem_u32(smr_raw) & 1023)) & 1023); // the swizzled tiles want 1024-byte alignment
 	GdnRowMeta *meta = (GdnRowMeta *)(smr + NS * R_STAGE);
@@ -301,7 +325,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		// or c0 + 8 of token 8j + 2qq + (e & 1) (j < 8: X; j ≥ 8: P of token 8(j − 8) + …)
 		float acc[64];
 		wgmma_fence();
-		rows_xp<XN>(acc, sh, sl, kq);
+		rows_xp<E>(acc, sh, sl, kq);
 		wgmma_commit();
 		if (i + NS - 1 < steps) issue((i + NS - 1) % NS); // under the products
 		wgmma_wait0();
@@ -324,6 +348,10 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 			const float2 fa = *(const float2 *)(F + t), fb = *(const float2 *)(F + GC + t);
 			const float v00 = __uint_as_float(vp[j][0] << 16), v01 = __uint_as_float(vp[j][0] & 0xffff0000u);
 			const float v10 = __uint_as_float(vp[j][1] << 16), v11 = __uint_as_float(vp[j][1] & 0xffff0000u);
+			if (j >= E) { // tokens past 8E: X not computed, R zero
+				ra[j >> 1][2 * (j & 1)] = ra[j >> 1][2 * (j & 1) + 1] = 0u;
+				continue;
+			}
 			ra[j >> 1][2 * (j & 1)] = pack2(fb.x * v00 - fa.x * acc[4 * j], fb.y * v01 - fa.y * acc[4 * j + 1]);
 			ra[j >> 1][2 * (j & 1) + 1] = pack2(fb.x * v10 - fa.x * acc[4 * j + 2], fb.y * v11 - fa.y * acc[4 * j + 3]);
 		}
@@ -358,7 +386,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 			const int t = 8 * j + 2 * qq;
 			const float2 fq = *(const float2 *)(F + 2 * GC + t);
 			const float fq0 = fq.x, fq1 = fq.y;
-			const bool in = j < 2 * XN; // tokens past the row's tiles: never stored
+			const bool in = j < E; // tokens past 8E: never stored
 			P[4 * j] = in ? acc[32 + 4 * j] * fq0 : 0.f;
 			P[4 * j + 1] = in ? acc[33 + 4 * j] * fq1 : 0.f;
 			P[4 * j + 2] = in ? acc[34 + 4 * j] * fq0 : 0.f;
@@ -454,14 +482,18 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	}
 }
 
-#define GDN_ROWS(X)                                                                                                    \
+#define GDN_ROWS(E)                                                                                                    \
 	extern "C" __global__ void __launch_bounds__(256, 1)                                                               \
-	    gdn_rows_t##X(void *o, int odt, const __nv_bfloat16 *qkv, const GdnRowBlk *blks, const int32_t *rows, int ng,  \
+	    gdn_rows_e##E(void *o, int odt, const __nv_bfloat16 *qkv, const GdnRowBlk *blks, const int32_t *rows, int ng,  \
 	                  int per, int q, int runs, int hk, int hv, int dv, const char *work) {                           \
 		KEV_GRID_DEP();                                                                                                \
-		gdn_rows_body<X>(o, odt, qkv, blks, rows, ng, per, q, runs, hk, hv, dv, work);                                 \
+		gdn_rows_body<E>(o, odt, qkv, blks, rows, ng, per, q, runs, hk, hv, dv, work);                                 \
 	}
 GDN_ROWS(1)
 GDN_ROWS(2)
 GDN_ROWS(3)
 GDN_ROWS(4)
+GDN_ROWS(5)
+GDN_ROWS(6)
+GDN_ROWS(7)
+GDN_ROWS(8)
