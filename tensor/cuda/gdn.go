@@ -13,19 +13,19 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// The chunked delta rule on tensor cores (kernels/gdn.cu): for d_k = 128, value widths that are a multiple of 32
-// and bf16 input rows, segments run as a parallel precompute over (64-token chunk, value head) — T = (I + A)⁻¹
-// and the intra-chunk attention M in a workspace; large launches take one block per (chunk, key head) for its
-// value heads in turn — then one sequential pass per (32 value columns, value head, segment) with mma.sync bf16
-// products. Rows — segments of at most one chunk that continue a state and keep none of their own, such as a
-// request's question rows — run in the block of the state they continue, after that state's own chunks, so the
-// state slice is loaded (or computed) once for all of them; or, on Hopper (d_v a multiple of 128; KEV_GDN_ROWS=off
-// keeps the former), in a launch of their own after the state pass, gdn_rows: warpgroup products (wgmma) with the
-// state they continue held in registers, persistent blocks running the rows one after another, and new segments of
-// one chunk computed there before their rows (gdnFold). Either way a row's outputs come from the same code whichever
-// rows share its block. Other shapes and segments shorter than gdnMinLen keep
-// the register kernels of delta.go. The choice is made per segment from its own length, so a segment's result
-// never depends on the segments it is batched with.
+// The chunked delta rule on tensor cores (kernels/gdn.cu): for d_k = 128, value widths that are a multiple of 32 and
+// bf16 input rows, segments run as a parallel precompute over (64-token chunk, value head) — T = (I + A)⁻¹ and the
+// intra-chunk attention M in a workspace; large launches with two value heads a key head take one block per (chunk,
+// key head), the two side by side — then one sequential pass per (32 value columns, value head, segment) with mma.sync
+// bf16 products. Rows — segments of at most one chunk that continue a state and keep none of their own, such as a
+// request's question rows — run in the block of the state they continue, after that state's own chunks, so the state
+// slice is loaded (or computed) once for all of them; or, on Hopper (d_v a multiple of 128; KEV_GDN_ROWS=off keeps the
+// former), in a launch of their own after the state pass, gdn_rows: warpgroup products (wgmma) with the state they
+// continue held in registers, persistent blocks running the rows one after another, every product only as wide as the
+// launch's longest row (gdnRowWidth), and new segments of one chunk computed there before their rows (gdnFold). Either
+// way a row's outputs come from the same code whichever rows share its block. Other shapes and segments shorter than
+// gdnMinLen keep the register kernels of delta.go. The choice is made per segment from its own length, so a segment's
+// result never depends on the segments it is batched with.
 
 // gdnOn selects the tensor-core kernels for the segments they take; false keeps the register kernels for every
 // segment (tests and benchmarks compare the two).
@@ -235,10 +235,11 @@ func gdnChunks(tab []int32, start, n int) ([]int32, int32) {
 	return tab, first
 }
 
-// gdnPrepKH selects the precompute with one block per (chunk, key head) for all of the key head's value heads
-// (gdn_prep_kh: q and k loaded, normalised and multiplied once) for launches that fill at least one wave of it
-// (three blocks per multiprocessor); otherwise, and always when false, one block per (chunk, value head)
-// (gdn_prep), which keeps small launches wider. Both compute the same bits; tests compare the two.
+// gdnPrepKH selects the precompute with one block per (chunk, key head) for both of the key head's value heads
+// (gdn_prep_kh, for two value heads a key head: q and k loaded, normalised and multiplied once) for launches that
+// fill at least one wave of it (three blocks per multiprocessor); otherwise, and always when false, one block per
+// (chunk, value head) (gdn_prep), which keeps small launches wider. Both compute the same bits; tests compare the
+// two.
 var gdnPrepKH = true
 
 // gdnPrepAll takes gdn_prep_kh (when gdnPrepKH) whatever the launch's size; tests set it.
@@ -251,7 +252,7 @@ func (q *Queue) gdnPrep(qkv, g, beta Operand, chunks, work Buffer, nc, hk, hv, d
 	q.args.Ptr(qkv.Ptr)
 	q.put(g).put(beta)
 	q.args.Ptr(chunks.Ptr).I32(int32(hk)).I32(int32(hv)).I32(int32(dv)).Ptr(work.Ptr)
-	if gdnPrepKH && hv > hk && (gdnPrepAll || nc*hk >= 3*q.d.info.SMs) {
+	if gdnPrepKH && hv == 2*hk && (gdnPrepAll || nc*hk >= 3*q.d.info.SMs) {
 		return q.launch("gdn", "gdn_prep_kh", cudrv.Dim3{X: nc, Y: hk, Z: 1}, block256, gdnPrepShared(2))
 	}
 	return q.launch("gdn", "gdn_prep", cudrv.Dim3{X: nc, Y: hv, Z: 1}, block256, gdnPrepShared(1))

@@ -92,10 +92,10 @@ func forRowModes(t *testing.T, f func(t *testing.T)) {
 // several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
 // the state's own chunks, or on Hopper with d_v a multiple of 128 on gdn_rows. Final states are compared for single
-// segments. Every state kernel runs every case (gdn_state_ns1 after gdn_prep_kh; ns2 and, where d_v is a multiple
-// of 64, w2 after gdn_prep, w2 with its rows one and two at a time) and all must agree bit for bit; where gdn_rows
-// runs, the four again with the rows on gdn_rows (on 1, 2, 7 or about one block a multiprocessor), which must agree
-// bit for bit among themselves.
+// segments. Every state kernel runs every case (gdn_state_ns1 after gdn_prep_kh where hv = 2·hk; ns2 and, where d_v
+// is a multiple of 64, w2 after gdn_prep, w2 with its rows one and two at a time) and all must agree bit for bit;
+// where gdn_rows runs, the four again with the rows on gdn_rows (on 1, 2, 7 or about one block a multiprocessor),
+// which must agree bit for bit among themselves.
 func TestGDN(t *testing.T) {
 	cases := []struct {
 		hk, hv, dv              int

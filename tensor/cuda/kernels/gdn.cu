@@ -2,7 +2,7 @@
 // rows. Two launches per call:
 //
 //   gdn_prep: one block per (64-token chunk, value head), all chunks of all segments at once (gdn_prep_kh: one per
-//   (chunk, key head), its value heads one after the other, sharing the loads, norms and products of q and k).
+//   (chunk, key head), its two value heads side by side, sharing the loads, norms and products of q and k).
 //   From the raw bf16 q and k rows (their normalisations kept as row factors), the cumulative log decay Γ_t within the chunk
 //   (γ_t = exp Γ_t) and β:
 //     A[t,s] = β_t rk_t rk_s e^{Γ_t−Γ_s} (k_t·k_s)  (s < t),   T = (I + A)⁻¹ (unit lower triangular, fp32),
@@ -40,8 +40,8 @@ struct __align__(8) GdnSeg {
 //   B stored [n][k]:        ldsm4 at row n0 + r + (i >> 1)·8, column k0 + (i & 1)·8 → b0, b1 of n tiles n0, n0 + 8
 //   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
 
-// gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + NH − 1 of key head kh (NH = 0: all
-// hv/hk of them), P at a time side by side. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + NH − 1 of key head kh, P at a time
+// side by side. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
 // K Kᵀ and Q Kᵀ (and the norms) depend on the key head only: they are computed once, kept in registers, and each
 // group of P value heads then takes its decays and β, its A and M, and its inverse together, every phase between
 // the same two barriers for all P heads (the heads' arithmetic is the same whatever P: the same bits).
@@ -61,7 +61,7 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 	float *rq = bs + P * GC;                               // [64]
 	float *rk = rq + GC;                                   // [64]
 	static_assert(2 * GC * AP * 4 == 2 * GC * KP * 2, "A and T take the place of q and k");
-	const int c = blockIdx.x, gv = NH ? NH : hv / hk;
+	const int c = blockIdx.x, gv = NH;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
 	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
@@ -78,78 +78,83 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 		}
 	}
 	cp_commit();
-	// the first heads' decays and β (thread e·64 + t: head e, token t), loaded while q and k come in; each group's
-	// loads then run under the group before it
-	const int le = tid >> 6, lt = tid & 63;
-	float gnext = 0.f, bnext = 0.f;
-	if (tid < P * GC && le < gv && lt < len) {
-		gnext = ld(g, gdt, (size_t)(t0 + lt) * hv + h0 + le);
-		bnext = ld(beta, bdt, (size_t)(t0 + lt) * hv + h0 + le);
-	}
+	// the first heads' decays and β (warp e: head e, lane l: tokens 2l, 2l + 1; zero past the chunk), loaded while q
+	// and k come in; each group's loads then run under the group before it
+	float gn[2] = {0.f, 0.f}, bn[2] = {0.f, 0.f};
+	if (warp < P && warp < gv)
+#pragma unroll
+		for (int q = 0; q < 2; q++)
+			if (2 * lane + q < len) {
+				gn[q] = ld(g, gdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + warp);
+				bn[q] = ld(beta, bdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + warp);
+			}
 	cp_wait<0>();
 	__syncthreads();
 	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3; the warp whose n
 	// tiles hold the m tile's diagonal block also takes that block of Q Qᵀ, for the norms: ‖k_t‖² and ‖q_t‖² are the
-	// diagonals of K Kᵀ and Q Qᵀ
+	// K Kᵀ and Q Kᵀ by 16×16 blocks on and below the diagonal of the tiles holding tokens: block b = mi(mi + 1)/2 + nj
+	// (nj ≤ mi < nb) on warp b % 8 in its slot b / 8 (every warp's share of the products at most two blocks, one where
+	// the chunk has three tiles or fewer); the warp of a diagonal block (nj = mi) takes that block of Q Qᵀ too, for the
+	// norms: ‖k_t‖² and ‖q_t‖² are the diagonals of K Kᵀ and Q Qᵀ
 	{
-		const int mi = warp >> 1, n0 = (warp & 1) * 32, nd = (16 * mi - n0) >> 4; // nd: the diagonal's n pair
-		float ck[4][4] = {}, cq[4][4] = {}, cd[2][4] = {};
+		const int nblk = nb * (nb + 1) / 2;
+		int bm[2], bj[2];
+		bool has[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int b = warp + 8 * u;
+			bm[u] = b < 1 ? 0 : b < 3 ? 1 : b < 6 ? 2 : 3;
+			bj[u] = b - bm[u] * (bm[u] + 1) / 2;
+			has[u] = b < nblk;
+		}
+		float ck[2][2][4] = {}, cq[2][2][4] = {}, cd[2][4] = {};
 		const int i = lane >> 3, r = lane & 7;
 #pragma unroll
 		for (int kk = 0; kk < GDK / 16; kk++) {
-			uint32_t ak[4], aq[4];
-			if (mi >= nb) break; // padding rows: zero
-			ldsm4(ak, Ks + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
-			ldsm4(aq, Qs + (16 * mi + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
 #pragma unroll
-			for (int np = 0; np < 2; np++) {
-				if (n0 + 16 * np > 16 * mi + 15) continue; // wholly above the diagonal (so also padding columns)
-				uint32_t b[4];
-				ldsm4(b, Ks + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
-				mma16816(ck[2 * np], ak, b[0], b[1]);
-				mma16816(ck[2 * np + 1], ak, b[2], b[3]);
-				mma16816(cq[2 * np], aq, b[0], b[1]);
-				mma16816(cq[2 * np + 1], aq, b[2], b[3]);
-				if (np == nd) { // the diagonal block: Q Qᵀ too
-					ldsm4(b, Qs + (n0 + 16 * np + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
+			for (int u = 0; u < 2; u++) {
+				if (!has[u]) break;
+				uint32_t ak[4], aq[4], b[4];
+				ldsm4(ak, Ks + (16 * bm[u] + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+				ldsm4(aq, Qs + (16 * bm[u] + (lane & 15)) * KP + 16 * kk + (lane >> 4) * 8);
+				ldsm4(b, Ks + (16 * bj[u] + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
+				mma16816(ck[u][0], ak, b[0], b[1]);
+				mma16816(ck[u][1], ak, b[2], b[3]);
+				mma16816(cq[u][0], aq, b[0], b[1]);
+				mma16816(cq[u][1], aq, b[2], b[3]);
+				if (bm[u] == bj[u]) { // a diagonal block: Q Qᵀ too
+					ldsm4(b, Qs + (16 * bj[u] + r + (i >> 1) * 8) * KP + 16 * kk + (i & 1) * 8);
 					mma16816(cd[0], aq, b[0], b[1]);
 					mma16816(cd[1], aq, b[2], b[3]);
 				}
 			}
 		}
 		const int gq = lane >> 2, qq = lane & 3;
-		// the diagonal element (t, t), t = 16mi + gq + 8hf, is entry 2hf + (gq & 1) of n tile 2nd + hf in the lanes
-		// with gq / 2 = qq; rows of padding tiles keep no norm (nothing reads one)
-		if ((nd == 0 || nd == 1) && mi < nb && (gq >> 1) == qq)
+		// the diagonal element (t, t), t = 16mi + gq + 8hf, of a diagonal block is entry 2hf + (gq & 1) of its n tile
+		// hf in the lanes with gq / 2 = qq; rows of padding tiles keep no norm (nothing reads one)
 #pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const int t = 16 * mi + gq + 8 * hf;
-				const bool odd = gq & 1;
-				const float k0 = odd ? ck[hf][2 * hf + 1] : ck[hf][2 * hf];
-				const float k1 = odd ? ck[2 + hf][2 * hf + 1] : ck[2 + hf][2 * hf];
-				const float k2 = nd ? k1 : k0, q2 = odd ? cd[hf][2 * hf + 1] : cd[hf][2 * hf];
-				rq[t] = rsqrtf((float)GDK) / sqrtf(q2 + 1e-6f);
-				rk[t] = 1.f / sqrtf(k2 + 1e-6f);
-			}
+		for (int u = 0; u < 2; u++)
+			if (has[u] && bm[u] == bj[u] && (gq >> 1) == qq)
+#pragma unroll
+				for (int hf = 0; hf < 2; hf++) {
+					const int t = 16 * bm[u] + gq + 8 * hf;
+					const bool odd = gq & 1;
+					const float k2 = odd ? ck[u][hf][2 * hf + 1] : ck[u][hf][2 * hf];
+					const float q2 = odd ? cd[hf][2 * hf + 1] : cd[hf][2 * hf];
+					rq[t] = rsqrtf((float)GDK) / sqrtf(q2 + 1e-6f);
+					rk[t] = 1.f / sqrtf(k2 + 1e-6f);
+				}
 		// the thread's head and index among its head's 256/P threads in the substitution and the levels
 		const int he = P == 2 ? tid >> 7 : 0, ht = P == 2 ? tid & 127 : tid;
 		__syncthreads(); // q and k are read: A and T take their place
 		for (int hh = 0; hh < gv; hh += P) {
 			const int np = min(P, gv - hh); // heads in this group
-			if (tid < P * GC) {
-				gam[tid] = gnext;
-				bs[tid] = bnext;
-				gnext = bnext = 0.f;
-				if (hh + P + le < gv && lt < len) {
-					gnext = ld(g, gdt, (size_t)(t0 + lt) * hv + h0 + hh + P + le);
-					bnext = ld(beta, bdt, (size_t)(t0 + lt) * hv + h0 + hh + P + le);
-				}
-			}
-			__syncthreads();
-			// the cumulative log decay: warp e scans head e's 64 values, two per lane
+			// β, and the cumulative log decay Γ: warp e scans head e's 64 values, two a lane; then loads the next group's
 			if (warp < np) {
-				float *ga = gam + warp * GC;
-				const float a0 = ga[2 * lane], a1 = a0 + ga[2 * lane + 1];
+				float *ga = gam + warp * GC, *ba = bs + warp * GC;
+				ba[2 * lane] = bn[0];
+				ba[2 * lane + 1] = bn[1];
+				const float a0 = gn[0], a1 = a0 + gn[1];
 				float s = a1;
 #pragma unroll
 				for (int o = 1; o < 32; o <<= 1) {
@@ -158,21 +163,32 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				}
 				float ex = __shfl_up_sync(0xffffffffu, s, 1); // sum of the lanes before
 				if (lane == 0) ex = 0.f;
-				__syncwarp();
 				ga[2 * lane] = ex + a0;
 				ga[2 * lane + 1] = ex + a1;
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					gn[q] = bn[q] = 0.f;
+					if (hh + P + warp < gv && 2 * lane + q < len) {
+						gn[q] = ld(g, gdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + hh + P + warp);
+						bn[q] = ld(beta, bdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + hh + P + warp);
+					}
+				}
 			}
 			for (int e = 0; e < np; e++) {
 				float4 *Ts = (float4 *)(AT + (2 * e + 1) * GC * AP);
 				for (int i = tid; i < 4 * nb * AP; i += 256) Ts[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 			}
 			__syncthreads();
-			if (mi < nb) // rows of padding tiles: A, T and M never read
-				for (int e = 0; e < np; e++) {
-					const float *ga = gam + e * GC, *ba = bs + e * GC;
-					float *As = AT + 2 * e * GC * AP;
-					__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK + GC * GC * 2);
-					float gt[2], ft[2], rqt[2], gs[8], rks[8];
+			// A and M of each block (rows of padding tiles: A, T and M never read), and M's zeros above the blocks
+			for (int e = 0; e < np; e++) {
+				const float *ga = gam + e * GC, *ba = bs + e * GC;
+				float *As = AT + 2 * e * GC * AP;
+				__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK + GC * GC * 2);
+#pragma unroll
+				for (int u = 0; u < 2; u++) {
+					if (!has[u]) break;
+					const int mi = bm[u], nj = bj[u];
+					float gt[2], ft[2], rqt[2], gs[4], rks[4];
 #pragma unroll
 					for (int hf = 0; hf < 2; hf++) {
 						const int t = 16 * mi + gq + 8 * hf;
@@ -181,35 +197,33 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 						rqt[hf] = rq[t];
 					}
 #pragma unroll
-					for (int j = 0; j < 8; j++) {
-						const int s = n0 + 8 * (j >> 1) + 2 * qq + (j & 1);
+					for (int j = 0; j < 4; j++) {
+						const int s = 16 * nj + 8 * (j >> 1) + 2 * qq + (j & 1);
 						gs[j] = ga[s];
 						rks[j] = rk[s];
 					}
 #pragma unroll
-					for (int nt = 0; nt < 4; nt++) {
-						// an n tile wholly above the diagonal: M zero, A not stored (nothing reads A on or above it)
-						const bool above = n0 + 8 * nt > 16 * mi + 15;
+					for (int nt = 0; nt < 2; nt++)
 #pragma unroll
 						for (int hf = 0; hf < 2; hf++) {
-							const int t = 16 * mi + gq + 8 * hf, s0 = n0 + 8 * nt + 2 * qq;
-							if (above) {
-								*(uint32_t *)(Mw + t * GC + s0) = 0u;
-								continue;
-							}
+							const int t = 16 * mi + gq + 8 * hf, s0 = 16 * nj + 8 * nt + 2 * qq;
 							float m2[2], a2[2];
 #pragma unroll
 							for (int q = 0; q < 2; q++) {
 								const int s = s0 + q, j = 2 * nt + q;
 								const float d = __expf(fminf(gt[hf] - gs[j], 0.f)) * rks[j]; // e^{Γt−Γs} (s ≤ t) · rk_s
-								m2[q] = s <= t ? cq[nt][2 * hf + q] * d * rqt[hf] : 0.f;
-								a2[q] = s < t ? ck[nt][2 * hf + q] * d * ft[hf] : 0.f;
+								m2[q] = s <= t ? cq[u][nt][2 * hf + q] * d * rqt[hf] : 0.f;
+								a2[q] = s < t ? ck[u][nt][2 * hf + q] * d * ft[hf] : 0.f;
 							}
 							*(float2 *)(As + t * AP + s0) = make_float2(a2[0], a2[1]);
 							*(uint32_t *)(Mw + t * GC + s0) = pack2(m2[0], m2[1]);
 						}
-					}
 				}
+				for (int p = tid; p < 16 * nb * GC / 2; p += 256) {
+					const int t = p >> 5, s0 = (p & 31) * 2;
+					if (s0 >= 16 * ((t >> 4) + 1)) *(uint32_t *)(Mw + t * GC + s0) = 0u;
+				}
+			}
 			__syncthreads();
 			// T = (I + A)⁻¹: the diagonal 16×16 blocks of tiles holding tokens by forward substitution (one thread per
 			// column), then the blocks below the diagonal by levels: T_ij = −T_ii Σ_{k=j}^{i−1} A_ik T_kj. Rows of padding
@@ -296,6 +310,7 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 					*(uint2 *)(Tw + t * GC + s) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
 				}
 			}
+			const int le = tid >> 6, lt = tid & 63; // F: thread e·64 + t, head e, token t
 			if (tid < P * GC && le < np) {
 				const int t = lt;
 				const float *ga = gam + le * GC, *ba = bs + le * GC;
@@ -322,18 +337,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
 	gdn_prep_heads<1, 1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
 }
 
-// gdn_prep_kh: all value heads of a key head per block, two at a time, grid (chunks, hk); the same bits as
-// gdn_prep. Two value heads a key head (Qwen3.5's layers) take a copy of the code that knows it: one group, so
-// K Kᵀ and Q Kᵀ need not outlive its A and M.
+// gdn_prep_kh: both value heads of a key head per block (hv = 2·hk, Qwen3.5's layers), side by side, grid (chunks,
+// hk); the same bits as gdn_prep.
 extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bfloat16 *qkv, const void *g, int gdt,
                                                              const void *beta, int bdt, const int32_t *chunks,
                                                              int hk, int hv, int dv, char *work) {
 	KEV_GRID_DEP();
 	const int kh = blockIdx.y;
-	if (hv == 2 * hk)
-		gdn_prep_heads<2, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, 2 * kh);
-	else
-		gdn_prep_heads<0, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, kh * (hv / hk));
+	gdn_prep_heads<2, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, 2 * kh);
 }
 
 // gdn_state: grid (dv/(32·CG), hv, segments), 256·CG threads: CG groups of 8 warps, group g on the block's value
