@@ -40,15 +40,14 @@ struct __align__(8) GdnSeg {
 //   B stored [n][k]:        ldsm4 at row n0 + r + (i >> 1)·8, column k0 + (i & 1)·8 → b0, b1 of n tiles n0, n0 + 8
 //   B stored [k][n]:        ldsm4t at row k0 + r + (i & 1)·8, column n0 + (i >> 1)·8 → the same
 
-// gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + NH − 1 of key head kh, P at a time
-// side by side. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
-// K Kᵀ and Q Kᵀ (and the norms) depend on the key head only: they are computed once, kept in registers, and each
-// group of P value heads then takes its decays and β, its A and M, and its inverse together, every phase between
-// the same two barriers for all P heads (the heads' arithmetic is the same whatever P: the same bits).
+// gdn_prep_heads (gdn_prep, gdn_prep_kh): 256 threads; value heads h0 … h0 + P − 1 of key head kh, side by side. chunks[2c], chunks[2c+1]: first row and length (1…64) of chunk c.
+// K Kᵀ and Q Kᵀ (and the norms) depend on the key head only: they are computed once, kept in registers, and the P
+// value heads then take their decays and β, their A and M, and their inverses together, every phase between the
+// same two barriers for all P heads (the heads' arithmetic is the same whatever P: the same bits).
 // qkv bf16 [N, 2·hk·128 + hv·dv]; g, beta [N, hv] of types gdt, bdt; work: GDN_WORK bytes per (c, h).
 // Shared memory: q, k [64][KP] bf16, then in their place (and after them when P = 2) A and T [64][AP] fp32 of each
 // head; then Γ and β [P][64], rq and rk [64] (gdnPrepShared in gdn.go).
-template <int NH, int P>
+template <int P>
 __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const void *g, int gdt, const void *beta,
                                                int bdt, const int32_t *chunks, int hk, int hv, int dv, char *work,
                                                int kh, int h0) {
@@ -61,7 +60,7 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 	float *rq = bs + P * GC;                               // [64]
 	float *rk = rq + GC;                                   // [64]
 	static_assert(2 * GC * AP * 4 == 2 * GC * KP * 2, "A and T take the place of q and k");
-	const int c = blockIdx.x, gv = NH;
+	const int c = blockIdx.x;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int t0 = chunks[2 * c], len = chunks[2 * c + 1];
 	const int nb = (len + 15) >> 4; // 16-token tiles holding tokens: the others are padding, their A, T, M rows fixed
@@ -78,10 +77,10 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 		}
 	}
 	cp_commit();
-	// the first heads' decays and β (warp e: head e, lane l: tokens 2l, 2l + 1; zero past the chunk), loaded while q
-	// and k come in; each group's loads then run under the group before it
+	// the heads' decays and β (warp e: head e, lane l: tokens 2l, 2l + 1; zero past the chunk), loaded while q and k
+	// come in
 	float gn[2] = {0.f, 0.f}, bn[2] = {0.f, 0.f};
-	if (warp < P && warp < gv)
+	if (warp < P)
 #pragma unroll
 		for (int q = 0; q < 2; q++)
 			if (2 * lane + q < len) {
@@ -90,8 +89,6 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 			}
 	cp_wait<0>();
 	__syncthreads();
-	// K Kᵀ and Q Kᵀ: warp w, m tile w >> 1 (rows 16(w >> 1) …), n tiles 4(w & 1) … 4(w & 1) + 3; the warp whose n
-	// tiles hold the m tile's diagonal block also takes that block of Q Qᵀ, for the norms: ‖k_t‖² and ‖q_t‖² are the
 	// K Kᵀ and Q Kᵀ by 16×16 blocks on and below the diagonal of the tiles holding tokens: block b = mi(mi + 1)/2 + nj
 	// (nj ≤ mi < nb) on warp b % 8 in its slot b / 8 (every warp's share of the products at most two blocks, one where
 	// the chunk has three tiles or fewer); the warp of a diagonal block (nj = mi) takes that block of Q Qᵀ too, for the
@@ -147,10 +144,9 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 		// the thread's head and index among its head's 256/P threads in the substitution and the levels
 		const int he = P == 2 ? tid >> 7 : 0, ht = P == 2 ? tid & 127 : tid;
 		__syncthreads(); // q and k are read: A and T take their place
-		for (int hh = 0; hh < gv; hh += P) {
-			const int np = min(P, gv - hh); // heads in this group
-			// β, and the cumulative log decay Γ: warp e scans head e's 64 values, two a lane; then loads the next group's
-			if (warp < np) {
+		{
+			// β, and the cumulative log decay Γ: warp e scans head e's 64 values, two a lane
+			if (warp < P) {
 				float *ga = gam + warp * GC, *ba = bs + warp * GC;
 				ba[2 * lane] = bn[0];
 				ba[2 * lane + 1] = bn[1];
@@ -165,25 +161,17 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				if (lane == 0) ex = 0.f;
 				ga[2 * lane] = ex + a0;
 				ga[2 * lane + 1] = ex + a1;
-#pragma unroll
-				for (int q = 0; q < 2; q++) {
-					gn[q] = bn[q] = 0.f;
-					if (hh + P + warp < gv && 2 * lane + q < len) {
-						gn[q] = ld(g, gdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + hh + P + warp);
-						bn[q] = ld(beta, bdt, (size_t)(t0 + 2 * lane + q) * hv + h0 + hh + P + warp);
-					}
-				}
 			}
-			for (int e = 0; e < np; e++) {
+			for (int e = 0; e < P; e++) {
 				float4 *Ts = (float4 *)(AT + (2 * e + 1) * GC * AP);
 				for (int i = tid; i < 4 * nb * AP; i += 256) Ts[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 			}
 			__syncthreads();
 			// A and M of each block (rows of padding tiles: A, T and M never read), and M's zeros above the blocks
-			for (int e = 0; e < np; e++) {
+			for (int e = 0; e < P; e++) {
 				const float *ga = gam + e * GC, *ba = bs + e * GC;
 				float *As = AT + 2 * e * GC * AP;
-				__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK + GC * GC * 2);
+				__nv_bfloat16 *Mw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + e) * GDN_WORK + GC * GC * 2);
 #pragma unroll
 				for (int u = 0; u < 2; u++) {
 					if (!has[u]) break;
@@ -230,7 +218,7 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 			// tiles are neither computed nor stored: the state pass reads T and M only in rows of tiles holding tokens.
 			const float *As = AT + 2 * he * GC * AP;
 			float *Ts = AT + (2 * he + 1) * GC * AP;
-			if (ht < 16 * nb && he < np) {
+			if (ht < 16 * nb && he < P) {
 				// column j: x_r = δ_rj − Σ_{p<r} A_rp x_p (x_r = 0 above the diagonal), each x_p taken off every later
 				// row as soon as it is known — the same operations in the same order per row as summing row by row,
 				// but a chain of 16 steps instead of 120 (the loads do not wait for earlier stores: Ts is written
@@ -255,7 +243,7 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 			for (int lv = 1; lv < nb; lv++) {
 				const int b = ht / (64 / P), r = (ht / (4 / P)) & 15, c4 = (ht % (4 / P)) * 4 * P;
 				const int bi = lv + b, bj = b;
-				const bool on = b < 4 - lv && bi < nb && he < np; // padding rows of A are zero: T_ij stays zero
+				const bool on = b < 4 - lv && bi < nb && he < P; // padding rows of A are zero: T_ij stays zero
 				float *Ys = (float *)As + 16 * (b + 1);            // [16][AP]: rows 0 … 15 of A above its diagonal
 				if (on) {
 					float4 y[P];
@@ -301,9 +289,9 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				}
 				__syncthreads();
 			}
-			for (int e = 0; e < np; e++) {
+			for (int e = 0; e < P; e++) {
 				const float *Te = AT + (2 * e + 1) * GC * AP;
-				__nv_bfloat16 *Tw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + hh + e) * GDN_WORK);
+				__nv_bfloat16 *Tw = (__nv_bfloat16 *)(work + ((size_t)c * hv + h0 + e) * GDN_WORK);
 				for (int p = tid; p < 16 * nb * GC / 4; p += 256) {
 					const int t = p >> 4, s = (p & 15) * 4;
 					const float4 v = *(const float4 *)(Te + t * AP + s);
@@ -311,10 +299,10 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				}
 			}
 			const int le = tid >> 6, lt = tid & 63; // F: thread e·64 + t, head e, token t
-			if (tid < P * GC && le < np) {
+			if (tid < P * GC && le < P) {
 				const int t = lt;
 				const float *ga = gam + le * GC, *ba = bs + le * GC;
-				float *F = (float *)(work + ((size_t)c * hv + h0 + hh + le) * GDN_WORK + 2 * GC * GC * 2);
+				float *F = (float *)(work + ((size_t)c * hv + h0 + le) * GDN_WORK + 2 * GC * GC * 2);
 				const bool ok = t < len;
 				const float gC = ga[len - 1], gt = expf(ga[t]);
 				F[t] = ok ? ba[t] * gt * rk[t] : 0.f;              // fa
@@ -323,7 +311,6 @@ __device__ __forceinline__ void gdn_prep_heads(const __nv_bfloat16 *qkv, const v
 				F[3 * GC + t] = ok ? expf(gC - ga[t]) * rk[t] : 0.f; // fk
 				F[4 * GC + t] = t == 0 ? expf(gC) : 0.f;           // γ_C
 			}
-			if (hh + P < gv) __syncthreads(); // the next group writes Γ, β, A and T anew
 		}
 	}
 }
@@ -334,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) gdn_prep(const __nv_bfloat1
                                                           int hv, int dv, char *work) {
 	KEV_GRID_DEP();
 	const int h = blockIdx.y;
-	gdn_prep_heads<1, 1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
+	gdn_prep_heads<1>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, h / (hv / hk), h);
 }
 
 // gdn_prep_kh: both value heads of a key head per block (hv = 2·hk, Qwen3.5's layers), side by side, grid (chunks,
@@ -344,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gdn_prep_kh(const __nv_bflo
                                                              int hk, int hv, int dv, char *work) {
 	KEV_GRID_DEP();
 	const int kh = blockIdx.y;
-	gdn_prep_heads<2, 2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, 2 * kh);
+	gdn_prep_heads<2>(qkv, g, gdt, beta, bdt, chunks, hk, hv, dv, work, kh, 2 * kh);
 }
 
 // gdn_state: grid (dv/(32·CG), hv, segments), 256·CG threads: CG groups of 8 warps, group g on the block's value

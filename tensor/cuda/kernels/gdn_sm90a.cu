@@ -55,31 +55,19 @@ template <int N> __device__ __forceinline__ void regs_after(float *d) {
 	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns: a
-// row's products take only the 16-token tiles that hold its tokens.
+// wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns (8 to
+// 64 in steps of 8, and 128): the products of gdn_rows as wide as its launch's longest row.
 template <int N> __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t a[4], uint64_t db, int acc);
-template <> __device__ __forceinline__ void wgmma_rs<16>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wgmma_rs<32>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wgmma_rs<48>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wgmma_rs<8>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<16>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 template <> __device__ __forceinline__ void wgmma_rs<24>(float *d, const uint32_t a[4], uint64_t db, int acc) {
@@ -88,10 +76,22 @@ template <> __device__ __forceinline__ void wgmma_rs<24>(float *d, const uint32_
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
+template <> __device__ __forceinline__ void wgmma_rs<32>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
 template <> __device__ __forceinline__ void wgmma_rs<40>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, {%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<48>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 template <> __device__ __forceinline__ void wgmma_rs<56>(float *d, const uint32_t a[4], uint64_t db, int acc) {
@@ -194,9 +194,9 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	bool pend = ib.pr && ir0 > 0; // the run's segment first, for its state alone
 	const int steps = count + pend;
 	int3 ent = make_int3(rows[3 * (ib.r0 + ir)], rows[3 * (ib.r0 + ir) + 1], rows[3 * (ib.r0 + ir) + 2]);
-	// issue copies the cursor's item into stage slot as one group — k rows then q rows (zero past the row's length),
-	// v, the rows of T and M that hold tokens (the others are never read), the factors — records it in the slot's
-	// meta, and moves the cursor on (the next entry's loads in flight until the next call).
+	// issue copies the cursor's item into stage slot as one group — the first 16·XN rows of k, q and v (zero past the
+	// row's length), the rows of T and M that hold tokens (the others are never read), the factors — records it in
+	// the slot's meta, and moves the cursor on (the next entry's loads in flight until the next call).
 	auto issue = [&](int slot) {
 		char *sb = smr + slot * R_STAGE;
 		const bool silent = pend, seg = pend || (ib.pr && ir == 0); // the run's segment, for its state alone or not
@@ -370,15 +370,16 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 			for (int r = 0; r < 4; r++) da[s][r] = s < nb ? pack2(D[8 * s + 2 * r], D[8 * s + 2 * r + 1]) : 0u;
 		// (fk·Δ)ᵀ in bf16 as mma.sync A fragments (k step s: tokens 16s …), for a run's segment's state update
 		uint32_t ua[4][4];
-		if (m.kind != 0)
+		if (m.kind != 0) {
 #pragma unroll
-		for (int s = 0; s < 4; s++)
+			for (int s = 0; s < 4; s++)
 #pragma unroll
-			for (int r = 0; r < 4; r++) {
-				const int t = 16 * s + 2 * qq + 8 * (r >> 1);
-				const float2 fk = *(const float2 *)(F + 3 * GC + t);
-				ua[s][r] = s < nb ? pack2(fk.x * D[8 * s + 2 * r], fk.y * D[8 * s + 2 * r + 1]) : 0u;
-			}
+				for (int r = 0; r < 4; r++) {
+					const int t = 16 * s + 2 * qq + 8 * (r >> 1);
+					const float2 fk = *(const float2 *)(F + 3 * GC + t);
+					ua[s][r] = s < nb ? pack2(fk.x * D[8 * s + 2 * r], fk.y * D[8 * s + 2 * r + 1]) : 0u;
+				}
+		}
 		// Oᵀ = fq·Pᵀ + Δᵀ Mᵀ
 		float P[32]; // fq·Pᵀ: a register block of its own for the products that add M Δ to it
 #pragma unroll
