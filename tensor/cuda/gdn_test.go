@@ -530,7 +530,8 @@ func BenchmarkGDN(b *testing.B) {
 // segments of one chunk, which gdn_rows computes before their rows (folded), continued by rows, by rows and a
 // segment, or by nothing. Every output and kept state must be bit-identical with the grouping off (each row a
 // segment of its own) and with each row computed alone (a call holding only the row and the state it continues; a
-// folded segment alone too), and within the bounds of TestGDNSegments against the register kernels.
+// folded segment alone too: on gdn_rows such calls run products 8 to 64 tokens wide where the batch's are 64, so a
+// row's bits must not depend on the width), and within the bounds of TestGDNSegments against the register kernels.
 // Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows (grouping off: one row a block).
 func TestGDNRows(t *testing.T) { forRowModes(t, testGDNRows) }
 
