@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"sort"
+	"strings"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -223,9 +225,9 @@ func flashGroup(heads, kvHeads int) int {
 var flashOneHead bool
 
 // flashSegs launches flash_attn_segs_dD (flashGroup's heads a block) over the 64/G-row tiles of every segment
-// (segment i starts at row starts[i] and continues plens[i] prefix keys), each block splitting its keys segSplits
-// ways, then attn_combine_rows over the rows of the split blocks. Up to convParamSegs descriptors travel as a
-// kernel parameter, more are uploaded.
+// (segment i starts at row starts[i] and continues plens[i] prefix keys), or flash_segs_wg_d256_g4 over its 32-row
+// tiles where flashWGFits, each block splitting its keys segSplits ways, then attn_combine_rows over the rows of the
+// split blocks. Up to convParamSegs descriptors travel as a kernel parameter, more are uploaded.
 func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.Segment, starts, plens []int, c tensor.AttentionConfig) error {
 	q := s.q
 	var db Buffer
@@ -240,12 +242,17 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	}
 	n, h, d := y.shape[0], c.Heads, c.HeadDim
 	gq := flashGroup(c.Heads, c.KVHeads)
+	wg := q.d.flashWGFits(d, gq)
+	th := 64 / gq // a block's rows
+	if wg {
+		th = flashWGRows
+	}
 	var blocks, rows []int32
 	maxS := 1
 	for i, sg := range segs {
 		sp := segSplits(plens[i])
 		maxS = max(maxS, sp)
-		for tile := 0; tile*64/gq < sg.Len; tile++ {
+		for tile := 0; tile*th < sg.Len; tile++ {
 			blocks = append(blocks, int32(i), int32(tile), int32(sp), 0)
 		}
 		if sp > 1 {
@@ -255,7 +262,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 		}
 	}
 	if !flashInOrder {
-		flashLongestFirst(blocks, plens, 64/gq)
+		flashLongestFirst(blocks, plens, th)
 	}
 	nb := len(blocks) / 4
 	bb, err := s.ints(blocks)
@@ -275,11 +282,14 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	q.put(y.Operand())
 	q.args.Ptr(part).Ptr(ml).Ptr(qt.buf.Ptr).Ptr(kt.buf.Ptr).Ptr(vt.buf.Ptr).Ptr(db.Ptr).Ptr(bb.Ptr)
 	q.args.I32(int32(n)).I32(int32(h)).I32(int32(c.KVHeads)).F32(c.Scale*log2e).Bytes(pd[:], 8)
-	name := fmt.Sprintf("flash_attn_segs_d%d", d)
+	mod, name, threads, shared := "flash", fmt.Sprintf("flash_attn_segs_d%d", d), 128, flashShared(d)
 	if gq > 1 {
 		name += fmt.Sprintf("_g%d", gq)
 	}
-	if err := q.launch("flash", name, cudrv.Dim3{X: nb, Y: h / gq, Z: maxS}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, flashShared(d)); err != nil {
+	if wg {
+		mod, name, threads, shared = "flash_sm90a", "flash_segs_wg_d256_g4", 256, flashWGShared
+	}
+	if err := q.launch(mod, name, cudrv.Dim3{X: nb, Y: h / gq, Z: maxS}, cudrv.Dim3{X: threads, Y: 1, Z: 1}, shared); err != nil {
 		return err
 	}
 	if len(rows) == 0 {
@@ -294,6 +304,25 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 	nr := len(rows) / 2
 	q.args.Ptr(part).Ptr(ml).Ptr(rb.Ptr).I32(int32(nr)).I32(int32(n)).I32(int32(h)).I32(int32(d))
 	return q.launch("flash", "attn_combine_rows", cudrv.Dim3{X: (nr*h + 7) / 8, Y: 1, Z: 1}, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+}
+
+// flashWGOn selects flash_segs_wg_d256_g4 (kernels/flash_sm90a.cu: warpgroup products, blocks of 32 rows of four
+// query heads, tiles of 64 keys) where it runs — Hopper, head dimension 256, four query heads a block: on unless
+// KEV_FLASH_WG=off, which keeps flash_attn_segs_d256_g4. The two kernels' bits differ, so the choice is the
+// process's, never a call's. Tests and benchmarks run both.
+var flashWGOn = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_FLASH_WG")), "off")
+
+// flashWGRows is the query rows of a flash_segs_wg_d256_g4 block (FW_ROWS); flashWGShared its dynamic shared
+// memory: q of 32 rows of four heads (64 KiB), two stages of a key tile's k and v (64 KiB each), 1 KiB to align.
+const (
+	flashWGRows   = 32
+	flashWGShared = 3*65536 + 1024
+)
+
+// flashWGFits reports whether attention with head dimension d in blocks of gq query heads runs on
+// flash_segs_wg_d256_g4 on this device.
+func (d *Device) flashWGFits(dim, gq int) bool {
+	return flashWGOn && d.hopper() && dim == 256 && gq == 4 && d.info.SharedOptin >= flashWGShared
 }
 
 // flashInOrder launches flash_attn_segs blocks in segment and tile order, as before flashLongestFirst; for

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kevgo/kev/internal/half"
@@ -108,7 +110,19 @@ func TestSegmentsFast(t *testing.T) {
 				t.Fatal(err)
 			}
 			compareHidden(t, "o (one head a block)", cb, want, gb, one, 2e-2)
-			gh, err := gb.ToHost(got)
+			grouped := got // the grouped blocks of flash_attn_segs, which the warpgroup kernel replaces where it runs
+			if dev.flashWGFits(c.HeadDim, flashGroup(c.Heads, c.KVHeads)) {
+				setWG := func(v bool) { _ = dev.Do(func(*Queue) error { flashWGOn = v; return nil }) }
+				setWG(false)
+				grouped, err = gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+				setWG(true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer gb.Free(grouped)
+				compareHidden(t, "o (flash_attn_segs)", cb, want, gb, grouped, 2e-2)
+			}
+			gh, err := gb.ToHost(grouped)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,6 +221,145 @@ func TestSegmentsFast(t *testing.T) {
 			gb.Free(append(append(sg, gk...), xg, wg, got)...)
 		})
 	}
+}
+
+// TestFlashWG checks flash_segs_wg_d256_g4 (Hopper) on segments of Kev's shapes — a causal prefill longer than a
+// block, question rows continuing a long prefix (four key splits) and short ones, a row of one token, a segment
+// continuing another of the call — against the CPU backend and against flash_attn_segs_d256_g4, and that each
+// segment's rows have the same bits in the batch as in a call of their own.
+func TestFlashWG(t *testing.T) {
+	if !dev.flashWGFits(256, 4) {
+		t.Skip("flash_segs_wg_d256_g4 needs Hopper")
+	}
+	r := newRand(t)
+	gb := NewOn(dev)
+	defer gb.Trim()
+	cb := cpu.New()
+	c := tensor.AttentionConfig{Heads: 16, KVHeads: 4, HeadDim: 256, Scale: 1.0 / 16}
+	qw, kvw := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	prefixLens := []int{2200, 37, 300, 64}
+	segs := []tensor.Segment{
+		{Len: 130, From: tensor.FromZero},
+		{Len: 40, From: tensor.FromPrefix, Index: 0},
+		{Len: 1, From: tensor.FromPrefix, Index: 1},
+		{Len: 33, From: tensor.FromPrefix, Index: 2},
+		{Len: 40, From: tensor.FromPrefix, Index: 0},
+		{Len: 9, From: tensor.FromSegment, Index: 0},
+		{Len: 64, From: tensor.FromPrefix, Index: 3},
+		{Len: 200, From: tensor.FromZero},
+	}
+	n := 0
+	for _, s := range segs {
+		n += s.Len
+	}
+	bits := func(k int) []uint16 {
+		v := randVals(r, k, 1)
+		b := make([]uint16, k)
+		for i, x := range v {
+			b[i] = half.BF16FromF32(x)
+		}
+		return b
+	}
+	up := func(b []uint16, rows, width int) (tensor.Tensor, tensor.Tensor) {
+		g, err := gb.FromBits(tensor.BF16, []int{rows, width}, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := make([]float32, len(b))
+		for i, x := range b {
+			f[i] = half.BF16ToF32(x)
+		}
+		cc, err := cb.FromFloat32([]int{rows, width}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, cc
+	}
+	qb, kb, vb := bits(n*qw), bits(n*kvw), bits(n*kvw)
+	qg, qc := up(qb, n, qw)
+	kg, kc := up(kb, n, kvw)
+	vg, vc := up(vb, n, kvw)
+	var kpb, vpb [][]uint16
+	var kpg, vpg, kpc, vpc []tensor.Tensor
+	for _, p := range prefixLens {
+		kpb, vpb = append(kpb, bits(p*kvw)), append(vpb, bits(p*kvw))
+		a, b := up(kpb[len(kpb)-1], p, kvw)
+		kpg, kpc = append(kpg, a), append(kpc, b)
+		a, b = up(vpb[len(vpb)-1], p, kvw)
+		vpg, vpc = append(vpg, a), append(vpc, b)
+	}
+	want, err := cb.AttentionSegments(qc, kc, vc, kpc, vpc, segs, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareHidden(t, "o", cb, want, gb, got, 2e-2)
+	_ = dev.Do(func(*Queue) error { flashWGOn = false; return nil })
+	old, err := gb.AttentionSegments(qg, kg, vg, kpg, vpg, segs, c)
+	_ = dev.Do(func(*Queue) error { flashWGOn = true; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareHidden(t, "o (flash_attn_segs)", cb, want, gb, old, 2e-2)
+	gh, err := gb.ToHost(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oh, err := gb.ToHost(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(gh, oh) { // the kernels sum in other orders: equal outputs mean one kernel ran twice
+		t.Fatal("flash_segs_wg_d256_g4 and flash_attn_segs_d256_g4 gave the same bits: the switch between them did nothing")
+	}
+	row := 0
+	starts := make([]int, len(segs))
+	for i, sg := range segs {
+		starts[i] = row
+		row += sg.Len
+	}
+	for i, sg := range segs {
+		if sg.Len == 0 {
+			continue
+		}
+		// the segment alone: its rows, and its prefix as the only one (another segment's rows as a prefix tensor)
+		a, b := starts[i], starts[i]+sg.Len
+		q1, _ := up(qb[a*qw:b*qw], sg.Len, qw)
+		k1, _ := up(kb[a*kvw:b*kvw], sg.Len, kvw)
+		v1, _ := up(vb[a*kvw:b*kvw], sg.Len, kvw)
+		one := []tensor.Segment{{Len: sg.Len, From: sg.From}}
+		var kp1, vp1 []tensor.Tensor
+		switch sg.From {
+		case tensor.FromPrefix:
+			kp1, vp1 = kpg[sg.Index:sg.Index+1], vpg[sg.Index:sg.Index+1]
+		case tensor.FromSegment:
+			j := sg.Index
+			x, y := starts[j], starts[j]+segs[j].Len
+			kx, _ := up(kb[x*kvw:y*kvw], segs[j].Len, kvw)
+			vx, _ := up(vb[x*kvw:y*kvw], segs[j].Len, kvw)
+			kp1, vp1 = []tensor.Tensor{kx}, []tensor.Tensor{vx}
+			one[0].From = tensor.FromPrefix
+			defer gb.Free(kx, vx)
+		}
+		alone, err := gb.AttentionSegments(q1, k1, v1, kp1, vp1, one, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ah, err := gb.ToHost(alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e := range ah {
+			if math.Float32bits(ah[e]) != math.Float32bits(gh[a*qw+e]) {
+				t.Fatalf("segment %d row %d column %d: %g alone, %g in the batch", i, e/qw, e%qw, ah[e], gh[a*qw+e])
+			}
+		}
+		gb.Free(q1, k1, v1, alone)
+	}
+	gb.Free(append(append(kpg, vpg...), qg, kg, vg, got, old)...)
 }
 
 // TestForwardBatchedMatchesCPU runs layers.Model.Forward on a batch of new states (kept and not) and question rows
@@ -464,5 +617,83 @@ func TestFlashLongestFirst(t *testing.T) {
 		if !slices.Equal(c.blocks, c.want) {
 			t.Errorf("%s: order %v, want %v", c.name, c.blocks, c.want)
 		}
+	}
+}
+
+// BenchmarkFlashSegs times attention over Kev's serving shapes (Kev-4B: 16 query heads, 4 key heads, dimension 256)
+// with flash_segs_wg_d256_g4 ("wg", Hopper) and flash_attn_segs_d256_g4 ("mma"): a gated median of 21 calls each.
+// KEV_ATTN_CASES and KEV_ATTN_KINDS (comma-separated names) run some of them.
+func BenchmarkFlashSegs(b *testing.B) {
+	c := tensor.AttentionConfig{Heads: 16, KVHeads: 4, HeadDim: 256, Scale: 1.0 / 16}
+	qw, kvw := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	rows := func(k, l int, from tensor.SegmentFrom, idx int) []tensor.Segment {
+		v := make([]tensor.Segment, k)
+		for i := range v {
+			v[i] = tensor.Segment{Len: l, From: from, Index: idx}
+		}
+		return v
+	}
+	var req64 []tensor.Segment
+	for i := range 64 {
+		req64 = append(req64, tensor.Segment{Len: 13, From: tensor.FromZero, Keep: true})
+		req64 = append(req64, rows(6, 40, tensor.FromSegment, 7*i)...)
+	}
+	cases := []struct {
+		name string
+		p    int // the prefix every FromPrefix segment continues
+		segs []tensor.Segment
+	}{
+		{"1x2392 new", 0, rows(1, 2392, tensor.FromZero, 0)},
+		{"2200 new + 5x40", 0, append(rows(1, 2200, tensor.FromZero, 0), rows(5, 40, tensor.FromSegment, 0)...)},
+		{"5x40 on 2200", 2200, rows(5, 40, tensor.FromPrefix, 0)},
+		{"6x40 on 13", 13, rows(6, 40, tensor.FromPrefix, 0)},
+		{"64 requests 13+6x40", 0, req64},
+	}
+	only := func(env, v string) bool {
+		list := os.Getenv(env)
+		return list == "" || slices.Contains(strings.Split(list, ","), v)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	gb := NewOn(dev)
+	defer gb.Trim()
+	g := openGate(b)
+	wgFits := dev.flashWGFits(256, 4)
+	defer func(on bool) { _ = dev.Do(func(*Queue) error { flashWGOn = on; return nil }) }(flashWGOn)
+	for _, cs := range cases {
+		if !only("KEV_ATTN_CASES", cs.name) {
+			continue
+		}
+		n := 0
+		for _, s := range cs.segs {
+			n += s.Len
+		}
+		mk := func(rows, width int) tensor.Tensor {
+			t, err := gb.FromBits(tensor.BF16, []int{rows, width}, randBF16(r, rows*width, 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return t
+		}
+		q, k, v := mk(n, qw), mk(n, kvw), mk(n, kvw)
+		var kp, vp []tensor.Tensor
+		if cs.p > 0 {
+			kp, vp = []tensor.Tensor{mk(cs.p, kvw)}, []tensor.Tensor{mk(cs.p, kvw)}
+		}
+		for _, kind := range []string{"mma", "wg"} {
+			if !only("KEV_ATTN_KINDS", kind) || kind != "mma" && !wgFits {
+				continue
+			}
+			_ = dev.Do(func(*Queue) error { flashWGOn = kind == "wg"; return nil })
+			pass := func() (tensor.Tensor, func(), error) {
+				o, err := gb.AttentionSegments(q, k, v, kp, vp, cs.segs, c)
+				return o, func() { gb.Free(o) }, err
+			}
+			sec, _, err := gatedTimes(g, gb.Run, pass, 21, 0.02)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fmt.Printf("KEVBENCH attn %q %s ms=%.4f tokens=%d\n", cs.name, kind, sec*1e3, n)
+		}
+		gb.Free(append(append(kp, vp...), q, k, v)...)
 	}
 }

@@ -48,7 +48,9 @@
 // copies). Attention is a tiled
 // flash kernel whose blocks take 16 rows of the four query heads of a group (or 32 of two, or 64 of one), so that
 // each K/V tile they load serves four heads and short segments pad few rows; keys over a long prefix split per
-// segment, merged by a second launch.
+// segment, merged by a second launch. On Hopper, head dimension 256 with four query heads a key head (Qwen3.5's
+// attention) runs on warpgroup products instead (kernels/flash_sm90a.cu: blocks of 32 rows of the four heads,
+// 64-key tiles; KEV_FLASH_WG=off keeps the tiled kernel, whose bits differ, so the choice is per process).
 //
 // KEV_CUDA_PASS_LOG=file appends one JSON line per Run: its host time and, for each wait for the device inside it,
 // when the host began to wait and when the device got there (an event at the start and one before each wait);

@@ -221,7 +221,7 @@ func BenchmarkPassKernels(b *testing.B) {
 // kernelCategory groups a kernel by what it does, for the profile's summary.
 func kernelCategory(name string) string {
 	for _, c := range []struct{ prefix, cat string }{
-		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"gdn_sm90a.", "delta rule"}, {"flash.", "attention"}, {"attn", "attention"},
+		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"gdn_sm90a.", "delta rule"}, {"flash.", "attention"}, {"flash_sm90a.", "attention"}, {"attn", "attention"},
 		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
 		{"nn.qk", "norms"},
 	} {
