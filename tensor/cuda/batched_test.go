@@ -20,15 +20,28 @@ import (
 // bf16Pair uploads the same bf16-rounded random values to the GPU (as BF16) and to the CPU backend (as F32).
 func bf16Pair(t *testing.T, r *rand.Rand, gb *Backend, cb tensor.Backend, scale float64, shape ...int) (g, c tensor.Tensor) {
 	t.Helper()
-	v := randVals(r, tensor.Numel(shape), scale)
-	bits := make([]uint16, len(v))
-	for i, x := range v {
+	return bf16PairOf(t, gb, cb, bf16Bits(r, tensor.Numel(shape), scale), shape...)
+}
+
+// bf16Bits draws n random values of the given scale and rounds them to bf16.
+func bf16Bits(r *rand.Rand, n int, scale float64) []uint16 {
+	bits := make([]uint16, n)
+	for i, x := range randVals(r, n, scale) {
 		bits[i] = half.BF16FromF32(x)
-		v[i] = half.BF16ToF32(bits[i])
 	}
+	return bits
+}
+
+// bf16PairOf uploads bf16 bits to the GPU (as BF16) and their values to the CPU backend (as F32).
+func bf16PairOf(t *testing.T, gb *Backend, cb tensor.Backend, bits []uint16, shape ...int) (g, c tensor.Tensor) {
+	t.Helper()
 	g, err := gb.FromBits(tensor.BF16, shape, bits)
 	if err != nil {
 		t.Fatal(err)
+	}
+	v := make([]float32, len(bits))
+	for i, b := range bits {
+		v[i] = half.BF16ToF32(b)
 	}
 	if c, err = cb.FromFloat32(shape, v); err != nil {
 		t.Fatal(err)
@@ -252,41 +265,19 @@ func TestFlashWG(t *testing.T) {
 	for _, s := range segs {
 		n += s.Len
 	}
-	bits := func(k int) []uint16 {
-		v := randVals(r, k, 1)
-		b := make([]uint16, k)
-		for i, x := range v {
-			b[i] = half.BF16FromF32(x)
-		}
-		return b
-	}
+	bits := func(k int) []uint16 { return bf16Bits(r, k, 1) }
 	up := func(b []uint16, rows, width int) (tensor.Tensor, tensor.Tensor) {
-		g, err := gb.FromBits(tensor.BF16, []int{rows, width}, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := make([]float32, len(b))
-		for i, x := range b {
-			f[i] = half.BF16ToF32(x)
-		}
-		cc, err := cb.FromFloat32([]int{rows, width}, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g, cc
+		return bf16PairOf(t, gb, cb, b, rows, width)
 	}
 	qb, kb, vb := bits(n*qw), bits(n*kvw), bits(n*kvw)
 	qg, qc := up(qb, n, qw)
 	kg, kc := up(kb, n, kvw)
 	vg, vc := up(vb, n, kvw)
-	var kpb, vpb [][]uint16
-	var kpg, vpg, kpc, vpc []tensor.Tensor
+	var kpg, vpg, kpc, vpc []tensor.Tensor // the prefixes, in both backends
 	for _, p := range prefixLens {
-		kpb, vpb = append(kpb, bits(p*kvw)), append(vpb, bits(p*kvw))
-		a, b := up(kpb[len(kpb)-1], p, kvw)
-		kpg, kpc = append(kpg, a), append(kpc, b)
-		a, b = up(vpb[len(vpb)-1], p, kvw)
-		vpg, vpc = append(vpg, a), append(vpc, b)
+		kg1, kc1 := bf16Pair(t, r, gb, cb, 1, p, kvw)
+		vg1, vc1 := bf16Pair(t, r, gb, cb, 1, p, kvw)
+		kpg, kpc, vpg, vpc = append(kpg, kg1), append(kpc, kc1), append(vpg, vg1), append(vpc, vc1)
 	}
 	want, err := cb.AttentionSegments(qc, kc, vc, kpc, vpc, segs, c)
 	if err != nil {
@@ -649,10 +640,6 @@ func BenchmarkFlashSegs(b *testing.B) {
 		{"6x40 on 13", 13, rows(6, 40, tensor.FromPrefix, 0)},
 		{"64 requests 13+6x40", 0, req64},
 	}
-	only := func(env, v string) bool {
-		list := os.Getenv(env)
-		return list == "" || slices.Contains(strings.Split(list, ","), v)
-	}
 	r := rand.New(rand.NewPCG(9, 10))
 	gb := NewOn(dev)
 	defer gb.Trim()
@@ -660,7 +647,7 @@ func BenchmarkFlashSegs(b *testing.B) {
 	wgFits := dev.flashWGFits(256, 4)
 	defer func(on bool) { _ = dev.Do(func(*Queue) error { flashWGOn = on; return nil }) }(flashWGOn)
 	for _, cs := range cases {
-		if !only("KEV_ATTN_CASES", cs.name) {
+		if !benchOnly("KEV_ATTN_CASES", cs.name) {
 			continue
 		}
 		n := 0
@@ -680,7 +667,7 @@ func BenchmarkFlashSegs(b *testing.B) {
 			kp, vp = []tensor.Tensor{mk(cs.p, kvw)}, []tensor.Tensor{mk(cs.p, kvw)}
 		}
 		for _, kind := range []string{"mma", "wg"} {
-			if !only("KEV_ATTN_KINDS", kind) || kind != "mma" && !wgFits {
+			if !benchOnly("KEV_ATTN_KINDS", kind) || kind != "mma" && !wgFits {
 				continue
 			}
 			_ = dev.Do(func(*Queue) error { flashWGOn = kind == "wg"; return nil })
@@ -696,4 +683,11 @@ func BenchmarkFlashSegs(b *testing.B) {
 		}
 		gb.Free(append(append(kp, vp...), q, k, v)...)
 	}
+}
+
+// benchOnly reports whether a benchmark runs its case or kind v: the environment variable env lists the names to run,
+// comma-separated (KEV_GDN_CASES, KEV_ATTN_KINDS, …), all of them when it is unset.
+func benchOnly(env, v string) bool {
+	list := os.Getenv(env)
+	return list == "" || slices.Contains(strings.Split(list, ","), v)
 }

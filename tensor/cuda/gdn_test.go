@@ -7,9 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/kevgo/kev/tensor"
@@ -462,12 +460,8 @@ func BenchmarkGDN(b *testing.B) {
 	gb := NewOn(dev)
 	defer gb.Trim()
 	g := openGate(b)
-	only := func(env, v string) bool { // KEV_GDN_CASES, KEV_GDN_KINDS: comma-separated names to run (all when unset)
-		list := os.Getenv(env)
-		return list == "" || slices.Contains(strings.Split(list, ","), v)
-	}
 	for _, cs := range cases {
-		if !only("KEV_GDN_CASES", cs.name) {
+		if !benchOnly("KEV_GDN_CASES", cs.name) {
 			continue
 		}
 		n := 0
@@ -491,7 +485,7 @@ func BenchmarkGDN(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, kind := range []string{"reg", "tc-ungrouped", "tc-prep1", "tc-ns1", "tc-ns2", "tc-w2", "tc-inblock", "tc-rows", "tc"} {
-			if !only("KEV_GDN_KINDS", kind) {
+			if !benchOnly("KEV_GDN_KINDS", kind) {
 				continue
 			}
 			gdnOn, gdnGroup, gdnPrepKH = kind != "reg", kind != "tc-ungrouped", kind != "tc-prep1"
