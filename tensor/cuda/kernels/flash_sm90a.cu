@@ -94,8 +94,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     flash_segs_wg_d256_g4(void *o, int odt, float *opart, float *ml, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                           const __nv_bfloat16 *v, const SegDesc *desc, const int4 *blocks, int N, int H, int KV,
                           float scale2, const __grid_constant__ FlashSegs ps) {
-	constexpr int D = 256;
 	KEV_GRID_DEP();
+	constexpr int D = 256;
 	const int4 bl = blocks[blockIdx.x];
 	const int z = blockIdx.z, splits = bl.z;
 	if (z >= splits) return;
