@@ -319,7 +319,7 @@ const (
 	flashWGShared = 3*65536 + 1024
 )
 
-// flashWGFits reports whether attention with head dimension d in blocks of gq query heads runs on
+// flashWGFits reports whether attention with head dimension dim in blocks of gq query heads runs on
 // flash_segs_wg_d256_g4 on this device.
 func (d *Device) flashWGFits(dim, gq int) bool {
 	return flashWGOn && d.hopper() && dim == 256 && gq == 4 && d.info.SharedOptin >= flashWGShared
