@@ -50,13 +50,6 @@ __device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t a, uint32_t lbo) {
 	return d;
 }
 
-// wgmma_ss_m64n64: d[64×64] = A[64×16] · B[64×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory.
-__device__ __forceinline__ void wgmma_ss_m64n64(float *d, uint64_t da, uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-	             : "l"(da), "l"(db), "r"(acc));
-}
 // wgmma_rs_m64n256_tb: d[64×256] = A[64×16] · B[16×256] (+ d when acc ≠ 0), A bf16 in registers (the m64k16
 // fragment, as wgmma_rs_m64n64), B bf16 MN-major in shared memory (desc_mn_sw128), fp32 d.
 __device__ __forceinline__ void wgmma_rs_m64n256_tb(float *d, const uint32_t a[4], uint64_t db, int acc) {
@@ -72,12 +65,6 @@ __device__ __forceinline__ uint32_t fw_slab(int r, int p) { return (p >> 3) * 81
 
 __device__ __forceinline__ const SegDesc &fw_desc(const SegDesc *desc, const FlashSegs &ps, int i) {
 	return desc != nullptr ? desc[i] : ps.d[i];
-}
-
-// fw_after keeps the compiler from moving uses of n registers of d above the wait for the products writing them.
-template <int N> __device__ __forceinline__ void fw_after(float *d) {
-#pragma unroll
-	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // fw_hold keeps the A fragments of products in flight alive (their registers not reused) until after their wait.
@@ -174,11 +161,11 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
 		for (int kk = 0; kk < 16; kk++) {
 			const uint32_t off = ((kk >> 2) * 8192 + (kk & 3) * 32) >> 4;
-			wgmma_ss_m64n64(s, dq + off, dk + st * (FW_STAGE >> 4) + off, kk > 0);
+			wgmma_m64n64(s, dq + off, dk + st * (FW_STAGE >> 4) + off, kk > 0);
 		}
 		wgmma_commit();
 		wgmma_wait0();
-		fw_after<32>(s);
+		regs_after<32>(s);
 		// masks: none where every key of the tile is visible to both rows (a prefix tile inside the prefix, a tile of
 		// new keys at or before both rows and from the segment's first on)
 		const bool pre = i < nPre;
@@ -252,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 		for (int kk = 0; kk < 4; kk++) wgmma_rs_m64n256_tb(acc, pa[kk], dv + st * (FW_STAGE >> 4) + kk * (2048 >> 4), 1);
 		wgmma_commit();
 		wgmma_wait0();
-		fw_after<128>(acc);
+		regs_after<128>(acc);
 		fw_hold(pa);
 	}
 	l0 += __shfl_xor_sync(0xffffffffu, l0, 1);

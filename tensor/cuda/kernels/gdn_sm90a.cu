@@ -49,12 +49,6 @@ __device__ __forceinline__ void stsm4t(const void *p, const uint32_t r[4]) {
 	             : "memory");
 }
 
-// regs_after keeps the compiler from moving uses of n registers of d above the wait for the products writing them.
-template <int N> __device__ __forceinline__ void regs_after(float *d) {
-#pragma unroll
-	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 // wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns (8 to
 // 64 in steps of 8, and 128): the products of gdn_rows as wide as its launch's longest row.
 template <int N> __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t a[4], uint64_t db, int acc);

@@ -1,5 +1,6 @@
 // wgmma helpers shared by the Hopper (sm_90a) kernels: shared-memory descriptors, the fence, commit and wait of
-// asynchronous warpgroup products, and the products with A in registers.
+// asynchronous warpgroup products, a guard for their accumulators, and the products with both operands in shared
+// memory (m64n64) or A in registers.
 #pragma once
 #include <stdint.h>
 
@@ -23,6 +24,21 @@ __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.s
 // fence_async_shared orders this thread's earlier generic-proxy writes of shared memory (stores, cp.async copies
 // waited for) before later reads by the async proxy (wgmma operands); a barrier then publishes them to the block.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// regs_after keeps the compiler from moving uses of n registers of d above the wait for the products writing them.
+template <int N> __device__ __forceinline__ void regs_after(float *d) {
+#pragma unroll
+	for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma_m64n64: d[64×64] = A[64×16] · B[64×16]ᵀ (+ d when acc ≠ 0), both bf16 K-major in shared memory
+// (descriptors), fp32 d.
+__device__ __forceinline__ void wgmma_m64n64(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 
 // wgmma_rs_m64n128: d[64×128] = A[64×16] · B[128×16]ᵀ (+ d when acc ≠ 0), A bf16 in registers (a: the four
 // registers of the m64k16 fragment, as mma.sync's m16k16 A fragment per warp), B bf16 K-major in shared memory
