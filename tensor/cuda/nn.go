@@ -315,6 +315,13 @@ type QKNormRope struct {
 // kernel (tests compare the two: the same bits).
 var ropeOneAngle = true
 
+// Blocks of qk_norm_rope_bf16_a1 and qk_norm_rope_bf16 resident a multiprocessor (256 threads; the first's
+// registers capped by its launch bounds, QK_BLOCKS_SM in kernels/nn.cu, the second's 80 a thread).
+const (
+	qkRopeA1BlocksSM = 4
+	qkRopeBlocksSM   = 3
+)
+
 // QKNormRope enqueues the per-head RMSNorm and partial NeoX rotation of queries and keys (see tensor.Backend).
 func (q *Queue) QKNormRope(a QKNormRope) error {
 	const op = "QKNormRope"
@@ -374,11 +381,13 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 			F64(a.Theta).F32(a.Eps).I32(b2i(a.Gated)).I32(int32(a.Norm)).I32(int32(a.LdQ)).I32(int32(a.LdK)).I32(int32(l))
 		per := 8 * (32 / l)
 		vecs := a.T * (a.H + a.KV)
-		fn := "qk_norm_rope_bf16"
+		fn, resident := "qk_norm_rope_bf16", qkRopeBlocksSM
 		if ropeOneAngle && a.R/2 <= l { // one rotation angle a lane (D = 256, R = 64): the loops over angles unrolled
-			fn = "qk_norm_rope_bf16_a1"
+			fn, resident = "qk_norm_rope_bf16_a1", qkRopeA1BlocksSM
 		}
-		return q.launch("nn", fn, cudrv.Dim3{X: (vecs + per - 1) / per, Y: 1, Z: 1}, block256, 0)
+		// a block takes per vectors at a time and strides over the rest: as many blocks as are resident at once
+		blocks := min((vecs+per-1)/per, resident*q.d.sms())
+		return q.launch("nn", fn, cudrv.Dim3{X: max(blocks, 1), Y: 1, Z: 1}, block256, 0)
 	}
 	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
 	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)

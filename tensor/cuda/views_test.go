@@ -320,20 +320,25 @@ func TestConvManySegments(t *testing.T) {
 
 // TestQKNormRopeBF16 checks the 16-byte-vector QKNormRope kernel (bf16 operands, fp32 gains) against the CPU
 // backend, with the inputs column views of one projection as the attention layer reads them. Where a lane holds
-// one rotation angle (R/2 ≤ D/8: the first and last cases), the kernel for that case must give the general
-// kernel's bits.
+// one rotation angle (R/2 ≤ D/8), the kernel for that case must give the general kernel's bits.
 func TestQKNormRopeBF16(t *testing.T) {
 	r := newRand(t)
 	gb := NewOn(dev)
 	defer gb.Trim()
 	cb := cpu.New()
-	for _, c := range []tensor.RopeConfig{
-		{Heads: 4, KVHeads: 2, HeadDim: 256, RotaryDim: 64, Theta: 1e7, Eps: 1e-6, Gated: true, Norm: tensor.QKNormPlusOne},
-		{Heads: 6, KVHeads: 3, HeadDim: 128, RotaryDim: 128, Theta: 1e6, Eps: 1e-6, Norm: tensor.QKNormPlain},
-		{Heads: 2, KVHeads: 1, HeadDim: 64, RotaryDim: 16, Theta: 1e4, Eps: 1e-6, Norm: tensor.QKNormNone},
+	for _, tc := range []struct {
+		c tensor.RopeConfig
+		T int
+	}{
+		{tensor.RopeConfig{Heads: 4, KVHeads: 2, HeadDim: 256, RotaryDim: 64, Theta: 1e7, Eps: 1e-6, Gated: true, Norm: tensor.QKNormPlusOne}, 77},
+		{tensor.RopeConfig{Heads: 6, KVHeads: 3, HeadDim: 128, RotaryDim: 128, Theta: 1e6, Eps: 1e-6, Norm: tensor.QKNormPlain}, 77},
+		{tensor.RopeConfig{Heads: 2, KVHeads: 1, HeadDim: 64, RotaryDim: 16, Theta: 1e4, Eps: 1e-6, Norm: tensor.QKNormNone}, 77},
+		// Kev-4B's attention on a 2,401-token pass: more vectors than the resident blocks take at once, so each
+		// block strides over several groups of them
+		{tensor.RopeConfig{Heads: 16, KVHeads: 4, HeadDim: 256, RotaryDim: 64, Theta: 1e7, Eps: 1e-6, Gated: true, Norm: tensor.QKNormPlusOne}, 2401},
 	} {
-		t.Run(fmt.Sprintf("D%d/R%d/gated=%v/norm%d", c.HeadDim, c.RotaryDim, c.Gated, c.Norm), func(t *testing.T) {
-			const T = 77
+		c, T := tc.c, tc.T
+		t.Run(fmt.Sprintf("D%d/R%d/gated=%v/norm%d/T%d", c.HeadDim, c.RotaryDim, c.Gated, c.Norm, T), func(t *testing.T) {
 			qw, kvw := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 			if c.Gated {
 				qw *= 2

@@ -237,11 +237,61 @@ extern "C" __global__ void qk_norm_rope(void *qo, void *ko, void *gate, int odt,
 #undef QK_GAIN
 }
 
+// QkIn is one head vector's inputs as qk_rope_bf16 loads them ahead: a lane's 16 bytes of the vector (and of its
+// gate half), the position, where the results go.
+struct QkIn {
+	uint4 xv, gv;
+	const float *g;
+	__nv_bfloat16 *dst, *gdst; // gdst: null unless a gated query vector
+	int pos;
+	bool on;
+};
+
+// qk_load issues the loads of head vector vec (nothing past the last vector: on is false, x reads as zero, the
+// position is row 0's, as a lane off the end computed before). Divisions by H and KV only here.
+__device__ __forceinline__ QkIn qk_load(int vec, int i, __nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
+                                        const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *qg,
+                                        const float *kg, const int32_t *pos, int T, int H, int KV, int D, int gated,
+                                        int ldq, int ldk) {
+	QkIn in;
+	in.on = vec < T * (H + KV);
+	in.g = qg;
+	in.dst = qo;
+	in.gdst = nullptr;
+	in.xv = in.gv = make_uint4(0u, 0u, 0u, 0u);
+	int t = 0;
+	if (in.on) {
+		const __nv_bfloat16 *src;
+		if (vec < T * H) {
+			t = vec / H;
+			const int h = vec % H;
+			src = q + (size_t)t * ldq + (size_t)h * (gated ? 2 * D : D);
+			in.dst = qo + (size_t)vec * D;
+			if (gated) {
+				in.gdst = gate + (size_t)vec * D + i;
+				in.gv = *(const uint4 *)(src + D + i);
+			}
+		} else {
+			const int kv = vec - T * H;
+			t = kv / KV;
+			src = k + (size_t)t * ldk + (size_t)(kv % KV) * D;
+			in.dst = ko + (size_t)kv * D;
+			in.g = kg;
+		}
+		in.xv = *(const uint4 *)(src + i);
+	}
+	in.pos = pos[t];
+	return in;
+}
+
 // qk_norm_rope_bf16 is qk_norm_rope for bf16 q, k and outputs, fp32 gains (or none), D = 8L with L a power of two
 // ≤ 32 and R a multiple of 16: L lanes per head vector, each moving 8 elements in 16-byte loads and stores (the gate
 // half too); a rotated element's partner (R/2 further, or back) sits R/16 lanes away and comes by a shuffle. The
 // squares are summed per lane and then across the L lanes, so r may differ from qk_norm_rope's in the last bit;
 // a vector's result depends on that vector alone.
+// A block takes the vectors of (blockDim/32)·(32/L) consecutive indices at a time, then those gridDim.x such groups
+// further on: the inv_freq table is computed once a block (while its first vectors load), and each step's loads of
+// the next group's vectors are issued before this group's are computed (qk_load), so that a lane has two in flight.
 // NA > 0: every lane holds exactly NA angles (⌈R/2 / L⌉ = NA), so the angle loops have a fixed length; NA = 0: any.
 template <int NA>
 __device__ __forceinline__ void qk_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate,
@@ -250,93 +300,84 @@ __device__ __forceinline__ void qk_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
                                              double theta, float eps, int gated, int norm, int ldq, int ldk, int L) {
 	__shared__ float invf[QK_MAX_HALF];
 	const int half = R / 2;
+	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
+	const int per = (blockDim.x >> 5) << (5 - ls);         // vectors a block takes at a time
+	const int mine = ((threadIdx.x >> 5) << (5 - ls)) + (lane >> ls);
+	const int sub = lane & (L - 1), i = sub * 8;
+	const int nvec = T * (H + KV), stride = gridDim.x * per;
+#define QK_LOAD(vec) qk_load((vec), i, qo, ko, gate, q, k, qg, kg, pos, T, H, KV, D, gated, ldq, ldk)
+	QkIn cur = QK_LOAD(blockIdx.x * per + mine);
 	for (int j = threadIdx.x; j < half; j += blockDim.x) invf[j] = (float)pow(theta, -2.0 * j / (double)R);
 	__syncthreads();
-	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
-	const int vec = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 >> ls) + (lane >> ls);
-	const int sub = lane & (L - 1), i = sub * 8;
-	const bool on = vec < T * (H + KV);
-	const __nv_bfloat16 *src = q;
-	__nv_bfloat16 *dst = qo;
-	const float *g = qg;
-	int t = 0;
-	float x[8];
-	if (on) {
-		if (vec < T * H) {
-			t = vec / H;
-			const int h = vec % H;
-			src = q + (size_t)t * ldq + (size_t)h * (gated ? 2 * D : D);
-			dst = qo + (size_t)vec * D;
-			if (gated) *(uint4 *)(gate + (size_t)vec * D + i) = *(const uint4 *)(src + D + i);
-		} else {
-			const int kv = vec - T * H;
-			t = kv / KV;
-			src = k + (size_t)t * ldk + (size_t)(kv % KV) * D;
-			dst = ko + (size_t)kv * D;
-			g = kg;
-		}
-		unpack8(*(const uint4 *)(src + i), x);
-	} else {
-#pragma unroll
-		for (int e = 0; e < 8; e++) x[e] = 0.f;
-	}
-	float r = 1.f;
-	if (norm != 2) {
-		float ss = 0.f;
-#pragma unroll
-		for (int e = 0; e < 8; e++) ss += x[e] * x[e];
-		for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-		r = 1.f / sqrtf(ss / (float)D + eps);
-	}
-	float v[8]; // x·r·gain
-	if (on && norm != 2) {
-		const float4 g0 = *(const float4 *)(g + i), g1 = *(const float4 *)(g + i + 4);
-		const float gg[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-		for (int e = 0; e < 8; e++) v[e] = x[e] * r * (norm == 0 ? 1.f + gg[e] : gg[e]);
-	} else {
-#pragma unroll
-		for (int e = 0; e < 8; e++) v[e] = x[e] * r;
-	}
 	// the partner lane of a rotated element: R/16 lanes up for the first half, down for the second
 	const int hl = half / 8;
 	const bool lo = i < half, rot = i < R;
 	const int base = lane & ~(L - 1), partner = base + (lo ? sub + hl : sub - hl);
-	float w[8];
-#pragma unroll
-	for (int e = 0; e < 8; e++) w[e] = __shfl_sync(0xffffffffu, v[e], rot ? partner : lane);
-	// The angles: lane sub of a vector takes φ_j for j = sub, sub + L, … < half (at most 4: R ≤ D = 8L), each the
-	// same fp32 p·inv_freq[j] and sincosf as before, and the lanes that rotate fetch theirs by shuffles. Each angle
-	// is computed once a vector instead of once per element of both halves, by every lane instead of the R/8 that
-	// rotate: the same bits, a quarter of the sincosf work of a warp at D = 256, R = 64.
-	const float p = (float)pos[t];
 	const int na = NA ? NA : (half + L - 1) >> ls; // angles a lane holds (the same for every lane)
-	float ac[4], as[4];
+	for (int v0 = blockIdx.x * per; v0 < nvec; v0 += stride) { // the same trip count for every lane of the block
+		const QkIn next = QK_LOAD(v0 + stride + mine);
+		if (cur.gdst != nullptr) *(uint4 *)cur.gdst = cur.gv;
+		float x[8];
+		unpack8(cur.xv, x);
+		float r = 1.f;
+		if (norm != 2) {
+			float ss = 0.f;
 #pragma unroll
-	for (int a = 0; a < (NA ? NA : 4); a++) {
-		ac[a] = 1.f, as[a] = 0.f;
-		const int j = sub + L * a;
-		if (a < na && j < half) sincosf(p * invf[j], &as[a], &ac[a]);
-	}
-	float out[8];
+			for (int e = 0; e < 8; e++) ss += x[e] * x[e];
+			for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+			r = 1.f / sqrtf(ss / (float)D + eps);
+		}
+		float v[8]; // x·r·gain
+		if (cur.on && norm != 2) {
+			const float4 g0 = *(const float4 *)(cur.g + i), g1 = *(const float4 *)(cur.g + i + 4);
+			const float gg[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
 #pragma unroll
-	for (int e = 0; e < 8; e++) {
-		const int j = (lo ? i : i - half) + e; // this element's angle (unused where it does not rotate)
-		float cs = 1.f, sn = 0.f;
+			for (int e = 0; e < 8; e++) v[e] = x[e] * r * (norm == 0 ? 1.f + gg[e] : gg[e]);
+		} else {
+#pragma unroll
+			for (int e = 0; e < 8; e++) v[e] = x[e] * r;
+		}
+		float w[8];
+#pragma unroll
+		for (int e = 0; e < 8; e++) w[e] = __shfl_sync(0xffffffffu, v[e], rot ? partner : lane);
+		// The angles: lane sub of a vector takes φ_j for j = sub, sub + L, … < half (at most 4: R ≤ D = 8L), each the
+		// same fp32 p·inv_freq[j] and sincosf as before, and the lanes that rotate fetch theirs by shuffles. Each
+		// angle is computed once a vector instead of once per element of both halves, by every lane instead of the
+		// R/8 that rotate: the same bits, a quarter of the sincosf work of a warp at D = 256, R = 64.
+		const float p = (float)cur.pos;
+		float ac[4], as[4];
 #pragma unroll
 		for (int a = 0; a < (NA ? NA : 4); a++) {
-			if (!NA && a >= na) break;
-			const float c = __shfl_sync(0xffffffffu, ac[a], base + (j & (L - 1)));
-			const float n = __shfl_sync(0xffffffffu, as[a], base + (j & (L - 1)));
-			if (NA == 1 || (j >> ls) == a) cs = c, sn = n; // NA = 1: j < half ≤ L wherever it rotates
+			ac[a] = 1.f, as[a] = 0.f;
+			const int j = sub + L * a;
+			if (a < na && j < half) sincosf(p * invf[j], &as[a], &ac[a]);
 		}
-		// v·cos ∓ w·sin as the compiler contracted it before (a rounded w·sin, then one fused multiply-add)
-		const float ws = __fmul_rn(w[e], sn);
-		out[e] = rot ? __fmaf_rn(v[e], cs, lo ? -ws : ws) : v[e];
+		float out[8];
+#pragma unroll
+		for (int e = 0; e < 8; e++) {
+			const int j = (lo ? i : i - half) + e; // this element's angle (unused where it does not rotate)
+			float cs = 1.f, sn = 0.f;
+#pragma unroll
+			for (int a = 0; a < (NA ? NA : 4); a++) {
+				if (!NA && a >= na) break;
+				const float c = __shfl_sync(0xffffffffu, ac[a], base + (j & (L - 1)));
+				const float n = __shfl_sync(0xffffffffu, as[a], base + (j & (L - 1)));
+				if (NA == 1 || (j >> ls) == a) cs = c, sn = n; // NA = 1: j < half ≤ L wherever it rotates
+			}
+			// v·cos ∓ w·sin as the compiler contracted it before (a rounded w·sin, then one fused multiply-add)
+			const float ws = __fmul_rn(w[e], sn);
+			out[e] = rot ? __fmaf_rn(v[e], cs, lo ? -ws : ws) : v[e];
+		}
+		if (cur.on) *(uint4 *)(cur.dst + i) = pack8(out);
+		cur = next;
 	}
-	if (!on) return;
-	*(uint4 *)(dst + i) = pack8(out);
+#undef QK_LOAD
 }
+
+// The bf16 kernels run blocks of 256 threads; qk_norm_rope_bf16_a1 keeps QK_BLOCKS_SM of them resident a
+// multiprocessor (its registers capped to fit), and the host launches at most that many a multiprocessor
+// (qkRopeBlocksSM in nn.go; 2 for qk_norm_rope_bf16, whose registers allow two).
+#define QK_BLOCKS_SM 4
 
 #define QK_ROPE_PARAMS                                                                                                 \
 	__nv_bfloat16 *qo, __nv_bfloat16 *ko, __nv_bfloat16 *gate, const __nv_bfloat16 *q, const __nv_bfloat16 *k,         \
@@ -344,13 +385,13 @@ __device__ __forceinline__ void qk_rope_bf16(__nv_bfloat16 *qo, __nv_bfloat16 *k
 	    float eps, int gated, int norm, int ldq, int ldk, int L
 #define QK_ROPE_ARGS qo, ko, gate, q, k, qg, kg, pos, T, H, KV, D, R, theta, eps, gated, norm, ldq, ldk, L
 
-extern "C" __global__ void qk_norm_rope_bf16(QK_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256) qk_norm_rope_bf16(QK_ROPE_PARAMS) {
 	KEV_GRID_DEP();
 	qk_rope_bf16<0>(QK_ROPE_ARGS);
 }
 
 // qk_norm_rope_bf16_a1: one angle a lane (R/2 ≤ L, as at D = 256, R = 64); the same bits as qk_norm_rope_bf16.
-extern "C" __global__ void qk_norm_rope_bf16_a1(QK_ROPE_PARAMS) {
+extern "C" __global__ void __launch_bounds__(256, QK_BLOCKS_SM) qk_norm_rope_bf16_a1(QK_ROPE_PARAMS) {
 	KEV_GRID_DEP();
 	qk_rope_bf16<1>(QK_ROPE_ARGS);
 }
