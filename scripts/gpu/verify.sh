@@ -3,8 +3,9 @@
 # invariance and the register delta-rule kernels, golden parity and batch invariance through the predictor, the
 # delta-rule benchmark, then Kev's four serving cases (no PyTorch side) and an HTTP load test at 64 clients that
 # checks answers are equal across batches.
-# Build on the Go machine (see scripts/gpu/final.sh for the gzip/carry steps): bin/kev, bin/kev.test, bin/cuda.test
-# gzipped into .gold-in/c with the Qwen3 tokenizer.json.gz. Run there: OUT=dir bash scripts/gpu/verify.sh
+# Build on the Go machine (the build commands at the top of scripts/gpu/final.sh): bin/kev, bin/kev.test,
+# bin/cuda.test, each gzipped into .gold-in/c (gzip -c bin/kev > .gold-in/c/kev.gz, …) with the Qwen3 tokenizer
+# (.gold-in/c/tokenizer.json.gz). Run there with .gold-in/c carried: OUT=dir bash scripts/gpu/verify.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
