@@ -10,7 +10,8 @@
 #   export CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs
 #   go build -tags cuda -o bin/kev ./examples/kev && go test -c -tags cuda -o bin/kev.test . \
 #     && go test -c -tags cuda -o bin/cuda.test ./tensor/cuda && go run ./scripts/corpus -unpack .gold-in
-# (gzip bin/* and .gold-in/tokenizer.json into GZ=dir when the tree that travels is limited; they are unpacked here).
+# (gzip bin/* and .gold-in/tokenizer.json into GZ=dir, or tar them into GZ/bins.tar.xz as scripts/gpu/final.sh says,
+# when the tree that travels is limited; scripts/gpu/unpack.py unpacks them here).
 # Run there from the repository root: OUT=dir bash scripts/gpu/check.sh. Logs end up in $OUT/logs.tgz.
 set -u
 T0=$SECONDS
@@ -18,8 +19,7 @@ OUT=${OUT:-.out}
 mkdir -p bin .gold-in "$OUT/q3" /tmp/check
 L=/tmp/check
 if [ -n "${GZ:-}" ]; then
-  for f in kev kev.test cuda.test; do gunzip -c "$GZ/$f.gz" > bin/$f && chmod +x bin/$f; done
-  gunzip -c "$GZ/tokenizer.json.gz" > .gold-in/tokenizer.json
+  python3 scripts/gpu/unpack.py "$GZ" || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== 1. tensor/cuda tests"

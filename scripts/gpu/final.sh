@@ -15,7 +15,8 @@
 #   go run ./scripts/corpus -unpack .gold-in && cp .gold-in/tokenizer.json .gold-in/corpus.jsonl .gold-in/b/
 #   mkdir -p .gold-in/c && tar -C .gold-in/b -cf - . | xz -9e --lzma2=preset=9e,dict=192MiB > .gold-in/c/bins.tar.xz
 # (tok.test and corpus.jsonl may be left out: step 3 is then skipped; tokenizer.json too: it is then unpacked from
-# the tree's tokenizer/testdata/qwen3-tokenizer.json.zst with pyarrow.)
+# the tree's tokenizer/testdata/qwen3-tokenizer.json.zst. scripts/gpu/unpack.py unpacks; gzip files, one a
+# binary, as .gold-in/c/NAME.gz, do too.)
 # Run there with .gold-in/c carried: OUT=dir bash scripts/gpu/final.sh. Logs end up in $OUT/logs.tgz.
 # Shorter runs: TESTS_RUN, TESTS_S (step 1's test pattern and limit), MEMCHECK_RUN, MEMCHECK_S, SKIP_TOK=1 (step 3),
 # BENCH_TOTAL_S (step 4), SKIP_HTTP=1 (step 5).
@@ -24,23 +25,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/.out}
 mkdir -p "$OUT" bin .gold-in /tmp/final
-python3 - <<'PY' || exit 1
-import lzma, os, shutil, tarfile
-with tarfile.open(fileobj=lzma.open(".gold-in/c/bins.tar.xz")) as t:
-    t.extractall("/tmp/final/bins")
-for f in os.listdir("/tmp/final/bins"):
-    src = os.path.join("/tmp/final/bins", f)
-    if f.endswith(".json") or f.endswith(".jsonl"):
-        shutil.copy(src, os.path.join(".gold-in", f))
-    elif os.path.isfile(src):
-        shutil.copy(src, os.path.join("bin", f))
-        os.chmod(os.path.join("bin", f), 0o755)
-if not os.path.exists(".gold-in/tokenizer.json"):
-    # not in the archive: the tree's zstd copy (pyarrow reads zstd streams)
-    import pyarrow
-    with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compression="zstd") as z:
-        open(".gold-in/tokenizer.json", "wb").write(z.read())
-PY
+python3 scripts/gpu/unpack.py .gold-in/c || exit 1
 if [ ! -f bin/tok.test ] || [ ! -f .gold-in/corpus.jsonl ]; then SKIP_TOK=${SKIP_TOK:-1}; fi
 L=/tmp/final
 export PYTHONUNBUFFERED=1

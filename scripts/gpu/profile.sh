@@ -12,8 +12,7 @@ cd "$root"
 OUT=${OUT:-$root/.out}
 L=$OUT
 mkdir -p "$OUT" bin .gold-in
-for f in kev cuda.test; do gunzip -c .gold-in/c/$f.gz > bin/$f && chmod +x bin/$f; done
-gunzip -c .gold-in/c/tokenizer.json.gz > .gold-in/tokenizer.json
+python3 scripts/gpu/unpack.py .gold-in/c || exit 1
 export PYTHONUNBUFFERED=1
 (python3 scripts/golden/make_kev4b.py /tmp/kev4b --tokenizer .gold-in/tokenizer.json > /tmp/make_kev4b.log 2>&1; echo "make rc=$?" >> /tmp/make_kev4b.log) &
 mk=$!
