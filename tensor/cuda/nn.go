@@ -386,8 +386,9 @@ func (q *Queue) QKNormRope(a QKNormRope) error {
 			fn, resident = "qk_norm_rope_bf16_a1", qkRopeA1BlocksSM
 		}
 		// a block takes per vectors at a time and strides over the rest: as many blocks as are resident at once
+		// (T, H and KV are positive, so at least one)
 		blocks := min((vecs+per-1)/per, resident*q.d.sms())
-		return q.launch("nn", fn, cudrv.Dim3{X: max(blocks, 1), Y: 1, Z: 1}, block256, 0)
+		return q.launch("nn", fn, cudrv.Dim3{X: blocks, Y: 1, Z: 1}, block256, 0)
 	}
 	q.args.Ptr(a.QOut.Ptr).Ptr(a.KOut.Ptr).Ptr(a.Gate.Ptr).I32(int32(a.QOut.DType)).I32(int32(a.KOut.DType))
 	q.put(a.Q).put(a.K).put(a.QGain).put(a.KGain)
