@@ -32,7 +32,8 @@ struct __align__(8) GdnRowBlk {
 
 #define RV 136 // padded bf16 row of V (128 columns): rows two apart fall on distinct banks
 
-// Stage layout (bytes): [K; Q] as two 128-byte-swizzled slabs of 128 rows (dimensions 0…63, 64…127), T and M
+// Stage layout (bytes): [K; Q] as two 128-byte-swizzled slabs of 128 rows (dimensions 0…63, 64…127; in gdn_rows_eE
+// rows 0 … 8E − 1 the row's k, rows 8E … 16E − 1 its q), T and M
 // (64 rows of 128 bytes, swizzled), V [64][RV] bf16, the factors fp32 [5][64].
 #define R_KQ 0
 #define R_T 32768
@@ -49,25 +50,13 @@ __device__ __forceinline__ void stsm4t(const void *p, const uint32_t r[4]) {
 	             : "memory");
 }
 
-// wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns (8 to
-// 64 in steps of 8, and 128): the products of gdn_rows as wide as its launch's longest row.
+// wgmma_rs<N>: d[64×N] = A[64×16] · B[N×16]ᵀ (+ d when acc ≠ 0), as wgmma_rs_m64n64 (wgmma.cuh) for N columns (16 to
+// 128 in steps of 16): the products of gdn_rows as wide as its launch's longest row.
 template <int N> __device__ __forceinline__ void wgmma_rs(float *d, const uint32_t a[4], uint64_t db, int acc);
-template <> __device__ __forceinline__ void wgmma_rs<8>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wgmma_rs<16>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wgmma_rs<24>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 template <> __device__ __forceinline__ void wgmma_rs<32>(float *d, const uint32_t a[4], uint64_t db, int acc) {
@@ -76,26 +65,32 @@ template <> __device__ __forceinline__ void wgmma_rs<32>(float *d, const uint32_
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
-template <> __device__ __forceinline__ void wgmma_rs<40>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, {%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wgmma_rs<48>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
-template <> __device__ __forceinline__ void wgmma_rs<56>(float *d, const uint32_t a[4], uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27}, {%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
-	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wgmma_rs<64>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	wgmma_rs_m64n64(d, a, db, acc);
+}
+template <> __device__ __forceinline__ void wgmma_rs<80>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, {%40,%41,%42,%43}, %44, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<96>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<112>(float *d, const uint32_t a[4], uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, {%56,%57,%58,%59}, %60, p, 1, 1, 0;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 template <> __device__ __forceinline__ void wgmma_rs<128>(float *d, const uint32_t a[4], uint64_t db, int acc) {
 	wgmma_rs_m64n128(d, a, db, acc);
@@ -103,23 +98,17 @@ template <> __device__ __forceinline__ void wgmma_rs<128>(float *d, const uint32
 
 // The three products of an item over the first tokens of k, q and the row (k and v zero past the row, R and Δ
 // then too: tokens past the row's own add exact zeros to the products, and their columns are never read):
-// rows_xp: [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ over the first 8·E tokens of k and q, acc[0 …) the k tokens', acc[32 …) the q
-// tokens' (the layout of one m64n128); rows_d: Δᵀ = Rᵀ Tᵀ and rows_o: Oᵀ += Δᵀ Mᵀ over the first NB 16-token
+// rows_xp: [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ over the first 8·E tokens of k and q, one product of width 16·E a k step and part
+// of S₀ (the stage's tile holds those k rows, then those q rows): acc[0 …) the k tokens', acc[4E …) the q tokens';
+// rows_d: Δᵀ = Rᵀ Tᵀ and rows_o: Oᵀ += Δᵀ Mᵀ over the first NB 16-token
 // tiles. kq, tb, mb: the stage's tiles.
 template <int E>
 __device__ __forceinline__ void rows_xp(float *acc, const uint32_t (*sh)[4], const uint32_t (*sl)[4], uint32_t kq) {
 #pragma unroll
 	for (int kk = 0; kk < 8; kk++) {
 		const uint32_t b = kq + (kk >> 2) * 16384 + (kk & 3) * 32;
-		if constexpr (E == 8) {
-			wgmma_rs<128>(acc, sh[kk], desc_sw128(b), kk > 0);
-			wgmma_rs<128>(acc, sl[kk], desc_sw128(b), 1);
-		} else {
-			wgmma_rs<8 * E>(acc, sh[kk], desc_sw128(b), kk > 0);
-			wgmma_rs<8 * E>(acc + 32, sh[kk], desc_sw128(b + 64 * 128), kk > 0);
-			wgmma_rs<8 * E>(acc, sl[kk], desc_sw128(b), 1);
-			wgmma_rs<8 * E>(acc + 32, sl[kk], desc_sw128(b + 64 * 128), 1);
-		}
+		wgmma_rs<16 * E>(acc, sh[kk], desc_sw128(b), kk > 0);
+		wgmma_rs<16 * E>(acc, sl[kk], desc_sw128(b), 1);
 	}
 }
 template <int NB> __device__ __forceinline__ void rows_d(float *D, const uint32_t (*ra)[4], uint32_t tb) {
@@ -188,9 +177,9 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	bool pend = ib.pr && ir0 > 0; // the run's segment first, for its state alone
 	const int steps = count + pend;
 	int3 ent = make_int3(rows[3 * (ib.r0 + ir)], rows[3 * (ib.r0 + ir) + 1], rows[3 * (ib.r0 + ir) + 2]);
-	// issue copies the cursor's item into stage slot as one group — the first 16·XN rows of k, q and v (zero past the
-	// row's length), the rows of T and M that hold tokens (the others are never read), the factors — records it in
-	// the slot's meta, and moves the cursor on (the next entry's loads in flight until the next call).
+	// issue copies the cursor's item into stage slot as one group — the first 8E rows of k and q, the first 16·XN of v
+	// (zero past the row's length), the rows of T and M that hold tokens (the others are never read), the factors —
+	// records it in the slot's meta, and moves the cursor on (the next entry's loads in flight until the next call).
 	auto issue = [&](int slot) {
 		char *sb = smr + slot * R_STAGE;
 		const bool silent = pend, seg = pend || (ib.pr && ir == 0); // the run's segment, for its state alone or not
@@ -213,15 +202,18 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		}
 		const __nv_bfloat16 *row0 = qkv + (size_t)t0 * width;
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that the products read: the tiles holding tokens
-		{ // [K; Q]: tile row n = n0 + 16j, 16 pieces a row; piece c of row n at slab c / 8, chunk (c % 8) ^ (n % 8)
+		{ // [K; Q]: tile row n = n0 + 16j (k of token n, or q of token n − 8E), 16 pieces a row; piece c of row n at
+		  // slab c / 8, chunk (c % 8) ^ (n % 8)
 			const int c = tid & 15, n0 = tid >> 4;
 			char *dst = sb + R_KQ + (c >> 3) * 16384 + (((c & 7) ^ (n0 & 7)) << 4) + n0 * 128;
 #pragma unroll
-			for (int j = 0; j < 8; j++) {
-				const int t = (n0 + 16 * j) & 63;
+			for (int j = 0; j < E; j++) {
+				const int n = n0 + 16 * j;
+				const bool isq = n >= 8 * E;
+				const int t = isq ? n - 8 * E : n;
 				const bool ok = t < len;
-				const __nv_bfloat16 *src = row0 + (size_t)t * width + (j < 4 ? (size_t)hk * GDK : 0) + (size_t)kh * GDK + 8 * c;
-				if (t < 16 * XN) cp16(dst + j * 16 * 128, ok ? src : row0, ok);
+				const __nv_bfloat16 *src = row0 + (size_t)t * width + (isq ? 0 : (size_t)hk * GDK) + (size_t)kh * GDK + 8 * c;
+				cp16(dst + j * 16 * 128, ok ? src : row0, ok);
 			}
 		}
 		{ // V: row t = t0r + 16j, 16 pieces a row
@@ -316,7 +308,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		const __nv_bfloat16 *Vs = (const __nv_bfloat16 *)(sb + R_V);
 		const float *F = (const float *)(sb + R_F);
 		// [Xᵀ Pᵀ] = S₀ᵀ [K; Q]ᵀ: per k step the high part, then the low part of S₀. acc[4j + e] holds column c0 (e < 2)
-		// or c0 + 8 of token 8j + 2qq + (e & 1) (j < 8: X; j ≥ 8: P of token 8(j − 8) + …)
+		// or c0 + 8 of token 8j + 2qq + (e & 1) (j < E: X; j ≥ E: P of token 8(j − E) + …)
 		float acc[64];
 		wgmma_fence();
 		rows_xp<E>(acc, sh, sl, kq);
@@ -382,10 +374,11 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 			const float2 fq = *(const float2 *)(F + 2 * GC + t);
 			const float fq0 = fq.x, fq1 = fq.y;
 			const bool in = j < E; // tokens past 8E: never stored
-			P[4 * j] = in ? acc[32 + 4 * j] * fq0 : 0.f;
-			P[4 * j + 1] = in ? acc[33 + 4 * j] * fq1 : 0.f;
-			P[4 * j + 2] = in ? acc[34 + 4 * j] * fq0 : 0.f;
-			P[4 * j + 3] = in ? acc[35 + 4 * j] * fq1 : 0.f;
+			const float *pa = acc + 4 * E + 4 * (in ? j : 0);
+			P[4 * j] = in ? pa[0] * fq0 : 0.f;
+			P[4 * j + 1] = in ? pa[1] * fq1 : 0.f;
+			P[4 * j + 2] = in ? pa[2] * fq0 : 0.f;
+			P[4 * j + 3] = in ? pa[3] * fq1 : 0.f;
 		}
 		wgmma_fence();
 		rows_o<XN>(P, da, mb);
@@ -427,7 +420,8 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		if (m.kind == 0) continue;
 		// A run's segment: S₁ᵀ = γ_C S₀ᵀ + (fk·Δ)ᵀ K, warp wi its 16 columns × 128 dimensions as 16 n tiles of 8
 		// (U[4j + e]: column c0 (e < 2) or c0 + 8, dimension 8j + 2qq + (e & 1)), S₀ from its hi and lo parts; K's
-		// 8×8 blocks read transposed from the stage (tokens as the k dimension). Then the final state where it is
+		// 8×8 blocks read transposed from the stage (tokens as the k dimension; with E odd, the last tile's tokens from
+		// 8E on are the tile rows of q, read as zeros: the row has no such tokens). Then the final state where it is
 		// wanted, and S₁ split as the state the run's rows continue.
 		{
 			const float gC = F[4 * GC];
@@ -450,6 +444,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 					const int t = 16 * s + lt, d = 16 * jp + ld8;
 					uint32_t b[4];
 					ldsm4t(b, sb + R_KQ + (d >> 6) * 16384 + t * 128 + ((((d >> 3) & 7) ^ (t & 7)) << 4));
+					if (E % 2 == 1 && s == XN - 1) b[1] = b[3] = 0u; // tokens 8E …: the stage's q rows there, past the row
 					mma16816(U + 8 * jp, ua[s], b[0], b[1]);
 					mma16816(U + 8 * jp + 4, ua[s], b[2], b[3]);
 				}
