@@ -135,6 +135,9 @@ func (q *Queue) gdnRows(o, qkv Operand, blks, rows, work Buffer, ng, items, g, p
 	if width < 1 || width > 8 {
 		return fmt.Errorf("cuda: gdn_rows over %d pieces of 8 tokens (1 to 8)", width)
 	}
+	if row := 2*hk*128 + hv*dv; 64*int64(row) >= 1<<31 {
+		return fmt.Errorf("cuda: gdn_rows over rows of %d values (a chunk's offsets are 32-bit: at most %d)", row, (1<<31)/64-1)
+	}
 	q.args.Reset()
 	q.put(o)
 	q.args.Ptr(qkv.Ptr).Ptr(blks.Ptr).Ptr(rows.Ptr).I32(int32(ng)).I32(int32(per)).I32(int32(items)).I32(b2i(runs))

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kevgo/kev/tensor"
@@ -86,7 +87,7 @@ func forRowModes(t *testing.T, f func(t *testing.T)) {
 
 // TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}, gdn_state_w2) against the one-warp fp32
 // recurrent kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3
-// with value widths 64 and 96; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state;
+// with value widths 64 and 96, and rows with one, three and four value heads a key head and value width 256; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state;
 // several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
 // (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
 // the state's own chunks, or on Hopper with d_v a multiple of 128 on gdn_rows. Final states are compared for single
@@ -115,6 +116,11 @@ func TestGDN(t *testing.T) {
 		{16, 32, 128, []int{40, 1, 64, 17, 40, 33}, true, false, false, true},
 		{1, 3, 96, []int{130, 40, 3, 64, 65, 17}, true, false, true, true},
 		{2, 4, 64, []int{21, 64, 9}, false, true, false, true},
+		// gdn_rows's items over two column blocks a head (d_v 256) and three value heads a key head, from a cached
+		// state; one and four value heads a key head, from zero
+		{1, 3, 256, []int{40, 1, 64, 17, 40, 33}, true, false, false, true},
+		{4, 4, 128, []int{13, 40, 7, 64, 33}, false, false, false, true},
+		{2, 8, 128, []int{40, 3, 64, 21}, true, false, true, true},
 	}
 	r := newRand(t)
 	for _, c := range cases {
@@ -528,6 +534,32 @@ func BenchmarkGDN(b *testing.B) {
 // row's bits must not depend on the width), and within the bounds of TestGDNSegments against the register kernels.
 // Both with the rows in the blocks of gdn_state and, where it runs, on gdn_rows (grouping off: one row a block).
 func TestGDNRows(t *testing.T) { forRowModes(t, testGDNRows) }
+
+// TestGDNRowsLimits checks that gdn_rows refuses what its kernel cannot run, before launching anything: widths
+// outside 1 to 8 and rows too long for its 32-bit offsets within a chunk.
+func TestGDNRowsLimits(t *testing.T) {
+	if !rowsFit(128) {
+		t.Skip("gdn_rows does not run on this device")
+	}
+	cases := []struct {
+		width, hk, hv, dv int
+		want              string
+	}{
+		{0, 16, 32, 128, "pieces of 8 tokens"},
+		{9, 16, 32, 128, "pieces of 8 tokens"},
+		{5, 16, 32, 1 << 20, "32-bit"},
+		{5, 1 << 17, 1 << 17, 128, "32-bit"},
+	}
+	do(t, func(q *Queue) error {
+		for _, c := range cases {
+			err := q.gdnRows(Operand{DType: tensor.F32}, Operand{DType: tensor.BF16}, Buffer{}, Buffer{}, Buffer{}, 1, 1, 1, 1, false, c.width, c.hk, c.hv, c.dv)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("width %d, hk %d, hv %d, dv %d: error %v, want one about %q", c.width, c.hk, c.hv, c.dv, err, c.want)
+			}
+		}
+		return nil
+	})
+}
 
 func testGDNRows(t *testing.T) {
 	r := newRand(t)

@@ -122,13 +122,15 @@ template <int NB> __device__ __forceinline__ void rows_o(float *P, const uint32_
 
 // GdnRowMeta: what the copies of a stage's step leave for its products: the row's first row and length, the state
 // slice it continues (its run, group · hv·nz + head·nz + column block z; −run − 1 for the state a segment of the run
-// continues), its head·nz + z, the state's type, the step's kind (0: a row; 1: a run's segment, outputs and final
-// state written; 2: a run's segment for its state alone), the state's address and the final state's.
+// continues), its head and first column, the state's type, the step's kind (0: a row; 1: a run's segment, outputs
+// and final state written; 2: a run's segment for its state alone), the state's address and the final state's.
 struct __align__(8) GdnRowMeta {
-	int32_t t0, len, item, hz, dt, kind;
+	int32_t t0, len, item, h, cb;
+	int16_t dt, kind;
 	const void *s;
 	float *fin;
 };
+static_assert(sizeof(GdnRowMeta) == 40, "gdnRowsShared (gdn.go) counts 40 bytes a stage");
 
 // gdn_rows: grid (G), 256 threads, a persistent block per multiprocessor at most. The work is a sequence of q row
 // items: for each of the ng groups e in order, each head h and column block z (nz = dv/128 of them), a run of the
@@ -161,6 +163,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	const int c0 = 64 * wg + 16 * wi + gq; // this thread's value columns (in the item's 128): c0 and c0 + 8
 	const int nz = dv >> 7, hzn = hv * nz;
 	const size_t width = 2 * (size_t)hk * GDK + (size_t)hv * dv;
+	const int iw = (int)width; // a row's offsets within a chunk's 64 rows in 32 bits: the launch has 64·width < 2³¹
 	// the block's group e0 is the last one whose first item (runs: first block) is at or before the block's
 	const int key = runs ? (int)blockIdx.x : (int)blockIdx.x * per;
 	int e0 = -1;
@@ -171,8 +174,10 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	const int hz0 = (key - b0.q0) / span;                    // the first item's (head, column block)
 	const int ir0 = runs ? (key - b0.q0 - hz0 * span) * per : key - b0.q0 - hz0 * span; // and row
 	const int count = runs ? min(per, b0.n - ir0) : min(per, q - key);
-	// the copies' cursor: group ie (ib), head and column block ihz, row ir; ent is that row's table entry
-	int ie = e0, ihz = hz0, ir = ir0, left = count;
+	// the copies' cursor: group ie (ib), head and column block ihz (head ih = ikh·(hv/hk) + irt, block iz), row ir;
+	// ent is that row's table entry. The cursor steps without dividing: a step's divisions were a tenth of its work.
+	const int rat = hv / hk;
+	int ie = e0, ihz = hz0, ir = ir0, left = count, ih = hz0 / nz, iz = hz0 - ih * nz, ikh = ih / rat, irt = ih - ikh * rat;
 	GdnRowBlk ib = b0;
 	bool pend = ib.pr && ir0 > 0; // the run's segment first, for its state alone
 	const int steps = count + pend;
@@ -188,10 +193,10 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 			const int32_t *pw = rows + 3 * ib.r0;
 			en = make_int3(pw[0], pw[1], pw[2]);
 		}
-		const int h = ihz / nz, cb = (ihz - h * nz) * 128, kh = h / (hv / hk), t0 = en.x, len = en.y;
+		const int h = ih, cb = iz * 128, kh = ikh, t0 = en.x, len = en.y;
 		const int run = ie * hzn + ihz;
 		if (tid == 0)
-			meta[slot] = GdnRowMeta{t0, len, seg ? -run - 1 : run, ihz, ib.dt, seg ? (silent ? 2 : 1) : 0, ib.s, ib.fin};
+			meta[slot] = GdnRowMeta{t0, len, seg ? -run - 1 : run, h, cb, (int16_t)ib.dt, (int16_t)(seg ? (silent ? 2 : 1) : 0), ib.s, ib.fin};
 		if (ir == 0 && ib.s && ib.dt == DT_F32) { // the item's state slice (128 rows of 512 bytes) into L2
 			const char *sp = (const char *)ib.s + ((size_t)h * GDK * dv + cb) * 4;
 #pragma unroll
@@ -204,7 +209,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		const int nr = 16 * ((len + 15) >> 4); // rows of T and M that the products read: the tiles holding tokens
 		{ // [K; Q]: tile row n = n0 + 16j (k of token n, or q of token n − 8E), 16 pieces a row; piece c of row n at
 		  // slab c / 8, chunk (c % 8) ^ (n % 8)
-			const int c = tid & 15, n0 = tid >> 4;
+			const int c = tid & 15, n0 = tid >> 4, q0 = kh * GDK + 8 * c, k0 = q0 + hk * GDK;
 			char *dst = sb + R_KQ + (c >> 3) * 16384 + (((c & 7) ^ (n0 & 7)) << 4) + n0 * 128;
 #pragma unroll
 			for (int j = 0; j < E; j++) {
@@ -212,17 +217,17 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 				const bool isq = n >= 8 * E;
 				const int t = isq ? n - 8 * E : n;
 				const bool ok = t < len;
-				const __nv_bfloat16 *src = row0 + (size_t)t * width + (isq ? 0 : (size_t)hk * GDK) + (size_t)kh * GDK + 8 * c;
+				const __nv_bfloat16 *src = row0 + (t * iw + (isq ? q0 : k0));
 				cp16(dst + j * 16 * 128, ok ? src : row0, ok);
 			}
 		}
 		{ // V: row t = t0r + 16j, 16 pieces a row
-			const int c = tid & 15, t0r = tid >> 4;
+			const int c = tid & 15, t0r = tid >> 4, v0 = 2 * hk * GDK + h * dv + cb + 8 * c;
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				const int t = t0r + 16 * j;
 				const bool ok = t < len;
-				const __nv_bfloat16 *src = row0 + (size_t)t * width + 2 * (size_t)hk * GDK + (size_t)h * dv + cb + 8 * c;
+				const __nv_bfloat16 *src = row0 + (t * iw + v0);
 				if (t < 16 * XN) cp16(sb + R_V + (t * RV + 8 * c) * 2, ok ? src : row0, ok);
 			}
 		}
@@ -245,7 +250,12 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		if (--left == 0) return;
 		if (++ir == ib.n) { // the next head or column block of the group, or the next group
 			ir = 0;
-			if (++ihz == hzn) ihz = 0, ib = blks[++ie];
+			++ihz;
+			if (++iz == nz) {
+				iz = 0;
+				if (++irt == rat) irt = 0, ++ikh;
+				if (++ih == hv) ih = ikh = irt = ihz = 0, ib = blks[++ie];
+			}
 		}
 		const int32_t *rw = rows + 3 * (ib.r0 + ir);
 		ent = make_int3(rw[0], rw[1], rw[2]);
@@ -259,8 +269,15 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 	// loadState splits the state slice (s of type dt; null: zero) of head h, columns cb … into sh and sl; fp32 states
 	// (all but cached ones of another type) with every load in flight at once
 	auto loadState = [&](const void *s, int dt, int h, int cb) {
+		if (!s) { // a new state: both parts zero, as split2 leaves them
+#pragma unroll
+			for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+				for (int r = 0; r < 4; r++) sh[kk][r] = sl[kk][r] = 0u;
+			return;
+		}
 		float sv[8][4][2];
-		if (s && dt == DT_F32) {
+		if (dt == DT_F32) {
 			const float *sp = (const float *)s + (size_t)h * GDK * dv + cb + c0;
 #pragma unroll
 			for (int kk = 0; kk < 8; kk++)
@@ -276,8 +293,8 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 #pragma unroll
 				for (int r = 0; r < 4; r++) {
 					const int col = cb + c0 + (r & 1) * 8, k = 16 * kk + 2 * qq + (r >> 1) * 8;
-					sv[kk][r][0] = s ? ld(s, dt, ((size_t)h * GDK + k) * dv + col) : 0.f;
-					sv[kk][r][1] = s ? ld(s, dt, ((size_t)h * GDK + k + 1) * dv + col) : 0.f;
+					sv[kk][r][0] = ld(s, dt, ((size_t)h * GDK + k) * dv + col);
+					sv[kk][r][1] = ld(s, dt, ((size_t)h * GDK + k + 1) * dv + col);
 				}
 		}
 #pragma unroll
@@ -298,7 +315,7 @@ __device__ __forceinline__ void gdn_rows_body(void *o, int odt, const __nv_bfloa
 		fence_async_shared();
 		__syncthreads(); // item i's inputs are in; every thread is past item i − 1, whose stage item i + NS − 1 takes
 		const GdnRowMeta m = meta[i % NS];
-		const int h = m.hz / nz, cb = (m.hz - h * nz) * 128;
+		const int h = m.h, cb = m.cb;
 		if (m.item != item) {
 			item = m.item;
 			loadState(m.s, m.dt, h, cb);
