@@ -87,9 +87,10 @@ func forRowModes(t *testing.T, f func(t *testing.T)) {
 
 // TestGDN checks the tensor-core delta rule (gdn_prep, gdn_state_ns{1,2}, gdn_state_w2) against the one-warp fp32
 // recurrent kernel on fresh random inputs, fp32 outputs: Kev-4B heads (16 key, 32 value heads of 128) and GVA 2 and 3
-// with value widths 64 and 96, and rows with one, three and four value heads a key head and value width 256; segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state;
-// several segments continuing one state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays
-// (g ∈ (−0.02, 0], the state remembering many chunks); rows (segments of one chunk at most) run in one block after
+// with value widths 64 and 96, and rows with one, three and four value heads a key head and value width 256;
+// segments of 1, 40, 64, 65, 130, 2,392 tokens, from zero and from a cached state; several segments continuing one
+// state; ill-conditioned keys (one shared key plus 5 % noise, β near 1); slow decays (g ∈ (−0.02, 0], the state
+// remembering many chunks); rows (segments of one chunk at most) run in one block after
 // the state's own chunks, or on Hopper with d_v a multiple of 128 on gdn_rows. Final states are compared for single
 // segments. Every state kernel runs every case (gdn_state_ns1 after gdn_prep_kh where hv = 2·hk; ns2 and, where d_v
 // is a multiple of 64, w2 after gdn_prep, w2 with its rows one and two at a time) and all must agree bit for bit;
