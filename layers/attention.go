@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/kevgo/kev/internal/qwen35"
@@ -64,24 +65,84 @@ func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
 // It returns the output as pre and wo (see mix) and this call's keys
 // (post-norm, post-rotary) and values, which become the cache of a prefill.
 func (a *Attention) forward(u tensor.Tensor, positions []int32, kPrefix, vPrefix tensor.Tensor, lens []int) (pre, wo, k, v tensor.Tensor, err error) {
-	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
+	return a.mix(u, positions, 0, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
 		return a.b.Attention(q, k, v, kPrefix, vPrefix, lens, a.attn)
 	})
 }
 
 // forwardSegments is forward over segments that each continue their own
-// prefix (see tensor.Batched.AttentionSegments).
-func (a *Attention) forwardSegments(bb tensor.Batched, u tensor.Tensor, positions []int32, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment) (pre, wo, k, v tensor.Tensor, err error) {
-	return a.mix(u, positions, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
-		return bb.AttentionSegments(q, k, v, kPrefixes, vPrefixes, segs, a.attn)
+// prefix (see tensor.Batched.AttentionSegments). With from > 0 only rows
+// from… are mixed (pre has their rows alone): from is where a segment
+// starts, every segment before it starts FromZero, and k and v still cover
+// every row. The segments from there on attend as they would in the whole
+// call: one continuing segment Index of the call sees that segment's keys
+// and values, copied out as a prefix.
+func (a *Attention) forwardSegments(bb tensor.Batched, u tensor.Tensor, positions []int32, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, from int) (pre, wo, k, v tensor.Tensor, err error) {
+	return a.mix(u, positions, from, func(q, k, v tensor.Tensor) (tensor.Tensor, error) {
+		if from == 0 {
+			return bb.AttentionSegments(q, k, v, kPrefixes, vPrefixes, segs, a.attn)
+		}
+		return a.attendFrom(bb, q, k, v, kPrefixes, vPrefixes, segs, from)
 	})
+}
+
+// attendFrom runs the segments starting at row from or later (q holds their
+// rows alone; k and v every row of the call), their FromSegment segments
+// turned into FromPrefix ones over copies of the segments they continue.
+func (a *Attention) attendFrom(bb tensor.Batched, q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, from int) (att tensor.Tensor, err error) {
+	b := a.b
+	var owned []tensor.Tensor
+	defer func() { b.Free(owned...) }()
+	slice := func(x tensor.Tensor, lo, hi int) tensor.Tensor {
+		if err != nil {
+			return nil
+		}
+		var y tensor.Tensor
+		if y, err = bb.SliceRows(x, lo, hi); err == nil {
+			owned = append(owned, y)
+		}
+		return y
+	}
+	n := k.Shape()[0]
+	kps := append([]tensor.Tensor(nil), kPrefixes...)
+	vps := append([]tensor.Tensor(nil), vPrefixes...)
+	starts := make([]int, len(segs))
+	asPrefix := map[int]int{} // segment → its index in kps
+	var rows []tensor.Segment
+	off := 0
+	for i, s := range segs {
+		starts[i] = off
+		off += s.Len
+		if starts[i] < from {
+			if s.From != tensor.FromZero || off > from {
+				return nil, fmt.Errorf("layers: attention from row %d: segment %d (rows %d…%d, %v) is not a new state before it", from, i, starts[i], off, s.From)
+			}
+			continue
+		}
+		if s.From == tensor.FromSegment {
+			j, ok := asPrefix[s.Index]
+			if !ok {
+				j = len(kps)
+				asPrefix[s.Index] = j
+				lo, hi := starts[s.Index], starts[s.Index]+segs[s.Index].Len
+				kps, vps = append(kps, slice(k, lo, hi)), append(vps, slice(v, lo, hi))
+			}
+			s.From, s.Index = tensor.FromPrefix, j
+		}
+		rows = append(rows, s)
+	}
+	kr, vr := slice(k, from, n), slice(v, from, n)
+	if err != nil {
+		return nil, err
+	}
+	return bb.AttentionSegments(q, kr, vr, kps, vps, rows, a.attn)
 }
 
 // mix projects u, prepares queries and keys, runs attend, gates its output
 // and projects it back; it returns the output, keys and values. The output is
 // MatMul(pre, wo) when wo is not nil (the projection left to the caller, to
 // fuse it with what follows), else pre itself (an output bias: projected here).
-func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (pre, wo, k, v tensor.Tensor, err error) {
+func (a *Attention) mix(u tensor.Tensor, positions []int32, from int, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (pre, wo, k, v tensor.Tensor, err error) {
 	b := a.b
 	proj, err := b.MatMul(u, a.qkv)
 	if err != nil {
@@ -110,6 +171,12 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v 
 	if err != nil {
 		b.Free(v)
 		return nil, nil, nil, nil, err
+	}
+	if from > 0 { // the rows mixed: from… (see forwardSegments)
+		if q, gate, err = a.rowsFrom(q, gate, from); err != nil {
+			b.Free(k, v)
+			return nil, nil, nil, nil, err
+		}
 	}
 	att, err := attend(q, k, v)
 	b.Free(q)
@@ -141,4 +208,25 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, attend func(q, k, v 
 		return nil, nil, nil, nil, err
 	}
 	return out, nil, k, v, nil
+}
+
+// rowsFrom returns rows from… of q and of gate (nil stays nil), freeing q
+// and gate, also on an error.
+func (a *Attention) rowsFrom(q, gate tensor.Tensor, from int) (tensor.Tensor, tensor.Tensor, error) {
+	b := a.b
+	defer b.Free(q, gate)
+	bb, ok := b.(tensor.Batched)
+	if !ok {
+		return nil, nil, fmt.Errorf("layers: attention from row %d needs a backend with tensor.Batched", from)
+	}
+	qr, err := bb.SliceRows(q, from, q.Shape()[0])
+	if err != nil || gate == nil {
+		return qr, nil, err
+	}
+	gr, err := bb.SliceRows(gate, from, gate.Shape()[0])
+	if err != nil {
+		b.Free(qr)
+		return nil, nil, err
+	}
+	return qr, gr, nil
 }

@@ -42,7 +42,9 @@ type RowAt struct {
 
 // Output is what a pass returns.
 type Output struct {
-	// Hidden holds final hidden states [*, d]; At says where each row's are.
+	// Hidden holds the rows' final hidden states [*, d] (a pass computes no
+	// final hidden states for the new states' own tokens); At says where
+	// each row's are.
 	Hidden []tensor.Tensor
 	// At has one entry per Batch.Rows entry.
 	At []RowAt
@@ -145,13 +147,22 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 			s.Free()
 		}
 	}
-	h, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
+	// Only the rows' final hidden states are read: the new states' rows (all
+	// before the first row) leave the last layer after its mixer.
+	from := 0
+	if len(bt.Rows) > 0 {
+		from = out.At[0].Off
+		for r := range out.At {
+			out.At[r].Off -= from
+		}
+	}
+	h, err := m.pass(ids, from, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {
 			kps, vps := make([]tensor.Tensor, len(prefixes)), make([]tensor.Tensor, len(prefixes))
 			for j, p := range prefixes {
 				kps[j], vps[j] = p.layers[i].k, p.layers[i].v
 			}
-			mix, wo, k, v, err := l.attn.forwardSegments(bb, u, positions, kps, vps, segs)
+			mix, wo, k, v, err := l.attn.forwardSegments(bb, u, positions, kps, vps, segs, m.cutAt(i, from))
 			if err != nil {
 				return nil, nil, err
 			}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/tensor"
 	"github.com/kevgo/kev/tensor/cpu"
 )
@@ -148,6 +149,72 @@ func equal(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// TestForwardHiddenRowsOnly checks that a batched pass returns the rows'
+// final hidden states alone, one after another, and that leaving the new
+// states' rows out of the last layer's attention, projection and MLP leaves
+// the rows' values bit for bit as a pass that runs every row to the end
+// (Observe set), with the last layer an attention layer and a DeltaNet one.
+func TestForwardHiddenRowsOnly(t *testing.T) {
+	r := newRand(t)
+	deltaLast := smallConfig()
+	deltaLast.LayerTypes = append([]qwen35.LayerType(nil), deltaLast.LayerTypes...)
+	deltaLast.LayerTypes[1], deltaLast.LayerTypes[4] = qwen35.FullAttention, qwen35.LinearAttention
+	for name, c := range map[string]qwen35.Config{"attention": smallConfig(), "deltanet": deltaLast} {
+		t.Run(name, func(t *testing.T) {
+			b := cpu.New()
+			m, err := New(b, randomWeights(r, c, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cached []*State
+			for _, n := range []int{8, 70} {
+				s, h, err := m.Prefill(randomIDs(r, n, c.VocabSize))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Free(h)
+				defer s.Free()
+				cached = append(cached, s)
+			}
+			bt := batchCase(r, c.VocabSize, cached)
+			cut, err := m.Forward(bt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cut.Free()
+			seen := 0
+			m.Observe = func(int, tensor.Tensor) { seen++ }
+			whole, err := m.Forward(bt)
+			m.Observe = nil
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Free()
+			if seen != c.NumLayers+2 {
+				t.Fatalf("Observe saw %d points, want %d", seen, c.NumLayers+2)
+			}
+			for _, o := range []*Output{cut, whole} {
+				for _, s := range o.States {
+					defer s.Free()
+				}
+			}
+			rows := 0
+			for i, row := range bt.Rows {
+				if cut.At[i] != (RowAt{Off: rows}) || whole.At[i] != cut.At[i] {
+					t.Errorf("row %d at %+v (cut) and %+v (whole), want offset %d", i, cut.At[i], whole.At[i], rows)
+				}
+				rows += len(row.IDs)
+			}
+			if got := cut.Hidden[0].Shape(); got[0] != rows || got[1] != c.HiddenSize {
+				t.Fatalf("hidden states %v, want [%d %d]", got, rows, c.HiddenSize)
+			}
+			if a, w := host(t, b, cut.Hidden[0]), host(t, b, whole.Hidden[0]); !equal(a, w) {
+				t.Errorf("the rows' hidden states differ with the new states' rows cut at the last layer (rel %.3g)", relErr(a, f64(w)))
+			}
+		})
+	}
 }
 
 // TestForwardErrors checks that a malformed batch is refused by name.

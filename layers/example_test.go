@@ -35,7 +35,7 @@ func ExampleModel() {
 
 // ExampleModel_Forward runs two requests in one pass: a new state with two
 // question rows (its state kept for later), and a row continuing a cached
-// state.
+// state. The output holds the rows' final hidden states, one after another.
 func ExampleModel_Forward() {
 	b, err := tensor.Open("cpu")
 	if err != nil {
@@ -65,5 +65,5 @@ func ExampleModel_Forward() {
 	defer out.Free()
 	defer out.States[0].Free()
 	fmt.Println("row offsets:", out.At, "kept state tokens:", out.States[0].Len)
-	// Output: row offsets: [{0 4} {0 7} {0 9}] kept state tokens: 4
+	// Output: row offsets: [{0 0} {0 3} {0 5}] kept state tokens: 4
 }

@@ -91,7 +91,7 @@ func TestGoldenPacked(t *testing.T) {
 						t.Errorf("packed %s: relative error %.3g (max abs %.3g)", at, e.rel, e.abs)
 					}
 					for qi, r := range c.Rows {
-						off := out.At[qi].Off
+						off := ns + out.At[qi].Off // Observe saw the whole pass, the state's rows first
 						at := fmt.Sprintf("%s q%d %s", c.Name, qi, pointName(p, L))
 						e := compareBlock(got[p][off*d:(off+len(r.IDs))*d], ref.block(t, ci, fmt.Sprintf("q%d", qi), p))
 						packed.layer(e, at)

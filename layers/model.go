@@ -225,7 +225,7 @@ func (m *Model) forward(prefix *State, ids []int32, lens []int) (*State, tensor.
 	if prefix == nil {
 		next = &State{Len: len(ids), b: b, layers: make([]layerState, len(m.layers))}
 	}
-	u, err := m.pass(ids, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
+	u, err := m.pass(ids, 0, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {
 			var kp, vp tensor.Tensor
 			if prefix != nil {
@@ -274,8 +274,17 @@ type mixer func(i int, l *decoder, u tensor.Tensor) (pre, wo tensor.Tensor, err 
 
 // pass runs ids through the embedding, every decoder layer (its mixer given
 // by mix, then the MLP) and the final norm, and returns the final hidden
-// states.
-func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
+// states of rows from… (all of them when from is 0).
+//
+// Nothing reads the final hidden states of the rows before from, so they
+// leave the last layer early: its mixer still computes their keys, values
+// and states (a pass keeps them), and may mix rows from… alone (cutAt), and
+// the output projection, the MLP and the final norm run on rows from…
+// alone. No row's arithmetic depends on the rows beside it, so the rows
+// returned hold the same values either way. With Observe set every row runs
+// to the end (Observe sees them all) and from only selects the rows
+// returned. from > 0 needs tensor.Batched.
+func (m *Model) pass(ids []int32, from int, mix mixer) (tensor.Tensor, error) {
 	b, c := m.b, &m.Config
 	h, err := b.Embedding(m.embed, ids)
 	if err != nil {
@@ -293,6 +302,17 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 		if err != nil {
 			b.Free(h)
 			return nil, err
+		}
+		if cut := m.cutAt(i, from); cut > 0 {
+			if pre.Shape()[0] == h.Shape()[0] {
+				pre, h, err = m.trimRows(pre, h, cut)
+			} else if h, _, err = m.trimRows(h, nil, cut); err != nil { // the mixer mixed rows cut… alone
+				b.Free(pre)
+			}
+			if err != nil {
+				return nil, err
+			}
+			from = 0
 		}
 		var h2, v tensor.Tensor
 		if wo != nil {
@@ -323,7 +343,40 @@ func (m *Model) pass(ids []int32, mix mixer) (tensor.Tensor, error) {
 	}
 	b.Free(h)
 	m.observe(c.NumLayers+1, u)
-	return u, nil
+	if from > 0 { // Observe saw every row to the end: select the rows now
+		u, _, err = m.trimRows(u, nil, from)
+	}
+	return u, err
+}
+
+// cutAt is the row from which pass runs layer i's rows past its mixer: from
+// at the last layer unless Observe is set, else 0 (every row). A mixer may
+// mix rows cutAt… alone and return only theirs.
+func (m *Model) cutAt(i, from int) int {
+	if i == len(m.layers)-1 && m.Observe == nil {
+		return from
+	}
+	return 0
+}
+
+// trimRows returns rows from… of x (and of y when not nil), freeing x and
+// y, also on an error. It needs tensor.Batched (its SliceRows).
+func (m *Model) trimRows(x, y tensor.Tensor, from int) (tensor.Tensor, tensor.Tensor, error) {
+	bb, ok := m.b.(tensor.Batched)
+	if !ok {
+		m.b.Free(x, y)
+		return nil, nil, fmt.Errorf("layers: rows %d… of a pass need a backend with tensor.Batched", from)
+	}
+	xs, err := bb.SliceRows(x, from, x.Shape()[0])
+	var ys tensor.Tensor
+	if err == nil && y != nil {
+		if ys, err = bb.SliceRows(y, from, y.Shape()[0]); err != nil {
+			m.b.Free(xs)
+			xs = nil
+		}
+	}
+	m.b.Free(x, y)
+	return xs, ys, err
 }
 
 func (m *Model) observe(point int, h tensor.Tensor) {
