@@ -35,6 +35,23 @@ func batchCase(r *rand.Rand, c int, cached []*State) *Batch {
 	return bt
 }
 
+// cachedStates prefills two states of 8 and 70 tokens for batchCase, freed
+// when the test ends.
+func cachedStates(t *testing.T, m *Model, r *rand.Rand) []*State {
+	t.Helper()
+	var cached []*State
+	for _, n := range []int{8, 70} {
+		s, h, err := m.Prefill(randomIDs(r, n, m.Config.VocabSize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.b.Free(h)
+		t.Cleanup(s.Free)
+		cached = append(cached, s)
+	}
+	return cached
+}
+
 // TestForwardMatchesRows runs one batch of new states and rows continuing
 // cached and new states, with the batched operations and without them, and
 // checks every row's final hidden states and every kept state bit for bit
@@ -52,16 +69,7 @@ func TestForwardMatchesRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var cached []*State
-			for _, n := range []int{8, 70} {
-				s, h, err := m.Prefill(randomIDs(r, n, c.VocabSize))
-				if err != nil {
-					t.Fatal(err)
-				}
-				bc.b.Free(h)
-				cached = append(cached, s)
-			}
-			bt := batchCase(r, c.VocabSize, cached)
+			bt := batchCase(r, c.VocabSize, cachedStates(t, m, r))
 			out, err := m.Forward(bt)
 			if err != nil {
 				t.Fatal(err)
@@ -168,17 +176,7 @@ func TestForwardHiddenRowsOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var cached []*State
-			for _, n := range []int{8, 70} {
-				s, h, err := m.Prefill(randomIDs(r, n, c.VocabSize))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.Free(h)
-				defer s.Free()
-				cached = append(cached, s)
-			}
-			bt := batchCase(r, c.VocabSize, cached)
+			bt := batchCase(r, c.VocabSize, cachedStates(t, m, r))
 			cut, err := m.Forward(bt)
 			if err != nil {
 				t.Fatal(err)
