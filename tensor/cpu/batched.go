@@ -339,7 +339,8 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 	}
 	out := &Tensor{shape: []int{hi - lo, w}, dtype: xt.dtype}
 	if xt.dtype == tensor.F32 {
-		out.f32 = append([]float32(nil), xt.f32[lo*w:hi*w]...)
+		out.f32 = make([]float32, (hi-lo)*w)
+		xt.copyRows(out.f32, lo, hi)
 	} else {
 		out.bits = append([]uint16(nil), xt.bits[lo*w:hi*w]...)
 	}

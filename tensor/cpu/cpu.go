@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/internal/qwen35"
@@ -34,6 +35,9 @@ type Backend struct {
 	Threads int
 
 	generic bool // use the plain Go MatMul kernel even where a faster one exists
+
+	poolOnce sync.Once
+	pool     *workerPool // started on first use (see parallel)
 }
 
 // New returns a CPU backend using all available cores.
@@ -50,6 +54,14 @@ type Tensor struct {
 	bits  []uint16  // dtype BF16 or F16
 	freed bool
 	owned bool // f32 came from allocF32 and is referenced by nothing else
+
+	// An uploaded F32 matrix used as a MatMul weight trades its row-major
+	// f32 for the packed form on first use (see packedWeight): mu guards the
+	// swap, and every reader of such a tensor goes through rowMajor or
+	// copyRows.
+	uploaded bool
+	mu       sync.Mutex
+	packed   atomic.Pointer[panels]
 }
 
 // Shape returns the tensor's dimensions.
@@ -112,7 +124,7 @@ func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error
 	if err := checkShape(shape, len(data)); err != nil {
 		return nil, err
 	}
-	return &Tensor{shape: append([]int(nil), shape...), dtype: tensor.F32, f32: append([]float32(nil), data...)}, nil
+	return &Tensor{shape: append([]int(nil), shape...), dtype: tensor.F32, f32: append([]float32(nil), data...), uploaded: true}, nil
 }
 
 // FromBits copies 16-bit data (BF16 or F16) into a new tensor.
@@ -133,11 +145,10 @@ func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
 		return nil, err
 	}
 	out := make([]float32, tensor.Numel(c.shape))
-	switch c.dtype {
-	case tensor.F32:
-		copy(out, c.f32)
-	default:
-		widen(out, c.bits, c.dtype)
+	if len(c.shape) == 2 {
+		c.copyRows(out, 0, c.shape[0])
+	} else {
+		copy(out, c.float32s())
 	}
 	return out, nil
 }
@@ -150,7 +161,10 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 			if c.owned {
 				recycle(c.f32)
 			}
+			c.mu.Lock()
 			c.f32, c.bits, c.freed = nil, nil, true
+			c.packed.Store(nil)
+			c.mu.Unlock()
 		}
 	}
 }
@@ -183,10 +197,12 @@ func get(op, arg string, t tensor.Tensor) (*Tensor, error) {
 	return c, nil
 }
 
-// f32 returns a tensor's float32 data, widening 16-bit storage.
+// float32s returns a tensor's float32 data in row-major order, widening
+// 16-bit storage and unpacking a packed weight. The caller must not write
+// to it.
 func (t *Tensor) float32s() []float32 {
 	if t.dtype == tensor.F32 {
-		return t.f32
+		return t.rowMajor()
 	}
 	out := make([]float32, len(t.bits))
 	widen(out, t.bits, t.dtype)
@@ -215,39 +231,6 @@ func vector(op, arg string, t tensor.Tensor, n int) (*Tensor, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// parallel runs f over [0, n) split into at most b.Threads contiguous ranges
-// whose bounds are multiples of align (except the last).
-func (b *Backend) parallel(n, align int, f func(lo, hi int)) {
-	threads := b.Threads
-	if threads < 1 {
-		threads = 1
-	}
-	if align < 1 {
-		align = 1
-	}
-	blocks := (n + align - 1) / align
-	if threads > blocks {
-		threads = blocks
-	}
-	if threads <= 1 {
-		if n > 0 {
-			f(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	per := (blocks + threads - 1) / threads
-	for lo := 0; lo < n; lo += per * align {
-		hi := min(lo+per*align, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(lo, hi)
-		}()
-	}
-	wg.Wait()
 }
 
 // segments checks lens against n rows and returns segment start offsets.

@@ -11,9 +11,9 @@ import (
 
 // plainGo runs f with every assembly kernel switched off.
 func plainGo(f func()) {
-	fast, mm := useAVX2, fastMatMul
-	useAVX2, fastMatMul = false, nil
-	defer func() { useAVX2, fastMatMul = fast, mm }()
+	fast, mm := useAVX2, gemmKern
+	useAVX2, gemmKern = false, kernGo
+	defer func() { useAVX2, gemmKern = fast, mm }()
 	f()
 }
 

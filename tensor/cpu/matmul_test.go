@@ -126,7 +126,7 @@ func compareKernels(t testing.TB, r *rand.Rand, m, n, k int, dt tensor.DType, th
 }
 
 func TestMatMulKernelsAgree(t *testing.T) {
-	if fastMatMul == nil {
+	if gemmKern == kernGo {
 		t.Skip("no vectorised MatMul kernel on this processor")
 	}
 	s1, s2 := rand.Uint64(), rand.Uint64()
@@ -152,7 +152,7 @@ func TestMatMulKernelsAgree(t *testing.T) {
 }
 
 func FuzzMatMulKernels(f *testing.F) {
-	if fastMatMul == nil {
+	if gemmKern == kernGo {
 		f.Skip("no vectorised MatMul kernel on this processor")
 	}
 	f.Add(uint8(1), uint8(4), uint16(8), false, uint64(1))

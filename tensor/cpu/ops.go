@@ -23,12 +23,7 @@ func (b *Backend) Embedding(table tensor.Tensor, ids []int32) (tensor.Tensor, er
 		if id < 0 || int(id) >= v {
 			return nil, fmt.Errorf("cpu: Embedding: ids[%d] = %d is outside the table's %d rows", t, id, v)
 		}
-		row := out.f32[t*d : (t+1)*d]
-		if tt.dtype == tensor.F32 {
-			copy(row, tt.f32[int(id)*d:(int(id)+1)*d])
-		} else {
-			widen(row, tt.bits[int(id)*d:(int(id)+1)*d], tt.dtype)
-		}
+		tt.copyRows(out.f32[t*d:(t+1)*d], int(id), int(id)+1)
 	}
 	return out, nil
 }

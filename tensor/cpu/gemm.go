@@ -1,0 +1,452 @@
+package cpu
+
+import (
+	"math"
+	"sync"
+
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/tensor"
+)
+
+// The packed GEMM behind MatMul, gemmNT and gemmNN, in the manner of
+// GotoBLAS and BLIS: C [m, n] = A [m, k] · B where B is read as nr-column
+// panels (each k×nr, row p holding B's nr values at p contiguously) and A
+// as mr-row blocks (each kc×mr, row p holding the block's mr values at p).
+// A register-blocked micro-kernel multiplies one mr-row block of A by one
+// panel of B over a run of kc values of p: it broadcasts one A value and
+// fuses it into nr accumulators with one multiply-add per output.
+//
+// Every output is one chain of fused multiply-adds over p = 0..k−1 in
+// order, from zero (or from C's value when adding): the run over a kc block
+// starts from the sums the previous block stored in C. Tiles at the edges
+// run on zero-padded copies with the same arithmetic. So an output's bits
+// depend on its own row of A and column of B alone: never on m, on the
+// other rows, on the tiling, on the thread count or on which micro-kernel
+// ran (every kernel computes the same chain, the plain Go one with fma32).
+
+const (
+	nr      = 32  // columns of a B panel (one AVX-512 kernel tile, two AVX2 ones)
+	kcBlock = 256 // values of p a micro-kernel call runs over
+	mcBlock = 240 // rows of A one job packs (a multiple of every kernel's mr)
+	smallM  = 64  // up to this many rows the work splits over columns alone
+)
+
+// gemmKernel names a micro-kernel.
+type gemmKernel int
+
+const (
+	kernGo     gemmKernel = iota // plain Go, exact fused multiply-adds (fma32)
+	kernAVX2                     // 6×16 with AVX2 and FMA, two per tile
+	kernAVX512                   // 12×32 with AVX-512, broadcasts embedded in the FMAs
+)
+
+// String returns the kernel's name as KEV_GEMM_KERNEL spells it.
+func (k gemmKernel) String() string {
+	switch k {
+	case kernAVX2:
+		return "avx2"
+	case kernAVX512:
+		return "avx512"
+	}
+	return "go"
+}
+
+// gemmKern is the fastest micro-kernel this processor runs, set at start-up
+// (gemm_amd64.go); tests and benchmarks switch it.
+var gemmKern = kernGo
+
+// mr returns the rows of an A block for the kernel.
+func (k gemmKernel) mr() int {
+	switch k {
+	case kernAVX2:
+		return 6
+	case kernAVX512:
+		return 12
+	}
+	return 4
+}
+
+// tile computes the mr×nr tile c (row stride ldc): each c[i*ldc+j] becomes
+// the chain of fused multiply-adds of a[p*mr+i]·b[p*nr+j] over p < kc, from
+// zero or, with load, from its value.
+func (k gemmKernel) tile(kc int, a, b, c []float32, ldc int, load bool) {
+	mr := k.mr()
+	_, _, _ = a[kc*mr-1], b[kc*nr-1], c[(mr-1)*ldc+nr-1]
+	switch k {
+	case kernAVX512:
+		kern12x32(kc, &a[0], &b[0], &c[0], ldc, load)
+	case kernAVX2:
+		kern6x16(kc, &a[0], &b[0], &c[0], ldc, load)
+		kern6x16(kc, &a[0], &b[16], &c[16], ldc, load)
+	default:
+		tileGo(mr, kc, a, b, c, ldc, load)
+	}
+}
+
+// tileGo is the plain Go micro-kernel, the reference of the assembly ones.
+func tileGo(mr, kc int, a, b, c []float32, ldc int, load bool) {
+	for i := range mr {
+		cr := c[i*ldc : i*ldc+nr]
+		for j := range cr {
+			var s float32
+			if load {
+				s = cr[j]
+			}
+			for p := range kc {
+				s = fma32(a[p*mr+i], b[p*nr+j], s)
+			}
+			cr[j] = s
+		}
+	}
+}
+
+// fma32 returns a·b+c rounded once to float32 (round to nearest even), as
+// the processors' fused multiply-add does.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b) // exact: 48 significant bits at most
+	cd := float64(c)
+	s := p + cd
+	r := float32(s)
+	if float64(r) == s || s != s || math.IsInf(float64(r), 0) {
+		return r
+	}
+	// Rounding s again to float32 is wrong only where s lies halfway between
+	// r and its other neighbour o while a·b+c itself does not.
+	o := math.Nextafter32(r, float32(math.Inf(-1)))
+	if float64(r) < s {
+		o = math.Nextafter32(r, float32(math.Inf(1)))
+	}
+	if (float64(r)+float64(o))/2 != s {
+		return r
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (cd - bv) // a·b + c − s, exactly (TwoSum)
+	if e != 0 && (e > 0) == (o > r) {
+		return o
+	}
+	return r
+}
+
+// panels is an F32 weight [n, k] packed for the micro-kernels: panel q
+// holds rows q·nr… of the weight as k rows of nr values,
+// data[q*k*nr+p*nr+j] = w[q*nr+j, p], zero past row n.
+type panels struct {
+	n, k int
+	data []float32
+}
+
+// packPanels packs the row-major weight w [n, k].
+func (b *Backend) packPanels(w []float32, n, k int) *panels {
+	np := (n + nr - 1) / nr
+	pk := &panels{n: n, k: k, data: make([]float32, np*k*nr)}
+	b.parallel(np, 1, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			dst := pk.data[q*k*nr : (q+1)*k*nr]
+			for j := range min(nr, n-q*nr) {
+				src := w[(q*nr+j)*k : (q*nr+j+1)*k]
+				for p, v := range src {
+					dst[p*nr+j] = v
+				}
+			}
+		}
+	})
+	return pk
+}
+
+// unpackRows sets dst to rows [lo, hi) of the weight, row-major.
+func (pk *panels) unpackRows(dst []float32, lo, hi int) {
+	k := pk.k
+	for r := lo; r < hi; r++ {
+		src := pk.data[(r/nr)*k*nr+r%nr:]
+		row := dst[(r-lo)*k : (r-lo+1)*k]
+		for p := range row {
+			row[p] = src[p*nr]
+		}
+	}
+}
+
+// packedWeight returns the panels of an uploaded F32 matrix, packing it on
+// first use and dropping its row-major copy (one copy of a weight in
+// memory). Concurrent first uses pack once.
+func (b *Backend) packedWeight(t *Tensor) *panels {
+	if pk := t.packed.Load(); pk != nil {
+		return pk
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if pk := t.packed.Load(); pk != nil {
+		return pk
+	}
+	pk := b.packPanels(t.f32, t.shape[0], t.shape[1])
+	t.packed.Store(pk)
+	t.f32 = nil
+	return pk
+}
+
+// storage returns an F32 tensor's row-major data, or its panels once packed
+// (then f32 is nil).
+func (t *Tensor) storage() (f32 []float32, pk *panels) {
+	if !t.uploaded {
+		return t.f32, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.f32, t.packed.Load()
+}
+
+// rowMajor returns an F32 tensor's data in row-major order (a new copy for
+// a packed weight).
+func (t *Tensor) rowMajor() []float32 {
+	f, pk := t.storage()
+	if f != nil || pk == nil {
+		return f
+	}
+	out := make([]float32, pk.n*pk.k)
+	pk.unpackRows(out, 0, pk.n)
+	return out
+}
+
+// copyRows sets dst to rows [lo, hi) of the matrix t as float32.
+func (t *Tensor) copyRows(dst []float32, lo, hi int) {
+	w := t.shape[1]
+	if t.dtype != tensor.F32 {
+		widen(dst[:(hi-lo)*w], t.bits[lo*w:hi*w], t.dtype)
+		return
+	}
+	f, pk := t.storage()
+	if f == nil && pk != nil {
+		pk.unpackRows(dst, lo, hi)
+		return
+	}
+	copy(dst[:(hi-lo)*w], f[lo*w:hi*w])
+}
+
+// bSource is where the micro-kernels' B panels come from: packed weight
+// panels, or a matrix packed panel by panel into scratch — a 16-bit weight
+// [n, k] (widened), or float32 b stored [n, k] (trans) or [k, n], row
+// stride ldb.
+type bSource struct {
+	pk    *panels
+	w16   []uint16
+	dt    tensor.DType
+	b     []float32
+	ldb   int
+	trans bool
+	n, k  int
+}
+
+// panel returns rows [pc, pc+kc) of panel q, in buf (kc*nr values) unless
+// the source is packed already.
+func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
+	if s.pk != nil {
+		off := q*s.k*nr + pc*nr
+		return s.pk.data[off : off+kc*nr]
+	}
+	buf = buf[:kc*nr]
+	j0 := q * nr
+	cols := min(nr, s.n-j0)
+	switch {
+	case s.w16 != nil:
+		for j := range cols {
+			src := s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc]
+			if s.dt == tensor.BF16 {
+				for p, h := range src {
+					buf[p*nr+j] = half.BF16ToF32(h)
+				}
+			} else {
+				for p, h := range src {
+					buf[p*nr+j] = half.F16ToF32(h)
+				}
+			}
+		}
+	case s.trans:
+		for j := range cols {
+			src := s.b[(j0+j)*s.ldb+pc : (j0+j)*s.ldb+pc+kc]
+			for p, v := range src {
+				buf[p*nr+j] = v
+			}
+		}
+	default:
+		for p := range kc {
+			copy(buf[p*nr:p*nr+cols], s.b[(pc+p)*s.ldb+j0:(pc+p)*s.ldb+j0+cols])
+		}
+	}
+	if cols < nr {
+		for p := range kc {
+			clear(buf[p*nr+cols : (p+1)*nr])
+		}
+	}
+	return buf
+}
+
+// packA sets dst to rows [i0, i1) and columns [pc, pc+kc) of a (row stride
+// lda) as mr-row blocks, dst[blk*kc*mr+p*mr+i] = a[(i0+blk*mr+i)*lda+pc+p],
+// zero past row i1.
+func packA(dst, a []float32, lda, i0, i1, pc, kc, mr int) {
+	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
+		d := dst[blk*kc*mr : (blk+1)*kc*mr]
+		rows := min(mr, i1-r0)
+		for i := range rows {
+			src := a[(r0+i)*lda+pc : (r0+i)*lda+pc+kc]
+			for p, v := range src {
+				d[p*mr+i] = v
+			}
+		}
+		for i := rows; i < mr; i++ {
+			for p := range kc {
+				d[p*mr+i] = 0
+			}
+		}
+	}
+}
+
+// gemmScratch is one goroutine's packing space.
+type gemmScratch struct {
+	a, b, c []float32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(gemmScratch) }}
+
+// grow makes room for A blocks of rows rows.
+func (s *gemmScratch) grow(rows, mr int) {
+	if n := (rows + mr - 1) / mr * mr * kcBlock; len(s.a) < n {
+		s.a = make([]float32, n)
+	}
+	if len(s.b) < kcBlock*nr {
+		s.b = make([]float32, kcBlock*nr)
+	}
+	if len(s.c) < 12*nr {
+		s.c = make([]float32, 12*nr)
+	}
+}
+
+// gemmArgs is one product C [m, n] (row stride ldc) = A [m, k] (row stride
+// lda) · B, added to C's values when add is set.
+type gemmArgs struct {
+	m, n, k int
+	a       []float32
+	lda     int
+	b       bSource
+	c       []float32
+	ldc     int
+	add     bool
+	kern    gemmKernel
+}
+
+// block computes rows [i0, i1) of C in the columns of panels [q0, q1).
+func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch) {
+	mr := g.kern.mr()
+	s.grow(i1-i0, mr)
+	for pc := 0; pc < g.k; pc += kcBlock {
+		kc := min(kcBlock, g.k-pc)
+		load := pc > 0 || g.add
+		packA(s.a, g.a, g.lda, i0, i1, pc, kc, mr)
+		for q := q0; q < q1; q++ {
+			bp := g.b.panel(q, pc, kc, s.b)
+			j0 := q * nr
+			cols := min(nr, g.n-j0)
+			for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
+				ap := s.a[blk*kc*mr : (blk+1)*kc*mr]
+				rows := min(mr, i1-r0)
+				if rows == mr && cols == nr {
+					g.kern.tile(kc, ap, bp, g.c[r0*g.ldc+j0:], g.ldc, load)
+					continue
+				}
+				t := s.c[:mr*nr]
+				if load {
+					for i := range rows {
+						copy(t[i*nr:i*nr+cols], g.c[(r0+i)*g.ldc+j0:])
+					}
+				}
+				g.kern.tile(kc, ap, bp, t, nr, load)
+				for i := range rows {
+					copy(g.c[(r0+i)*g.ldc+j0:(r0+i)*g.ldc+j0+cols], t[i*nr:])
+				}
+			}
+		}
+	}
+}
+
+// serial runs the whole product on the calling goroutine.
+func (g *gemmArgs) serial() {
+	if g.m == 0 || g.n == 0 {
+		return
+	}
+	if g.k == 0 {
+		if !g.add {
+			for i := range g.m {
+				clear(g.c[i*g.ldc : i*g.ldc+g.n])
+			}
+		}
+		return
+	}
+	s := scratchPool.Get().(*gemmScratch)
+	np := (g.n + nr - 1) / nr
+	for i0 := 0; i0 < g.m; i0 += mcBlock {
+		g.block(i0, min(i0+mcBlock, g.m), 0, np, s)
+	}
+	scratchPool.Put(s)
+}
+
+// run runs the product on the backend's threads. Up to smallM rows the
+// threads split the panels (each reads its own weights once); above, the
+// work is cut into jobs of mcBlock rows by a few panels, consecutive jobs
+// sharing panels, so every thread stays busy and reuses each panel from its
+// cache across row blocks. Each output is computed by one thread.
+func (b *Backend) runGEMM(g *gemmArgs) {
+	threads := max(b.Threads, 1)
+	if threads == 1 || g.m*g.n*g.k < 1<<17 || g.k == 0 {
+		g.serial()
+		return
+	}
+	np := (g.n + nr - 1) / nr
+	if g.m <= smallM {
+		b.parallel(np, 1, func(lo, hi int) {
+			s := scratchPool.Get().(*gemmScratch)
+			g.block(0, g.m, lo, hi, s)
+			scratchPool.Put(s)
+		})
+		return
+	}
+	rb := (g.m + mcBlock - 1) / mcBlock
+	pj := 4
+	for pj > 1 && rb*((np+pj-1)/pj) < 4*threads {
+		pj /= 2
+	}
+	chunks := (np + pj - 1) / pj
+	b.parallel(chunks*rb, 1, func(lo, hi int) {
+		s := scratchPool.Get().(*gemmScratch)
+		for j := lo; j < hi; j++ {
+			ch, r := j/rb, j%rb
+			g.block(r*mcBlock, min((r+1)*mcBlock, g.m), ch*pj, min((ch+1)*pj, np), s)
+		}
+		scratchPool.Put(s)
+	})
+}
+
+// kernel returns the micro-kernel the backend runs.
+func (b *Backend) kernel() gemmKernel {
+	if b.generic {
+		return kernGo
+	}
+	return gemmKern
+}
+
+// matmulF32 sets ys [m, n] to xs [m, k] · wᵀ for an F32 weight: an uploaded
+// one from its cached panels, any other packed panel by panel.
+func (b *Backend) matmulF32(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
+	src := bSource{n: n, k: k}
+	if wt.uploaded {
+		src.pk = b.packedWeight(wt)
+	} else {
+		src.b, src.ldb, src.trans = wt.f32, k, true
+	}
+	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
+}
+
+// matmul16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 or F16 weight,
+// widened exactly into float32 panels block by block.
+func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
+	src := bSource{w16: wt.bits, dt: wt.dtype, n: n, k: k}
+	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
+}
