@@ -66,26 +66,25 @@ func (k gemmKernel) mr() int {
 	return 4
 }
 
-// tile computes the mr×nr tile c (row stride ldc): each c[i*ldc+j] becomes
-// the chain of fused multiply-adds of a[p*mr+i]·b[p*nr+j] over p < kc, from
-// zero or, with load, from its value.
-func (k gemmKernel) tile(kc int, a, b, c []float32, ldc int, load bool) {
+// tile computes rows rows (at most mr) of the mr×nr tile c (row stride
+// ldc): each c[i*ldc+j] becomes the chain of fused multiply-adds of
+// a[p*mr+i]·b[p*nr+j] over p < kc, from zero or, with load, from its value.
+func (k gemmKernel) tile(rows, kc int, a, b, c []float32, ldc int, load bool) {
 	mr := k.mr()
-	_, _, _ = a[kc*mr-1], b[kc*nr-1], c[(mr-1)*ldc+nr-1]
-	switch k {
-	case kernAVX512:
-		kern12x32(kc, &a[0], &b[0], &c[0], ldc, load)
-	case kernAVX2:
-		kern6x16(kc, &a[0], &b[0], &c[0], ldc, load)
-		kern6x16(kc, &a[0], &b[16], &c[16], ldc, load)
-	default:
-		tileGo(mr, kc, a, b, c, ldc, load)
+	if rows < 1 || rows > mr {
+		panic("cpu: micro-kernel rows out of range")
 	}
+	_, _, _ = a[kc*mr-1], b[kc*nr-1], c[(rows-1)*ldc+nr-1]
+	if k == kernGo {
+		tileGo(mr, rows, kc, a, b, c, ldc, load)
+		return
+	}
+	tileAsm(k, rows, kc, a, b, c, ldc, load)
 }
 
 // tileGo is the plain Go micro-kernel, the reference of the assembly ones.
-func tileGo(mr, kc int, a, b, c []float32, ldc int, load bool) {
-	for i := range mr {
+func tileGo(mr, rows, kc int, a, b, c []float32, ldc int, load bool) {
+	for i := range rows {
 		cr := c[i*ldc : i*ldc+nr]
 		for j := range cr {
 			var s float32
@@ -307,10 +306,10 @@ type gemmScratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(gemmScratch) }}
 
-// grow makes room for A blocks of rows rows.
-func (s *gemmScratch) grow(rows, mr int) {
-	if n := (rows + mr - 1) / mr * mr * kcBlock; len(s.a) < n {
-		s.a = make([]float32, n)
+// grow makes room for na values of packed A.
+func (s *gemmScratch) grow(na int) {
+	if len(s.a) < na {
+		s.a = make([]float32, na)
 	}
 	if len(s.b) < kcBlock*nr {
 		s.b = make([]float32, kcBlock*nr)
@@ -333,36 +332,66 @@ type gemmArgs struct {
 	kern    gemmKernel
 }
 
+// wholeA is the most values of A a job packs over all of K at once.
+const wholeA = 1 << 17
+
 // block computes rows [i0, i1) of C in the columns of panels [q0, q1).
+//
+// When those rows of A are few enough to pack over all of K at once, each
+// panel streams through whole (its k×nr values in one sequential read, the
+// C tile in cache across the kc blocks); otherwise, in the GotoBLAS order,
+// the rows of A are packed one kc block at a time and every panel's block
+// runs against them. Both orders do the same arithmetic.
 func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch) {
 	mr := g.kern.mr()
-	s.grow(i1-i0, mr)
+	padded := (i1 - i0 + mr - 1) / mr * mr
+	if padded*g.k <= wholeA {
+		s.grow(padded * g.k)
+		for pc := 0; pc < g.k; pc += kcBlock {
+			packA(s.a[pc*padded:], g.a, g.lda, i0, i1, pc, min(kcBlock, g.k-pc), mr)
+		}
+		for q := q0; q < q1; q++ {
+			for pc := 0; pc < g.k; pc += kcBlock {
+				kc := min(kcBlock, g.k-pc)
+				g.tiles(s.a[pc*padded:pc*padded+kc*padded], g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+			}
+		}
+		return
+	}
+	s.grow(padded * kcBlock)
 	for pc := 0; pc < g.k; pc += kcBlock {
 		kc := min(kcBlock, g.k-pc)
-		load := pc > 0 || g.add
 		packA(s.a, g.a, g.lda, i0, i1, pc, kc, mr)
 		for q := q0; q < q1; q++ {
-			bp := g.b.panel(q, pc, kc, s.b)
-			j0 := q * nr
-			cols := min(nr, g.n-j0)
-			for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
-				ap := s.a[blk*kc*mr : (blk+1)*kc*mr]
-				rows := min(mr, i1-r0)
-				if rows == mr && cols == nr {
-					g.kern.tile(kc, ap, bp, g.c[r0*g.ldc+j0:], g.ldc, load)
-					continue
-				}
-				t := s.c[:mr*nr]
-				if load {
-					for i := range rows {
-						copy(t[i*nr:i*nr+cols], g.c[(r0+i)*g.ldc+j0:])
-					}
-				}
-				g.kern.tile(kc, ap, bp, t, nr, load)
-				for i := range rows {
-					copy(g.c[(r0+i)*g.ldc+j0:(r0+i)*g.ldc+j0+cols], t[i*nr:])
-				}
+			g.tiles(s.a[:kc*padded], g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+		}
+	}
+}
+
+// tiles runs the micro-kernel over rows [i0, i1) of C in panel q's columns
+// for the kc block at pc: ap holds the rows' packed A blocks, bp the
+// panel's. A tile past the last column runs on a zero-padded copy.
+func (g *gemmArgs) tiles(ap, bp []float32, i0, i1, q, pc, kc int, s *gemmScratch) {
+	mr := g.kern.mr()
+	load := pc > 0 || g.add
+	j0 := q * nr
+	cols := min(nr, g.n-j0)
+	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
+		a := ap[blk*kc*mr : (blk+1)*kc*mr]
+		rows := min(mr, i1-r0)
+		if cols == nr {
+			g.kern.tile(rows, kc, a, bp, g.c[r0*g.ldc+j0:], g.ldc, load)
+			continue
+		}
+		t := s.c[:rows*nr]
+		if load {
+			for i := range rows {
+				copy(t[i*nr:i*nr+cols], g.c[(r0+i)*g.ldc+j0:])
 			}
+		}
+		g.kern.tile(rows, kc, a, bp, t, nr, load)
+		for i := range rows {
+			copy(g.c[(r0+i)*g.ldc+j0:(r0+i)*g.ldc+j0+cols], t[i*nr:])
 		}
 	}
 }
@@ -388,9 +417,9 @@ func (g *gemmArgs) serial() {
 	scratchPool.Put(s)
 }
 
-// run runs the product on the backend's threads. Up to smallM rows the
+// runGEMM runs the product on the backend's threads. Up to smallM rows the
 // threads split the panels (each reads its own weights once); above, the
-// work is cut into jobs of mcBlock rows by a few panels, consecutive jobs
+// work is cut into jobs of mcBlock rows by up to 16 panels, consecutive jobs
 // sharing panels, so every thread stays busy and reuses each panel from its
 // cache across row blocks. Each output is computed by one thread.
 func (b *Backend) runGEMM(g *gemmArgs) {
@@ -409,7 +438,7 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		return
 	}
 	rb := (g.m + mcBlock - 1) / mcBlock
-	pj := 4
+	pj := 16
 	for pj > 1 && rb*((np+pj-1)/pj) < 4*threads {
 		pj /= 2
 	}

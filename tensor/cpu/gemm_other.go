@@ -5,12 +5,7 @@ package cpu
 // hasAVX512 is false: other architectures run the plain Go micro-kernel.
 const hasAVX512 = false
 
-// The assembly micro-kernels exist on amd64 only; gemmKern stays kernGo.
-
-func kern12x32(kc int, a, b, c *float32, ldc int, load bool) {
-	panic("cpu: kern12x32 has no assembly on this architecture")
-}
-
-func kern6x16(kc int, a, b, c *float32, ldc int, load bool) {
-	panic("cpu: kern6x16 has no assembly on this architecture")
+// tileAsm is never reached: gemmKern stays kernGo off amd64.
+func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) {
+	panic("cpu: no assembly micro-kernels on this architecture")
 }
