@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/kevgo/kev/tensor"
 )
@@ -11,76 +10,6 @@ import (
 // single-prefix operations, so a segment gives bit for bit what the
 // single-prefix operation gives for it alone.
 var _ tensor.Batched = (*Backend)(nil)
-
-// attnSeg is one segment of an attention call: its rows and the prefix keys
-// and values ([p, KV·D]) it sees before them.
-type attnSeg struct {
-	start, n int
-	kp, vp   []float32
-	p        int
-}
-
-// attend runs causal grouped-query attention over segments, one job per
-// (query row, head). Scores, their sum and the weighted values run in key
-// order: the prefix first, then the segment's own rows.
-func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
-	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
-	out := newF32(n, c.Heads*d)
-	group := c.Heads / c.KVHeads
-	rowSeg := make([]int32, n)
-	maxKeys := 0
-	for i, s := range segs {
-		for t := s.start; t < s.start+s.n; t++ {
-			rowSeg[t] = int32(i)
-		}
-		maxKeys = max(maxKeys, s.p+s.n)
-	}
-	b.parallel(n*c.Heads, 1, func(lo, hi int) {
-		scores := make([]float32, maxKeys)
-		for job := lo; job < hi; job++ {
-			t, h := job/c.Heads, job%c.Heads
-			sg := &segs[rowSeg[t]]
-			s0, p, kp, vp := sg.start, sg.p, sg.kp, sg.vp
-			kh := h / group
-			qv := qs[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			nk := p + t - s0 + 1
-			sc := scores[:nk]
-			maxv := float32(math.Inf(-1))
-			for j := range sc {
-				var kv []float32
-				if j < p {
-					kv = kp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					kv = ks[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				sc[j] = dot(qv, kv) * c.Scale
-				maxv = max(maxv, sc[j])
-			}
-			var sum float32
-			for j, s := range sc {
-				e := float32(math.Exp(float64(s - maxv)))
-				sc[j] = e
-				sum += e
-			}
-			o := out.f32[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			for j, w := range sc {
-				var vv []float32
-				if j < p {
-					vv = vp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					vv = vs[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				w /= sum
-				for i := range o {
-					o[i] += w * vv[i]
-				}
-			}
-		}
-	})
-	return out
-}
 
 // convolve runs the depthwise causal convolution with SiLU; segment s reads
 // hists[s] ([K−1, C], oldest first) before its first row.
