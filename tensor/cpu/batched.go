@@ -193,7 +193,7 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 // prefix, then those continuing another segment of the call.
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
-	in, err := deltaOperands(op, qkv, g, beta, c)
+	in, err := b.deltaOperands(op, qkv, g, beta, c)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,32 +219,30 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		}
 	}
 	out := newF32(in.n, hv*dv)
+	head := func(st []float32, h int) []float32 {
+		if st == nil {
+			return nil
+		}
+		return st[h*dk*dv : (h+1)*dk*dv]
+	}
 	for _, second := range []bool{false, true} {
-		var list []int
+		var jobs []deltaJob
 		for i, s := range segs {
-			if (s.From == tensor.FromSegment) == second {
-				list = append(list, i)
+			if (s.From == tensor.FromSegment) != second {
+				continue
+			}
+			for h := 0; h < hv; h++ {
+				jb := deltaJob{h: h, s0: starts[i], l: ls[i], to: head(finals[i], h)}
+				switch s.From {
+				case tensor.FromPrefix:
+					jb.from = head(prev[s.Index], h)
+				case tensor.FromSegment:
+					jb.from = head(finals[s.Index], h)
+				}
+				jobs = append(jobs, jb)
 			}
 		}
-		b.parallel(len(list)*hv, 1, func(lo, hi int) {
-			S := make([]float32, dk*dv)
-			for job := lo; job < hi; job++ {
-				seg, h := list[job/hv], job%hv
-				s := segs[seg]
-				switch s.From {
-				case tensor.FromZero:
-					clear(S)
-				case tensor.FromPrefix:
-					copy(S, prev[s.Index][h*dk*dv:(h+1)*dk*dv])
-				case tensor.FromSegment:
-					copy(S, finals[s.Index][h*dk*dv:(h+1)*dk*dv])
-				}
-				in.run(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
-				if finals[seg] != nil {
-					copy(finals[seg][h*dk*dv:(h+1)*dk*dv], S)
-				}
-			}
-		})
+		b.runDelta(in, jobs, c.Chunk, out.f32)
 	}
 	kept := make([]tensor.Tensor, len(segs))
 	for i, s := range segs {
