@@ -12,26 +12,49 @@ import (
 var _ tensor.Batched = (*Backend)(nil)
 
 // convolve runs the depthwise causal convolution with SiLU; segment s reads
-// hists[s] ([K−1, C], oldest first) before its first row.
+// hists[s] ([K−1, C], oldest first) before its first row. Jobs take blocks
+// of rows and channels; each output sums its taps oldest first.
 func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hists [][]float32) *Tensor {
+	const rowBlock, chBlock = 8, 1024
 	y := newF32(n, ch)
-	b.parallel(ch, 16, func(lo, hi int) {
-		for s, s0 := range starts {
-			hist := hists[s]
-			for t := s0; t < s0+ls[s]; t++ {
-				for c := lo; c < hi; c++ {
-					var acc float32
-					for j := 0; j < kw; j++ {
-						src := t - s0 - (kw - 1) + j // index within the segment
-						var xv float32
-						if src >= 0 {
-							xv = xs[(s0+src)*ch+c]
-						} else {
-							xv = hist[(kw-1+src)*ch+c]
-						}
-						acc += ws[c*kw+j] * xv
+	wt := make([]float32, kw*ch) // wt[j*ch+c] = ws[c*kw+j]: each tap's weights in a row
+	for c := 0; c < ch; c++ {
+		for j := 0; j < kw; j++ {
+			wt[j*ch+c] = ws[c*kw+j]
+		}
+	}
+	rowSeg := make([]int32, n)
+	for s, s0 := range starts {
+		for t := s0; t < s0+ls[s]; t++ {
+			rowSeg[t] = int32(s)
+		}
+	}
+	cbs := (ch + chBlock - 1) / chBlock
+	b.parallel(((n+rowBlock-1)/rowBlock)*cbs, 1, func(lo, hi int) {
+		for job := lo; job < hi; job++ {
+			r0, c0 := job/cbs*rowBlock, job%cbs*chBlock
+			c1 := min(c0+chBlock, ch)
+			for t := r0; t < min(r0+rowBlock, n); t++ {
+				s := rowSeg[t]
+				s0 := starts[s]
+				yr := y.f32[t*ch+c0 : t*ch+c1]
+				for j := 0; j < kw; j++ {
+					src := t - s0 - (kw - 1) + j // index within the segment
+					var xr []float32
+					if src >= 0 {
+						xr = xs[(s0+src)*ch+c0 : (s0+src)*ch+c1]
+					} else {
+						xr = hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
 					}
-					y.f32[t*ch+c] = silu(acc)
+					w := wt[j*ch+c0 : j*ch+c1]
+					xr = xr[:len(yr)]
+					w = w[:len(yr)]
+					for c := range yr {
+						yr[c] += w[c] * xr[c]
+					}
+				}
+				for c, v := range yr {
+					yr[c] = silu(v)
 				}
 			}
 		}

@@ -53,14 +53,20 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	xs := xt.float32s()
 	outs := make([]tensor.Tensor, len(widths))
 	off := 0
+	offs := make([]int, len(widths))
 	for i, w := range widths {
-		o := newF32(m, w)
-		for r := 0; r < m; r++ {
-			copy(o.f32[r*w:(r+1)*w], xs[r*n+off:r*n+off+w])
-		}
-		outs[i] = o
+		outs[i] = newF32(m, w)
+		offs[i] = off
 		off += w
 	}
+	b.parallel(m, 16, func(lo, hi int) {
+		for i, w := range widths {
+			o := outs[i].(*Tensor).f32
+			for r := lo; r < hi; r++ {
+				copy(o[r*w:(r+1)*w], xs[r*n+offs[i]:r*n+offs[i]+w])
+			}
+		}
+	})
 	return outs, nil
 }
 
@@ -190,9 +196,12 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	}
 	xs, gs := xt.float32s(), gt.float32s()
 	out := newF32(xt.shape[0], xt.shape[1])
-	for i := range out.f32 {
-		out.f32[i] = xs[i] * sigmoid(gs[i])
-	}
+	n := xt.shape[1]
+	b.parallel(xt.shape[0], 4, func(lo, hi int) {
+		for i := lo * n; i < hi*n; i++ {
+			out.f32[i] = xs[i] * sigmoid(gs[i])
+		}
+	})
 	return out, nil
 }
 
@@ -209,12 +218,14 @@ func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
 	xs, bs := xt.float32s(), bt.float32s()
 	n := xt.shape[1]
 	out := newF32(xt.shape[0], n)
-	for r := 0; r < xt.shape[0]; r++ {
-		src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
-		for i, v := range src {
-			dst[i] = v + bs[i]
+	b.parallel(xt.shape[0], 16, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
+			for i, v := range src {
+				dst[i] = v + bs[i]
+			}
 		}
-	}
+	})
 	return out, nil
 }
 
@@ -293,29 +304,37 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 	if c.Gated {
 		gate = newF32(n, c.Heads*d)
 	}
-	for t := 0; t < n; t++ {
-		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
-		for h := 0; h < c.Heads; h++ {
-			dst := qOut.f32[(t*c.Heads+h)*d : (t*c.Heads+h+1)*d]
-			if c.Gated {
-				src := qs[t*qw+2*h*d:]
-				copy(dst, src[:d])
-				copy(gate.f32[(t*c.Heads+h)*d:(t*c.Heads+h+1)*d], src[d:2*d])
-			} else {
-				copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
-			}
-			normRope(dst, qgs, c.Eps, ct, st, c.Norm)
+	b.parallel(n, 4, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			ropeRow(qOut.f32, kOut.f32, gate, qs, ks, qgs, kgs, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half], t, qw, c)
 		}
-		for h := 0; h < c.KVHeads; h++ {
-			dst := kOut.f32[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
-			copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
-			normRope(dst, kgs, c.Eps, ct, st, c.Norm)
-		}
-	}
+	})
 	if gate == nil {
 		return qOut, kOut, nil, nil
 	}
 	return qOut, kOut, gate, nil
+}
+
+// ropeRow normalises and rotates row t's query and key heads, splitting off
+// the gate of a gated query.
+func ropeRow(qOut, kOut []float32, gate *Tensor, qs, ks, qgs, kgs, ct, st []float32, t, qw int, c tensor.RopeConfig) {
+	d := c.HeadDim
+	for h := 0; h < c.Heads; h++ {
+		dst := qOut[(t*c.Heads+h)*d : (t*c.Heads+h+1)*d]
+		if c.Gated {
+			src := qs[t*qw+2*h*d:]
+			copy(dst, src[:d])
+			copy(gate.f32[(t*c.Heads+h)*d:(t*c.Heads+h+1)*d], src[d:2*d])
+		} else {
+			copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
+		}
+		normRope(dst, qgs, c.Eps, ct, st, c.Norm)
+	}
+	for h := 0; h < c.KVHeads; h++ {
+		dst := kOut[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
+		copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
+		normRope(dst, kgs, c.Eps, ct, st, c.Norm)
+	}
 }
 
 // attentionInputs checks an attention config and the q [N, Heads·HeadDim], k and v [N, KVHeads·HeadDim] it
