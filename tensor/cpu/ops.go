@@ -229,23 +229,24 @@ func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
 	return out, nil
 }
 
-// ropeTable returns cos and sin [T, R/2] for the positions, computed as the
-// reference does: fp32 inverse frequencies, fp32 angle, then cos/sin.
-func ropeTable(positions []int32, rot int, theta float64) (cos, sin []float32) {
-	half := rot / 2
-	inv := make([]float32, half)
+// ropeFreqs returns the R/2 inverse frequencies, in fp32 as the reference
+// computes them.
+func ropeFreqs(rot int, theta float64) []float32 {
+	inv := make([]float32, rot/2)
 	for j := range inv {
 		inv[j] = float32(1 / math.Pow(theta, float64(2*j)/float64(rot)))
 	}
-	cos, sin = make([]float32, len(positions)*half), make([]float32, len(positions)*half)
-	for t, p := range positions {
-		for j, f := range inv {
-			a := float32(p) * f
-			cos[t*half+j] = float32(math.Cos(float64(a)))
-			sin[t*half+j] = float32(math.Sin(float64(a)))
-		}
+	return inv
+}
+
+// ropeAngles writes cos and sin of position p times each inverse frequency
+// (the angle in fp32, then its cos and sin).
+func ropeAngles(cos, sin, inv []float32, p int32) {
+	for j, f := range inv {
+		a := float32(p) * f
+		cos[j] = float32(math.Cos(float64(a)))
+		sin[j] = float32(math.Sin(float64(a)))
 	}
-	return cos, sin
 }
 
 // normRope normalises one head vector with (1+gain) and rotates its first
@@ -297,16 +298,17 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		}
 		qgs, kgs = qg.float32s(), kg.float32s()
 	}
-	cos, sin := ropeTable(positions, c.RotaryDim, c.Theta)
-	half := c.RotaryDim / 2
+	inv := ropeFreqs(c.RotaryDim, c.Theta)
 	qOut, kOut := newF32(n, c.Heads*d), newF32(n, c.KVHeads*d)
 	var gate *Tensor
 	if c.Gated {
 		gate = newF32(n, c.Heads*d)
 	}
 	b.parallel(n, 4, func(lo, hi int) {
+		cos, sin := make([]float32, len(inv)), make([]float32, len(inv))
 		for t := lo; t < hi; t++ {
-			ropeRow(qOut.f32, kOut.f32, gate, qs, ks, qgs, kgs, cos[t*half:(t+1)*half], sin[t*half:(t+1)*half], t, qw, c)
+			ropeAngles(cos, sin, inv, positions[t])
+			ropeRow(qOut.f32, kOut.f32, gate, qs, ks, qgs, kgs, cos, sin, t, qw, c)
 		}
 	})
 	if gate == nil {
@@ -463,12 +465,14 @@ func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, 
 	for i := range negA {
 		negA[i] = -float32(math.Exp(float64(ls[i])))
 	}
-	for t := 0; t < n; t++ {
-		for i := 0; i < h; i++ {
-			beta.f32[t*h+i] = sigmoid(bs[t*h+i])
-			g.f32[t*h+i] = negA[i] * softplus(as[t*h+i]+ds[i])
+	b.parallel(n, 16, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			for i := 0; i < h; i++ {
+				beta.f32[t*h+i] = sigmoid(bs[t*h+i])
+				g.f32[t*h+i] = negA[i] * softplus(as[t*h+i]+ds[i])
+			}
 		}
-	}
+	})
 	return beta, g, nil
 }
 
