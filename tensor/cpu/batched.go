@@ -220,6 +220,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 	if err != nil {
 		return nil, nil, err
 	}
+	defer in.free()
 	starts, ls, err := checkSegments(op, segs, in.n, len(states))
 	if err != nil {
 		return nil, nil, err
@@ -296,12 +297,20 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 	return out, nil
 }
 
-// Pointers runs the pointer head for each query.
+// Pointers runs the pointer head for each query, the queries in parallel;
+// each gives the bits Pointer gives for it.
 func (b *Backend) Pointers(h tensor.Tensor, p *tensor.PointerHead, qs []tensor.PointerQuery) ([][]float32, error) {
-	out := make([][]float32, len(qs))
-	for i, q := range qs {
-		var err error
-		if out[i], err = b.Pointer(h, p, q.Decide, q.Opts); err != nil {
+	ph, err := pointerInputs("Pointers", h, p)
+	if err != nil {
+		return nil, err
+	}
+	out, errs := make([][]float32, len(qs)), make([]error, len(qs))
+	serial := func(n, _ int, f func(lo, hi int)) { f(0, n) }
+	b.each(len(qs), func() func(int) {
+		return func(i int) { out[i], errs[i] = ph.probabilities("Pointers", qs[i].Decide, qs[i].Opts, serial) }
+	})
+	for i, err := range errs {
+		if err != nil {
 			return nil, fmt.Errorf("cpu: Pointers: query %d: %w", i, err)
 		}
 	}

@@ -41,7 +41,7 @@ func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.
 		return nil, err
 	}
 	xs, gs, bs := xt.float32s(), gt.float32s(), bt.float32s()
-	qn, kn := make([]float32, n*hk*dk), make([]float32, n*hk*dk)
+	qn, kn := allocF32(n*hk*dk), allocF32(n*hk*dk) // handed back by free
 	qscale := float32(1 / math.Sqrt(float64(dk)))
 	b.parallel(n, 16, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
@@ -52,6 +52,13 @@ func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.
 		}
 	})
 	return &deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, q: qn, k: kn, x: xs, width: width, g: gs, beta: bs}, nil
+}
+
+// free hands the normalised q and k back for reuse.
+func (in *deltaInput) free() {
+	recycle(in.q)
+	recycle(in.k)
+	in.q, in.k = nil, nil
 }
 
 // deltaState unwraps a recurrent state [H_v, d_k, d_v] as float32s.
@@ -74,6 +81,7 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 	if err != nil {
 		return nil, nil, err
 	}
+	defer in.free()
 	var s0 []float32
 	if state != nil {
 		if s0, err = deltaState(op, "state", state, c); err != nil {

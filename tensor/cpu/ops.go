@@ -513,7 +513,23 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 
 // Pointer computes Kev's option probabilities for one question.
 func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, opts []int) ([]float32, error) {
-	const op = "Pointer"
+	ph, err := pointerInputs("Pointer", h, p)
+	if err != nil {
+		return nil, err
+	}
+	return ph.probabilities("Pointer", decide, opts, b.parallel)
+}
+
+// pointerHead is a pointer head's weights and the hidden states it reads,
+// as float32s.
+type pointerHead struct {
+	n, d, dp           int
+	hs, wq, wk, bq, bk []float32
+	scale, temp        float32
+}
+
+// pointerInputs checks the hidden states and the head and widens them.
+func pointerInputs(op string, h tensor.Tensor, p *tensor.PointerHead) (*pointerHead, error) {
 	if p == nil {
 		return nil, fmt.Errorf("cpu: %s: nil head", op)
 	}
@@ -539,37 +555,53 @@ func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, op
 	if err != nil {
 		return nil, err
 	}
+	temp := p.Temperature
+	if temp == 0 {
+		temp = 1
+	}
+	return &pointerHead{n: n, d: d, dp: dp, hs: ht.float32s(), wq: wq.float32s(), wk: wk.float32s(),
+		bq: bq.float32s(), bk: bk.float32s(), scale: p.Scale, temp: temp}, nil
+}
+
+// lin returns w·h[row] + bias.
+func (ph *pointerHead) lin(w, bias []float32, row int) []float32 {
+	x := ph.hs[row*ph.d : (row+1)*ph.d]
+	y := make([]float32, ph.dp)
+	for i := range y {
+		y[i] = dot(x, w[i*ph.d:(i+1)*ph.d]) + bias[i]
+	}
+	return y
+}
+
+// probabilities computes one question's option probabilities, the options'
+// logits split over par. Each logit's arithmetic is the same however the
+// options are split.
+func (ph *pointerHead) probabilities(op string, decide int, opts []int, par func(n, align int, f func(lo, hi int))) ([]float32, error) {
+	n := ph.n
 	if decide < 0 || decide >= n {
 		return nil, fmt.Errorf("cpu: %s: decide = %d outside the %d rows of h", op, decide, n)
 	}
 	if len(opts) == 0 {
 		return nil, fmt.Errorf("cpu: %s: no options", op)
 	}
-	hs, wqs, wks, bqs, bks := ht.float32s(), wq.float32s(), wk.float32s(), bq.float32s(), bk.float32s()
-	lin := func(w, bias []float32, row int) []float32 {
-		x := hs[row*d : (row+1)*d]
-		y := make([]float32, dp)
-		for i := range y {
-			y[i] = dot(x, w[i*d:(i+1)*d]) + bias[i]
-		}
-		return y
-	}
-	xq := lin(wqs, bqs, decide)
-	temp := p.Temperature
-	if temp == 0 {
-		temp = 1
-	}
-	logits := make([]float32, len(opts))
-	maxv := float32(math.Inf(-1))
 	for j, o := range opts {
 		if o < 0 || o >= n {
 			return nil, fmt.Errorf("cpu: %s: opts[%d] = %d outside the %d rows of h", op, j, o, n)
 		}
-		z := dot(lin(wks, bks, o), xq) * p.Scale
-		if temp != 1 {
-			z /= temp
+	}
+	xq := ph.lin(ph.wq, ph.bq, decide)
+	logits := make([]float32, len(opts))
+	par(len(opts), 1, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			z := dot(ph.lin(ph.wk, ph.bk, opts[j]), xq) * ph.scale
+			if ph.temp != 1 {
+				z /= ph.temp
+			}
+			logits[j] = z
 		}
-		logits[j] = z
+	})
+	maxv := float32(math.Inf(-1))
+	for _, z := range logits {
 		maxv = max(maxv, z)
 	}
 	var sum float32
