@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/kevgo/kev/tensor"
 )
@@ -12,97 +11,50 @@ import (
 // single-prefix operation gives for it alone.
 var _ tensor.Batched = (*Backend)(nil)
 
-// attnSeg is one segment of an attention call: its rows and the prefix keys
-// and values ([p, KV·D]) it sees before them.
-type attnSeg struct {
-	start, n int
-	kp, vp   []float32
-	p        int
-}
-
-// attend runs causal grouped-query attention over segments, one job per
-// (query row, head). Scores, their sum and the weighted values run in key
-// order: the prefix first, then the segment's own rows.
-func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
-	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
-	out := newF32(n, c.Heads*d)
-	group := c.Heads / c.KVHeads
-	rowSeg := make([]int32, n)
-	maxKeys := 0
-	for i, s := range segs {
-		for t := s.start; t < s.start+s.n; t++ {
-			rowSeg[t] = int32(i)
-		}
-		maxKeys = max(maxKeys, s.p+s.n)
-	}
-	b.parallel(n*c.Heads, 1, func(lo, hi int) {
-		scores := make([]float32, maxKeys)
-		for job := lo; job < hi; job++ {
-			t, h := job/c.Heads, job%c.Heads
-			sg := &segs[rowSeg[t]]
-			s0, p, kp, vp := sg.start, sg.p, sg.kp, sg.vp
-			kh := h / group
-			qv := qs[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			nk := p + t - s0 + 1
-			sc := scores[:nk]
-			maxv := float32(math.Inf(-1))
-			for j := range sc {
-				var kv []float32
-				if j < p {
-					kv = kp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					kv = ks[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				sc[j] = dot(qv, kv) * c.Scale
-				maxv = max(maxv, sc[j])
-			}
-			var sum float32
-			for j, s := range sc {
-				e := float32(math.Exp(float64(s - maxv)))
-				sc[j] = e
-				sum += e
-			}
-			o := out.f32[t*c.Heads*d+h*d : t*c.Heads*d+(h+1)*d]
-			for j, w := range sc {
-				var vv []float32
-				if j < p {
-					vv = vp[j*kvw+kh*d : j*kvw+(kh+1)*d]
-				} else {
-					r := s0 + j - p
-					vv = vs[r*kvw+kh*d : r*kvw+(kh+1)*d]
-				}
-				w /= sum
-				for i := range o {
-					o[i] += w * vv[i]
-				}
-			}
-		}
-	})
-	return out
-}
-
 // convolve runs the depthwise causal convolution with SiLU; segment s reads
-// hists[s] ([K−1, C], oldest first) before its first row.
+// hists[s] ([K−1, C], oldest first) before its first row. Jobs take blocks
+// of rows and channels; each output sums its taps oldest first.
 func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hists [][]float32) *Tensor {
+	const rowBlock, chBlock = 8, 1024
 	y := newF32(n, ch)
-	b.parallel(ch, 16, func(lo, hi int) {
-		for s, s0 := range starts {
-			hist := hists[s]
-			for t := s0; t < s0+ls[s]; t++ {
-				for c := lo; c < hi; c++ {
-					var acc float32
-					for j := 0; j < kw; j++ {
-						src := t - s0 - (kw - 1) + j // index within the segment
-						var xv float32
-						if src >= 0 {
-							xv = xs[(s0+src)*ch+c]
-						} else {
-							xv = hist[(kw-1+src)*ch+c]
-						}
-						acc += ws[c*kw+j] * xv
+	wt := make([]float32, kw*ch) // wt[j*ch+c] = ws[c*kw+j]: each tap's weights in a row
+	for c := 0; c < ch; c++ {
+		for j := 0; j < kw; j++ {
+			wt[j*ch+c] = ws[c*kw+j]
+		}
+	}
+	rowSeg := make([]int32, n)
+	for s, s0 := range starts {
+		for t := s0; t < s0+ls[s]; t++ {
+			rowSeg[t] = int32(s)
+		}
+	}
+	cbs := (ch + chBlock - 1) / chBlock
+	b.parallel(((n+rowBlock-1)/rowBlock)*cbs, 1, func(lo, hi int) {
+		for job := lo; job < hi; job++ {
+			r0, c0 := job/cbs*rowBlock, job%cbs*chBlock
+			c1 := min(c0+chBlock, ch)
+			for t := r0; t < min(r0+rowBlock, n); t++ {
+				s := rowSeg[t]
+				s0 := starts[s]
+				yr := y.f32[t*ch+c0 : t*ch+c1]
+				for j := 0; j < kw; j++ {
+					src := t - s0 - (kw - 1) + j // index within the segment
+					var xr []float32
+					if src >= 0 {
+						xr = xs[(s0+src)*ch+c0 : (s0+src)*ch+c1]
+					} else {
+						xr = hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
 					}
-					y.f32[t*ch+c] = silu(acc)
+					w := wt[j*ch+c0 : j*ch+c1]
+					xr = xr[:len(yr)]
+					w = w[:len(yr)]
+					for c := range yr {
+						yr[c] += w[c] * xr[c]
+					}
+				}
+				for c, v := range yr {
+					yr[c] = silu(v)
 				}
 			}
 		}
@@ -264,10 +216,11 @@ func (b *Backend) CausalConv1dSiLUSegments(x, w tensor.Tensor, states []tensor.T
 // prefix, then those continuing another segment of the call.
 func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []tensor.Tensor, segs []tensor.Segment, c tensor.DeltaConfig) (tensor.Tensor, []tensor.Tensor, error) {
 	const op = "GatedDeltaRuleSegments"
-	in, err := deltaOperands(op, qkv, g, beta, c)
+	in, err := b.deltaOperands(op, qkv, g, beta, c)
 	if err != nil {
 		return nil, nil, err
 	}
+	defer in.free()
 	starts, ls, err := checkSegments(op, segs, in.n, len(states))
 	if err != nil {
 		return nil, nil, err
@@ -290,32 +243,30 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 		}
 	}
 	out := newF32(in.n, hv*dv)
+	head := func(st []float32, h int) []float32 {
+		if st == nil {
+			return nil
+		}
+		return st[h*dk*dv : (h+1)*dk*dv]
+	}
 	for _, second := range []bool{false, true} {
-		var list []int
+		var jobs []deltaJob
 		for i, s := range segs {
-			if (s.From == tensor.FromSegment) == second {
-				list = append(list, i)
+			if (s.From == tensor.FromSegment) != second {
+				continue
+			}
+			for h := 0; h < hv; h++ {
+				jb := deltaJob{h: h, s0: starts[i], l: ls[i], to: head(finals[i], h)}
+				switch s.From {
+				case tensor.FromPrefix:
+					jb.from = head(prev[s.Index], h)
+				case tensor.FromSegment:
+					jb.from = head(finals[s.Index], h)
+				}
+				jobs = append(jobs, jb)
 			}
 		}
-		b.parallel(len(list)*hv, 1, func(lo, hi int) {
-			S := make([]float32, dk*dv)
-			for job := lo; job < hi; job++ {
-				seg, h := list[job/hv], job%hv
-				s := segs[seg]
-				switch s.From {
-				case tensor.FromZero:
-					clear(S)
-				case tensor.FromPrefix:
-					copy(S, prev[s.Index][h*dk*dv:(h+1)*dk*dv])
-				case tensor.FromSegment:
-					copy(S, finals[s.Index][h*dk*dv:(h+1)*dk*dv])
-				}
-				in.run(S, h, starts[seg], ls[seg], c.Chunk, out.f32)
-				if finals[seg] != nil {
-					copy(finals[seg][h*dk*dv:(h+1)*dk*dv], S)
-				}
-			}
-		})
+		b.runDelta(in, jobs, c.Chunk, out.f32)
 	}
 	kept := make([]tensor.Tensor, len(segs))
 	for i, s := range segs {
@@ -347,12 +298,20 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 	return out, nil
 }
 
-// Pointers runs the pointer head for each query.
+// Pointers runs the pointer head for each query, the queries in parallel;
+// each gives the bits Pointer gives for it.
 func (b *Backend) Pointers(h tensor.Tensor, p *tensor.PointerHead, qs []tensor.PointerQuery) ([][]float32, error) {
-	out := make([][]float32, len(qs))
-	for i, q := range qs {
-		var err error
-		if out[i], err = b.Pointer(h, p, q.Decide, q.Opts); err != nil {
+	ph, err := pointerInputs("Pointers", h, p)
+	if err != nil {
+		return nil, err
+	}
+	out, errs := make([][]float32, len(qs)), make([]error, len(qs))
+	serial := func(n, _ int, f func(lo, hi int)) { f(0, n) }
+	b.each(len(qs), func() func(int) {
+		return func(i int) { out[i], errs[i] = ph.probabilities("Pointers", qs[i].Decide, qs[i].Opts, serial) }
+	})
+	for i, err := range errs {
+		if err != nil {
 			return nil, fmt.Errorf("cpu: Pointers: query %d: %w", i, err)
 		}
 	}

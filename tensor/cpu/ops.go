@@ -48,14 +48,20 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	xs := xt.float32s()
 	outs := make([]tensor.Tensor, len(widths))
 	off := 0
+	offs := make([]int, len(widths))
 	for i, w := range widths {
-		o := newF32(m, w)
-		for r := 0; r < m; r++ {
-			copy(o.f32[r*w:(r+1)*w], xs[r*n+off:r*n+off+w])
-		}
-		outs[i] = o
+		outs[i] = newF32(m, w)
+		offs[i] = off
 		off += w
 	}
+	b.parallel(m, 16, func(lo, hi int) {
+		for i, w := range widths {
+			o := outs[i].(*Tensor).f32
+			for r := lo; r < hi; r++ {
+				copy(o[r*w:(r+1)*w], xs[r*n+offs[i]:r*n+offs[i]+w])
+			}
+		}
+	})
 	return outs, nil
 }
 
@@ -185,9 +191,12 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	}
 	xs, gs := xt.float32s(), gt.float32s()
 	out := newF32(xt.shape[0], xt.shape[1])
-	for i := range out.f32 {
-		out.f32[i] = xs[i] * sigmoid(gs[i])
-	}
+	n := xt.shape[1]
+	b.parallel(xt.shape[0], 4, func(lo, hi int) {
+		for i := lo * n; i < hi*n; i++ {
+			out.f32[i] = xs[i] * sigmoid(gs[i])
+		}
+	})
 	return out, nil
 }
 
@@ -204,32 +213,35 @@ func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
 	xs, bs := xt.float32s(), bt.float32s()
 	n := xt.shape[1]
 	out := newF32(xt.shape[0], n)
-	for r := 0; r < xt.shape[0]; r++ {
-		src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
-		for i, v := range src {
-			dst[i] = v + bs[i]
+	b.parallel(xt.shape[0], 16, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
+			for i, v := range src {
+				dst[i] = v + bs[i]
+			}
 		}
-	}
+	})
 	return out, nil
 }
 
-// ropeTable returns cos and sin [T, R/2] for the positions, computed as the
-// reference does: fp32 inverse frequencies, fp32 angle, then cos/sin.
-func ropeTable(positions []int32, rot int, theta float64) (cos, sin []float32) {
-	half := rot / 2
-	inv := make([]float32, half)
+// ropeFreqs returns the R/2 inverse frequencies, in fp32 as the reference
+// computes them.
+func ropeFreqs(rot int, theta float64) []float32 {
+	inv := make([]float32, rot/2)
 	for j := range inv {
 		inv[j] = float32(1 / math.Pow(theta, float64(2*j)/float64(rot)))
 	}
-	cos, sin = make([]float32, len(positions)*half), make([]float32, len(positions)*half)
-	for t, p := range positions {
-		for j, f := range inv {
-			a := float32(p) * f
-			cos[t*half+j] = float32(math.Cos(float64(a)))
-			sin[t*half+j] = float32(math.Sin(float64(a)))
-		}
+	return inv
+}
+
+// ropeAngles writes cos and sin of position p times each inverse frequency
+// (the angle in fp32, then its cos and sin).
+func ropeAngles(cos, sin, inv []float32, p int32) {
+	for j, f := range inv {
+		a := float32(p) * f
+		cos[j] = float32(math.Cos(float64(a)))
+		sin[j] = float32(math.Sin(float64(a)))
 	}
-	return cos, sin
 }
 
 // normRope normalises one head vector with (1+gain) and rotates its first
@@ -281,36 +293,45 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		}
 		qgs, kgs = qg.float32s(), kg.float32s()
 	}
-	cos, sin := ropeTable(positions, c.RotaryDim, c.Theta)
-	half := c.RotaryDim / 2
+	inv := ropeFreqs(c.RotaryDim, c.Theta)
 	qOut, kOut := newF32(n, c.Heads*d), newF32(n, c.KVHeads*d)
 	var gate *Tensor
 	if c.Gated {
 		gate = newF32(n, c.Heads*d)
 	}
-	for t := 0; t < n; t++ {
-		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
-		for h := 0; h < c.Heads; h++ {
-			dst := qOut.f32[(t*c.Heads+h)*d : (t*c.Heads+h+1)*d]
-			if c.Gated {
-				src := qs[t*qw+2*h*d:]
-				copy(dst, src[:d])
-				copy(gate.f32[(t*c.Heads+h)*d:(t*c.Heads+h+1)*d], src[d:2*d])
-			} else {
-				copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
-			}
-			normRope(dst, qgs, c.Eps, ct, st, c.Norm)
+	b.parallel(n, 4, func(lo, hi int) {
+		cos, sin := make([]float32, len(inv)), make([]float32, len(inv))
+		for t := lo; t < hi; t++ {
+			ropeAngles(cos, sin, inv, positions[t])
+			ropeRow(qOut.f32, kOut.f32, gate, qs, ks, qgs, kgs, cos, sin, t, qw, c)
 		}
-		for h := 0; h < c.KVHeads; h++ {
-			dst := kOut.f32[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
-			copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
-			normRope(dst, kgs, c.Eps, ct, st, c.Norm)
-		}
-	}
+	})
 	if gate == nil {
 		return qOut, kOut, nil, nil
 	}
 	return qOut, kOut, gate, nil
+}
+
+// ropeRow normalises and rotates row t's query and key heads, splitting off
+// the gate of a gated query.
+func ropeRow(qOut, kOut []float32, gate *Tensor, qs, ks, qgs, kgs, ct, st []float32, t, qw int, c tensor.RopeConfig) {
+	d := c.HeadDim
+	for h := 0; h < c.Heads; h++ {
+		dst := qOut[(t*c.Heads+h)*d : (t*c.Heads+h+1)*d]
+		if c.Gated {
+			src := qs[t*qw+2*h*d:]
+			copy(dst, src[:d])
+			copy(gate.f32[(t*c.Heads+h)*d:(t*c.Heads+h+1)*d], src[d:2*d])
+		} else {
+			copy(dst, qs[t*qw+h*d:t*qw+(h+1)*d])
+		}
+		normRope(dst, qgs, c.Eps, ct, st, c.Norm)
+	}
+	for h := 0; h < c.KVHeads; h++ {
+		dst := kOut[(t*c.KVHeads+h)*d : (t*c.KVHeads+h+1)*d]
+		copy(dst, ks[(t*c.KVHeads+h)*d:(t*c.KVHeads+h+1)*d])
+		normRope(dst, kgs, c.Eps, ct, st, c.Norm)
+	}
 }
 
 // attentionInputs checks an attention config and the q [N, Heads·HeadDim], k and v [N, KVHeads·HeadDim] it
@@ -439,12 +460,14 @@ func (b *Backend) DeltaGates(bl, a, aLog, dtBias tensor.Tensor) (tensor.Tensor, 
 	for i := range negA {
 		negA[i] = -float32(math.Exp(float64(ls[i])))
 	}
-	for t := 0; t < n; t++ {
-		for i := 0; i < h; i++ {
-			beta.f32[t*h+i] = sigmoid(bs[t*h+i])
-			g.f32[t*h+i] = negA[i] * softplus(as[t*h+i]+ds[i])
+	b.parallel(n, 16, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			for i := 0; i < h; i++ {
+				beta.f32[t*h+i] = sigmoid(bs[t*h+i])
+				g.f32[t*h+i] = negA[i] * softplus(as[t*h+i]+ds[i])
+			}
 		}
-	}
+	})
 	return beta, g, nil
 }
 
@@ -485,7 +508,23 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 
 // Pointer computes Kev's option probabilities for one question.
 func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, opts []int) ([]float32, error) {
-	const op = "Pointer"
+	ph, err := pointerInputs("Pointer", h, p)
+	if err != nil {
+		return nil, err
+	}
+	return ph.probabilities("Pointer", decide, opts, b.parallel)
+}
+
+// pointerHead is a pointer head's weights and the hidden states it reads,
+// as float32s.
+type pointerHead struct {
+	n, d, dp           int
+	hs, wq, wk, bq, bk []float32
+	scale, temp        float32
+}
+
+// pointerInputs checks the hidden states and the head and widens them.
+func pointerInputs(op string, h tensor.Tensor, p *tensor.PointerHead) (*pointerHead, error) {
 	if p == nil {
 		return nil, fmt.Errorf("cpu: %s: nil head", op)
 	}
@@ -511,37 +550,53 @@ func (b *Backend) Pointer(h tensor.Tensor, p *tensor.PointerHead, decide int, op
 	if err != nil {
 		return nil, err
 	}
+	temp := p.Temperature
+	if temp == 0 {
+		temp = 1
+	}
+	return &pointerHead{n: n, d: d, dp: dp, hs: ht.float32s(), wq: wq.float32s(), wk: wk.float32s(),
+		bq: bq.float32s(), bk: bk.float32s(), scale: p.Scale, temp: temp}, nil
+}
+
+// lin returns w·h[row] + bias.
+func (ph *pointerHead) lin(w, bias []float32, row int) []float32 {
+	x := ph.hs[row*ph.d : (row+1)*ph.d]
+	y := make([]float32, ph.dp)
+	for i := range y {
+		y[i] = dot(x, w[i*ph.d:(i+1)*ph.d]) + bias[i]
+	}
+	return y
+}
+
+// probabilities computes one question's option probabilities, the options'
+// logits split over par. Each logit's arithmetic is the same however the
+// options are split.
+func (ph *pointerHead) probabilities(op string, decide int, opts []int, par func(n, align int, f func(lo, hi int))) ([]float32, error) {
+	n := ph.n
 	if decide < 0 || decide >= n {
 		return nil, fmt.Errorf("cpu: %s: decide = %d outside the %d rows of h", op, decide, n)
 	}
 	if len(opts) == 0 {
 		return nil, fmt.Errorf("cpu: %s: no options", op)
 	}
-	hs, wqs, wks, bqs, bks := ht.float32s(), wq.float32s(), wk.float32s(), bq.float32s(), bk.float32s()
-	lin := func(w, bias []float32, row int) []float32 {
-		x := hs[row*d : (row+1)*d]
-		y := make([]float32, dp)
-		for i := range y {
-			y[i] = dot(x, w[i*d:(i+1)*d]) + bias[i]
-		}
-		return y
-	}
-	xq := lin(wqs, bqs, decide)
-	temp := p.Temperature
-	if temp == 0 {
-		temp = 1
-	}
-	logits := make([]float32, len(opts))
-	maxv := float32(math.Inf(-1))
 	for j, o := range opts {
 		if o < 0 || o >= n {
 			return nil, fmt.Errorf("cpu: %s: opts[%d] = %d outside the %d rows of h", op, j, o, n)
 		}
-		z := dot(lin(wks, bks, o), xq) * p.Scale
-		if temp != 1 {
-			z /= temp
+	}
+	xq := ph.lin(ph.wq, ph.bq, decide)
+	logits := make([]float32, len(opts))
+	par(len(opts), 1, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			z := dot(ph.lin(ph.wk, ph.bk, opts[j]), xq) * ph.scale
+			if ph.temp != 1 {
+				z /= ph.temp
+			}
+			logits[j] = z
 		}
-		logits[j] = z
+	})
+	maxv := float32(math.Inf(-1))
+	for _, z := range logits {
 		maxv = max(maxv, z)
 	}
 	var sum float32

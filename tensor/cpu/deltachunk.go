@@ -1,0 +1,244 @@
+package cpu
+
+import (
+	"math"
+	"slices"
+)
+
+// The delta rule's chunked form on matrix products, as flash-linear-attention
+// computes it. Per chunk of m ≤ cl tokens of one value head, with γ the
+// in-chunk cumulative log decay, Γ = exp(γ), L the strictly lower
+// (β_r k_r·k_s)·exp(γ_r−γ_s) and T = (I+L)⁻¹ (unit lower triangular):
+//
+//	W = −T·diag(βΓ)·K, U = T·diag(β)·V        (independent of the state)
+//	V_new = U + W·S                           (the new values δ)
+//	O = diag(Γ)·Q·S + (QKᵀ ⊙ decay, s ≤ r)·V_new
+//	S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new
+//
+// Every product is gemmNT or gemmNN on the chunk's rows alone, so a
+// segment's bits depend on that segment alone: the same alone or beside
+// others, whatever the thread count.
+
+// deltaChunk holds one chunk's products that do not depend on the state,
+// and the scratch that makes them.
+type deltaChunk struct {
+	c0, m int       // first row and rows of the chunk
+	gam   []float32 // [cl] γ
+	QK    []float32 // [cl, cl] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
+	W     []float32 // [cl, dk] −T·diag(βΓ)·K
+	U     []float32 // [cl, dv] T·diag(β)·V, then V_new
+	KdT   []float32 // [dk, cl] (exp(γ_m−γ_s)·k_s)ᵀ
+	L, T  []float32 // [cl, cl] scratch
+	X     []float32 // [cl, max(dk, dv)] scratch: scaled keys, then values
+	cf    []float32 // [cl] scratch
+}
+
+func newDeltaChunk(cl, dk, dv int) *deltaChunk {
+	return &deltaChunk{
+		gam: make([]float32, cl), QK: make([]float32, cl*cl), W: make([]float32, cl*dk), U: make([]float32, cl*dv),
+		KdT: make([]float32, dk*cl), L: make([]float32, cl*cl), T: make([]float32, cl*cl),
+		X: make([]float32, cl*max(dk, dv)), cf: make([]float32, cl),
+	}
+}
+
+// prepare computes the state-free products of value head h's chunk of m
+// rows from row c0.
+func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
+	dk, dv := in.dk, in.dv
+	ch.c0, ch.m = c0, m
+	kh := h / (in.hv / in.hk)
+	ld := in.hk * dk // stride between tokens in q and k
+	qs, ks := in.q[(c0*in.hk+kh)*dk:], in.k[(c0*in.hk+kh)*dk:]
+	gam := ch.gam[:m]
+	var acc float32
+	for r := range gam {
+		acc += in.g[(c0+r)*in.hv+h]
+		gam[r] = acc
+	}
+	L, QK, T := ch.L, ch.QK, ch.T
+	gemmNT(m, m, dk, ks, ld, ks, ld, L, cl, false)
+	gemmNT(m, m, dk, qs, ld, ks, ld, QK, cl, false)
+	for r := 0; r < m; r++ {
+		br := in.beta[(c0+r)*in.hv+h]
+		for s := 0; s < r; s++ {
+			d := float32(math.Exp(float64(gam[r] - gam[s])))
+			L[r*cl+s] = br * L[r*cl+s] * d
+			QK[r*cl+s] *= d
+		}
+		clear(QK[r*cl+r+1 : r*cl+m])
+	}
+	// T = (I+L)⁻¹ by rows: T_r = e_r − Σ_{s<r} L_rs T_s.
+	for r := 0; r < m; r++ {
+		tr := T[r*cl : r*cl+m]
+		clear(tr)
+		for s := 0; s < r; s++ {
+			ch.cf[s] = -L[r*cl+s]
+		}
+		mulAddRows(tr[:r], T, cl, ch.cf[:r])
+		tr[r] = 1
+	}
+	// W = T·(−diag(βΓ)·K), U = T·(diag(β)·V).
+	X := ch.X
+	for s := 0; s < m; s++ {
+		a := -in.beta[(c0+s)*in.hv+h] * float32(math.Exp(float64(gam[s])))
+		k := ks[s*ld : s*ld+dk]
+		for i, v := range k {
+			X[s*dk+i] = a * v
+		}
+	}
+	gemmNN(m, dk, m, T, cl, X, dk, ch.W, dk, false)
+	for s := 0; s < m; s++ {
+		a := in.beta[(c0+s)*in.hv+h]
+		v := in.vRow(c0+s, h)
+		for j, x := range v {
+			X[s*dv+j] = a * x
+		}
+	}
+	gemmNN(m, dv, m, T, cl, X, dv, ch.U, dv, false)
+	// (exp(γ_m−γ_s)·k_s)ᵀ for the state update.
+	for s := 0; s < m; s++ {
+		a := float32(math.Exp(float64(gam[m-1] - gam[s])))
+		k := ks[s*ld : s*ld+dk]
+		for i, v := range k {
+			ch.KdT[i*cl+s] = a * v
+		}
+	}
+}
+
+// step advances value head h's state S [dk, dv] over the prepared chunk
+// and writes the chunk's outputs into out [n, hv·dv].
+func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32) {
+	dk, dv, m, c0 := in.dk, in.dv, ch.m, ch.c0
+	kh := h / (in.hv / in.hk)
+	ld, ldo := in.hk*dk, in.hv*dv
+	U := ch.U
+	gemmNN(m, dv, dk, ch.W, dk, S, dv, U, dv, true) // V_new
+	o := out[c0*ldo+h*dv:]
+	gemmNN(m, dv, dk, in.q[(c0*in.hk+kh)*dk:], ld, S, dv, o, ldo, false)
+	for r := 0; r < m; r++ {
+		gr := float32(math.Exp(float64(ch.gam[r])))
+		or := o[r*ldo : r*ldo+dv]
+		for j := range or {
+			or[j] *= gr
+		}
+	}
+	gemmNN(m, dv, m, ch.QK, cl, U, dv, o, ldo, true)
+	gm := float32(math.Exp(float64(ch.gam[m-1])))
+	for i := range S {
+		S[i] *= gm
+	}
+	gemmNN(dk, dv, m, ch.KdT, cl, U, dv, S, dv, true)
+}
+
+// deltaJob is one value head of one segment: rows [s0, s0+l), the state it
+// starts from (nil: zero) and where its final state goes (nil: dropped).
+type deltaJob struct {
+	h, s0, l int
+	from, to []float32
+}
+
+// deltaWindow is how many chunks of each job one round of the split form
+// prepares, per job: enough rounds' work to keep every goroutine busy.
+func deltaWindow(jobs, threads int) int { return max(1, (2*threads+jobs-1)/jobs) }
+
+// runDelta runs the jobs, writing outputs into out. With at least as many
+// jobs as goroutines (or the recurrent form) each job runs whole on one
+// goroutine; with fewer, rounds prepare a window of each job's chunks in
+// parallel over (job, chunk), then advance the states over them in
+// parallel over jobs. Both give the same bits.
+func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float32) {
+	if len(jobs) == 0 {
+		return
+	}
+	dk, dv := in.dk, in.dv
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return jobs[y].l - jobs[x].l })
+	threads := max(b.Threads, 1)
+	if cl == 0 || len(jobs) >= threads {
+		b.each(len(jobs), func() func(int) {
+			S := make([]float32, dk*dv)
+			var ch *deltaChunk
+			return func(j int) {
+				jb := jobs[order[j]]
+				if jb.from != nil {
+					copy(S, jb.from)
+				} else {
+					clear(S)
+				}
+				if cl == 0 {
+					in.recurrent(S, jb.h, jb.s0, jb.l, out)
+				} else {
+					if ch == nil {
+						ch = newDeltaChunk(cl, dk, dv)
+					}
+					for c0 := jb.s0; c0 < jb.s0+jb.l; c0 += cl {
+						ch.prepare(in, jb.h, c0, min(cl, jb.s0+jb.l-c0), cl)
+						ch.step(in, S, jb.h, cl, out)
+					}
+				}
+				if jb.to != nil {
+					copy(jb.to, S)
+				}
+			}
+		})
+		return
+	}
+	b.splitDelta(in, jobs, cl, out)
+}
+
+// splitDelta is runDelta's form for fewer jobs than goroutines.
+func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []float32) {
+	dk, dv := in.dk, in.dv
+	win := deltaWindow(len(jobs), max(b.Threads, 1))
+	states := make([][]float32, len(jobs))
+	chunks := make([]*deltaChunk, len(jobs)*win)
+	for i, jb := range jobs {
+		states[i] = make([]float32, dk*dv)
+		if jb.from != nil {
+			copy(states[i], jb.from)
+		}
+	}
+	type task struct{ job, k int }
+	var tasks []task
+	for w0 := 0; ; w0 += win {
+		tasks = tasks[:0]
+		for k := w0; k < w0+win; k++ {
+			for i, jb := range jobs {
+				if k*cl < jb.l {
+					tasks = append(tasks, task{i, k})
+				}
+			}
+		}
+		if len(tasks) == 0 {
+			break
+		}
+		b.each(len(tasks), func() func(int) {
+			return func(t int) {
+				tk := tasks[t]
+				slot := tk.job*win + tk.k - w0
+				if chunks[slot] == nil {
+					chunks[slot] = newDeltaChunk(cl, dk, dv)
+				}
+				jb := jobs[tk.job]
+				c0 := jb.s0 + tk.k*cl
+				chunks[slot].prepare(in, jb.h, c0, min(cl, jb.s0+jb.l-c0), cl)
+			}
+		})
+		b.each(len(jobs), func() func(int) {
+			return func(i int) {
+				jb := jobs[i]
+				for k := w0; k < w0+win && k*cl < jb.l; k++ {
+					chunks[i*win+k-w0].step(in, states[i], jb.h, cl, out)
+				}
+			}
+		})
+	}
+	for i, jb := range jobs {
+		if jb.to != nil {
+			copy(jb.to, states[i])
+		}
+	}
+}
