@@ -6,20 +6,29 @@
 #   go build -o bin/kev ./examples/kev && go test -c -o bin/cpu.test ./tensor/cpu
 #   mkdir -p .gold-in && zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst > .gold-in/tokenizer.json
 # then on the GPU machine (its host CPU; the GPU only makes the checkpoint), from the repository root, with bin/ and
-# .gold-in/ carried, one command each (each fits in 560 s):
-#   PART=16 OUT=dir bash scripts/cpu/bench.sh     checkpoint (once), machine log, tensor/cpu tests, 16 threads
-#   PART=4  OUT=dir bash scripts/cpu/bench.sh     4 threads; then merges both parts into compare.json, compare.md
-# Every part ends with the merge of what is there so far (PART=merge merges only).
+# .gold-in/ carried, one command each (each ends within BENCH_TOTAL_S, 540 s):
+#   PART=prep   OUT=dir bash scripts/cpu/bench.sh   the checkpoint (once), the machine log, the tensor/cpu tests
+#   PART=16     OUT=dir bash scripts/cpu/bench.sh   16 threads: torch and kev, fp32 then bf16
+#   PART=4-fp32 OUT=dir bash scripts/cpu/bench.sh   4 threads, fp32 (PyTorch fp32 alone needs ~4-5 min there)
+#   PART=4-bf16 OUT=dir bash scripts/cpu/bench.sh   4 threads, bf16 (or PART=4 for both, once kev is fast enough)
+# on one machine kept warm between them (the results of the parts meet in $RES). Every part ends with the merge of
+# what is there so far into compare.json and compare.md; PART=merge merges only.
 #
-# PART: 16 | 4 | 4-fp32 | 4-bf16 | 16-fp32 | 16-bf16 | tests | merge | all, or job names (ENGINE-DTYPE-THREADS,
-#   e.g. "torch-fp32-4 kev-fp32-4"). A job runs one engine (kev: kev bench; torch: torch_reference.py) at one dtype
-#   on THREADS cores (taskset -c 0-(THREADS-1); GOMAXPROCS, or torch's intra- and inter-op threads, = THREADS).
+# PART: prep | 16 | 4 | 16-fp32 | 16-bf16 | 4-fp32 | 4-bf16 | tests | merge | all (prep 16 4), several separated by
+#   spaces, or job names (ENGINE-DTYPE-THREADS, e.g. "torch-fp32-4 kev-fp32-4"). A job runs one engine (kev: kev
+#   bench; torch: torch_reference.py) at one dtype on THREADS cores (taskset -c 0-(THREADS-1); GOMAXPROCS, or
+#   torch's intra- and inter-op threads, = THREADS) over the four cases in the file's order (the 2,200-token one
+#   last), and leaves ENGINE-DTYPE-THREADS.json.
 # Environment: OUT (default .out), RES (results kept across parts, default /tmp/kev-cpubench), KEV08B (checkpoint
-#   root, default /tmp/kev08b; the checkpoint is $KEV08B/0.8b), BENCH_TOTAL_S (this part's budget, default 540),
-#   RUNS (5), WARMUP (1), TESTS (1: run the tensor/cpu tests in this part; default 1 for PART 16, tests and all),
-#   TESTS_S (their limit, default 120), MERGE_DIRS (more result folders to merge, e.g. earlier parts' $OUT copies),
+#   root, default /tmp/kev08b; the checkpoint is $KEV08B/0.8b), BENCH_TOTAL_S (this part's budget, default 540;
+#   3000 for PART=all, which is for a machine without the ten-minute limit),
+#   RUNS (5), WARMUP (1), TESTS (1: run the tensor/cpu tests in this part; default 1 for prep, tests and all),
+#   TESTS_S (their limit, default 300: a third for the kernel tests, the rest for -test.short), MERGE_DIRS (more result folders to merge, e.g. earlier parts' $OUT copies),
 #   DRY=1 (print the commands and the limits, run nothing).
-# Each job's limit is its weighted share of what is left of BENCH_TOTAL_S; kev bench gets a -budget and
+# torch_reference.py checks its serving form against full rows on the states of at most 512 tokens at 16 threads
+# and more, 128 below (the two short cases), to spend the 4-thread parts' time on the timed runs.
+# Each job's limit is an equal share of what is left of BENCH_TOTAL_S (a job that ends early leaves its time to
+# the next ones: put the slower engine last); kev bench gets a -budget and
 # torch_reference.py a --budget-s inside it, so both shrink their runs and write their files before the limit; a
 # job cut anyway leaves what it wrote (torch: the cases it finished; kev: its report, marked interrupted, on SIGTERM).
 # Exit status: 0 when every step succeeded, 1 when one failed, 2 when a required file is missing.
@@ -31,10 +40,10 @@ RES=${RES:-/tmp/kev-cpubench}
 KEV08B=${KEV08B:-/tmp/kev08b}
 CK=$KEV08B/0.8b
 PART=${PART:-all}
-TOTAL=${BENCH_TOTAL_S:-540}
+TOTAL=${BENCH_TOTAL_S:-$(case " $PART " in *" all "*) echo 3000 ;; *) echo 540 ;; esac)}
 RUNS=${RUNS:-5}
 WARMUP=${WARMUP:-1}
-TESTS_S=${TESTS_S:-120}
+TESTS_S=${TESTS_S:-300}
 DRY=${DRY:-}
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
@@ -45,19 +54,11 @@ status=0
 jobs() {
   case $1 in
   all) echo "$(jobs 16) $(jobs 4)" ;;
+  prep) ;;
   16 | 4) echo "$(jobs "$1-fp32") $(jobs "$1-bf16")" ;;
   16-fp32 | 16-bf16 | 4-fp32 | 4-bf16) echo "torch-${1#*-}-${1%-*} kev-${1#*-}-${1%-*}" ;;
   tests | merge) ;;
   *) echo "$1" ;;
-  esac
-}
-# weight: a job's share of the time left, relative to the others (torch fp32 is the slowest per request).
-weight() {
-  case $1 in
-  torch-fp32-4) echo 5 ;;
-  torch-fp32-*) echo 3 ;;
-  *-4) echo 3 ;;
-  *) echo 2 ;;
   esac
 }
 
@@ -66,11 +67,14 @@ for p in $PART; do JOBS="$JOBS $(jobs "$p")"; done
 JOBS=$(echo $JOBS)
 for j in $JOBS; do
   if ! [[ $j =~ ^(kev|torch)-(fp32|bf16)-[1-9][0-9]*$ ]]; then
-    echo "PART=$PART: $j is neither a part (16, 4, 16-fp32, 16-bf16, 4-fp32, 4-bf16, tests, merge, all) nor a job (kev|torch-fp32|bf16-THREADS)"
+    echo "PART=$PART: $j is neither a part (prep, 16, 4, 16-fp32, 16-bf16, 4-fp32, 4-bf16, tests, merge, all) nor a job (kev|torch-fp32|bf16-THREADS)"
     exit 2
   fi
 done
-TESTS=${TESTS:-$(case " $PART " in *" 16 "* | *" tests "* | *" all "*) echo 1 ;; *) echo 0 ;; esac)}
+PREP=$(case " $PART " in *" prep "* | *" all "*) echo 1 ;; *) echo 0 ;; esac)
+TESTS=${TESTS:-$(case " $PART " in *" tests "*) echo 1 ;; *) echo $PREP ;; esac)}
+MAKE_CK=$PREP
+[ -n "$JOBS" ] && MAKE_CK=1
 
 dry_spent=0 # DRY: the limits printed so far, as if every step ran to its limit
 left() { echo $((TOTAL - SECONDS - dry_spent)); }
@@ -119,7 +123,7 @@ if [ -z "$DRY" ]; then
     echo
     free -g
     nproc
-    timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "threads", torch.get_num_threads(), "capability", torch.backends.cpu.get_cpu_capability()); print(torch.__config__.show())' 2>&1 | tail -30
+    [ "$PREP" = 1 ] && timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "threads", torch.get_num_threads(), "capability", torch.backends.cpu.get_cpu_capability()); print(torch.__config__.show())' 2>&1 | tail -30
   } >"$OUT/machine.log" 2>&1
   cp "$OUT/machine.log" "$RES/machine-$(echo $PART | tr ' ' _).log"
   grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)):' "$OUT/machine.log" | sed 's/^/   /'
@@ -144,7 +148,7 @@ if [ -z "$DRY" ]; then
 fi
 
 # ---- 1. the checkpoint (once)
-if [ -n "$JOBS" ]; then
+if [ "$MAKE_CK" = 1 ]; then
   if [ -f "$CK/.complete" ]; then
     echo "== checkpoint: $CK is complete from an earlier run"
   elif [ -n "$DRY" ]; then
@@ -179,12 +183,13 @@ if [ "$TESTS" = 1 ]; then
   if [ -z "$DRY" ] && [ ! -f "$cputest" ]; then
     echo "== tensor/cpu tests: skipped, no bin/cpu.test"
   else
-    lim=$((TESTS_S / 2))
+    tl=$(($(left) - 20 < TESTS_S ? $(left) - 20 : TESTS_S))
+    lim=$((tl / 3))
     cd tensor/cpu
     run_step "cpu.test GEMM|Kernel|BF16|AMX" "$lim" "$OUT/logs/cpu_test_kernels.log" \
       "$cputest" -test.run 'GEMM|Kernel|BF16|AMX' -test.v -test.count 1 || status=1
     [ -z "$DRY" ] && grep -E "^(--- FAIL|--- SKIP|ok|PASS|FAIL)" "$OUT/logs/cpu_test_kernels.log" | tail -8 | sed 's/^/   /'
-    run_step "cpu.test -test.short" "$((TESTS_S - lim))" "$OUT/logs/cpu_test_short.log" \
+    run_step "cpu.test -test.short" "$((tl - lim))" "$OUT/logs/cpu_test_short.log" \
       "$cputest" -test.short -test.count 1 || status=1
     cd "$root"
     [ -z "$DRY" ] && grep -E "^(--- FAIL|ok|PASS|FAIL)" "$OUT/logs/cpu_test_short.log" | tail -5 | sed 's/^/   /'
@@ -213,9 +218,7 @@ while [ $# -gt 0 ]; do
   rest=${job#*-}
   dtype=${rest%-*}
   threads=${rest#*-}
-  wsum=$(weight "$job")
-  for j in "$@"; do wsum=$((wsum + $(weight "$j"))); done
-  lim=$(((($(left) - reserve) * $(weight "$job")) / wsum))
+  lim=$((($(left) - reserve) / ($# + 1)))
   pin=(taskset -c "0-$((threads - 1))")
   if [ "$threads" -gt "$ncpu" ]; then
     echo "== $job: only $ncpu CPUs here, running on all of them"
@@ -230,7 +233,8 @@ while [ $# -gt 0 ]; do
   else
     run_step "$job" "$lim" "$OUT/logs/$job.log" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
       "${pin[@]}" python3 scripts/golden/torch_reference.py "$CK" --device cpu --dtype "$dtype" --threads "$threads" \
-      --cases "$CASES" --reps "$RUNS" --warmup "$WARMUP" --budget-s "$((lim > 60 ? lim - 25 : 35))" --out "$out" ||
+      --cases "$CASES" --reps "$RUNS" --warmup "$WARMUP" --budget-s "$((lim > 60 ? lim - 25 : 35))" \
+      --check-max-tokens "$([ "$threads" -ge 16 ] && echo 512 || echo 128)" --out "$out" ||
       status=1
     [ -z "$DRY" ] && grep -E "^\[.*\] [0-9] questions.*: new state|^NOTE" "$OUT/logs/$job.log" | sed 's/^/   /'
   fi

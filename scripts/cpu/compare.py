@@ -11,7 +11,8 @@ is null in compare.json and "-" in compare.md.
 
 compare.json: {"host": ..., "files": {job: {"path", "complete", "seconds", "error"}},
   "rows": [{"case", "threads", "engine": "torch"|"kev", "dtype": "fp32"|"bf16", "new_ms", "cached_ms" (medians),
-            "new_p10_ms", "new_p90_ms", "cached_p10_ms", "cached_p90_ms", "runs", "input_tokens",
+            "new_p10_ms", "new_p90_ms", "cached_p10_ms", "cached_p90_ms", "runs", "input_tokens", "first_ms" (the
+            case's first request, its own state, untimed in the medians: all there is when the timed runs were cut),
             parity columns (max |dp| over the case's questions, argmax flips; null where they do not apply):
             kev fp32: "dp_vs_torch_fp32", "flips_vs_torch_fp32";
             kev bf16: "dp_vs_kev_fp32", "flips_vs_kev_fp32", "dp_vs_torch_bf16", "flips_vs_torch_bf16";
@@ -83,7 +84,7 @@ def normalise(engine, doc):
                 "new": l.get("new_ms"), "cached": l.get("cached_ms"),
                 "new_p10": get(l, "new", "model_ms", "p10"), "new_p90": get(l, "new", "model_ms", "p90"),
                 "cached_p10": get(l, "cached", "model_ms", "p10"), "cached_p90": get(l, "cached", "model_ms", "p90"),
-                "runs": get(l, "new", "runs"), "tokens": l.get("tokens"),
+                "runs": get(l, "new", "runs"), "tokens": l.get("tokens"), "first": l.get("first_ms"),
                 "p": get(probs, name, "probabilities"),
             }
     else:
@@ -100,7 +101,7 @@ def normalise(engine, doc):
             out["by"][c["name"]] = {
                 "new": n.get("median"), "cached": k.get("median"), "new_p10": n.get("p10"), "new_p90": n.get("p90"),
                 "cached_p10": k.get("p10"), "cached_p90": k.get("p90"), "runs": n.get("runs"),
-                "tokens": c.get("input_tokens"), "p": c.get("probabilities"),
+                "tokens": c.get("input_tokens"), "first": c.get("latency_first_ms"), "p": c.get("probabilities"),
             }
     return out
 
@@ -175,7 +176,7 @@ def compare(dirs):
                            "new_ms": c["new"], "cached_ms": c["cached"],
                            "new_p10_ms": c["new_p10"], "new_p90_ms": c["new_p90"],
                            "cached_p10_ms": c["cached_p10"], "cached_p90_ms": c["cached_p90"],
-                           "runs": c["runs"], "input_tokens": c["tokens"]}
+                           "runs": c["runs"], "input_tokens": c["tokens"], "first_ms": c["first"]}
                     for stem in ALL_COLUMNS:
                         row[f"dp_vs_{stem}"] = row[f"flips_vs_{stem}"] = None
                     for stem, re_, rd in PARITY[(engine, dtype)]:
@@ -216,6 +217,7 @@ def markdown(r):
     by = {(x["case"], x["threads"], x["engine"], x["dtype"]): x for x in r["rows"]}
     sp = {(x["case"], x["threads"], x["dtype"]): x for x in r["speedups"]}
     out = []
+    first_only = False
     cpus = sorted({h.get("cpu") for h in r["host"].values() if h and h.get("cpu")})
     out.append(f"CPU: {', '.join(cpus) or '-'}. Model ms, median of the timed runs (runs in the last column); "
                "speed-up = torch ÷ kev (above 1: kev is faster). Kev-0.8B-shaped random checkpoint.")
@@ -238,6 +240,10 @@ def markdown(r):
                         any_value |= v is not None
                         if x and x.get("runs") is not None:
                             runs.add(x["runs"])
+                        if v is None and kind == "new" and x and x.get("first_ms") is not None:
+                            cells.append(f"({fmt(x['first_ms'])})")
+                            any_value, first_only = True, True
+                            continue
                         cells.append(fmt(v))
                     s = sp.get((name, t, dtype))
                     cells.append(fmt(s.get(kind), ".2f") + "×" if s and s.get(kind) is not None else "-")
@@ -266,6 +272,8 @@ def markdown(r):
                 continue
             out.append(f"| {name} | {t} | " + " | ".join(cells) + " |")
     out.append("")
+    if first_only:
+        out.append("(x): the case's first request only; its timed runs did not fit in the time the job had.")
     missing = [j for j, i in r["files"].items() if i["error"] or not i["complete"]]
     if missing:
         out.append("Incomplete or unreadable: " + ", ".join(

@@ -152,6 +152,25 @@ class Compare(unittest.TestCase):
         self.assertEqual(kev[0]["dp_vs_torch_fp32"], "inf")
         self.assertEqual(md.read_text(), p.stdout)
 
+    def test_first_request_only(self):
+        # kev cut during the long case: its first request and probabilities are there, no timed runs.
+        doc = kev_doc({SHORT: (10.0, 1.0, P)}, interrupted=True)
+        doc["latency"][LONG] = {"tokens": 2400, "state_tokens": 2300, "first_ms": 22888.0, "first_hit": False}
+        doc["probabilities"][LONG] = {"probabilities": P}
+        self.write("kev-fp32-16.json", doc)
+        t = torch_doc({SHORT: (20.0, 2.0, P), LONG: (6000.0, 900.0, P)})
+        t["cases"][1]["latency_first_ms"] = 7000.0
+        self.write("torch-fp32-16.json", t)
+        r = self.run_compare()
+        rows = {(x["case"], x["engine"]): x for x in r["rows"]}
+        self.assertEqual((rows[(LONG, "kev")]["new_ms"], rows[(LONG, "kev")]["first_ms"]), (None, 22888.0))
+        self.assertEqual(rows[(LONG, "torch")]["first_ms"], 7000.0)
+        self.assertEqual(rows[(LONG, "kev")]["dp_vs_torch_fp32"], 0.0)
+        md = compare.markdown(r)
+        self.assertIn("| 5 questions, 2,200-token state | 16 | 6000.0 | (22888.0) | - | - | - | - | 5 |", md)
+        self.assertIn("(x): the case's first request only", md)
+        self.assertIn("kev-fp32-16 (partial)", md)
+
     def test_empty(self):
         r = self.run_compare()
         self.assertEqual((r["rows"], r["speedups"], r["cases"]), ([], [], []))

@@ -22,6 +22,14 @@ requests prefix the state with "Ticket <i>. " (i = 1, 2, ...) so every request m
 serving_bench does; "cached" requests run the question rows from the cached state of the case's own text (i = 0).
 Median of 20 after 3 warm-ups (fewer when the time budget says so; the output says how many). FORMAT.md, section
 "kev-4b", describes the output file.
+
+On the host CPU (scripts/cpu/bench.sh):
+
+    python3 scripts/golden/torch_reference.py CKPT_DIR --device cpu --dtype fp32|bf16 --threads N \\
+        --cases scripts/golden/bench-cases.json --out OUT.json
+
+times one dtype (fp32: the merged model in fp32; bf16: cast once to bf16, oneDNN/AMX) with N intra- and inter-op
+threads, median of 5 after 1 warm-up; FORMAT.md, "torch_reference.py --device cpu", describes its output.
 """
 
 import os
@@ -106,14 +114,17 @@ def rows_per_pass(rows, n_state):
 # Model
 
 def load_text_model(base_dir):
-    """fp32 text model on the GPU, loaded as Kev loads the base; every text tensor checked against the files."""
+    """fp32 text model on DEV, loaded as Kev loads the base; every text tensor checked against the files."""
     t0 = time.time()
     kw = {"dtype": torch.float32, "attn_implementation": "sdpa", "local_files_only": True}
-    try:
-        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), device_map=DEV, **kw)
-    except Exception as e:  # noqa: BLE001 - a loader without device_map support: load on the host, then move
-        note(f"from_pretrained(device_map={DEV!r}) failed ({type(e).__name__}: {e}); loading on the host")
-        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw).to(DEV)
+    if DEV == "cpu":
+        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw)
+    else:
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(str(base_dir), device_map=DEV, **kw)
+        except Exception as e:  # noqa: BLE001 - a loader without device_map support: load on the host, then move
+            note(f"from_pretrained(device_map={DEV!r}) failed ({type(e).__name__}: {e}); loading on the host")
+            lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw).to(DEV)
     tm = lm.model.eval()
     how = f"AutoModelForCausalLM -> {type(lm).__name__}.model ({type(tm).__name__}), fp32, sdpa"
     expect(type(tm).__name__ in ("Qwen3_5TextModel", "Qwen3Model", "Qwen2Model"), f"text model is {type(tm).__name__}")
@@ -129,7 +140,8 @@ def load_text_model(base_dir):
                 name = key[len(prefix):]
                 expect(name in params, f"{key} is not a parameter of the loaded text model")
                 p = params[name]
-                expect(p.dtype == torch.float32 and p.device.type == torch.device(DEV).type, f"{name} loaded as {p.dtype} on {p.device}")
+                expect(p.dtype == torch.float32 and p.device.type == torch.device(DEV).type,
+                       f"{name} loaded as {p.dtype} on {p.device}")
                 expect(torch.equal(p.detach(), f.get_tensor(key).float()), f"{name} differs from the file")
                 seen += 1
     expect(seen == len(params), f"{seen} text tensors in the files, the model has {len(params)}")
@@ -768,9 +780,40 @@ def main_cpu(args):
         "cases": [],
     }
     reserve = 5.0  # writing, slack
+
+    def save():
+        doc["seconds"], doc["peak_rss_bytes"] = round(time.time() - t_start, 1), peak_rss_bytes()
+        write_json(args.out, doc)
+
     for ci, name in enumerate(names):
-        c, enc = bench["cases"][name], encs[name]
+        enc = encs[name]
         ms_first, (p0, cache0) = timed(lambda: server.new(enc))
+        # The case as far as it goes: its probabilities and first request, saved before the timed runs.
+        row = {
+            "name": name,
+            "state_text": enc["state_text"],
+            "state_ids": enc["state_ids"],
+            "rows": [{"qid": m["id"], "ids": r["ids"], "decide": r["decide"], "opts": r["opts"]}
+                     for m, r in zip(enc["meta"], enc["rows"])],
+            "state_tokens": len(enc["state_ids"]),
+            "row_tokens": [len(r["ids"]) for r in enc["rows"]],
+            "input_tokens": len(enc["state_ids"]) + sum(len(r["ids"]) for r in enc["rows"]),
+            "probabilities": p0,
+            key: p0,
+            "answers": kevref.answers_body_json(kevref.to_answers(enc["meta"], p0)),
+            "checks": {"fp32_cached_vs_full_rows_max_abs_dp": dp_cached_full32.get(name),
+                       "cached_again_vs_fresh_max_abs_dp": None},
+            "new_state_example": None,
+            "latency_first_ms": round(ms_first, 3),
+            "latency_new_ms": None,
+            "latency_cached_ms": None,
+        }
+        if args.dtype == "bf16" and name in p32:
+            row["probabilities_fp32"] = p32[name]
+            row["max_abs_dp_bf16_vs_fp32"] = max_dp(p0, p32[name])
+        doc["cases"].append(row)
+        save()
+
         tickets = list(news[name])
         example, ms_new, ms_cached = None, [ms_first], []
         for _ in range(max(args.warmup - 1, 0)):
@@ -801,38 +844,15 @@ def main_cpu(args):
             ms_cached.append(ms)
         del cache0
         new, cached = summary(ms_new), summary(ms_cached)
-        checks = {"fp32_cached_vs_full_rows_max_abs_dp": dp_cached_full32.get(name),
-                  "cached_again_vs_fresh_max_abs_dp": max_dp(last_cached, p0)}
-        row = {
-            "name": name,
-            "state_text": enc["state_text"],
-            "state_ids": enc["state_ids"],
-            "rows": [{"qid": m["id"], "ids": r["ids"], "decide": r["decide"], "opts": r["opts"]}
-                     for m, r in zip(enc["meta"], enc["rows"])],
-            "state_tokens": len(enc["state_ids"]),
-            "row_tokens": [len(r["ids"]) for r in enc["rows"]],
-            "input_tokens": len(enc["state_ids"]) + sum(len(r["ids"]) for r in enc["rows"]),
-            "probabilities": p0,
-            key: p0,
-            "answers": kevref.answers_body_json(kevref.to_answers(enc["meta"], p0)),
-            "checks": checks,
-            "new_state_example": {"state_text": example[0]["state_text"], "state_tokens": len(example[0]["state_ids"]),
-                                  key: example[1], "probabilities": example[1]},
-            "latency_first_ms": round(ms_first, 3),
-            "latency_new_ms": new,
-            "latency_cached_ms": cached,
-        }
-        if args.dtype == "bf16" and name in p32:
-            row["probabilities_fp32"] = p32[name]
-            row["max_abs_dp_bf16_vs_fp32"] = max_dp(p0, p32[name])
-        doc["cases"].append(row)
-        doc["seconds"], doc["peak_rss_bytes"] = round(time.time() - t_start, 1), peak_rss_bytes()
-        write_json(args.out, doc)
+        row["checks"]["cached_again_vs_fresh_max_abs_dp"] = max_dp(last_cached, p0)
+        row["new_state_example"] = {"state_text": example[0]["state_text"], "state_tokens": len(example[0]["state_ids"]),
+                                    key: example[1], "probabilities": example[1]}
+        row["latency_new_ms"], row["latency_cached_ms"] = new, cached
+        save()
         log(f"{name}: new state {new['median']:.1f} ms (p10 {new['p10']:.1f}, p90 {new['p90']:.1f}), cached "
             f"{cached['median']:.1f} ms, {reps} runs each; first request {ms_first:.0f} ms")
     doc["complete"] = True
-    doc["seconds"], doc["peak_rss_bytes"] = round(time.time() - t_start, 1), peak_rss_bytes()
-    write_json(args.out, doc)
+    save()
     log(f"wrote {args.out}")
 
     print("\n" + "=" * 100)
