@@ -44,10 +44,13 @@ const sweepTicketBase = 1_000_000
 // name keep the cases file's order.
 //
 //	{"command": "kev bench", "run": checkpoint, "base": base, "device": "cpu"|"cuda", "dtype": "float32"|"bfloat16",
-//	 "backend": "go", "go": version, "gomaxprocs": n, "temperature": t, "load_seconds": s,
+//	 "backend": "go", "go": version, "gomaxprocs": n,
+//	 "host_cpu": {"model": /proc/cpuinfo's model name, "logical_cpus": n, "gomaxprocs": n, "features": ["avx2", ...],
+//	              "kernel": the CPU backend's matrix kernel, null while it names none},
+//	 "temperature": t, "load_seconds": s,
 //	 "memory": {"kind": "device"|"go_heap", "resident_bytes": n, "resident_gb": x, "free_bytes": n,
 //	            "weight_bytes": n, "process_rss_bytes": n},      after load (device: the backend's pool; cpu: heap in use)
-//	 "runs": n, "warmup": n, "cases_file": path,
+//	 "runs": n, "warmup": n, "cases_file": path, "cases_selected": [name, ...] (the -case flags; null: all),
 //	 "latency": {case: {"tokens": input tokens, "state_tokens": n, "questions": n, "first_ms": model ms of the first
 //	             request (i = 0), "first_hit": whether it hit the cache, "new_ms": median, "cached_ms": median,
 //	             "new":    {"runs": n, "hits": n, "model_ms": dist, "wall_ms": dist, "tokenize_ms": dist},
@@ -81,7 +84,7 @@ type benchConfig struct {
 func benchCommand(args []string) error {
 	start := time.Now()
 	fs := newFlags("bench", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu|cuda] [-dtype fp32|bf16] [-cases FILE] "+
-		"[-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE] [-cpuprofile FILE] [-trace FILE] "+
+		"[-case NAME|N]... [-runs 20] [-warmup 3] [-clients 1,32,64] [-duration 10s] [-budget 0] [-out FILE] [-cpuprofile FILE] [-trace FILE] "+
 		"[-log-format text|json] [-log-level info]")
 	var mf modelFlags
 	mf.register(fs)
@@ -89,6 +92,8 @@ func benchCommand(args []string) error {
 	var lc logConfig
 	lc.register(fs, os.Getenv)
 	casesPath := fs.String("cases", "", "the cases file, {\"cases\": {name: request}} (default: Kev's serving benchmark shapes, built in)")
+	var only caseSelection
+	fs.Var(&only, "case", "run only this case of the cases file: its name or its 1-based index (repeatable; default: all)")
 	fs.IntVar(&cfg.runs, "runs", 20, "timed requests of each kind per case")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "requests of each kind per case run first and not counted")
 	clients := fs.String("clients", "1,32,64", "concurrency levels: clients calling Do at once, comma-separated (\"\" or 0: no sweep)")
@@ -126,6 +131,9 @@ func benchCommand(args []string) error {
 	if path == "" {
 		path = bundledCasesRef
 	}
+	if cases, err = only.pick(path, cases); err != nil {
+		return err
+	}
 	run, opts := mf.options()
 	if opts.Logger == nil { // the load's progress events and its summary line (size, seconds, GB/s); at debug, every batch
 		opts.Logger = lc.logger(stderr)
@@ -160,6 +168,8 @@ func benchCommand(args []string) error {
 	rep.set("backend", info.Backend)
 	rep.set("go", runtime.Version())
 	rep.set("gomaxprocs", runtime.GOMAXPROCS(0))
+	hc := readHostCPU()
+	rep.set("host_cpu", hc)
 	rep.set("temperature", info.Temperature)
 	rep.set("load_seconds", round(time.Since(loadStart).Seconds(), 2))
 	mem := memoryReport(p)
@@ -168,9 +178,18 @@ func benchCommand(args []string) error {
 	rep.set("host_memory", host)
 	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s) in %.1f s; %s; host %s\n", run, info.DType, info.Device,
 		time.Since(loadStart).Seconds(), mem.describe(), host.describe())
+	fmt.Fprintf(stderr, "kev bench: host %q, %d logical CPUs, GOMAXPROCS %d, features %s\n", hc.Model, hc.LogicalCPUs,
+		hc.GOMAXPROCS, strings.Join(hc.Features, " "))
 	rep.set("runs", cfg.runs)
 	rep.set("warmup", cfg.warmup)
 	rep.set("cases_file", path)
+	var selected []string
+	if len(only) > 0 {
+		for _, c := range cases {
+			selected = append(selected, c.name)
+		}
+	}
+	rep.set("cases_selected", selected)
 
 	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
 	if err != nil {

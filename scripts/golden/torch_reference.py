@@ -22,6 +22,14 @@ requests prefix the state with "Ticket <i>. " (i = 1, 2, ...) so every request m
 serving_bench does; "cached" requests run the question rows from the cached state of the case's own text (i = 0).
 Median of 20 after 3 warm-ups (fewer when the time budget says so; the output says how many). FORMAT.md, section
 "kev-4b", describes the output file.
+
+On the host CPU (scripts/cpu/bench.sh):
+
+    python3 scripts/golden/torch_reference.py CKPT_DIR --device cpu --dtype fp32|bf16 --threads N \\
+        --cases scripts/golden/bench-cases.json --out OUT.json
+
+times one dtype (fp32: the merged model in fp32; bf16: cast once to bf16, oneDNN/AMX) with N intra- and inter-op
+threads, median of 5 after 1 warm-up; FORMAT.md, "torch_reference.py --device cpu", describes its output.
 """
 
 import os
@@ -30,7 +38,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import argparse  # noqa: E402
 import copy  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -49,6 +56,7 @@ from tokenizers import Tokenizer  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kevref  # noqa: E402
 import make_fixtures as mf  # noqa: E402
+import refargs  # noqa: E402
 from make_fixtures import expect, log, note  # noqa: E402
 
 import peft  # noqa: E402
@@ -70,6 +78,18 @@ MODE_TEXT = {
     "full": "each question row as one causal sequence state + branch, no cache",
 }
 CACHED_TOL = 1e-3  # fp32: cached form vs full rows, max |dp|; Kev's tests hold its forms to 1e-4, a broken cache is far off
+
+
+def sync():
+    """Waits for the device (CUDA); nothing to wait for on the CPU."""
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache():
+    """Returns cached device memory to the driver (CUDA only)."""
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -94,14 +114,17 @@ def rows_per_pass(rows, n_state):
 # Model
 
 def load_text_model(base_dir):
-    """fp32 text model on the GPU, loaded as Kev loads the base; every text tensor checked against the files."""
+    """fp32 text model on DEV, loaded as Kev loads the base; every text tensor checked against the files."""
     t0 = time.time()
     kw = {"dtype": torch.float32, "attn_implementation": "sdpa", "local_files_only": True}
-    try:
-        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), device_map=DEV, **kw)
-    except Exception as e:  # noqa: BLE001 - a loader without device_map support: load on the host, then move
-        note(f"from_pretrained(device_map={DEV!r}) failed ({type(e).__name__}: {e}); loading on the host")
-        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw).to(DEV)
+    if DEV == "cpu":
+        lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw)
+    else:
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(str(base_dir), device_map=DEV, **kw)
+        except Exception as e:  # noqa: BLE001 - a loader without device_map support: load on the host, then move
+            note(f"from_pretrained(device_map={DEV!r}) failed ({type(e).__name__}: {e}); loading on the host")
+            lm = AutoModelForCausalLM.from_pretrained(str(base_dir), **kw).to(DEV)
     tm = lm.model.eval()
     how = f"AutoModelForCausalLM -> {type(lm).__name__}.model ({type(tm).__name__}), fp32, sdpa"
     expect(type(tm).__name__ in ("Qwen3_5TextModel", "Qwen3Model", "Qwen2Model"), f"text model is {type(tm).__name__}")
@@ -117,11 +140,12 @@ def load_text_model(base_dir):
                 name = key[len(prefix):]
                 expect(name in params, f"{key} is not a parameter of the loaded text model")
                 p = params[name]
-                expect(p.dtype == torch.float32 and p.device.type == "cuda", f"{name} loaded as {p.dtype} on {p.device}")
+                expect(p.dtype == torch.float32 and p.device.type == torch.device(DEV).type,
+                       f"{name} loaded as {p.dtype} on {p.device}")
                 expect(torch.equal(p.detach(), f.get_tensor(key).float()), f"{name} differs from the file")
                 seen += 1
     expect(seen == len(params), f"{seen} text tensors in the files, the model has {len(params)}")
-    torch.cuda.synchronize()
+    sync()
     log(f"base loaded as {how} in {time.time() - t0:.1f}s; all {seen} text tensors equal the files")
     return tm, how
 
@@ -158,7 +182,7 @@ def merge_lora(tm, kev_dir):
                 worst = max(worst, err)
                 kinds_checked.add(kind)
             merged.append(module)
-    torch.cuda.synchronize()
+    sync()
     expect(worst < 1e-6, f"fp32 merge differs from float64 by {worst:.3g} (relative)")
     log(f"LoRA merged in fp32: {len(merged)} modules, r {lora['r']}, alpha {lora['alpha']}, scale {scale}; "
         f"{len(kinds_checked)} kinds checked in float64 (max relative error {worst:.2g})")
@@ -385,7 +409,7 @@ def choose_mode(server, encs):
             note(f"serving form {mode!r}: max |dp| against full rows {worst:.3g} > {CACHED_TOL}; trying the next")
         except Exception as e:  # noqa: BLE001 - reported, then the next form is tried
             note(f"serving form {mode!r} failed: {type(e).__name__}: {e}")
-        torch.cuda.empty_cache()
+        empty_cache()
     note("no cached form held: every request runs as full rows (cached latency = full rows again)")
     server.mode = "full"
     return "full", dict(full), full, {name: 0.0 for name in encs}
@@ -395,10 +419,10 @@ def choose_mode(server, encs):
 # Timing
 
 def timed(fn):
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     r = fn()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - t0) * 1e3, r
 
 
@@ -411,32 +435,27 @@ def summary(ms):
 
 # ---------------------------------------------------------------------------------------------------------------
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ckpt", type=Path)
-    ap.add_argument("--cases", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--budget-s", type=float, default=330.0,
-                    help="wall-clock budget for the whole run; the timing loops shrink to fit it")
-    args = ap.parse_args()
-    t_start = time.time()
-    deadline = t_start + args.budget_s
-    torch.set_grad_enabled(False)
-    expect(torch.cuda.is_available(), "a CUDA GPU is needed")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    gpu = torch.cuda.get_device_name(0)
-    versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                "cudnn": torch.backends.cudnn.version(), "transformers": transformers.__version__,
-                "peft": peft.__version__, "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
-                "flash_linear_attention": importlib.util.find_spec("fla") is not None,
-                "causal_conv1d": importlib.util.find_spec("causal_conv1d") is not None}
-    log(f"{gpu}; " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+def to_bf16(tm):
+    """Casts the merged fp32 model to bf16 in place, as Kev serves it: one rounding of every parameter (A_log too, as
+    Kev's bf16 load does); floating buffers (rotary frequencies) stay fp32, as from_pretrained(dtype=bf16) leaves them.
+    -> (the fp32 A_log parameters by name, a description of the bf16 model)."""
+    a_log32 = {n: p.detach().clone() for n, p in tm.named_parameters() if n.endswith("A_log")}
+    buffers32 = {n: b.detach().clone() for n, b in tm.named_buffers() if b.is_floating_point()}
+    tm.to(torch.bfloat16)
+    for n, b in buffers32.items():
+        mod_name, _, attr = n.rpartition(".")
+        setattr(tm.get_submodule(mod_name) if mod_name else tm, attr, b)
+    dtypes = {str(p.dtype) for n, p in tm.named_parameters()}
+    expect(dtypes == {"torch.bfloat16"}, f"bf16 model parameter dtypes {dtypes}")
+    bf16_model = {"parameters": "bfloat16 (merged fp32 weights rounded once; A_log rounded too, as Kev's bf16 load does)",
+                  "float_buffers": {n: str(b.dtype) for n, b in tm.named_buffers() if b.is_floating_point()}}
+    return a_log32, bf16_model
 
-    base_dir, kev_dir = args.ckpt / "base", args.ckpt / "kev"
+
+def load_requests(ckpt, cases_path, n_new, names=None):
+    """The checkpoint's tokenizer and the encoded requests of the cases file: each case's own state (i = 0) and n_new
+    new states (i = 1..n_new); names: the cases to encode (default all, in the file's order)."""
+    base_dir, kev_dir = ckpt / "base", ckpt / "kev"
     tok_path = base_dir / "tokenizer.json"  # Kev takes the tokenizer from the base; the adapter's copy must agree
     expect(tok_path.read_bytes() == (kev_dir / "tokenizer.json").read_bytes(), "base and kev tokenizer.json differ")
     tk = Tokenizer.from_file(str(tok_path))
@@ -448,9 +467,9 @@ def main():
     def tokenize(text):
         return tk.encode(text, add_special_tokens=False).ids
 
-    bench = json.loads(args.cases.read_text())
-    names = list(bench["cases"])
-    n_new = args.warmup + args.reps
+    bench = json.loads(cases_path.read_text())
+    if names is None:
+        names = list(bench["cases"])
     encs, news = {}, {}
     for name in names:
         c = bench["cases"][name]
@@ -473,6 +492,30 @@ def main():
             log(f"AutoTokenizer ({type(at).__name__}) agrees with tokenizer.json on all {len(texts)} texts")
     except Exception as e:  # noqa: BLE001 - informational
         note(f"AutoTokenizer could not be checked: {type(e).__name__}: {e}")
+    return bench, names, encs, news, ids, pad_id
+
+
+def main():
+    args = refargs.parse(description=__doc__)
+    if args.device == "cpu":
+        return main_cpu(args)
+    t_start = time.time()
+    deadline = t_start + args.budget_s
+    torch.set_grad_enabled(False)
+    expect(torch.cuda.is_available(), "a CUDA GPU is needed")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    gpu = torch.cuda.get_device_name(0)
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version(), "transformers": transformers.__version__,
+                "peft": peft.__version__, "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
+                "flash_linear_attention": importlib.util.find_spec("fla") is not None,
+                "causal_conv1d": importlib.util.find_spec("causal_conv1d") is not None}
+    log(f"{gpu}; " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+
+    base_dir, kev_dir = args.ckpt / "base", args.ckpt / "kev"
+    bench, names, encs, news, ids, pad_id = load_requests(args.ckpt, args.cases, args.warmup + args.reps)
 
     # ---- fp32: load, merge, pick the serving form, probabilities
     tm, loaded_as = load_text_model(base_dir)
@@ -486,16 +529,7 @@ def main():
     log(f"fp32 probabilities for {len(names)} cases in {time.time() - t0:.1f}s (form {mode!r})")
 
     # ---- bf16 as served: one rounding of the merged weights; floating buffers (rotary frequencies) stay fp32
-    a_log32 = {n: p.detach().clone() for n, p in tm.named_parameters() if n.endswith("A_log")}
-    buffers32 = {n: b.detach().clone() for n, b in tm.named_buffers() if b.is_floating_point()}
-    tm.to(torch.bfloat16)
-    for n, b in buffers32.items():
-        mod_name, _, attr = n.rpartition(".")
-        setattr(tm.get_submodule(mod_name) if mod_name else tm, attr, b)
-    dtypes = {str(p.dtype) for n, p in tm.named_parameters()}
-    expect(dtypes == {"torch.bfloat16"}, f"bf16 model parameter dtypes {dtypes}")
-    bf16_model = {"parameters": "bfloat16 (merged fp32 weights rounded once; A_log rounded too, as Kev's bf16 load does)",
-                  "float_buffers": {n: str(b.dtype) for n, b in tm.named_buffers() if b.is_floating_point()}}
+    a_log32, bf16_model = to_bf16(tm)
     set_sdpa_fp32_exact(False)
     torch.cuda.reset_peak_memory_stats()
 
@@ -620,6 +654,217 @@ def main():
         print(f"{c['name']:32s} {c['state_tokens']:6d} {len(c['rows']):4d} {c['input_tokens']:6d} {n['median']:8.1f} "
               f"{n['p10']:7.1f}-{n['p90']:<7.1f} {k['median']:10.1f} {n['runs']:5d} {c['max_abs_dp_bf16_vs_fp32']:15.4f} "
               f"{c['checks']['fp32_cached_vs_full_rows_max_abs_dp']:13.2g}")
+    if mf.NOTES:
+        print("\nNOTES")
+        for n in mf.NOTES:
+            print(f"  - {n}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The host CPU
+
+def cpu_name():
+    """The processor's model name from /proc/cpuinfo (platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def peak_rss_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def write_json(path, doc):
+    """Writes doc to path through a temporary file, so that a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main_cpu(args):
+    """One dtype on the host CPU. The merged fp32 model picks and checks the serving form (on the cases whose state
+    has at most --check-max-tokens tokens: full rows of a long state cost one request per question), then is cast to
+    bf16 for --dtype bf16. Per case: the case's own state first (untimed: its probabilities, and the cache the cached
+    runs continue), warmup - 1 more new states and warmup cached runs untimed, then reps new states (tickets) and reps
+    cached runs, fewer when the budget says so. The output file is rewritten after every case ("complete": false
+    until the last), so a run cut short leaves the cases it finished."""
+    global DEV
+    DEV = "cpu"
+    t_start = time.time()
+    deadline = t_start + args.budget_s
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        try:
+            torch.set_num_interop_threads(args.threads)
+        except RuntimeError as e:  # only before the first inter-op work; reported, never silent
+            note(f"set_num_interop_threads({args.threads}) failed: {e}")
+    torch.set_grad_enabled(False)
+    torch.set_float32_matmul_precision("highest")  # fp32 stays fp32 (no bf16 passes inside fp32 matmuls)
+    cpu = cpu_name()
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+                "peft": peft.__version__, "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
+                "mkldnn": torch.backends.mkldnn.is_available(),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "flash_linear_attention": importlib.util.find_spec("fla") is not None,
+                "causal_conv1d": importlib.util.find_spec("causal_conv1d") is not None}
+    threads = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+               "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+               "asked": args.threads}
+    log(f"{cpu}; threads {threads}; " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+
+    base_dir, kev_dir = args.ckpt / "base", args.ckpt / "kev"
+    all_names = list(json.loads(args.cases.read_text())["cases"])
+    try:
+        names = refargs.select_cases(all_names, args.case)
+    except refargs.ArgError as e:
+        mf.fail(str(e))
+    n_tickets = max(args.warmup - 1, 0) + args.reps
+    bench, names, encs, news, ids, pad_id = load_requests(args.ckpt, args.cases, n_tickets, names)
+
+    tm, loaded_as = load_text_model(base_dir)
+    merge = merge_lora(tm, kev_dir)
+    head, dp, temperature, head_info = load_head(kev_dir, tm.config.hidden_size)
+    server = Server(tm, head, dp, temperature, pad_id)
+    t0 = time.time()
+    checked = {n: e for n, e in encs.items() if len(e["state_ids"]) <= args.check_max_tokens}
+    p32, dp_cached_full32 = {}, {}
+    if checked:
+        mode, p32, _, dp_cached_full32 = choose_mode(server, checked)
+        log(f"fp32: serving form {mode!r} chosen on {len(checked)} of {len(encs)} cases in {time.time() - t0:.1f}s")
+    else:
+        mode = server.mode
+        note(f"no case has a state of at most {args.check_max_tokens} tokens: serving form {mode!r} not checked "
+             "against full rows")
+    unchecked = [n for n in names if n not in checked]
+    if unchecked and checked:
+        note(f"serving form checked against full rows on {len(checked)} cases, not on {unchecked} (state longer than "
+             f"{args.check_max_tokens} tokens)")
+    bf16_model = None
+    if args.dtype == "bf16":
+        _, bf16_model = to_bf16(tm)
+    key = "probabilities_" + args.dtype
+
+    doc = {
+        "checkpoint": str(args.ckpt),
+        "device": "cpu",
+        "dtype": args.dtype,
+        "cpu": cpu,
+        "threads": threads,
+        "versions": versions,
+        "model": {"loaded_as": loaded_as, "attention": "sdpa (PyTorch's CPU choice of kernel)",
+                  "delta_rule": "transformers' torch fallback (chunked, fp32 inside)"
+                  if not versions["flash_linear_attention"] else "flash-linear-attention",
+                  "matmul": "fp32, float32_matmul_precision highest" if args.dtype == "fp32" else
+                  "bf16 weights and activations (oneDNN; AMX where the processor has it)",
+                  "merge": merge, "bf16": bf16_model, "serving_form": mode, "serving_form_text": MODE_TEXT[mode],
+                  "serving_form_checked_on": list(checked), "rows_per_pass_budget": ROW_PASS_TOKENS},
+        "head": head_info,
+        "delimiters": ids,
+        "pad_id": pad_id,
+        "timing": {"what": "model time: wall clock around the request on the host (no device to wait for); "
+                           "tokenization excluded",
+                   "new": "state pass + question rows + head; state 'Ticket <i>. ' + the case's state, i = 1, 2, ...",
+                   "cached": "question rows + head from the cached state of the case's own text (i = 0)",
+                   "warmup": args.warmup, "reps_asked": args.reps, "budget_s": args.budget_s},
+        "complete": False,
+        "notes": mf.NOTES,
+        "seconds": None,
+        "peak_rss_bytes": None,
+        "cases": [],
+    }
+    reserve = 5.0  # writing, slack
+
+    def save():
+        doc["seconds"], doc["peak_rss_bytes"] = round(time.time() - t_start, 1), peak_rss_bytes()
+        write_json(args.out, doc)
+
+    for ci, name in enumerate(names):
+        enc = encs[name]
+        ms_first, (p0, cache0) = timed(lambda: server.new(enc))
+        # The case as far as it goes: its probabilities and first request, saved before the timed runs.
+        row = {
+            "name": name,
+            "state_text": enc["state_text"],
+            "state_ids": enc["state_ids"],
+            "rows": [{"qid": m["id"], "ids": r["ids"], "decide": r["decide"], "opts": r["opts"]}
+                     for m, r in zip(enc["meta"], enc["rows"])],
+            "state_tokens": len(enc["state_ids"]),
+            "row_tokens": [len(r["ids"]) for r in enc["rows"]],
+            "input_tokens": len(enc["state_ids"]) + sum(len(r["ids"]) for r in enc["rows"]),
+            "probabilities": p0,
+            key: p0,
+            "answers": kevref.answers_body_json(kevref.to_answers(enc["meta"], p0)),
+            "checks": {"fp32_cached_vs_full_rows_max_abs_dp": dp_cached_full32.get(name),
+                       "cached_again_vs_fresh_max_abs_dp": None},
+            "new_state_example": None,
+            "latency_first_ms": round(ms_first, 3),
+            "latency_new_ms": None,
+            "latency_cached_ms": None,
+        }
+        if args.dtype == "bf16" and name in p32:
+            row["probabilities_fp32"] = p32[name]
+            row["max_abs_dp_bf16_vs_fp32"] = max_dp(p0, p32[name])
+        doc["cases"].append(row)
+        save()
+
+        tickets = list(news[name])
+        example, ms_new, ms_cached = None, [ms_first], []
+        for _ in range(max(args.warmup - 1, 0)):
+            t = tickets.pop(0)
+            ms, (p, _) = timed(lambda: server.new(t))
+            if example is None:
+                example = (t, p)
+            ms_new.append(ms)
+        for _ in range(args.warmup):
+            ms, _ = timed(lambda: server.cached(enc, cache0))
+            ms_cached.append(ms)
+        t_new = ms_new[-1] / 1e3
+        t_cached = ms_cached[-1] / 1e3 if ms_cached else t_new / 4
+        share = (deadline - reserve - time.time()) / (len(names) - ci)
+        reps = max(1, min(args.reps, int(share / max(t_new + t_cached, 1e-3))))
+        if reps < args.reps:
+            note(f"{name}: {reps} timed runs of each kind, not {args.reps} (time budget; one run ~{t_new * 1e3:.0f} ms "
+                 f"new, {t_cached * 1e3:.0f} ms cached)")
+        ms_new, ms_cached = [], []
+        for t in tickets[:reps]:
+            ms, (p, _) = timed(lambda: server.new(t))
+            if example is None:
+                example = (t, p)
+            ms_new.append(ms)
+        last_cached = None
+        for _ in range(reps):
+            ms, last_cached = timed(lambda: server.cached(enc, cache0))
+            ms_cached.append(ms)
+        del cache0
+        new, cached = summary(ms_new), summary(ms_cached)
+        row["checks"]["cached_again_vs_fresh_max_abs_dp"] = max_dp(last_cached, p0)
+        row["new_state_example"] = {"state_text": example[0]["state_text"], "state_tokens": len(example[0]["state_ids"]),
+                                    key: example[1], "probabilities": example[1]}
+        row["latency_new_ms"], row["latency_cached_ms"] = new, cached
+        save()
+        log(f"{name}: new state {new['median']:.1f} ms (p10 {new['p10']:.1f}, p90 {new['p90']:.1f}), cached "
+            f"{cached['median']:.1f} ms, {reps} runs each; first request {ms_first:.0f} ms")
+    doc["complete"] = True
+    save()
+    log(f"wrote {args.out}")
+
+    print("\n" + "=" * 100)
+    print(f"{cpu}; {args.dtype}, {threads['intra_op']} threads; torch {torch.__version__}, transformers "
+          f"{transformers.__version__}; serving form {mode!r}; peak RSS {doc['peak_rss_bytes'] / 2**30:.1f} GiB; "
+          f"{time.time() - t_start:.0f}s in all")
+    print(f"{'case':32s} {'state':>6s} {'rows':>4s} {'input':>6s} {'new ms':>9s} {'p10-p90':>17s} {'cached ms':>10s} "
+          f"{'runs':>5s}")
+    for r in doc["cases"]:
+        n, k = r["latency_new_ms"], r["latency_cached_ms"]
+        print(f"{r['name']:32s} {r['state_tokens']:6d} {len(r['rows']):4d} {r['input_tokens']:6d} {n['median']:9.1f} "
+              f"{n['p10']:8.1f}-{n['p90']:<8.1f} {k['median']:10.1f} {n['runs']:5d}")
     if mf.NOTES:
         print("\nNOTES")
         for n in mf.NOTES:

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/bridge"
+)
+
+// TestBenchCPUBF16OneCase runs kev bench as the CPU side-by-side script does (-device cpu -dtype bf16, no
+// concurrency sweep, one case picked by index) and checks the report: the one case only, bf16 probabilities bit for
+// bit against the library's bf16 predictor, no levels, and where and how it ran.
+func TestBenchCPUBF16OneCase(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.json")
+	code, _, errText := runCmd(t, "", "bench", "-device", "cpu", "-dtype", "bf16", "-cases", benchCases, "-case", "2",
+		"-runs", "2", "-warmup", "1", "-clients", "", "-out", out)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errText)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		benchReport
+		GOMAXPROCS    int      `json:"gomaxprocs"`
+		HostCPU       hostCPU  `json:"host_cpu"`
+		CasesSelected []string `json:"cases_selected"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, data)
+	}
+	if rep.Device != "cpu" || rep.DType != "bfloat16" || rep.Runs != 2 || rep.Warmup != 1 {
+		t.Errorf("header: device %q dtype %q runs %d warmup %d", rep.Device, rep.DType, rep.Runs, rep.Warmup)
+	}
+	if rep.Concurrency == nil || len(rep.Concurrency) != 0 {
+		t.Errorf("concurrency %v, want [] with -clients \"\"", rep.Concurrency)
+	}
+	const want = "3 questions" // the second case of the file
+	if len(rep.Latency) != 1 || len(rep.Probabilities) != 1 || !slices.Equal(rep.CasesSelected, []string{want}) {
+		t.Fatalf("latency %v, probabilities for %d cases, cases_selected %q; want %q only", rep.Latency,
+			len(rep.Probabilities), rep.CasesSelected, want)
+	}
+	if l := rep.Latency[want]; l.New.Runs != 2 || l.Cached.Runs != 2 || l.Cached.Hits != 2 || l.NewMS <= 0 {
+		t.Errorf("latency %+v", l)
+	}
+
+	h := rep.HostCPU
+	if h.GOMAXPROCS != runtime.GOMAXPROCS(0) || rep.GOMAXPROCS != h.GOMAXPROCS || h.LogicalCPUs != runtime.NumCPU() {
+		t.Errorf("host_cpu %+v, gomaxprocs %d; this process: GOMAXPROCS %d, NumCPU %d", h, rep.GOMAXPROCS,
+			runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
+	if slices.Contains(h.Features, "avx2") != cpu.X86.HasAVX2 || slices.Contains(h.Features, "avx512f") != cpu.X86.HasAVX512F {
+		t.Errorf("features %q; the processor: avx2 %v, avx512f %v", h.Features, cpu.X86.HasAVX2, cpu.X86.HasAVX512F)
+	}
+	if h.Model != cpuModel("/proc/cpuinfo") {
+		t.Errorf("model %q, /proc/cpuinfo says %q", h.Model, cpuModel("/proc/cpuinfo"))
+	}
+	if !strings.Contains(string(data), `"kernel": null`) {
+		t.Errorf("host_cpu.kernel should be null while the backend names no kernel: %+v", h)
+	}
+
+	cases, err := readCases(benchCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kev.Load(context.Background(), repoTinyA("kev"), kev.Options{Base: repoTinyA("base"), DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	wantP, err := bridge.Predictor(p).Probabilities(context.Background(), cases[1].request(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rep.Probabilities[want].Probabilities
+	if len(got) != len(wantP) {
+		t.Fatalf("%d probability lists, want %d", len(got), len(wantP))
+	}
+	for q := range wantP {
+		if len(got[q]) != len(wantP[q]) {
+			t.Fatalf("question %d: %d options, want %d", q, len(got[q]), len(wantP[q]))
+		}
+		for k, v := range got[q] {
+			if math.Float32bits(float32(v)) != math.Float32bits(wantP[q][k]) {
+				t.Errorf("question %d option %d: reported %v, the bf16 library gives %v", q, k, v, wantP[q][k])
+			}
+		}
+	}
+}
+
+// TestBenchCaseErrors checks that a -case naming no case of the file is refused with the file, the case and the
+// choices.
+func TestBenchCaseErrors(t *testing.T) {
+	for _, c := range []struct{ arg, want string }{
+		{"0", `case "0": no such case: want a name or an index 1..2 of "2 questions", "3 questions"`},
+		{"3", `case "3": no such case`},
+		{"2 question", `case "2 question": no such case`},
+	} {
+		code, _, errText := runCmd(t, "", "bench", "-cases", benchCases, "-case", c.arg, "-clients", "")
+		if code == 0 || !strings.Contains(errText, c.want) || !strings.Contains(errText, benchCases) {
+			t.Errorf("-case %q: exit %d, stderr %q; want an error containing %q", c.arg, code, errText, c.want)
+		}
+	}
+	code, _, errText := runCmd(t, "", "bench", "-cases", benchCases, "-case", " ")
+	if code != 2 || !strings.Contains(errText, "empty case name") {
+		t.Errorf("-case \" \": exit %d, stderr %q", code, errText)
+	}
+}
+
+// TestCaseSelection checks -case picking: names and indices, repeated, kept in the file's order.
+func TestCaseSelection(t *testing.T) {
+	cases := []benchCase{{name: "a"}, {name: "2"}, {name: "c"}}
+	for _, c := range []struct {
+		sel  caseSelection
+		want []string
+	}{
+		{nil, []string{"a", "2", "c"}},
+		{caseSelection{"c", "1"}, []string{"a", "c"}},
+		{caseSelection{"2"}, []string{"2"}}, // a name wins over an index
+		{caseSelection{"3", "c", "3"}, []string{"c"}},
+	} {
+		got, err := c.sel.pick("f.json", cases)
+		if err != nil {
+			t.Fatalf("%q: %v", c.sel, err)
+		}
+		var names []string
+		for _, x := range got {
+			names = append(names, x.name)
+		}
+		if !slices.Equal(names, c.want) {
+			t.Errorf("%q: picked %q, want %q", c.sel, names, c.want)
+		}
+	}
+	_, err := caseSelection{"4"}.pick("f.json", cases)
+	var ce *CasesError
+	if !errors.As(err, &ce) || ce.File != "f.json" || ce.Case != "4" {
+		t.Errorf("index 4 of 3: %v", err)
+	}
+}
+
+// TestCPUModel reads the model name from cpuinfo files.
+func TestCPUModel(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct{ text, want string }{
+		"intel": {"processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t: fpu\n\n" +
+			"processor\t: 1\nmodel name\t: other\n", "Intel(R) Xeon(R) Platinum 8480+"},
+		"none":  {"processor\t: 0\nCPU part\t: 0xd0c\n", ""},
+		"empty": {"", ""},
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := cpuModel(path); got != c.want {
+			t.Errorf("%s: %q, want %q", name, got, c.want)
+		}
+	}
+	if got := cpuModel(filepath.Join(dir, "missing")); got != "" {
+		t.Errorf("missing file: %q", got)
+	}
+}
