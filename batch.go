@@ -27,6 +27,10 @@ type call struct {
 
 	charged int  // tokens charged to the engine's queue for it (the engine's mu)
 	pending bool // counted in the engine's pending states (the engine's mu)
+	// ahead and waited are the batcher's record of how long it waited, in tokens (the engine's mu): ahead is
+	// engine.takenTokens less the running batch's tokens when it was queued, waited the tokens of the batches
+	// taken after that point and before its first (the batch running when it arrived included).
+	ahead, waited int
 
 	// Model goroutine only.
 	next    int           // rows answered so far
@@ -65,6 +69,7 @@ type result struct {
 	probs   [][]float32   // per question, in option order
 	latency time.Duration // model time of the batches it ran in
 	hit     bool          // the state's prefix was cached
+	waited  int           // tokens the model ran after the request was queued and before its first batch
 	err     error
 }
 
@@ -118,6 +123,7 @@ func (e *engine) runBatch(batch []chunk) {
 		for _, ch := range batch {
 			e.finish(ch.c)
 		}
+		e.runningTokens = 0
 		e.mu.Unlock()
 		e.sweep(created)
 		for _, ch := range batch {
@@ -155,6 +161,11 @@ func (e *engine) runBatch(batch []chunk) {
 		e.slices++
 	}
 	e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
+	e.runningTokens = 0
+	var waited []int
+	for _, c := range done {
+		waited = append(waited, c.waited)
+	}
 	e.mu.Unlock()
 	e.sweep(created)
 	if f := e.onBatch.Load(); f != nil {
@@ -162,8 +173,8 @@ func (e *engine) runBatch(batch []chunk) {
 	}
 	e.log.Debug("kev: batch", "replica", e.index, "requests", len(batch), "answered", len(done),
 		"ms", msec(elapsed), "lookup_ms", msec(pt.lookup), "issue_ms", msec(pt.issue), "point_ms", msec(pt.point))
-	for _, c := range done {
-		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit}
+	for i, c := range done {
+		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit, waited: waited[i]}
 	}
 	e.mu.Lock()
 	e.lastEnd = time.Now() // the answers are out: gather's window starts

@@ -59,6 +59,13 @@ type engine struct {
 	gatherMax                             time.Duration // the longest gather (≤ 0: never)
 	gatherFrac                            float64       // the longest gather as a share of the last batch's time
 
+	// The batcher's record, for tests: gathers that waited, those that gave up (the window passed, waiting or
+	// not, with the clients not all back), and the window of the last one that waited; the tokens of the batches taken so far and of the batch running now (see
+	// call.ahead).
+	gatherWaits, gatherTimeouts int
+	lastGatherWindow            time.Duration
+	takenTokens, runningTokens  int
+
 	// Model goroutine only.
 	held       map[*layers.State]bool // states the cache holds and states of started requests
 	started    map[*call]bool         // requests that have run a slice and wait for the rest
@@ -113,6 +120,7 @@ func (e *engine) enqueue(c *call, cost int) error {
 	e.tokens += cost
 	e.pending[c.key]++
 	c.pending = true
+	c.ahead = e.takenTokens - e.runningTokens
 	e.queue = append(e.queue, c)
 	e.arrivals++
 	e.cond.Signal()
@@ -195,6 +203,15 @@ func (e *engine) take() []chunk {
 			batch = append(batch, chunk{c: c, from: c.next, to: to})
 		}
 		e.queue = append(left, e.queue[n:]...)
+		tokens := 0
+		for i, ch := range batch {
+			if ch.from == 0 {
+				ch.c.waited = e.takenTokens - ch.c.ahead
+			}
+			tokens += shares[i]
+		}
+		e.takenTokens += tokens
+		e.runningTokens = tokens
 		return batch
 	}
 }
@@ -223,10 +240,16 @@ func (e *engine) gather() {
 	short := func() bool {
 		return e.arrivals-e.arrivalsAtEnd < e.lastAnswered && len(e.queue) < e.maxBatch && e.tokens < e.sliceTokens && !e.closed
 	}
-	d := time.Until(deadline)
-	if d <= 0 || !short() {
+	if !short() {
 		return
 	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		e.gatherTimeouts++ // the window passed before the batch could wait
+		return
+	}
+	e.gatherWaits++
+	e.lastGatherWindow = d
 	wake := time.AfterFunc(d, func() {
 		e.mu.Lock()
 		e.cond.Broadcast()
@@ -235,6 +258,9 @@ func (e *engine) gather() {
 	defer wake.Stop()
 	for short() && time.Now().Before(deadline) {
 		e.cond.Wait()
+	}
+	if short() {
+		e.gatherTimeouts++
 	}
 }
 
