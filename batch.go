@@ -49,6 +49,9 @@ func newCall(ctx context.Context, enc *systemone.Encoding) *call {
 	return c
 }
 
+// gone reports whether c's caller has stopped waiting for it.
+func (c *call) gone() bool { return c.cancelled.Load() || c.ctx.Err() != nil }
+
 // rowsTokens returns the tokens of rows from..to-1.
 func (c *call) rowsTokens(from, to int) int {
 	n := 0
@@ -117,8 +120,17 @@ func (e *engine) runBatch(batch []chunk) {
 		return err
 	}, isOOM)
 	elapsed := time.Since(start)
-	if err != nil {
+	if errors.Is(err, layers.ErrStopped) {
+		// Every request of the batch has gone, or Shutdown's context has ended: nobody reads the answers.
+		e.log.Debug("kev: batch stopped", "replica", e.index, "requests", len(batch))
+		err = context.Canceled
+		if e.abort.Load() {
+			err = ErrClosed
+		}
+	} else if err != nil {
 		e.log.Error("kev: batch failed", "replica", e.index, "requests", len(batch), "error", err)
+	}
+	if err != nil {
 		e.mu.Lock()
 		for _, ch := range batch {
 			e.finish(ch.c)
@@ -311,7 +323,9 @@ func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // head's.
 func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) ([]*layers.State, error) {
 	passes, news := planPasses(batch, slots, e.passTokens)
+	stop := e.stopper(batch)
 	for _, ps := range passes {
+		ps.batch.Stop = stop
 		for k, rr := range ps.rows {
 			if rr.after != nil {
 				ps.batch.Rows[k].Cached = rr.after.st

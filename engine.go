@@ -66,6 +66,14 @@ type engine struct {
 	lastGatherWindow            time.Duration
 	takenTokens, runningTokens  int
 
+	// Cancellation (see stopper): abort stops the running pass and fails what is queued (Shutdown's context
+	// ended); layersRun and passesStopped count the layers passes ran and the passes stopped because every request
+	// of their batch had gone; onLayer, a test hook, runs before each layer.
+	abort         atomic.Bool
+	layersRun     atomic.Int64
+	passesStopped atomic.Int64
+	onLayer       func(layer int)
+
 	// Model goroutine only.
 	held       map[*layers.State]bool // states the cache holds and states of started requests
 	started    map[*call]bool         // requests that have run a slice and wait for the rest
@@ -171,8 +179,13 @@ func (e *engine) take() []chunk {
 		for n < len(e.queue) && len(cands) < e.maxBatch {
 			c := e.queue[n]
 			n++
-			if c.cancelled.Load() || c.ctx.Err() != nil {
+			if c.gone() {
 				e.drop(c)
+				continue
+			}
+			if e.abort.Load() {
+				e.drop(c)
+				c.done <- result{err: ErrClosed}
 				continue
 			}
 			cands = append(cands, c)
@@ -303,6 +316,33 @@ func (e *engine) drop(c *call) {
 	e.finish(c)
 }
 
+// stopper returns the Batch.Stop of a batch's passes: a pass stops at its next layer once every request of the
+// batch has gone (its caller stopped waiting), or when Shutdown's context has ended, so that the model is free
+// for what waits instead of running out a pass nobody will read.
+func (e *engine) stopper(batch []chunk) func(layer int) bool {
+	return func(layer int) bool {
+		if e.onLayer != nil {
+			e.onLayer(layer)
+		}
+		stop := e.abort.Load()
+		if !stop {
+			stop = true
+			for _, ch := range batch {
+				if !ch.c.gone() {
+					stop = false
+					break
+				}
+			}
+		}
+		if stop {
+			e.passesStopped.Add(1)
+			return true
+		}
+		e.layersRun.Add(1)
+		return false
+	}
+}
+
 // loop is the model goroutine: it alone touches the model, the backend and the cached states.
 func (e *engine) loop() {
 	defer close(e.done)
@@ -357,6 +397,15 @@ func (e *engine) trim() {
 			e.log.Warn("kev: trim", "replica", e.index, "error", err)
 		}
 	}
+}
+
+// abortNow makes the running pass stop at its next layer and fails the requests queued (Shutdown's context has
+// ended).
+func (e *engine) abortNow() {
+	e.abort.Store(true)
+	e.mu.Lock()
+	e.cond.Broadcast()
+	e.mu.Unlock()
 }
 
 // close stops taking requests, lets the model goroutine finish every request queued, frees the cached states and

@@ -185,8 +185,13 @@ type Predictor struct {
 // Before it returns, every replica answers one made-up request and throws the answer away (a warm-up: kernels,
 // workspaces and pooled memory are then in place, so the first request costs what the tenth does); the prefix
 // cache and Stats are as if it never ran.
-// Files that cannot be read are reported as a *LoadError naming the file.
+// Files that cannot be read are reported as a *LoadError naming the file. Load honours ctx: when it ends, Load
+// stops at its next step (before the weights stream, before each replica's warm-up, before it returns), frees
+// what it has loaded and returns ctx's error.
 func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -242,6 +247,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	}
 	baseDir, err := resolveBase(ctx, runDir, head, opts, !runSnap.Local)
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	tokPath := filepath.Join(baseDir, "tokenizer.json")
@@ -307,6 +315,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if errs[i] = ctx.Err(); errs[i] != nil {
+				return
+			}
 			if i > 0 {
 				s, err := checkpoint.OpenStream(runDir, baseDir, checkpoint.StreamOptions{Options: copts, Progress: progress.of(i)})
 				if err != nil {
@@ -335,6 +346,10 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 				return
 			}
 			streams[i].Weights = nil
+			if errs[i] = ctx.Err(); errs[i] != nil { // the weights are in: the warm-up is the next long step
+				e.files = nil // closed below with the streams
+				return
+			}
 			if !testSkipWarmUp {
 				t0 := time.Now()
 				if err := p.warmReplica(e); err != nil {
@@ -347,9 +362,17 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		}()
 	}
 	wg.Wait()
+	if errs[0] == nil {
+		errs[0] = ctx.Err()
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, s := range streams {
-			s.Close() // the backends, closed by the deferred call, free what was uploaded
+			if s != nil {
+				s.Close() // the backends, closed by the deferred call, free what was uploaded
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // one error, errors.Is-able, instead of one per replica
 		}
 		return nil, err
 	}
@@ -563,8 +586,9 @@ func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEnt
 // is queued. Otherwise it is queued at the replica that will answer it soonest and waits for its model goroutine,
 // which runs it in a batch with whatever else is waiting (a request bigger than one pass runs in slices over
 // several batches, other requests between them); the response's LatencyMS is the model time of the batches it ran
-// in. If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped (a big one between its
-// slices). After Close, Do returns ErrClosed.
+// in. If ctx ends while the request waits, Do returns ctx.Err() at once and the request is skipped (a big one
+// between its slices); if its batch is running and no other request of the batch still waits, the pass stops at
+// its next layer, freeing the model for the next batch. After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("kev: Do: nil request")
@@ -678,8 +702,14 @@ func (p *Predictor) dispatch(c *call) error {
 }
 
 // Close stops taking requests, lets every replica finish the requests already queued, then frees the model's
-// cached states and closes the backends. Later calls return ErrClosed; closing again does nothing.
-func (p *Predictor) Close() error {
+// cached states and closes the backends. Later calls return ErrClosed; closing again does nothing. Shutdown bounds
+// the wait with a context.
+func (p *Predictor) Close() error { return p.Shutdown(context.Background()) }
+
+// Shutdown is Close bounded by ctx: it stops taking requests and lets every replica finish the requests queued
+// until ctx ends. Then each running pass stops at its next layer, the requests still queued or running get
+// ErrClosed, and once the replicas have freed their memory Shutdown returns ctx's error.
+func (p *Predictor) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	already := p.closed
 	p.closed = true
@@ -690,6 +720,13 @@ func (p *Predictor) Close() error {
 		}
 		return nil
 	}
+	var aborted atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		aborted.Store(true)
+		for _, e := range p.engines {
+			e.abortNow()
+		}
+	})
 	errs := make([]error, len(p.engines))
 	var wg sync.WaitGroup
 	for i, e := range p.engines {
@@ -700,7 +737,13 @@ func (p *Predictor) Close() error {
 		}()
 	}
 	wg.Wait()
-	p.log.Info("kev: closed")
+	stop()
+	if aborted.Load() {
+		errs = append(errs, ctx.Err())
+		p.log.Info("kev: closed, the requests left failed", "error", ctx.Err())
+	} else {
+		p.log.Info("kev: closed")
+	}
 	return errors.Join(errs...)
 }
 
