@@ -3,6 +3,7 @@ package kev
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/kevgo/kev/internal/pyjson"
@@ -217,23 +218,26 @@ func (a Answer) String() string {
 	sb.WriteString(string(a.Type))
 	switch a.Type {
 	case TypeNoul:
-		fmt.Fprintf(&sb, " %s", pyjson.FormatFloat(a.Noul))
+		fmt.Fprintf(&sb, " %s", num(a.Noul))
 		return sb.String()
 	case TypeChoice:
 		fmt.Fprintf(&sb, " %s", a.Choice)
 	case TypeScore:
-		fmt.Fprintf(&sb, " %s", pyjson.FormatFloat(a.Score))
+		fmt.Fprintf(&sb, " %s", num(a.Score))
 	}
-	fmt.Fprintf(&sb, " (confidence %s:", pyjson.FormatFloat(a.Confidence))
+	fmt.Fprintf(&sb, " (confidence %s:", num(a.Confidence))
 	for i, p := range a.Probabilities {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
-		fmt.Fprintf(&sb, " %s %s", p.Key, pyjson.FormatFloat(p.P))
+		fmt.Fprintf(&sb, " %s %s", p.Key, num(p.P))
 	}
 	sb.WriteByte(')')
 	return sb.String()
 }
+
+// num formats a rounded answer number as briefly as it reads: 0.4406, 1, 0.
+func num(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 
 // String returns "id: " and the answer's String.
 func (e AnswerEntry) String() string { return e.ID + ": " + e.Answer.String() }

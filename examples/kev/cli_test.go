@@ -24,11 +24,9 @@ func repoTinyA(dir string) string {
 }
 
 // TestBundledMatchesRepository checks that the files built into the command are the repository's originals,
-// file for file and byte for byte: the tiny-a checkpoint and its base, and Kev's serving benchmark cases.
+// byte for byte: Kev's serving benchmark cases (package kevtest checks its copy of the tiny-a checkpoint).
 func TestBundledMatchesRepository(t *testing.T) {
 	pairs := map[string]string{
-		bundledRun:   repoTinyA("kev"),
-		bundledBase:  repoTinyA("base"),
 		bundledCases: filepath.Join("..", "..", "scripts", "golden", "bench-cases.json"),
 	}
 	for emb, orig := range pairs {
