@@ -417,14 +417,35 @@ func resolveModel(ctx context.Context, name string, base, offline, hubOnly bool)
 		}
 		return name, &hub.Snapshot{Dir: name, Local: true}, nil
 	} else if looksLikePath(name) {
-		return "", nil, &LoadError{File: name, Err: fs.ErrNotExist}
+		abs, _ := filepath.Abs(name)
+		hint := "pass an existing checkpoint directory (head.pt with the adapter or full weights)"
+		if base {
+			hint = "pass an existing base model directory (config.json, tokenizer.json and the weights) as Options.Base (-base of the kev command)"
+		}
+		return "", nil, &LoadError{File: name, Err: &NotFoundError{Name: name, Local: abs, Hint: hint}}
 	}
 	if _, err := hub.ParseName(name); err != nil {
 		return "", nil, &LoadError{File: name, Err: fmt.Errorf("neither a directory nor a hub name: %w", err)}
 	}
 	snap, err := hub.Fetch(ctx, name, hub.Options{Offline: offline, Required: required, HubOnly: hubOnly})
 	if err != nil {
-		return "", nil, &LoadError{File: name, Err: err}
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+		nf := &NotFoundError{Name: name, Hub: err}
+		if !hubOnly {
+			nf.Local, _ = filepath.Abs(name)
+		}
+		switch {
+		case base:
+			nf.Hint = "pass the base model's directory or hub name as Options.Base (-base of the kev command)"
+		default:
+			nf.Hint = "pass a checkpoint directory (head.pt with the adapter or full weights) or a hub name org/name[@revision]"
+		}
+		if offline {
+			nf.Hint += "; offline, only the hub's local cache was searched"
+		}
+		return "", nil, &LoadError{File: name, Err: nf}
 	}
 	for _, f := range required {
 		if _, err := os.Stat(filepath.Join(snap.Dir, f)); err != nil {
@@ -473,6 +494,15 @@ func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts
 		}
 	}
 	dir, _, err := resolveModel(ctx, name, true, opts.Offline, fromHub)
+	var nf *NotFoundError
+	if errors.As(err, &nf) {
+		nf.Local = "" // a hub name (head.pt's), whatever a directory of that name would be
+		nf.Hint = fmt.Sprintf("%s names it as the base model; pass a local copy of it (config.json, tokenizer.json and the weights) as Options.Base (-base of the kev command), or let Load reach the hub",
+			filepath.Join(runDir, checkpoint.HeadFile))
+		if opts.Offline {
+			nf.Hint += " (offline, only the hub's local cache was searched)"
+		}
+	}
 	return dir, err
 }
 
