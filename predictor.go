@@ -1,6 +1,7 @@
 package kev
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ type Options struct {
 	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
+	Name            string  // the checkpoint's name in Info.Run (the model card); "" = as given to Load
 	Logger          *slog.Logger
 
 	// Progress receives a one-line progress display while the weights load (bytes, rate, time left); nil means
@@ -71,8 +73,9 @@ const (
 var testBeforeTake func(replica int)
 
 // LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
-// fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the
-// loader's own typed error.
+// fault (a path, or a hub name when the hub could not serve it); Err says what went wrong: a *NotFoundError when
+// the name was found neither locally nor on the hub, an *fs.PathError for a file that could not be read, otherwise
+// the loader's own message (its types are not part of the API: match on *LoadError and read File).
 type LoadError struct {
 	File string
 	Err  error
@@ -107,7 +110,7 @@ func (e *OptionError) Error() string {
 
 // Info describes a loaded predictor, as Kev's model card does.
 type Info struct {
-	Run            string  // the checkpoint as given to Load (a path or hub name, not the resolved directory)
+	Run            string  // Options.Name, else the checkpoint as given to Load (a path or hub name, not the resolved directory)
 	Base           string  // head.pt's base model id, e.g. "Qwen/Qwen3.5-4B-Base"
 	BaseRevision   string  // head.pt's base_revision ("" when none)
 	LoRA           int     // adapter rank; 0 for full-weight checkpoints
@@ -296,7 +299,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	}
 	p := &Predictor{
 		info: Info{
-			Run: checkpointName, Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
+			Run: cmp.Or(opts.Name, checkpointName), Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
 			Device: opts.Device, Replicas: len(replicas), Backend: "go", DType: dtName, Temperature: temp,
 			MaxStateTokens: systemone.MaxStateTokens, TruncateStates: opts.TruncateStates,
 			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,

@@ -83,6 +83,9 @@ func loadModel(ctx context.Context, run string, opts kev.Options) (*model, error
 			return nil, err
 		}
 		run, m.bundled, m.name, m.remove = dir, true, "built-in test checkpoint "+bundledRun, remove
+		if opts.Name == "" {
+			opts.Name = bundledName // not the temporary directory, in the model card and metrics
+		}
 		if opts.Base == "" {
 			opts.Base = base
 		}

@@ -18,8 +18,9 @@ var bundled embed.FS
 // Names inside bundled.
 const (
 	bundledDir      = "bundled"
-	bundledRun      = "tiny-a/kev"  // how messages name the Kev checkpoint (adapter, head.pt, tokenizer)
-	bundledBase     = "tiny-a/base" // how messages name its base model
+	bundledRun      = "tiny-a/kev"      // how messages name the Kev checkpoint (adapter, head.pt, tokenizer)
+	bundledBase     = "tiny-a/base"     // how messages name its base model
+	bundledName     = "built-in/tiny-a" // the bundled checkpoint's Info.Run: /v1/models' run, kev_model_info's label
 	bundledCases    = "bench-cases.json"
 	bundledCasesRef = "built-in " + bundledCases // how reports and messages name the embedded cases file
 )
