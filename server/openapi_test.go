@@ -11,7 +11,7 @@ import (
 func TestOpenAPIComplete(t *testing.T) {
 	var doc struct {
 		Paths      map[string]map[string]struct{ Responses map[string]json.RawMessage } `json:"paths"`
-		Components struct{ Schemas map[string]json.RawMessage }                          `json:"components"`
+		Components struct{ Schemas map[string]json.RawMessage }                         `json:"components"`
 	}
 	if err := json.Unmarshal([]byte(openAPI), &doc); err != nil {
 		t.Fatal(err)
@@ -22,7 +22,9 @@ func TestOpenAPIComplete(t *testing.T) {
 				t.Errorf("%s %s: no 401", method, path)
 			}
 			for status, r := range op.Responses {
-				var resp struct{ Content map[string]struct{ Schema json.RawMessage } }
+				var resp struct {
+					Content map[string]struct{ Schema json.RawMessage }
+				}
 				if err := json.Unmarshal(r, &resp); err != nil || resp.Content["application/json"].Schema == nil {
 					t.Errorf("%s %s %s: no JSON schema (%v)", method, path, status, err)
 				}
