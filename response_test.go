@@ -97,3 +97,38 @@ func TestAnswerString(t *testing.T) {
 		t.Error("Lookup(nope) found an answer")
 	}
 }
+
+// FuzzResponseUnmarshal reads any bytes as a response body without panicking: an error is a *ResponseError, and a
+// body it reads marshals and reads back to the same response.
+func FuzzResponseUnmarshal(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"kev-latest","answers":{"a":{"type":"noul","noul":0.5}},"usage":{"input_tokens":3,"output_tokens":4},"latency_ms":1.5}`,
+		`{"answers":{"t":{"type":"choice","choice":"x","confidence":0.1,"probabilities":{"x":0.6,"y":0.4}}},"truncated":true}`,
+		`{"answers":{"s":{"type":"score","score":1.2,"legend":{"0":"lo","1":"hi"},"probabilities":{"0":0.4,"1":0.6},"confidence":0.2}}}`,
+		`[]`, `{"usage":{"input_tokens_details":{"cached_tokens":2}}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Response
+		err := r.UnmarshalJSON(data)
+		if err != nil {
+			var re *ResponseError
+			if !errors.As(err, &re) {
+				t.Fatalf("%q: %T %v, want a *ResponseError", data, err, err)
+			}
+			return
+		}
+		body, err := json.Marshal(&r)
+		if err != nil {
+			return // NaN or infinite numbers: refused, as Kev's server refuses them
+		}
+		var again Response
+		if err := again.UnmarshalJSON(body); err != nil {
+			t.Fatalf("%s: re-reading %s: %v", data, body, err)
+		}
+		if b2, _ := json.Marshal(&again); string(b2) != string(body) {
+			t.Fatalf("%s: %s then %s", data, body, b2)
+		}
+	})
+}
