@@ -60,8 +60,8 @@ type engine struct {
 	gatherFrac                            float64       // the longest gather as a share of the last batch's time
 
 	// The batcher's record, for tests: gathers that waited, those that gave up (the window passed, waiting or
-	// not, with the clients not all back), and the window of the last one that waited; the tokens of the batches taken so far and of the batch running now (see
-	// call.ahead).
+	// not, with the clients not all back), and the window of the last one that waited; the tokens of the batches
+	// taken so far and of the batch running now (see call.ahead).
 	gatherWaits, gatherTimeouts int
 	lastGatherWindow            time.Duration
 	takenTokens, runningTokens  int
