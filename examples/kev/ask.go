@@ -154,12 +154,21 @@ func askCommand(args []string) error {
 func requestError(err error) error {
 	var se *systemone.StateTooLongError
 	if errors.As(err, &se) {
-		return fmt.Errorf("%w; pass -truncate-states to read only its first %d tokens", se, se.Limit)
+		return fmt.Errorf("%w; pass -truncate-states to read only its first %s tokens", se, thousands(se.Limit))
 	}
 	if detail, ok := systemone.AdmissionDetail(err); ok {
 		return fmt.Errorf("request refused: %s", detail)
 	}
 	return err
+}
+
+// thousands writes n with commas between groups of three digits: 65,536.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // reportMemory prints the weights the backend holds and the process's resident memory to standard error.
