@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 // TestOpenAPIComplete checks the OpenAPI document: every operation under /v1 lists 401, every 200 and every
@@ -36,5 +38,12 @@ func TestOpenAPIComplete(t *testing.T) {
 		if doc.Components.Schemas[name] == nil {
 			t.Errorf("$ref to undefined schema %s", name)
 		}
+	}
+}
+
+// TestDefaultsMatchLimits keeps the documented defaults, written as numbers, equal to the protocol's limits.
+func TestDefaultsMatchLimits(t *testing.T) {
+	if DefaultMaxInflightTokens != 64*systemone.MaxStateTokens {
+		t.Errorf("DefaultMaxInflightTokens %d, want 64 states at the %d-token limit", DefaultMaxInflightTokens, systemone.MaxStateTokens)
 	}
 }
