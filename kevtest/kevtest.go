@@ -21,10 +21,18 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"testing"
 
 	"github.com/kevgo/kev"
 )
+
+// TB is the part of testing.TB that kevtest uses; *testing.T, *testing.B and *testing.F satisfy it. (The package
+// does not import testing, so a program may use WriteModel without linking it.)
+type TB interface {
+	Helper()
+	TempDir() string
+	Cleanup(func())
+	Fatal(args ...any)
+}
 
 //go:embed model
 var model embed.FS
@@ -57,7 +65,7 @@ func WriteModel(dir string) (checkpoint, base string, err error) {
 
 // Checkpoint writes the bundled test checkpoint into a directory of t.TempDir() and returns its checkpoint and base
 // directories; it fails the test if it cannot.
-func Checkpoint(t testing.TB) (checkpoint, base string) {
+func Checkpoint(t TB) (checkpoint, base string) {
 	t.Helper()
 	checkpoint, base, err := WriteModel(t.TempDir())
 	if err != nil {
@@ -68,7 +76,7 @@ func Checkpoint(t testing.TB) (checkpoint, base string) {
 
 // NewPredictor loads the bundled test checkpoint with opts (Base is set to the bundled base; Progress, when nil,
 // to io.Discard) and closes it when the test ends. It fails the test if the load fails.
-func NewPredictor(t testing.TB, opts kev.Options) *kev.Predictor {
+func NewPredictor(t TB, opts kev.Options) *kev.Predictor {
 	t.Helper()
 	checkpoint, base := Checkpoint(t)
 	opts.Base = base
