@@ -217,3 +217,63 @@ func BenchmarkNextAfterCancel(b *testing.B) {
 	b.ReportMetric(ms(pass), "big_pass_ms")
 	b.ReportMetric(ms(pass/time.Duration(e.model.Config.NumLayers)), "layer_ms")
 }
+
+// TestCancelLaterPasses runs a batch of two requests in several passes, the live one's first, and cancels the
+// other while the live one's passes run: the passes left, which work only for the cancelled request, stop before
+// their first layer, the batch ends, and the live request's answers are its own.
+func TestCancelLaterPasses(t *testing.T) {
+	s := goldenSets(t)[0]
+	reqs := goldenRequests(t, s)
+	live, gone := reqs[5], bigRequest(reqs[1], 3) // 102 tokens; 9 questions on a 360-token state
+	const passTokens = 400
+	alone := loadGolden(t, s, Options{PrefixCache: -1})
+	alone.engines[0].passTokens = passTokens
+	l0 := alone.engines[0].layersRun.Load()
+	want := probs(t, alone, live)
+	livePasses := (alone.engines[0].layersRun.Load() - l0) / int64(alone.engines[0].model.Config.NumLayers)
+	t.Logf("the live request alone: %d passes of at most %d tokens", livePasses, passTokens)
+
+	release := holdReplicas(t)
+	p := loadGolden(t, s, Options{PrefixCache: -1})
+	e := p.engines[0]
+	e.passTokens = passTokens
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var started atomic.Int64 // passes begun (layer 0 asked)
+	e.onLayer = func(layer int) {
+		if layer == 0 && started.Add(1) == 1 {
+			cancel() // in the live request's first pass
+		}
+	}
+	var got [][]float32
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		got = probs(t, p, live)
+	}()
+	waitAccepted(t, p, 1)
+	goneErr := make(chan error, 1)
+	go func() {
+		_, _, _, err := p.submit(ctx, gone)
+		goneErr <- err
+	}()
+	waitAccepted(t, p, 2)
+	l1, s1 := e.layersRun.Load(), e.passesStopped.Load()
+	release()
+	wg.Wait()
+	if err := <-goneErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled request returned %v", err)
+	}
+	if !equalProbs(got, want) {
+		t.Error("the live request's probabilities differ from its own alone")
+	}
+	nl := int64(e.model.Config.NumLayers)
+	if ran, stopped := e.layersRun.Load()-l1, e.passesStopped.Load()-s1; ran != livePasses*nl || stopped != 1 || started.Load() != livePasses+1 {
+		t.Errorf("%d layers ran in %d passes begun, %d stopped; want the live request's %d passes (%d layers) and one stopped",
+			ran, started.Load(), stopped, livePasses, livePasses*nl)
+	}
+	if st := p.Stats(); st.Batches.Count != 1 || st.Batches.Requests != 1 || st.Replicas[0].QueuedTokens != 0 || st.Batches.Queued != 0 {
+		t.Errorf("stats %+v: want one batch, one request answered, nothing left", st)
+	}
+}

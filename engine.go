@@ -68,7 +68,7 @@ type engine struct {
 
 	// Cancellation (see stopper): abort stops the running pass and fails what is queued (Shutdown's context
 	// ended); layersRun and passesStopped count the layers passes ran and the passes stopped because every request
-	// of their batch had gone; onLayer, a test hook, runs before each layer.
+	// they worked for had gone; onLayer, a test hook, runs before each layer.
 	abort         atomic.Bool
 	layersRun     atomic.Int64
 	passesStopped atomic.Int64
@@ -316,10 +316,11 @@ func (e *engine) drop(c *call) {
 	e.finish(c)
 }
 
-// stopper returns the Batch.Stop of a batch's passes: a pass stops at its next layer once every request of the
-// batch has gone (its caller stopped waiting), or when Shutdown's context has ended, so that the model is free
-// for what waits instead of running out a pass nobody will read.
-func (e *engine) stopper(batch []chunk) func(layer int) bool {
+// stopper returns the Batch.Stop of a pass that works for the requests of chunks (its own and those of the batch's
+// passes after it): the pass stops at its next layer once every one of them has gone (its caller stopped
+// waiting), or when Shutdown's context has ended, so that the model is free for what waits instead of running out
+// passes nobody will read.
+func (e *engine) stopper(chunks []chunk) func(layer int) bool {
 	return func(layer int) bool {
 		if e.onLayer != nil {
 			e.onLayer(layer)
@@ -327,7 +328,7 @@ func (e *engine) stopper(batch []chunk) func(layer int) bool {
 		stop := e.abort.Load()
 		if !stop {
 			stop = true
-			for _, ch := range batch {
+			for _, ch := range chunks {
 				if !ch.c.gone() {
 					stop = false
 					break

@@ -620,8 +620,8 @@ func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEnt
 // which runs it in a batch with whatever else is waiting (a request bigger than one pass runs in slices over
 // several batches, other requests between them); the response's LatencyMS is the model time of the batches it ran
 // in. If ctx ends while the request waits, Do returns ctx.Err() at once and the request is skipped (a big one
-// between its slices); if its batch is running and no other request of the batch still waits, the pass stops at
-// its next layer, freeing the model for the next batch. After Close, Do returns ErrClosed.
+// between its slices); a running pass stops at its next layer once every request it and the batch's later passes
+// work for has gone, freeing the model for the next batch. After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("kev: Do: nil request")
