@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ type call struct {
 
 	charged int  // tokens charged to the engine's queue for it (the engine's mu)
 	pending bool // counted in the engine's pending states (the engine's mu)
+	// ahead and waited are the batcher's record of how long it waited, in tokens (the engine's mu): ahead is
+	// engine.takenTokens less the running batch's tokens when it was queued, waited the tokens of the batches
+	// taken after that point and before its first (the batch running when it arrived included).
+	ahead, waited int
 
 	// Model goroutine only.
 	next    int           // rows answered so far
@@ -44,6 +49,9 @@ func newCall(ctx context.Context, enc *systemone.Encoding) *call {
 	c.probs = make([][]float32, len(c.rows))
 	return c
 }
+
+// gone reports whether c's caller has stopped waiting for it.
+func (c *call) gone() bool { return c.cancelled.Load() || c.ctx.Err() != nil }
 
 // rowsTokens returns the tokens of rows from..to-1.
 func (c *call) rowsTokens(from, to int) int {
@@ -65,6 +73,7 @@ type result struct {
 	probs   [][]float32   // per question, in option order
 	latency time.Duration // model time of the batches it ran in
 	hit     bool          // the state's prefix was cached
+	waited  int           // tokens the model ran after the request was queued and before its first batch
 	err     error
 }
 
@@ -95,6 +104,7 @@ func (e *engine) runBatch(batch []chunk) {
 	}
 	var created []*layers.State
 	var keep []*layers.State
+	var stopped bool // passes were stopped: every request they worked for had gone
 	var pt passTimes
 	start := time.Now()
 	plan, err := e.cache.Run(states, false, func(pl *prefixcache.Plan[*layers.State]) (err error) {
@@ -108,16 +118,22 @@ func (e *engine) runBatch(batch []chunk) {
 		for k, i := range fresh {
 			slots[i] = &pl.Slots[k]
 		}
-		keep, err = e.runPasses(batch, slots, &created, &pt)
+		keep, stopped, err = e.runPasses(batch, slots, &created, &pt)
 		return err
 	}, isOOM)
 	elapsed := time.Since(start)
-	if err != nil {
+	if errors.Is(err, layers.ErrStopped) { // Shutdown's context has ended (runPasses takes the other stops)
+		e.log.Debug("kev: batch stopped: shutting down", "replica", e.index, "requests", len(batch))
+		err = ErrClosed
+	} else if err != nil {
 		e.log.Error("kev: batch failed", "replica", e.index, "requests", len(batch), "error", err)
+	}
+	if err != nil {
 		e.mu.Lock()
 		for _, ch := range batch {
 			e.finish(ch.c)
 		}
+		e.runningTokens = 0
 		e.mu.Unlock()
 		e.sweep(created)
 		for _, ch := range batch {
@@ -132,8 +148,14 @@ func (e *engine) runBatch(batch []chunk) {
 	e.mu.Lock()
 	e.batches++
 	sliced := false
+	dropped := 0
 	for i, ch := range batch {
 		c := ch.c
+		if stopped && c.gone() { // its caller has gone, and the passes for it may have been stopped
+			e.finish(c)
+			dropped++
+			continue
+		}
 		c.latency += elapsed
 		c.next = ch.to
 		e.unpend(c)
@@ -155,15 +177,24 @@ func (e *engine) runBatch(batch []chunk) {
 		e.slices++
 	}
 	e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
+	e.runningTokens = 0
+	var waited []int
+	for _, c := range done {
+		waited = append(waited, c.waited)
+	}
 	e.mu.Unlock()
 	e.sweep(created)
-	if f := e.onBatch.Load(); f != nil {
-		(*f)(len(batch))
+	if stopped {
+		e.log.Debug("kev: batch stopped early: the requests of its later passes had gone", "replica", e.index,
+			"requests", len(batch), "dropped", dropped)
+	}
+	if f := e.onBatch.Load(); f != nil && dropped < len(batch) {
+		(*f)(len(batch) - dropped)
 	}
 	e.log.Debug("kev: batch", "replica", e.index, "requests", len(batch), "answered", len(done),
 		"ms", msec(elapsed), "lookup_ms", msec(pt.lookup), "issue_ms", msec(pt.issue), "point_ms", msec(pt.point))
-	for _, c := range done {
-		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit}
+	for i, c := range done {
+		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit, waited: waited[i]}
 	}
 	e.mu.Lock()
 	e.lastEnd = time.Now() // the answers are out: gather's window starts
@@ -207,9 +238,10 @@ type rowRef struct {
 
 // passPlan is one model pass of a batch.
 type passPlan struct {
-	batch layers.Batch
-	rows  []rowRef  // one per batch.Rows entry
-	news  []*newRef // one per batch.New entry
+	batch  layers.Batch
+	rows   []rowRef  // one per batch.Rows entry
+	news   []*newRef // one per batch.New entry
+	chunks []int     // the chunks whose new states or rows it runs, in order, perhaps repeated
 }
 
 // planPasses splits a batch into passes of at most budget tokens (new state tokens plus row tokens; a pass takes
@@ -247,6 +279,7 @@ func planPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], budget 
 			if needState() {
 				ref := &newRef{pass: len(passes) - 1, idx: len(cur.batch.New)}
 				cur.batch.New = append(cur.batch.New, layers.NewState{IDs: int32s(ids), Keep: keep})
+				cur.chunks = append(cur.chunks, i)
 				cur.news = append(cur.news, ref)
 				news[key] = ref
 				tokens += len(ids)
@@ -274,6 +307,7 @@ func planPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], budget 
 				ref.after = nr
 			}
 			cur.batch.Rows = append(cur.batch.Rows, row)
+			cur.chunks = append(cur.chunks, i)
 			cur.rows = append(cur.rows, ref)
 			tokens += len(r.IDs)
 		}
@@ -298,9 +332,24 @@ func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
 // request has rows left, the state those rows continue. pt collects the time queuing the passes and the pointer
 // head's.
-func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) ([]*layers.State, error) {
+func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) (keep []*layers.State, stopped bool, err error) {
 	passes, news := planPasses(batch, slots, e.passTokens)
-	for _, ps := range passes {
+	// later[k]: the chunks that passes k… work for. A live chunk's rows, and the new states they continue, all
+	// run in passes before the first pass whose later chunks have all gone.
+	later := make([][]chunk, len(passes))
+	seen := make([]bool, len(batch))
+	var acc []chunk
+	for k := len(passes) - 1; k >= 0; k-- {
+		for _, i := range passes[k].chunks {
+			if !seen[i] {
+				seen[i] = true
+				acc = append(acc, batch[i])
+			}
+		}
+		later[k] = slices.Clone(acc)
+	}
+	for k, ps := range passes {
+		ps.batch.Stop = e.stopper(later[k])
 		for k, rr := range ps.rows {
 			if rr.after != nil {
 				ps.batch.Rows[k].Cached = rr.after.st
@@ -325,11 +374,15 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 			out.Free()
 			return err
 		})
+		if errors.Is(err, layers.ErrStopped) && !e.abort.Load() {
+			stopped = true // every request passes k… work for has gone: the batch ends here
+			break
+		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	keep := make([]*layers.State, len(batch))
+	keep = make([]*layers.State, len(batch))
 	for i, ch := range batch {
 		slot := slots[i]
 		var st *layers.State
@@ -343,18 +396,21 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 			if nr := news[idsKey(ch.c.enc.StateIDs())]; nr != nil {
 				st = nr.st
 			}
-			if slot.Keep {
+			if slot.Keep && st != nil { // nil: its pass was stopped
 				slot.SetPrefix(st)
 			}
 		}
 		if ch.to < len(ch.c.rows) {
 			if st == nil {
-				return nil, fmt.Errorf("kev: internal error: no state kept for a request with %d rows left", len(ch.c.rows)-ch.to)
+				if stopped && ch.c.gone() {
+					continue // dropped by runBatch
+				}
+				return nil, false, fmt.Errorf("kev: internal error: no state kept for a request with %d rows left", len(ch.c.rows)-ch.to)
 			}
 			keep[i] = st
 		}
 	}
-	return keep, nil
+	return keep, stopped, nil
 }
 
 // point runs the pointer head on a pass's rows, one call per part of its hidden states.

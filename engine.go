@@ -59,6 +59,21 @@ type engine struct {
 	gatherMax                             time.Duration // the longest gather (≤ 0: never)
 	gatherFrac                            float64       // the longest gather as a share of the last batch's time
 
+	// The batcher's record, for tests: gathers that waited, those that gave up (the window passed, waiting or
+	// not, with the clients not all back), and the window of the last one that waited; the tokens of the batches
+	// taken so far and of the batch running now (see call.ahead).
+	gatherWaits, gatherTimeouts int
+	lastGatherWindow            time.Duration
+	takenTokens, runningTokens  int
+
+	// Cancellation (see stopper): abort stops the running pass and fails what is queued (Shutdown's context
+	// ended); layersRun and passesStopped count the layers passes ran and the passes stopped because every request
+	// they worked for had gone; onLayer, a test hook, runs before each layer.
+	abort         atomic.Bool
+	layersRun     atomic.Int64
+	passesStopped atomic.Int64
+	onLayer       func(layer int)
+
 	// Model goroutine only.
 	held       map[*layers.State]bool // states the cache holds and states of started requests
 	started    map[*call]bool         // requests that have run a slice and wait for the rest
@@ -113,6 +128,7 @@ func (e *engine) enqueue(c *call, cost int) error {
 	e.tokens += cost
 	e.pending[c.key]++
 	c.pending = true
+	c.ahead = e.takenTokens - e.runningTokens
 	e.queue = append(e.queue, c)
 	e.arrivals++
 	e.cond.Signal()
@@ -163,8 +179,13 @@ func (e *engine) take() []chunk {
 		for n < len(e.queue) && len(cands) < e.maxBatch {
 			c := e.queue[n]
 			n++
-			if c.cancelled.Load() || c.ctx.Err() != nil {
+			if c.gone() {
 				e.drop(c)
+				continue
+			}
+			if e.abort.Load() {
+				e.drop(c)
+				c.done <- result{err: ErrClosed}
 				continue
 			}
 			cands = append(cands, c)
@@ -195,6 +216,15 @@ func (e *engine) take() []chunk {
 			batch = append(batch, chunk{c: c, from: c.next, to: to})
 		}
 		e.queue = append(left, e.queue[n:]...)
+		tokens := 0
+		for i, ch := range batch {
+			if ch.from == 0 {
+				ch.c.waited = e.takenTokens - ch.c.ahead
+			}
+			tokens += shares[i]
+		}
+		e.takenTokens += tokens
+		e.runningTokens = tokens
 		return batch
 	}
 }
@@ -223,10 +253,16 @@ func (e *engine) gather() {
 	short := func() bool {
 		return e.arrivals-e.arrivalsAtEnd < e.lastAnswered && len(e.queue) < e.maxBatch && e.tokens < e.sliceTokens && !e.closed
 	}
-	d := time.Until(deadline)
-	if d <= 0 || !short() {
+	if !short() {
 		return
 	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		e.gatherTimeouts++ // the window passed before the batch could wait
+		return
+	}
+	e.gatherWaits++
+	e.lastGatherWindow = d
 	wake := time.AfterFunc(d, func() {
 		e.mu.Lock()
 		e.cond.Broadcast()
@@ -235,6 +271,9 @@ func (e *engine) gather() {
 	defer wake.Stop()
 	for short() && time.Now().Before(deadline) {
 		e.cond.Wait()
+	}
+	if short() {
+		e.gatherTimeouts++
 	}
 }
 
@@ -275,6 +314,34 @@ func allot(rem []int, budget int) (shares []int, whole []bool) {
 // state (the next sweep frees it).
 func (e *engine) drop(c *call) {
 	e.finish(c)
+}
+
+// stopper returns the Batch.Stop of a pass that works for the requests of chunks (its own and those of the batch's
+// passes after it): the pass stops at its next layer once every one of them has gone (its caller stopped
+// waiting), or when Shutdown's context has ended, so that the model is free for what waits instead of running out
+// passes nobody will read.
+func (e *engine) stopper(chunks []chunk) func(layer int) bool {
+	return func(layer int) bool {
+		if e.onLayer != nil {
+			e.onLayer(layer)
+		}
+		stop := e.abort.Load()
+		if !stop {
+			stop = true
+			for _, ch := range chunks {
+				if !ch.c.gone() {
+					stop = false
+					break
+				}
+			}
+		}
+		if stop {
+			e.passesStopped.Add(1)
+			return true
+		}
+		e.layersRun.Add(1)
+		return false
+	}
 }
 
 // loop is the model goroutine: it alone touches the model, the backend and the cached states.
@@ -331,6 +398,15 @@ func (e *engine) trim() {
 			e.log.Warn("kev: trim", "replica", e.index, "error", err)
 		}
 	}
+}
+
+// abortNow makes the running pass stop at its next layer and fails the requests queued (Shutdown's context has
+// ended).
+func (e *engine) abortNow() {
+	e.abort.Store(true)
+	e.mu.Lock()
+	e.cond.Broadcast()
+	e.mu.Unlock()
 }
 
 // close stops taking requests, lets the model goroutine finish every request queued, frees the cached states and

@@ -3,6 +3,7 @@ package kev
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/kevgo/kev/internal/systemone"
@@ -143,4 +144,40 @@ func publicError(err error) error {
 		return &RowTooLongError{Question: re.Question, ID: re.ID, Tokens: re.Tokens, StateLen: re.StateLen, Limit: re.Limit, err: re}
 	}
 	return err
+}
+
+// NotFoundError reports a checkpoint or base model that Load found neither as a local directory nor on the hub
+// (or, offline, in the hub's local cache). It comes wrapped in a *LoadError.
+type NotFoundError struct {
+	Name  string // as given, or as head.pt names the base model
+	Local string // the absolute directory looked for; "" when the name could only be a hub name
+	Hub   error  // what the hub or its cache answered; nil when the name could only be a path (the hub not asked)
+	Hint  string // what to pass instead
+}
+
+// Error says where the name was looked for, what the hub answered and what to pass.
+func (e *NotFoundError) Error() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s: ", e.Name)
+	switch {
+	case e.Hub == nil:
+		fmt.Fprintf(&sb, "no directory %s", e.Local)
+	case e.Local != "":
+		fmt.Fprintf(&sb, "no directory %s, and the hub could not serve it (%v)", e.Local, e.Hub)
+	default:
+		fmt.Fprintf(&sb, "the hub could not serve it (%v)", e.Hub)
+	}
+	if e.Hint != "" {
+		sb.WriteString("; ")
+		sb.WriteString(e.Hint)
+	}
+	return sb.String()
+}
+
+// Unwrap returns the hub's error, or fs.ErrNotExist when the hub was not asked.
+func (e *NotFoundError) Unwrap() error {
+	if e.Hub == nil {
+		return fs.ErrNotExist
+	}
+	return e.Hub
 }

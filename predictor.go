@@ -1,6 +1,7 @@
 package kev
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ type Options struct {
 	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
+	Name            string  // the checkpoint's name in Info.Run (the model card); "" = as given to Load
 	Logger          *slog.Logger
 
 	// Progress receives a one-line progress display while the weights load (bytes, rate, time left); nil means
@@ -71,8 +73,9 @@ const (
 var testBeforeTake func(replica int)
 
 // LoadError reports a checkpoint or base model that could not be loaded. File names the file or directory at
-// fault (a path, or a hub name when the hub could not serve it); Err says what went wrong and unwraps to the
-// loader's own typed error.
+// fault (a path, or a hub name when the hub could not serve it); Err says what went wrong: a *NotFoundError when
+// the name was found neither locally nor on the hub, an *fs.PathError for a file that could not be read, otherwise
+// the loader's own message (its types are not part of the API: match on *LoadError and read File).
 type LoadError struct {
 	File string
 	Err  error
@@ -107,7 +110,7 @@ func (e *OptionError) Error() string {
 
 // Info describes a loaded predictor, as Kev's model card does.
 type Info struct {
-	Run            string  // the checkpoint as given to Load (a path or hub name, not the resolved directory)
+	Run            string  // Options.Name, else the checkpoint as given to Load (a path or hub name, not the resolved directory)
 	Base           string  // head.pt's base model id, e.g. "Qwen/Qwen3.5-4B-Base"
 	BaseRevision   string  // head.pt's base_revision ("" when none)
 	LoRA           int     // adapter rank; 0 for full-weight checkpoints
@@ -185,8 +188,13 @@ type Predictor struct {
 // Before it returns, every replica answers one made-up request and throws the answer away (a warm-up: kernels,
 // workspaces and pooled memory are then in place, so the first request costs what the tenth does); the prefix
 // cache and Stats are as if it never ran.
-// Files that cannot be read are reported as a *LoadError naming the file.
+// Files that cannot be read are reported as a *LoadError naming the file. Load honours ctx: when it ends, Load
+// stops at its next step (before the weights stream, before each replica's warm-up, before it returns), frees
+// what it has loaded and returns ctx's error.
 func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -244,6 +252,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	tokPath := filepath.Join(baseDir, "tokenizer.json")
 	tok, err := tokenizer.LoadDir(baseDir)
 	if err != nil {
@@ -288,7 +299,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	}
 	p := &Predictor{
 		info: Info{
-			Run: checkpointName, Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
+			Run: cmp.Or(opts.Name, checkpointName), Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
 			Device: opts.Device, Replicas: len(replicas), Backend: "go", DType: dtName, Temperature: temp,
 			MaxStateTokens: systemone.MaxStateTokens, TruncateStates: opts.TruncateStates,
 			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,
@@ -307,6 +318,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if errs[i] = ctx.Err(); errs[i] != nil {
+				return
+			}
 			if i > 0 {
 				s, err := checkpoint.OpenStream(runDir, baseDir, checkpoint.StreamOptions{Options: copts, Progress: progress.of(i)})
 				if err != nil {
@@ -335,6 +349,10 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 				return
 			}
 			streams[i].Weights = nil
+			if errs[i] = ctx.Err(); errs[i] != nil { // the weights are in: the warm-up is the next long step
+				e.files = nil // closed below with the streams
+				return
+			}
 			if !testSkipWarmUp {
 				t0 := time.Now()
 				if err := p.warmReplica(e); err != nil {
@@ -347,9 +365,17 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		}()
 	}
 	wg.Wait()
+	if errs[0] == nil {
+		errs[0] = ctx.Err()
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, s := range streams {
-			s.Close() // the backends, closed by the deferred call, free what was uploaded
+			if s != nil {
+				s.Close() // the backends, closed by the deferred call, free what was uploaded
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // one error, errors.Is-able, instead of one per replica
 		}
 		return nil, err
 	}
@@ -394,14 +420,35 @@ func resolveModel(ctx context.Context, name string, base, offline, hubOnly bool)
 		}
 		return name, &hub.Snapshot{Dir: name, Local: true}, nil
 	} else if looksLikePath(name) {
-		return "", nil, &LoadError{File: name, Err: fs.ErrNotExist}
+		abs, _ := filepath.Abs(name)
+		hint := "pass an existing checkpoint directory (head.pt with the adapter or full weights)"
+		if base {
+			hint = "pass an existing base model directory (config.json, tokenizer.json and the weights) as Options.Base (-base of the kev command)"
+		}
+		return "", nil, &LoadError{File: name, Err: &NotFoundError{Name: name, Local: abs, Hint: hint}}
 	}
 	if _, err := hub.ParseName(name); err != nil {
 		return "", nil, &LoadError{File: name, Err: fmt.Errorf("neither a directory nor a hub name: %w", err)}
 	}
 	snap, err := hub.Fetch(ctx, name, hub.Options{Offline: offline, Required: required, HubOnly: hubOnly})
 	if err != nil {
-		return "", nil, &LoadError{File: name, Err: err}
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+		nf := &NotFoundError{Name: name, Hub: err}
+		if !hubOnly {
+			nf.Local, _ = filepath.Abs(name)
+		}
+		switch {
+		case base:
+			nf.Hint = "pass the base model's directory or hub name as Options.Base (-base of the kev command)"
+		default:
+			nf.Hint = "pass a checkpoint directory (head.pt with the adapter or full weights) or a hub name org/name[@revision]"
+		}
+		if offline {
+			nf.Hint += "; offline, only the hub's local cache was searched"
+		}
+		return "", nil, &LoadError{File: name, Err: nf}
 	}
 	for _, f := range required {
 		if _, err := os.Stat(filepath.Join(snap.Dir, f)); err != nil {
@@ -450,6 +497,15 @@ func resolveBase(ctx context.Context, runDir string, head *checkpoint.Head, opts
 		}
 	}
 	dir, _, err := resolveModel(ctx, name, true, opts.Offline, fromHub)
+	var nf *NotFoundError
+	if errors.As(err, &nf) {
+		nf.Local = "" // a hub name (head.pt's), whatever a directory of that name would be
+		nf.Hint = fmt.Sprintf("%s names it as the base model; pass a local copy of it (config.json, tokenizer.json and the weights) as Options.Base (-base of the kev command), or let Load reach the hub",
+			filepath.Join(runDir, checkpoint.HeadFile))
+		if opts.Offline {
+			nf.Hint += " (offline, only the hub's local cache was searched)"
+		}
+	}
 	return dir, err
 }
 
@@ -563,8 +619,9 @@ func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEnt
 // is queued. Otherwise it is queued at the replica that will answer it soonest and waits for its model goroutine,
 // which runs it in a batch with whatever else is waiting (a request bigger than one pass runs in slices over
 // several batches, other requests between them); the response's LatencyMS is the model time of the batches it ran
-// in. If ctx ends while the request waits, Do returns ctx.Err() and the request is skipped (a big one between its
-// slices). After Close, Do returns ErrClosed.
+// in. If ctx ends while the request waits, Do returns ctx.Err() at once and the request is skipped (a big one
+// between its slices); a running pass stops at its next layer once every request it and the batch's later passes
+// work for has gone, freeing the model for the next batch. After Close, Do returns ErrClosed.
 func (p *Predictor) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("kev: Do: nil request")
@@ -678,8 +735,14 @@ func (p *Predictor) dispatch(c *call) error {
 }
 
 // Close stops taking requests, lets every replica finish the requests already queued, then frees the model's
-// cached states and closes the backends. Later calls return ErrClosed; closing again does nothing.
-func (p *Predictor) Close() error {
+// cached states and closes the backends. Later calls return ErrClosed; closing again does nothing. Shutdown bounds
+// the wait with a context.
+func (p *Predictor) Close() error { return p.Shutdown(context.Background()) }
+
+// Shutdown is Close bounded by ctx: it stops taking requests and lets every replica finish the requests queued
+// until ctx ends. Then each running pass stops at its next layer, the requests still queued or running get
+// ErrClosed, and once the replicas have freed their memory Shutdown returns ctx's error.
+func (p *Predictor) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	already := p.closed
 	p.closed = true
@@ -690,6 +753,13 @@ func (p *Predictor) Close() error {
 		}
 		return nil
 	}
+	var aborted atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		aborted.Store(true)
+		for _, e := range p.engines {
+			e.abortNow()
+		}
+	})
 	errs := make([]error, len(p.engines))
 	var wg sync.WaitGroup
 	for i, e := range p.engines {
@@ -700,7 +770,13 @@ func (p *Predictor) Close() error {
 		}()
 	}
 	wg.Wait()
-	p.log.Info("kev: closed")
+	stop()
+	if aborted.Load() {
+		errs = append(errs, ctx.Err())
+		p.log.Info("kev: closed, the requests left failed", "error", ctx.Err())
+	} else {
+		p.log.Info("kev: closed")
+	}
 	return errors.Join(errs...)
 }
 

@@ -93,8 +93,10 @@ func (rep *Report) WriteSVG(w io.Writer) error {
 		m := rep.Types[t]
 		ox := float64(i * panelW)
 		fmt.Fprintf(bw, `<g class="panel" data-type="%s">`+"\n", html.EscapeString(string(t)))
-		fmt.Fprintf(bw, `<text x="%g" y="20" font-size="13" font-weight="bold">%s: n=%d, accuracy %.3f, ECE %.3f</text>`+"\n",
-			ox+plotX, html.EscapeString(string(t)), m.N, m.Accuracy, m.ECE)
+		// The title in two lines, so that it fits the panel (the last one's right edge is the image's).
+		fmt.Fprintf(bw, `<text class="title" x="%g" y="16" font-size="13" font-weight="bold">%s: n=%d</text>`+"\n",
+			ox+plotX, html.EscapeString(string(t)), m.N)
+		fmt.Fprintf(bw, `<text class="title" x="%g" y="31">accuracy %.3f, ECE %.3f</text>`+"\n", ox+plotX, m.Accuracy, m.ECE)
 		x0, y0 := PointXY(i, 0, 0)
 		x1, y1 := PointXY(i, 1, 1)
 		fmt.Fprintf(bw, `<rect x="%g" y="%g" width="%d" height="%d" fill="none" stroke="#888"/>`+"\n", x0, y1, plotS, plotS)

@@ -46,7 +46,8 @@ func (it Item) Spread() float64 {
 	return s
 }
 
-// Options configure Run. The zero value asks each request once, one at a time, and fits no temperature.
+// Options configure Run. The zero value asks each request once in its own order, eight at a time, and fits no
+// temperature.
 type Options struct {
 	// Rotations > 1 asks every choice and score question in that many option orders (kev.Rotate: cyclic rotations
 	// of a choice, the reversed scale of a score) within one request per line, and scores the mean probabilities.
@@ -103,7 +104,7 @@ type Skipped struct {
 
 // Run reads labelled requests from r (ReadExamples), asks p for each line's probabilities and scores them. A line
 // that cannot be read stops Run before anything is asked; a line the predictor refuses for its length (a
-// kev.AdmissionDetail error) is listed in Report.Skipped; any other predictor error stops Run.
+// *kev.StateTooLongError or *kev.RowTooLongError) is listed in Report.Skipped; any other predictor error stops Run.
 func Run(ctx context.Context, p Predictor, r io.Reader, opts Options) (*Report, error) {
 	examples, err := ReadExamples(r)
 	if err != nil {

@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/kevgo/kev/deltanet"
@@ -18,7 +19,15 @@ const PassTokens = 16384
 type Batch struct {
 	New  []NewState
 	Rows []Row
+	// Stop, when not nil, is called before each decoder layer of the
+	// batch's passes with the layer's index; when it returns true the pass
+	// stops there and Forward returns ErrStopped (a caller whose requests
+	// have all gone frees the model at the next layer).
+	Stop func(layer int) bool
 }
+
+// ErrStopped is returned by Forward when Batch.Stop stopped its pass.
+var ErrStopped = errors.New("layers: pass stopped")
 
 // NewState is a state a pass computes from its tokens, at positions
 // 0…len(IDs)−1.
@@ -93,6 +102,8 @@ func (m *Model) Forward(bt *Batch) (*Output, error) {
 	if len(bt.New) == 0 && len(bt.Rows) == 0 {
 		return &Output{b: m.b}, nil
 	}
+	m.stop = bt.Stop
+	defer func() { m.stop = nil }()
 	if bb, ok := m.b.(tensor.Batched); ok {
 		return m.forwardBatched(bb, bt)
 	}

@@ -40,6 +40,7 @@ type Model struct {
 	// (the pass's new rows only) and valid only during the call.
 	Observe func(point int, h tensor.Tensor)
 
+	stop    func(layer int) bool // the running Forward's Batch.Stop
 	b       tensor.Backend
 	eps     float32
 	plusOne bool          // RMSNorm gains are (1 + w) (Qwen3.5), else w
@@ -297,6 +298,10 @@ func (m *Model) pass(ids []int32, from int, mix mixer) (tensor.Tensor, error) {
 		return nil, err
 	}
 	for i, l := range m.layers {
+		if m.stop != nil && m.stop(i) {
+			b.Free(u, h)
+			return nil, ErrStopped
+		}
 		pre, wo, err := mix(i, l, u)
 		b.Free(u)
 		if err != nil {

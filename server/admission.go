@@ -15,7 +15,7 @@ const (
 	DefaultMaxInflightBytes = 128 << 20
 	// DefaultMaxInflightTokens bounds the encoded tokens of the requests queued for or inside the model at once:
 	// 64 requests at the 65,536-token state limit.
-	DefaultMaxInflightTokens = 64 * systemone.MaxStateTokens
+	DefaultMaxInflightTokens = 64 * 65536
 	// DefaultRetryAfter is the Retry-After of a 503 for a server over an admission bound.
 	DefaultRetryAfter = time.Second
 )

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kevgo/kev"
@@ -175,7 +176,7 @@ func newHandler(m model, opts Options) *Handler {
 	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, retryAfter: h.opts.RetryAfter}
 	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), retryAfter: h.opts.RetryAfter}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(h.metrics)
+	reg.MustRegister(h.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.gather = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{h.log}})
 	return h
 }
@@ -636,7 +637,7 @@ func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*syst
 func (h *Handler) do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
 	resp, err := h.model.Do(ctx, req)
 	if err == nil {
-		h.metrics.model.Observe(resp.LatencyMS)
+		h.metrics.model.Observe(resp.LatencyMS / 1000)
 	}
 	return resp, err
 }
@@ -758,21 +759,6 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 
 // Unwrap gives http.ResponseController the underlying writer.
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// openAPI is the document served at /openapi.json: the endpoints and their bodies in brief.
-const openAPI = `{"openapi":"3.1.0","info":{"title":"Kev System One","version":"1.0.0","description":"Calibrated answers to typed questions about a document (TypeSafe System One API)."},` +
-	`"paths":{` +
-	`"/v1/systemone":{"post":{"summary":"Answer typed questions about a state","operationId":"systemone","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Answers"},"401":{"description":"Missing or invalid API key"},"408":{"description":"Body not received within the body timeout"},"413":{"description":"Body over the size limit"},"422":{"description":"Validation or admission error"},"503":{"description":"The server is stopping, or busy: retry after Retry-After"}}}},` +
-	`"/v1/systemone/permute":{"post":{"summary":"Ask one choice question under n_perm option orders","operationId":"permute","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/PermuteRequest"}}}},"responses":{"200":{"description":"Runs, argmax stability and spread"},"422":{"description":"Validation or admission error"}}}},` +
-	`"/v1/systemone/separate":{"post":{"summary":"Answer each question in its own request","operationId":"separate","requestBody":{"required":true,"content":{"application/json":{"schema":{"$ref":"#/components/schemas/SystemOneRequest"}}}},"responses":{"200":{"description":"Merged answers"},"422":{"description":"Validation or admission error"}}}},` +
-	`"/v1/models":{"get":{"summary":"Model cards and serving counters","operationId":"models","responses":{"200":{"description":"Model cards"}}}}},` +
-	`"components":{"schemas":{` +
-	`"Content":{"description":"Any JSON: text, object, array, number, boolean or null"},` +
-	`"Question":{"type":"object","required":["type"],"properties":{"type":{"enum":["noul","choice","score"]},"instructions":{"$ref":"#/components/schemas/Content"},"criteria":{"description":"noul: {\"true\": Content, \"false\": Content} or null; choice: {option: Content} with 1..255 options; score: [Content] with 1..255 levels"}}},` +
-	`"SystemOneRequest":{"type":"object","required":["state","questions"],"properties":{"state":{"$ref":"#/components/schemas/Content"},"model":{"type":"string","default":"kev-latest"},"questions":{"type":"object","minProperties":1,"additionalProperties":{"$ref":"#/components/schemas/Question"}}}},` +
-	`"PermuteRequest":{"type":"object","required":["request","question"],"properties":{"request":{"$ref":"#/components/schemas/SystemOneRequest"},"question":{"type":"string"},"n_perm":{"type":"integer","minimum":1,"maximum":64,"default":6},"seed":{"type":"integer","default":0}}}},` +
-	`"securitySchemes":{"bearer":{"type":"http","scheme":"bearer"}}},` +
-	`"security":[{"bearer":[]}]}`
 
 func statusText(code int) string { return strconv.Itoa(code) }
 

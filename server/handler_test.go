@@ -1162,9 +1162,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		`kev_http_requests_total{method="POST",path="/v1/systemone",status="422"} 1`,
 		`kev_http_requests_total{method="GET",path="other",status="404"} 1`,
 		`kev_http_request_duration_seconds_count{path="/v1/systemone"} 2`,
-		`kev_model_latency_ms_bucket{le="5"} 0`,
-		`kev_model_latency_ms_bucket{le="10"} 1`,
-		`kev_model_latency_ms_sum 7`,
+		`kev_model_latency_seconds_bucket{le="0.005"} 0`,
+		`kev_model_latency_seconds_bucket{le="0.01"} 1`,
+		`kev_model_latency_seconds_sum 0.007`,
+		`# TYPE go_goroutines gauge`,
+		`# TYPE process_cpu_seconds_total counter`,
 		`kev_batch_size_bucket{le="4"} 1`,
 		`kev_batches_total 7`,
 		`kev_batched_requests_total 9`,
@@ -1620,7 +1622,7 @@ func TestCollector(t *testing.T) {
 	for _, mf := range mfs {
 		got[mf.GetName()] = mf
 	}
-	for _, name := range []string{"kev_http_requests_total", "kev_http_request_duration_seconds", "kev_model_latency_ms",
+	for _, name := range []string{"kev_http_requests_total", "kev_http_request_duration_seconds", "kev_model_latency_seconds",
 		"kev_batch_size", "kev_http_requests_in_flight", "kev_batches_total", "kev_cuda_graphs_captured_total", "kev_model_info"} {
 		if got[name] == nil {
 			t.Errorf("no %s", name)

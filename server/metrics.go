@@ -11,9 +11,9 @@ import (
 
 // Histogram bucket upper bounds.
 var (
-	durationBuckets     = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60} // seconds
-	modelLatencyBuckets = []float64{1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}  // ms
-	batchSizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64}                                                // requests; 64 at most in Kev
+	durationBuckets     = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}      // seconds
+	modelLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30} // s
+	batchSizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64}                                                     // requests; 64 at most in Kev
 )
 
 // metrics are a handler's Prometheus metrics: requests by path, method and status; request duration and model
@@ -109,8 +109,8 @@ func newMetrics(card func() systemone.ModelCard) *metrics {
 			Help: "HTTP requests answered, by route path, method and status."}, []string{"path", "method", "status"}),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kev_http_request_duration_seconds",
 			Help: "Time from request to response inside the process, by route path.", Buckets: durationBuckets}, []string{"path"}),
-		model: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kev_model_latency_ms",
-			Help: "Model time of the batch each answered request ran in (latency_ms).", Buckets: modelLatencyBuckets}),
+		model: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kev_model_latency_seconds",
+			Help: "Model time of the batches each answered request ran in (the response's latency_ms, in seconds).", Buckets: modelLatencyBuckets}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kev_batch_size",
 			Help: "Requests per model batch, as reported by the batcher.", Buckets: batchSizeBuckets}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kev_http_requests_in_flight",

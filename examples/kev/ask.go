@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -20,7 +19,7 @@ import (
 
 func init() {
 	commands["ask"] = askCommand
-	summaries["ask"] = "answer one System One request read from standard input"
+	summaries["ask"] = "answer one System One request read from a file or standard input"
 }
 
 // modelFlags are the flags every command that loads a model shares.
@@ -83,6 +82,9 @@ func loadModel(ctx context.Context, run string, opts kev.Options) (*model, error
 			return nil, err
 		}
 		run, m.bundled, m.name, m.remove = dir, true, "built-in test checkpoint "+bundledRun, remove
+		if opts.Name == "" {
+			opts.Name = bundledName // not the temporary directory, in the model card and metrics
+		}
 		if opts.Base == "" {
 			opts.Base = base
 		}
@@ -99,21 +101,32 @@ func loadModel(ctx context.Context, run string, opts kev.Options) (*model, error
 }
 
 func askCommand(args []string) error {
-	fs := newFlags("ask", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu] [-dtype fp32] < request.json")
+	fs := newFlags("ask", "[-checkpoint DIR|NAME] [-base DIR|NAME] [-device cpu] [-dtype fp32] [-truncate-states] [request.json | -]")
 	var mf modelFlags
 	mf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	truncate := fs.Bool("truncate-states", false, "read only the first 65,536 tokens of a longer state instead of refusing it (the server's KEV_TRUNCATE_STATES=1)")
+	input, err := parseInput(fs, args)
+	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(stdin)
+	body, err := readInput(input)
 	if err != nil {
 		return fmt.Errorf("reading the request: %w", err)
 	}
+	// The library's reading of the body gives the readable message (the server answers Kev's 422 body instead).
+	var checked kev.Request
+	if err := checked.UnmarshalJSON(body); err != nil {
+		if input != "" && input != "-" {
+			return fmt.Errorf("%s: %w", input, err)
+		}
+		return err
+	}
 	req, err := systemone.DecodeRequest(body)
 	if err != nil {
-		return requestError(err)
+		return err
 	}
 	run, opts := mf.options()
+	opts.TruncateStates = *truncate
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	p, err := loadModel(ctx, run, opts)
@@ -137,18 +150,25 @@ func askCommand(args []string) error {
 	return err
 }
 
-// requestError turns a refused request into the body Kev's server would answer with.
+// requestError says why the model refused a request, and for a state over the limit the flag that reads its start.
 func requestError(err error) error {
-	var ve *systemone.ValidationError
-	if errors.As(err, &ve) {
-		if body, merr := ve.MarshalJSON(); merr == nil {
-			return fmt.Errorf("invalid request (HTTP 422): %s", body)
-		}
+	var se *systemone.StateTooLongError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w; pass -truncate-states to read only its first %s tokens", se, thousands(se.Limit))
 	}
 	if detail, ok := systemone.AdmissionDetail(err); ok {
-		return fmt.Errorf("request refused (HTTP 422): %s", detail)
+		return fmt.Errorf("request refused: %s", detail)
 	}
 	return err
+}
+
+// thousands writes n with commas between groups of three digits: 65,536.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // reportMemory prints the weights the backend holds and the process's resident memory to standard error.

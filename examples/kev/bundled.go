@@ -3,16 +3,14 @@ package main
 import (
 	"embed"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path"
-	"path/filepath"
+
+	"github.com/kevgo/kev/kevtest"
 )
 
-// bundled holds what the command needs to run outside the repository (after go install): the small random test
-// checkpoint of testdata/golden/tiny-a (its kev and base directories, file for file) and Kev's serving benchmark
-// cases (scripts/golden/bench-cases.json). TestBundledMatchesRepository keeps the copies equal to the originals.
+// bundled holds Kev's serving benchmark cases (scripts/golden/bench-cases.json), so that the command runs outside
+// the repository (after go install); the small random test checkpoint comes from package kevtest.
+// TestBundledMatchesRepository keeps the copy equal to the original.
 //
 //go:embed bundled
 var bundled embed.FS
@@ -20,8 +18,9 @@ var bundled embed.FS
 // Names inside bundled.
 const (
 	bundledDir      = "bundled"
-	bundledRun      = "tiny-a/kev"  // the Kev checkpoint (adapter, head.pt, tokenizer)
-	bundledBase     = "tiny-a/base" // its base model
+	bundledRun      = "tiny-a/kev"      // how messages name the Kev checkpoint (adapter, head.pt, tokenizer)
+	bundledBase     = "tiny-a/base"     // how messages name its base model
+	bundledName     = "built-in/tiny-a" // the bundled checkpoint's Info.Run: /v1/models' run, kev_model_info's label
 	bundledCases    = "bench-cases.json"
 	bundledCasesRef = "built-in " + bundledCases // how reports and messages name the embedded cases file
 )
@@ -38,53 +37,18 @@ const noCheckpointNote = `kev: no checkpoint given, so using the small random te
                                        jaredpalmer/kev-4b (add -offline to use the cache only)
        KEV_RUN=DIR|NAME                the same, from the environment (kev serve)`
 
-// bundledModel writes the bundled checkpoint into a new temporary directory and returns the checkpoint and base
-// directories in it and a function that removes the directory (call it after the predictor is closed).
+// bundledModel writes the bundled checkpoint (package kevtest's) into a new temporary directory and returns the
+// checkpoint and base directories in it and a function that removes the directory (call it after the predictor is
+// closed).
 func bundledModel() (run, base string, remove func(), err error) {
 	dir, err := os.MkdirTemp("", "kev-bundled-")
 	if err != nil {
 		return "", "", nil, fmt.Errorf("unpacking the bundled test checkpoint: %w", err)
 	}
 	remove = func() { os.RemoveAll(dir) }
-	for _, sub := range []string{bundledRun, bundledBase} {
-		if err := copyEmbedded(path.Join(bundledDir, sub), filepath.Join(dir, filepath.FromSlash(sub))); err != nil {
-			remove()
-			return "", "", nil, fmt.Errorf("unpacking the bundled test checkpoint: %w", err)
-		}
+	if run, base, err = kevtest.WriteModel(dir); err != nil {
+		remove()
+		return "", "", nil, err
 	}
-	return filepath.Join(dir, filepath.FromSlash(bundledRun)), filepath.Join(dir, filepath.FromSlash(bundledBase)), remove, nil
-}
-
-// copyEmbedded copies the embedded directory src (flat: files only) into the new directory dst.
-func copyEmbedded(src, dst string) error {
-	entries, err := fs.ReadDir(bundled, src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		in, err := bundled.Open(path.Join(src, e.Name()))
-		if err != nil {
-			return err
-		}
-		out, err := os.OpenFile(filepath.Join(dst, e.Name()), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			in.Close()
-			return err
-		}
-		_, err = io.Copy(out, in)
-		in.Close()
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return run, base, remove, nil
 }

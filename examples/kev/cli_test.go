@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kevgo/kev"
 )
 
 // repoTinyA is a directory of the repository's tiny-a golden checkpoint.
@@ -24,11 +28,9 @@ func repoTinyA(dir string) string {
 }
 
 // TestBundledMatchesRepository checks that the files built into the command are the repository's originals,
-// file for file and byte for byte: the tiny-a checkpoint and its base, and Kev's serving benchmark cases.
+// byte for byte: Kev's serving benchmark cases (package kevtest checks its copy of the tiny-a checkpoint).
 func TestBundledMatchesRepository(t *testing.T) {
 	pairs := map[string]string{
-		bundledRun:   repoTinyA("kev"),
-		bundledBase:  repoTinyA("base"),
 		bundledCases: filepath.Join("..", "..", "scripts", "golden", "bench-cases.json"),
 	}
 	for emb, orig := range pairs {
@@ -282,5 +284,18 @@ func TestLoadtestFails(t *testing.T) {
 	code, _, errOut = runCmd(t, "", "loadtest", "-url", srv.URL, "-case", "nine questions")
 	if code != 1 || !strings.Contains(errOut, `case "nine questions": no such case (it has "2 questions, short state"`) {
 		t.Errorf("unknown case: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestBundledName checks that the bundled checkpoint shows under its name, not its temporary directory, in the
+// model card (/v1/models' run, kev_model_info's label).
+func TestBundledName(t *testing.T) {
+	m, err := loadModel(context.Background(), "", kev.Options{Progress: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if run := m.Info().Run; run != bundledName {
+		t.Errorf("Info().Run = %q, want %q", run, bundledName)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,22 +32,9 @@ func evalCommand(args []string) error {
 	outPath := fs.String("o", "", "write the report to this file instead of standard output")
 	svgPath := fs.String("svg", "", `reliability diagram (SVG) path; default: beside -o, else beside the input file (FILE.reliability.svg); "none" for none`)
 	concurrency := fs.Int("concurrency", 8, "requests in flight")
-	// Flags may come before and after the input path.
-	var input string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return &usageError{msg: err.Error(), reported: true}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if input != "" {
-			return usagef("more than one input: %q and %q", input, fs.Arg(0))
-		}
-		input, rest = fs.Arg(0), fs.Args()[1:]
+	input, err := parseInput(fs, args) // flags may come before and after the input path
+	if err != nil {
+		return err
 	}
 	if *rotations < 1 {
 		return usagef("-rotations must be at least 1")
@@ -58,13 +43,7 @@ func evalCommand(args []string) error {
 		return usagef("-temperature must be positive (or 0 for head.pt's)")
 	}
 
-	var data []byte
-	var err error
-	if input == "" || input == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(input)
-	}
+	data, err := readInput(input)
 	if err != nil {
 		return fmt.Errorf("reading the input: %w", err)
 	}

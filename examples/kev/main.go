@@ -133,6 +133,35 @@ func newFlags(name, synopsis string) *flag.FlagSet {
 }
 
 // parseFlags parses args, turning flag errors into usage errors and refusing stray arguments.
+// parseInput parses flags that may come before and after one optional input path, which it returns ("" when
+// none was given).
+func parseInput(fs *flag.FlagSet, args []string) (string, error) {
+	var input string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return "", err
+			}
+			return "", &usageError{msg: err.Error(), reported: true}
+		}
+		if fs.NArg() == 0 {
+			return input, nil
+		}
+		if input != "" {
+			return "", usagef("more than one input: %q and %q", input, fs.Arg(0))
+		}
+		input, rest = fs.Arg(0), fs.Args()[1:]
+	}
+}
+
+// readInput reads the input path, or standard input for "" and "-".
+func readInput(input string) ([]byte, error) {
+	if input == "" || input == "-" {
+		return io.ReadAll(stdin)
+	}
+	return os.ReadFile(input)
+}
+
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

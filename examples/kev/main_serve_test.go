@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 )
 
 func TestServeConfig(t *testing.T) {
+	setInteractive(t, false) // the defaults of a server that no terminal runs
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -284,5 +286,67 @@ func TestServeBadAddress(t *testing.T) {
 	}
 	if err := serve(context.Background(), cfg); err == nil {
 		t.Fatal("listening on a bad address succeeded")
+	}
+}
+
+// setInteractive makes kev serve see a terminal, or not, until the test ends.
+func setInteractive(t *testing.T, on bool) {
+	old := interactive
+	interactive = func() bool { return on }
+	t.Cleanup(func() { interactive = old })
+}
+
+// TestServeInteractiveGrace checks the drain grace of kev serve run in a terminal: none by default (an idle server
+// stops at Ctrl-C at once), what KEV_DRAIN_GRACE or -drain-grace sets when set.
+func TestServeInteractiveGrace(t *testing.T) {
+	setInteractive(t, true)
+	for _, c := range []struct {
+		args []string
+		env  string
+		want time.Duration
+	}{
+		{nil, "", -1},
+		{nil, "3s", 3 * time.Second},
+		{[]string{"-drain-grace", "2s"}, "", 2 * time.Second},
+		{[]string{"-drain-grace", "5s"}, "", 5 * time.Second}, // the default's value, set on purpose
+	} {
+		cfg, err := serveConfigFrom(c.args, func(k string) string {
+			if k == "KEV_DRAIN_GRACE" {
+				return c.env
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.hopts.DrainGrace != c.want {
+			t.Errorf("%v, KEV_DRAIN_GRACE=%q: drain grace %v, want %v", c.args, c.env, cfg.hopts.DrainGrace, c.want)
+		}
+	}
+}
+
+// TestWatchSignals checks that the first stop signal stops serving gracefully and the second forces the stop.
+func TestWatchSignals(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	var cancelled, forced atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		watchSignals(sigs, func() { cancelled.Add(1) }, func() { forced.Add(1) })
+		close(done)
+	}()
+	sigs <- os.Interrupt
+	sigs <- os.Interrupt
+	<-done
+	if cancelled.Load() != 1 || forced.Load() != 1 {
+		t.Errorf("after two signals: cancelled %d, forced %d; want 1, 1", cancelled.Load(), forced.Load())
+	}
+	sigs = make(chan os.Signal, 1)
+	cancelled.Store(0)
+	forced.Store(0)
+	sigs <- os.Interrupt
+	close(sigs) // serving ended before a second signal
+	watchSignals(sigs, func() { cancelled.Add(1) }, func() { forced.Add(1) })
+	if cancelled.Load() != 1 || forced.Load() != 0 {
+		t.Errorf("after one signal: cancelled %d, forced %d; want 1, 0", cancelled.Load(), forced.Load())
 	}
 }

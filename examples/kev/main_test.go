@@ -87,9 +87,11 @@ func TestExitCodes(t *testing.T) {
 		{"help", "", []string{"help"}, 0, ""},
 		{"command help", "", []string{"ask", "-h"}, 0, "-checkpoint"},
 		{"bad flag", "", []string{"ask", "-x"}, 2, "flag provided but not defined: -x"},
-		{"stray argument", "", []string{"ask", "request.json"}, 2, `unexpected argument "request.json"`},
-		{"bad json", "{", []string{"ask"}, 1, `"type":"json_invalid"`},
-		{"no questions", `{"state": "x"}`, []string{"ask"}, 1, `"loc":["body","questions"]`},
+		{"two inputs", "", []string{"ask", "a.json", "b.json"}, 2, `more than one input: "a.json" and "b.json"`},
+		{"missing input", "", []string{"ask", "no-such-request.json"}, 1, "no-such-request.json: no such file"},
+		{"bad json", "{", []string{"ask"}, 1, "invalid request: malformed JSON at character 1"},
+		{"no questions", `{"state": "x"}`, []string{"ask"}, 1, "invalid request: questions: field required"},
+		{"bad type", `{"state": "x", "questions": {"a": {"type": "yes"}}}`, []string{"ask"}, 1, `invalid request: questions.a.type: must be "noul", "choice" or "score"`},
 		{"missing checkpoint", `{"state": "x", "questions": {"q": {"type": "noul"}}}`, []string{"ask", "-checkpoint", "/no/such/kev"}, 1, "/no/such/kev"},
 		{"bad dtype", `{"state": "x", "questions": {"q": {"type": "noul"}}}`, []string{"ask", "-dtype", "int8"}, 1, "Options.DType"},
 	} {
@@ -99,5 +101,29 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("exit %d, want %d; stderr %q, want it to contain %q", code, c.code, errOut, c.stderr)
 			}
 		})
+	}
+}
+
+// TestAskFile checks that kev ask reads a request from a named file as from standard input, and that a state over
+// the limit is refused with the flag that reads its start named.
+func TestAskFile(t *testing.T) {
+	path := filepath.Join("testdata", "request.json")
+	req, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fromStdin, _ := runCmd(t, string(req), "ask")
+	code, fromFile, errOut := runCmd(t, "", "ask", path)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	if a, b := latency.ReplaceAllString(fromFile, ""), latency.ReplaceAllString(fromStdin, ""); a != b || a == "" {
+		t.Errorf("kev ask %s printed\n%s\nfrom standard input\n%s", path, a, b)
+	}
+
+	long := `{"state": "` + strings.Repeat("word ", 70000) + `", "questions": {"q": {"type": "noul"}}}`
+	code, _, errOut = runCmd(t, long, "ask")
+	if code != 1 || !strings.Contains(errOut, "pass -truncate-states") || strings.Contains(errOut, "KEV_TRUNCATE_STATES") {
+		t.Errorf("a state over the limit: exit %d, stderr %q; want 1 and the -truncate-states flag named", code, errOut)
 	}
 }

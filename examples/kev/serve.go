@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kevgo/kev"
+	"github.com/kevgo/kev/internal/loadprogress"
 	"github.com/kevgo/kev/server"
 )
 
@@ -53,7 +54,7 @@ var serveEnv = []struct{ name, meaning string }{
 	{"KEV_MAX_CONNS", "as -max-conns (default 1024; 0: none)"},
 	{"KEV_MAX_INFLIGHT_BYTES", "as -max-inflight-bytes (default 128 MiB; 0: none)"},
 	{"KEV_MAX_INFLIGHT_TOKENS", "as -max-inflight-tokens (default 4194304; 0: none)"},
-	{"KEV_DRAIN_GRACE", "as -drain-grace (default 5s; 0: none)"},
+	{"KEV_DRAIN_GRACE", "as -drain-grace (default 5s, none in a terminal; 0: none)"},
 	{"KEV_CUDA_GRAPHS", "with -device cuda: on, or how many pass graphs to keep, replays passes as CUDA graphs (default off)"},
 	{"KEV_LOG_FORMAT", "as -log-format"},
 	{"KEV_LOG_LEVEL", "as -log-level"},
@@ -74,10 +75,35 @@ func serveCommand(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, stopSignals...)
+	defer signal.Stop(sigs)
+	go watchSignals(sigs, cancel, func() {
+		fmt.Fprintln(stderr, "kev serve: second signal: stopping now, without draining")
+		forceExit(1)
+	})
 	return serve(ctx, cfg)
 }
+
+// forceExit ends the process at a second stop signal (a variable for tests).
+var forceExit = os.Exit
+
+// watchSignals stops serving gracefully at the first signal (cancel) and forcibly at the second (force).
+func watchSignals(sigs <-chan os.Signal, cancel, force func()) {
+	if _, ok := <-sigs; !ok {
+		return
+	}
+	cancel()
+	if _, ok := <-sigs; ok {
+		force()
+	}
+}
+
+// interactive reports whether kev serve runs in a terminal (standard error is one): there Ctrl-C stops it with no
+// drain grace unless one is set, since no load balancer needs the time to see /readyz fail.
+var interactive = func() bool { return loadprogress.Terminal() != nil }
 
 // serveConfigFrom reads the flags and the KEV_* environment (flags win where both exist).
 func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, error) {
@@ -88,7 +114,8 @@ func serveConfigFrom(args []string, getenv func(string) string) (serveConfig, er
 		fmt.Fprintf(w, "Usage: kev serve %s\n\n", synopsis)
 		fmt.Fprint(w, `Serves Kev's System One HTTP API: POST /v1/systemone, /v1/systemone/permute, /v1/systemone/separate,
 GET /v1/models, /healthz, /readyz, /metrics, /openapi.json. SIGINT or SIGTERM: new requests get 503, those
-inside are answered, then it exits.
+inside are answered, then it exits; a second signal stops it at once. In a terminal there is no drain grace
+unless -drain-grace or KEV_DRAIN_GRACE sets one, so an idle server stops at Ctrl-C.
 
 Flags:
 `)
@@ -120,6 +147,11 @@ Flags:
 	}
 	if limits.err != nil {
 		return cfg, limits.err
+	}
+	graceSet := getenv("KEV_DRAIN_GRACE") != ""
+	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "drain-grace" })
+	if !graceSet && interactive() {
+		cfg.hopts.DrainGrace = 0 // none (zeroMeansNone): an idle server stops at once
 	}
 	zeroMeansNone(&cfg.hopts)
 	if mf.checkpoint == "" {
