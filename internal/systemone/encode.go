@@ -121,12 +121,20 @@ type EncodeOptions struct {
 
 // StateTooLongError refuses a state over the limit (strict mode).
 type StateTooLongError struct {
-	Tokens int // the state's tokens, <state> included
+	Tokens int // the state's tokens, <state> included; 0 when only Bytes is known
 	Limit  int
+	// Bytes, when not 0, says the state's text passed this many bytes (Record.StateCut): it was not rendered or
+	// counted further, so Tokens is unknown, but over Limit.
+	Bytes int
 }
 
-// Error returns Kev's message, numbers with thousands separators.
+// Error returns Kev's message, numbers with thousands separators. A state cut at its render budget is said to be
+// longer than the budget's bytes instead (Kev, which renders it whole, would give its count).
 func (e *StateTooLongError) Error() string {
+	if e.Bytes > 0 {
+		return fmt.Sprintf("state renders to more than %s bytes, over the %s-token limit (the <state> token included): shorten the document or split it across requests",
+			commaInt(e.Bytes), commaInt(e.Limit))
+	}
 	return fmt.Sprintf("state is %s tokens, over the %s-token limit (the <state> token included): shorten the document or split it across requests",
 		commaInt(e.Tokens), commaInt(e.Limit))
 }
@@ -141,13 +149,18 @@ func (e *StateTooLongError) Detail() string {
 type RowTooLongError struct {
 	Question int    // index in the request
 	ID       string // the question's id
-	Tokens   int    // the branch's tokens: <q> ... <decide>
+	Tokens   int    // the branch's tokens: <q> ... <decide>; 0 when only Bytes is known
 	StateLen int    // the state tokens read, <state> included
 	Limit    int    // the row limit
+	Bytes    int    // when not 0: the question's texts passed this many bytes (RecordQuestion.Cut), over the limit
 }
 
-// Error returns Kev's message (no thousands separators here).
+// Error returns Kev's message (no thousands separators here); for a question cut at its render budget, the
+// budget's bytes instead of its count.
 func (e *RowTooLongError) Error() string {
+	if e.Bytes > 0 {
+		return fmt.Sprintf("branch too long: more than %d bytes of text with a %d-token state (row limit %d)", e.Bytes, e.StateLen, e.Limit)
+	}
 	return fmt.Sprintf("branch too long: %d tokens with a %d-token state (row limit %d)", e.Tokens, e.StateLen, e.Limit)
 }
 
@@ -160,7 +173,10 @@ func AdmissionDetail(err error) (string, bool) {
 	var se *StateTooLongError
 	var re *RowTooLongError
 	var qe *TooManyQuestionsError
+	var rte *RenderTooLargeError
 	switch {
+	case errors.As(err, &rte):
+		return rte.Detail(), true
 	case errors.As(err, &se):
 		return se.Detail(), true
 	case errors.As(err, &re):
@@ -206,13 +222,16 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rec.StateCut && !opts.Truncate {
+		return nil, &StateTooLongError{Limit: maxState, Bytes: rec.StateBytes}
+	}
 	state, full := userTokensLimit(tok, rec.State, maxState-1)
-	n := full + 1
+	n := full + 1 // with StateCut, the tokens of the text rendered: fewer than the whole state's
 	if n > maxState && !opts.Truncate {
 		return nil, &StateTooLongError{Tokens: n, Limit: maxState}
 	}
 	ls := len(state) + 1
-	e := &Encoding{StateLen: ls, StateTokens: n, Truncated: n > maxState}
+	e := &Encoding{StateLen: ls, StateTokens: n, Truncated: n > maxState || rec.StateCut}
 	e.IDs = append(append(make([]int, 0, ls), d.State), state...)
 	e.Seg = make([]int, ls)
 	e.Pos = make([]int, ls)
@@ -220,6 +239,9 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 		e.Pos[i] = i
 	}
 	for k, q := range rec.Questions {
+		if q.Cut {
+			return nil, &RowTooLongError{Question: k, ID: q.ID, StateLen: ls, Limit: maxRow, Bytes: q.CutBytes}
+		}
 		// The branch is encoded only up to the room the row leaves beside the state; past it, its pieces are only
 		// counted, for the message.
 		room := maxRow - ls
