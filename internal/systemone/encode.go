@@ -174,7 +174,10 @@ func AdmissionDetail(err error) (string, bool) {
 	var re *RowTooLongError
 	var qe *TooManyQuestionsError
 	var rte *RenderTooLargeError
+	var ie *QuestionIDTooLongError
 	switch {
+	case errors.As(err, &ie):
+		return ie.Detail(), true
 	case errors.As(err, &rte):
 		return rte.Detail(), true
 	case errors.As(err, &se):

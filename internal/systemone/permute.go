@@ -105,6 +105,9 @@ var errNotChoice = &DetailError{Status: http.StatusUnprocessableEntity, Msg: "qu
 // are sent together, so they may share batches. A question id that is missing or not a choice is an error whose
 // 422 detail is "question must be an existing choice question".
 func Permute(ctx context.Context, do func(context.Context, *Request) (*Response, error), pr *PermuteRequest) (*PermuteResponse, error) {
+	if err := checkIDs(pr.Request); err != nil {
+		return nil, err
+	}
 	var q *QuestionEntry
 	for i := range pr.Request.Questions {
 		if pr.Request.Questions[i].ID == pr.Question {

@@ -288,9 +288,13 @@ func (t *texts) render(v pyjson.Value, max int) (string, bool) {
 // ToRecord validates the request and renders it: the state text, and per question its instruction and options.
 // A noul's options are "no" and "yes" (with their "false"/"true" descriptions) under keys "false" and "true"; a
 // choice's are its options in order under their names; a score's are its levels under "0", "1", ... with a legend.
-// Texts are rendered within the budgets of opts: a state or question past its budget is marked (Encode then
-// refuses it), and a request past the total gets a *RenderTooLargeError; none renders more than its budget.
+// A question id over MaxQuestionIDBytes gets a *QuestionIDTooLongError. Texts are rendered within the budgets of
+// opts: a state or question past its budget is marked (Encode then refuses it), and a request past the total gets a
+// *RenderTooLargeError; none renders more than its budget.
 func ToRecord(req *Request, opts RecordOptions) (*Record, error) {
+	if err := checkIDs(req); err != nil {
+		return nil, err
+	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}

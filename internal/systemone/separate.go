@@ -54,6 +54,9 @@ func Separate(ctx context.Context, do func(context.Context, *Request) (*Response
 	if len(req.Questions) == 0 {
 		return nil, &ValidationError{Errors: []FieldError{tooShort([]any{"questions"}, "Dictionary", pyjson.Object())}}
 	}
+	if err := checkIDs(req); err != nil {
+		return nil, err
+	}
 	parts := make([]*Request, len(req.Questions))
 	for i, q := range req.Questions {
 		parts[i] = single(req, q)
