@@ -46,6 +46,19 @@ func (b *budget) acquire(n, own int64) error {
 	return nil
 }
 
+// check reports whether n more could be taken now for a request that holds own, without taking them.
+func (b *budget) check(n, own int64) error {
+	if b.limit <= 0 || n <= 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit && b.used > own {
+		return &systemone.OverloadError{Resource: b.resource, Want: n, InFlight: b.used, Limit: b.limit, RetryAfter: b.retryAfter}
+	}
+	return nil
+}
+
 // release gives back n.
 func (b *budget) release(n int64) {
 	if b.limit <= 0 || n <= 0 {

@@ -73,6 +73,13 @@ type Options struct {
 	// gets 408 and its connection is closed. 0 means DefaultBodyTimeout.
 	BodyTimeout time.Duration
 
+	// MinBodyRate is the slowest a body may arrive, in bytes a second, once BodyRateGrace has passed since its
+	// header: a body behind that pace gets 408 and its connection is closed (one byte every 10 s is cut at the
+	// grace, not at BodyTimeout). 0 means DefaultMinBodyRate; negative, none.
+	MinBodyRate int64
+	// BodyRateGrace is how long a body may take before MinBodyRate applies. 0 means DefaultBodyRateGrace.
+	BodyRateGrace time.Duration
+
 	// MaxInflightBytes bounds the bodies of the model requests being read and answered at once: a request whose
 	// body would go past it gets 503 with Retry-After, before its body is read when it declares its length. It is
 	// never less than MaxBodyBytes. 0 means DefaultMaxInflightBytes.
@@ -89,15 +96,21 @@ type Options struct {
 
 	// The HTTP server's limits, used by Serve (set them on your own http.Server otherwise).
 
-	// ReadHeaderTimeout bounds the time to read a request's header. 0 means DefaultReadHeaderTimeout.
+	// FirstByteTimeout bounds the time from a new connection to its first byte: a connection that sends nothing
+	// is closed then. 0 means DefaultFirstByteTimeout; negative, none.
+	FirstByteTimeout time.Duration
+	// ReadHeaderTimeout bounds the time to read a request's header, from its first byte (the first byte of a new
+	// connection is bounded by FirstByteTimeout; of the next request on a keep-alive one, by IdleTimeout).
+	// 0 means DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header (a larger one gets 431). 0 or negative means
 	// DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
-	// MaxConns bounds the open connections: past it, new connections wait in the listen queue until one closes.
-	// 0 means DefaultMaxConns.
+	// MaxConns bounds the open connections. When all are open and a client connects, the connection waiting
+	// longest for a request (one that has sent nothing yet, or an idle keep-alive one) is closed to make room;
+	// only when every connection is inside a request does the new one wait. 0 means DefaultMaxConns.
 	MaxConns int
 	// DrainGrace is how long Serve keeps its listener open after ctx ends, answering 503 with Connection: close
 	// (and /readyz 503) while requests in flight finish, so that load balancers see the server go unready before
@@ -143,9 +156,10 @@ type Handler struct {
 	metrics *metrics
 	gather  http.Handler // GET /metrics: this handler's own registry
 	log     *slog.Logger
-	key     []byte // the API key, or nil when open
-	bytes   budget // body bytes in flight
-	tokens  budget // encoded tokens in flight
+	key     []byte         // the API key, or nil when open
+	bytes   budget         // body bytes in flight
+	tokens  budget         // encoded tokens in flight
+	conns   *limitListener // Serve's listener, when it bounds connections
 
 	draining atomic.Bool
 	stopping atomic.Bool
@@ -541,42 +555,45 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value
 	return v, nil
 }
 
-// bodyBytes reads the request body within the size limit, the body timeout and the bound on body bytes in flight:
-// a body that declares its length is admitted (or refused with an *systemone.OverloadError) before it is read, and
-// read into a buffer of that size; a chunked one is admitted as it arrives.
+// bodyBytes reads the request body within the size limit, the body timeout, the minimum body rate and the bound
+// on body bytes in flight. The bytes are reserved as they arrive, not as declared, so that slow bodies cannot hold
+// the bound with what they have not sent; a body that declares more than the bound leaves is refused (an
+// *systemone.OverloadError) before it is read, when nothing else could make room for it.
 func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > h.opts.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
 	}
-	// The deadline also bounds what the server discards of a body left unread (an overloaded or timed-out one).
-	rc := http.NewResponseController(w)
-	deadline := h.opts.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout)) == nil
 	t, _ := r.Context().Value(ticketKey{}).(*ticket)
 	if t == nil {
 		t = &ticket{h: h}
 		defer t.done()
 	}
 	if r.ContentLength > 0 {
-		if err := t.takeBytes(r.ContentLength); err != nil {
+		// Refuse at once what cannot fit even if it arrived now (what is in flight already holds too much).
+		if err := t.h.bytes.check(r.ContentLength, t.bytes); err != nil {
 			return nil, err
 		}
 	}
+	// The deadlines also bound what the server discards of a body left unread (an overloaded or timed-out one).
+	rc := http.NewResponseController(w)
+	pr := &pacedReader{r: r.Body, t: t, rc: rc, start: time.Now(), timeout: h.opts.BodyTimeout,
+		rate: h.opts.MinBodyRate, grace: h.opts.BodyRateGrace}
 	var data []byte
 	var err error
 	if r.ContentLength >= 0 {
-		data = make([]byte, r.ContentLength)
-		if _, err = io.ReadFull(r.Body, data); err == nil {
+		data, err = readN(pr, r.ContentLength)
+		if err == nil {
 			var one [1]byte
 			r.Body.Read(one[:]) // reaches EOF, from when the server watches for the client going away
 		}
 	} else {
-		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&admittedReader{r: r.Body, t: t}), h.opts.MaxBodyBytes))
+		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(pr), h.opts.MaxBodyBytes))
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline stays in the past: the server reads nothing more from this connection and closes it.
-		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout}
+		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout, Slow: pr.slow}
 	}
-	if deadline && err == nil {
+	if pr.deadline && err == nil {
 		// The deadline is for the body only: the model may take longer, and the server's watch for the client
 		// going away must not time out under it.
 		rc.SetReadDeadline(time.Time{})
@@ -584,29 +601,84 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 	return data, err
 }
 
-// admittedReader reserves the bytes of a body of unknown length as they are read.
-type admittedReader struct {
-	r io.Reader
-	t *ticket
+// readN reads exactly n bytes of r, its buffer growing with what arrives (doubling up to n), so that a declared
+// length costs memory only as its bytes come.
+func readN(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, min(n, 64<<10))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):min(int64(cap(buf)), n)])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			if err == io.EOF && int64(len(buf)) < n {
+				err = io.ErrUnexpectedEOF
+			}
+			if int64(len(buf)) == n && err == io.EOF {
+				break
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
-func (a *admittedReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
+// pacedReader reads a body under its deadlines, reserving the bytes in flight as they arrive: before each read the
+// connection's read deadline is the earlier of the body timeout and the moment the body falls behind the minimum
+// rate (grace + received/rate after its start).
+type pacedReader struct {
+	r        io.Reader
+	t        *ticket
+	rc       *http.ResponseController
+	start    time.Time
+	timeout  time.Duration // <= 0: none
+	rate     int64         // bytes a second; <= 0: none
+	grace    time.Duration
+	received int64
+	deadline bool // a deadline was set
+	slow     bool // the last deadline set was the rate's
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	var d time.Time
+	if p.timeout > 0 {
+		d = p.start.Add(p.timeout)
+	}
+	p.slow = false
+	if p.rate > 0 {
+		pace := p.start.Add(p.grace + time.Duration(float64(p.received)/float64(p.rate)*float64(time.Second)))
+		if d.IsZero() || pace.Before(d) {
+			d, p.slow = pace, true
+		}
+	}
+	if !d.IsZero() && p.rc.SetReadDeadline(d) == nil {
+		p.deadline = true
+	}
+	n, err := p.r.Read(b)
 	if n > 0 {
-		if aerr := a.t.takeBytes(int64(n)); aerr != nil {
+		p.received += int64(n)
+		if aerr := p.t.takeBytes(int64(n)); aerr != nil {
 			return n, aerr
 		}
 	}
 	return n, err
 }
 
-// BodyTimeoutError reports a request body not received within Options.BodyTimeout (HTTP 408).
+// BodyTimeoutError reports a request body not received within Options.BodyTimeout, or arriving slower than
+// Options.MinBodyRate (HTTP 408).
 type BodyTimeoutError struct {
 	Timeout time.Duration
+	Slow    bool // cut by the minimum rate, not the timeout
 }
 
-// Error says how long the server waited.
+// Error says how long the server waited, or that the body was too slow.
 func (e *BodyTimeoutError) Error() string {
+	if e.Slow {
+		return "request body arriving too slowly"
+	}
 	return "request body not received within " + e.Timeout.String()
 }
 
