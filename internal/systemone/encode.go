@@ -228,7 +228,7 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 	if rec.StateCut && !opts.Truncate {
 		return nil, &StateTooLongError{Limit: maxState, Bytes: rec.StateBytes}
 	}
-	state, full := userTokensLimit(tok, rec.State, maxState-1)
+	state, full := rec.shared.stateTokens(tok, rec.State, maxState-1)
 	n := full + 1 // with StateCut, the tokens of the text rendered: fewer than the whole state's
 	if n > maxState && !opts.Truncate {
 		return nil, &StateTooLongError{Tokens: n, Limit: maxState}

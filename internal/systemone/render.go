@@ -202,6 +202,8 @@ type Record struct {
 	// StateBytes bytes of its text, and the state is over the token limit.
 	StateCut   bool
 	StateBytes int // the budget State was cut at, when StateCut
+
+	shared *sharedState // the parts of one request: the state's ids made once
 }
 
 // RecordQuestion is one question of a Record.
@@ -301,12 +303,14 @@ func ToRecord(req *Request, opts RecordOptions) (*Record, error) {
 	maxState := budget(opts.MaxStateBytes, DefaultMaxStateBytes)
 	maxQ := budget(opts.MaxQuestionBytes, DefaultMaxQuestionBytes)
 	t := &texts{total: budget(opts.MaxBytes, DefaultMaxRenderBytes)}
-	state := req.State
-	if opts.DateFacts {
-		state = withDateFacts(state, maxState)
+	rec := &Record{Questions: make([]RecordQuestion, len(req.Questions)), shared: req.shared}
+	rendered := false
+	rec.State, rec.StateCut = req.shared.renderState(req.State, opts.DateFacts, maxState,
+		func(v pyjson.Value) (string, bool) { rendered = true; return t.render(v, maxState) })
+	if !rendered && t.total >= 0 { // rendered once for every part, but each part reads it
+		t.total -= len(rec.State)
+		t.over = t.over || t.total < 0
 	}
-	rec := &Record{Questions: make([]RecordQuestion, len(req.Questions))}
-	rec.State, rec.StateCut = t.render(state, maxState)
 	if rec.StateCut {
 		rec.StateBytes = len(rec.State)
 	}
