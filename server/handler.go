@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -48,6 +49,7 @@ const DefaultMaxBodyBytes = 32 << 20
 // The header names the handler reads and writes.
 const (
 	requestIDHeader    = "X-Typesafe-Request-Id" // echoed when the request sends one, else a fresh UUID4 (hex)
+	maxRequestIDBytes  = 128                     // a longer request id is replaced by a fresh one
 	serverTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
 )
 
@@ -302,8 +304,8 @@ func metricPath(path string) string {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw := &responseWriter{ResponseWriter: w, start: time.Now(), status: http.StatusOK}
 	id := r.Header.Get(requestIDHeader)
-	if id == "" {
-		id = newRequestID()
+	if id == "" || len(id) > maxRequestIDBytes {
+		id = newRequestID() // a longer one is not echoed (nor logged): it would cost its size twice a request
 	}
 	rw.Header().Set(requestIDHeader, id)
 	h.cors(rw, r)
@@ -359,6 +361,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.model {
 		if !h.enter() {
+			h.retryAfter(rw, h.opts.RetryAfter)
 			h.detail(rw, http.StatusServiceUnavailable, "the server is stopping")
 			return
 		}
@@ -395,13 +398,8 @@ func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 			alt = strings.TrimSuffix(p, "/")
 		}
 		if findRoute(alt) != nil {
-			u := *r.URL
-			u.Path, u.RawPath = alt, ""
-			u.Host = r.Host
-			u.Scheme = "http"
-			if r.TLS != nil {
-				u.Scheme = "https"
-			}
+			// A relative reference: the client's Host header is not copied into the answer.
+			u := url.URL{Path: alt, RawQuery: r.URL.RawQuery}
 			w.Header().Set("Location", u.String())
 			w.Header().Set("Content-Length", "0")
 			w.WriteHeader(http.StatusTemporaryRedirect)
@@ -492,8 +490,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
 	case errors.As(err, &oe):
-		secs := max(1, int64((oe.RetryAfter+time.Second-1)/time.Second))
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.retryAfter(w, oe.RetryAfter)
 		if oe.Resource == "bytes" {
 			w.Header().Set("Connection", "close") // the body is not read
 		}
@@ -502,6 +499,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Connection", "close")
 		h.detail(w, http.StatusRequestTimeout, bte.Error())
 	case errors.Is(err, errStopping), errors.Is(err, kev.ErrClosed):
+		h.retryAfter(w, h.opts.RetryAfter)
 		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
 	default:
 		if msg, ok := systemone.AdmissionDetail(err); ok {
@@ -524,25 +522,36 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// retryAfter sets Retry-After to d in whole seconds, at least one.
+func (h *Handler) retryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
+}
+
 // readBody reads the request body within the size limit and parses it as FastAPI does for a JSON body parameter:
 // an empty body is null; a body whose Content-Type is not JSON stays raw text (which then fails validation); JSON
 // syntax errors are json_invalid validation errors; bytes that are not text are a *pyjson.ParseError.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value, error) {
+	v, _, err := h.readBodyRaw(w, r)
+	return v, err
+}
+
+// readBodyRaw is readBody, returning the body's bytes too (nil when it was not read as JSON).
+func (h *Handler) readBodyRaw(w http.ResponseWriter, r *http.Request) (pyjson.Value, []byte, error) {
 	data, err := h.bodyBytes(w, r)
 	if err != nil {
-		return pyjson.Value{}, err
+		return pyjson.Value{}, nil, err
 	}
 	if len(data) == 0 {
-		return pyjson.Null(), nil
+		return pyjson.Null(), nil, nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !jsonContentType(ct) {
-		return pyjson.String(string(data)), nil
+		return pyjson.String(string(data)), nil, nil
 	}
 	v, err := pyjson.Parse(data)
 	if err != nil {
 		var se *pyjson.SyntaxError
 		if errors.As(err, &se) {
-			return pyjson.Value{}, &systemone.ValidationError{Errors: []systemone.FieldError{{
+			return pyjson.Value{}, nil, &systemone.ValidationError{Errors: []systemone.FieldError{{
 				Type:  "json_invalid",
 				Loc:   []any{se.Pos},
 				Msg:   "JSON decode error",
@@ -550,9 +559,9 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value
 				Ctx:   pyjson.Object(pyjson.M("error", pyjson.String(se.Msg))),
 			}}}
 		}
-		return pyjson.Value{}, err
+		return pyjson.Value{}, nil, err
 	}
-	return v, nil
+	return v, data, nil
 }
 
 // bodyBytes reads the request body within the size limit, the body timeout, the minimum body rate and the bound
@@ -695,14 +704,21 @@ func jsonContentType(ct string) bool {
 
 // decodeSystemOne reads and validates a SystemOneRequest body.
 func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*systemone.Request, error) {
-	v, err := h.readBody(w, r)
+	v, raw, err := h.readBodyRaw(w, r)
 	if err != nil {
 		return nil, err
 	}
 	if v.IsNull() {
 		return nil, &systemone.ValidationError{Errors: []systemone.FieldError{{Type: "missing", Msg: "Field required", Input: v}}}
 	}
-	return systemone.RequestFromValue(v)
+	req, err := systemone.RequestFromValue(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := systemone.LoneSurrogateIDs(raw, req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 func (h *Handler) do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
@@ -742,12 +758,15 @@ func (h *Handler) serveSeparate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) servePermute(w http.ResponseWriter, r *http.Request) {
-	v, err := h.readBody(w, r)
+	v, raw, err := h.readBodyRaw(w, r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	pr, err := systemone.PermuteRequestFromValue(v)
+	if err == nil {
+		err = systemone.LoneSurrogateIDs(raw, pr.Request, "request")
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -603,3 +603,48 @@ func TestHardeningDrain(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 }
+
+// TestHardeningSmallerItems: the "server is stopping" 503 says when to retry; a request id over 128 bytes is not
+// echoed; ids "\ud800" and "\udc00" (both U+FFFD once parsed) get a 422 instead of collapsing into one answer;
+// permute's seed 1e400 is a 422, not a 500; the slash redirect does not copy the client's Host.
+func TestHardeningSmallerItems(t *testing.T) {
+	srv, h := serve(t, &fakeModel{latency: 1, card: testCard}, Options{RetryAfter: 3 * time.Second})
+	long := strings.Repeat("r", 64<<10)
+	r := post(t, srv.URL+"/v1/systemone", noulBody, requestIDHeader, long)
+	if got := r.header.Get(requestIDHeader); r.status != 200 || len(got) != 32 {
+		t.Errorf("64 KiB request id: %d, echoed %d bytes", r.status, len(got))
+	}
+	if r := post(t, srv.URL+"/v1/systemone", noulBody, requestIDHeader, "abc-123"); r.header.Get(requestIDHeader) != "abc-123" {
+		t.Errorf("short request id not echoed: %q", r.header.Get(requestIDHeader))
+	}
+	for _, path := range []string{"/v1/systemone", "/v1/systemone/separate"} {
+		r := post(t, srv.URL+path, `{"state":"s","questions":{"\ud800":{"type":"noul"},"\udc00":{"type":"noul"}}}`)
+		if r.status != 422 || !strings.Contains(r.body, "lone UTF-16 surrogate") {
+			t.Errorf("%s, lone surrogate ids: %d %s", path, r.status, r.body)
+		}
+	}
+	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":{"state":"s","questions":{"\ud800":{"type":"choice","criteria":{"a":null,"b":null}}}},"question":"\ud800","n_perm":2}`)
+	if r.status != 422 || !strings.Contains(r.body, `"loc":["body","request","questions","`) {
+		t.Errorf("permute, lone surrogate id: %d %s", r.status, r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q","n_perm":2,"seed":1e400}`)
+	if r.status != 422 || r.body != `{"detail":[{"type":"finite_number","loc":["body","seed"],"msg":"Input should be a finite number","input":"inf"}]}` {
+		t.Errorf("seed 1e400: %d %s", r.status, r.body)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/openapi.json/?x=1", nil)
+	req.Host = "evil.example"
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 307 || loc != "/openapi.json?x=1" {
+		t.Errorf("redirect: %d to %q", resp.StatusCode, loc)
+	}
+	h.Stop()
+	r = post(t, srv.URL+"/v1/systemone", noulBody)
+	if r.status != 503 || r.header.Get("Retry-After") != "3" || r.body != `{"detail":"the server is stopping"}` {
+		t.Errorf("stopping: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+}

@@ -35,6 +35,10 @@ func (h *Handler) Serve(ctx context.Context, ln net.Listener) error {
 		srv.ConnState = ll.connState
 		ln = ll
 	}
+	if h.key == nil && !loopback(ln.Addr()) {
+		h.log.Warn("kev: no API key and listening beyond loopback: any client can call the model, and with CORS * any "+
+			"web page a user opens can too; set an API key (KEV_API_KEY) or listen on 127.0.0.1", "addr", ln.Addr().String())
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -68,6 +72,12 @@ func (h *Handler) Serve(ctx context.Context, ln net.Listener) error {
 		err = serr
 	}
 	return err
+}
+
+// loopback reports whether a listener's address is a loopback one (127.0.0.0/8, ::1).
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // inFlight returns the model requests inside the handler.
