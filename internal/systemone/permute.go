@@ -102,8 +102,9 @@ var errNotChoice = &DetailError{Status: http.StatusUnprocessableEntity, Msg: "qu
 
 // Permute answers a permute request with do (a Predictor's Do, say): every run is a request holding only the
 // question, its options re-keyed in that run's order (descriptions kept), on the same state and model. The runs
-// render and encode the state once and are sent a few at a time (PartsInFlight), each admitted by its own tokens. A question id that is missing or not a choice is an error whose
-// 422 detail is "question must be an existing choice question".
+// render and encode the state once and are sent in order, PartsInFlight at a time, each admitted by its own
+// tokens. A question id that is missing or not a choice is an error whose 422 detail is "question must be an
+// existing choice question".
 func Permute(ctx context.Context, do func(context.Context, *Request) (*Response, error), pr *PermuteRequest) (*PermuteResponse, error) {
 	if err := checkIDs(pr.Request); err != nil {
 		return nil, err

@@ -17,8 +17,8 @@ func (e *DetailError) Error() string { return "kev: " + e.Msg }
 // Separate answers each question of req in its own request on the same state and model (Kev's
 // /v1/systemone/separate) and merges the answers in question order: input tokens and latencies add up (the sum
 // rounded to 0.1 ms), output tokens count the merged answers with tok (nil: the sum of the parts' counts), and a
-// truncating server's extras come from the first part. The parts render and encode the state once, and are sent a
-// few at a time (PartsInFlight), each admitted by its own tokens; those in flight together may share batches.
+// truncating server's extras come from the first part. The parts render and encode the state once, and are sent
+// in order, PartsInFlight at a time, each admitted by its own tokens.
 func Separate(ctx context.Context, do func(context.Context, *Request) (*Response, error), req *Request, tok Tokenizer) (*Response, error) {
 	if len(req.Questions) == 0 {
 		return nil, &ValidationError{Errors: []FieldError{tooShort([]any{"questions"}, "Dictionary", pyjson.Object())}}
