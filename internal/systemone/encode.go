@@ -117,7 +117,30 @@ type EncodeOptions struct {
 	Truncate bool
 	MaxState int // 0: MaxStateTokens
 	MaxRow   int // 0: MaxRowTokens
+	// MaxInput bounds the packed encoding's tokens, all questions together (0: DefaultMaxInputTokens, < 0: none):
+	// the encoding takes 24 bytes a token, so a request of many questions each within the row limit is refused
+	// with a *RequestTooLongError before it holds more.
+	MaxInput int
 }
+
+// DefaultMaxInputTokens bounds a request's packed tokens (EncodeOptions.MaxInput): 4,194,304, the HTTP server's
+// default bound on the tokens of all requests in flight (64 states at the limit). Kev has no such bound.
+const DefaultMaxInputTokens = 64 * MaxStateTokens
+
+// RequestTooLongError refuses a request whose packed encoding would pass EncodeOptions.MaxInput tokens.
+type RequestTooLongError struct {
+	Question int // the question whose branch passed the bound
+	Limit    int
+}
+
+// Error says where the bound was passed and what to do.
+func (e *RequestTooLongError) Error() string {
+	return fmt.Sprintf("the request is more than %s tokens by question %d, over this server's limit: split its questions across requests",
+		commaInt(e.Limit), e.Question)
+}
+
+// Detail returns the 422 detail: Error.
+func (e *RequestTooLongError) Detail() string { return e.Error() }
 
 // StateTooLongError refuses a state over the limit (strict mode).
 type StateTooLongError struct {
@@ -175,7 +198,10 @@ func AdmissionDetail(err error) (string, bool) {
 	var qe *TooManyQuestionsError
 	var rte *RenderTooLargeError
 	var ie *QuestionIDTooLongError
+	var rqe *RequestTooLongError
 	switch {
+	case errors.As(err, &rqe):
+		return rqe.Detail(), true
 	case errors.As(err, &ie):
 		return ie.Detail(), true
 	case errors.As(err, &rte):
@@ -220,6 +246,10 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 	}
 	if maxRow <= 0 {
 		maxRow = MaxRowTokens
+	}
+	maxInput := opts.MaxInput
+	if maxInput == 0 {
+		maxInput = DefaultMaxInputTokens
 	}
 	d, err := LookupDelimiters(tok)
 	if err != nil {
@@ -268,6 +298,9 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 		full++
 		if full > room {
 			return nil, &RowTooLongError{Question: k, ID: q.ID, Tokens: full, StateLen: ls, Limit: maxRow}
+		}
+		if maxInput > 0 && len(e.IDs)+len(br) > maxInput {
+			return nil, &RequestTooLongError{Question: k, Limit: maxInput}
 		}
 		base := len(e.IDs)
 		e.IDs = append(e.IDs, br...)

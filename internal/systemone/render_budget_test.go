@@ -228,3 +228,29 @@ func BenchmarkRenderBomb(b *testing.B) {
 		})
 	}
 }
+
+// TestRequestTooLong: a request of many questions, each within the row limit, is refused once its packed encoding
+// would pass EncodeOptions.MaxInput tokens, before it holds more.
+func TestRequestTooLong(t *testing.T) {
+	req := manyQuestions(300, "a short state")
+	rec, err := ToRecord(req, RecordOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := Encode(newFakeTokenizer(), rec, EncodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := full.InputTokens() - 1
+	_, err = Encode(newFakeTokenizer(), rec, EncodeOptions{MaxInput: limit})
+	var re *RequestTooLongError
+	if !errors.As(err, &re) || re.Question != 299 || re.Limit != limit {
+		t.Fatalf("Encode with MaxInput %d: %v", limit, err)
+	}
+	if d, ok := AdmissionDetail(err); !ok || !strings.Contains(d, "split its questions across requests") {
+		t.Errorf("detail %q", d)
+	}
+	if _, err := Encode(newFakeTokenizer(), rec, EncodeOptions{MaxInput: limit + 1}); err != nil {
+		t.Errorf("at the limit: %v", err)
+	}
+}
