@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -647,4 +648,38 @@ func TestHardeningSmallerItems(t *testing.T) {
 	if r.status != 503 || r.header.Get("Retry-After") != "3" || r.body != `{"detail":"the server is stopping"}` {
 		t.Errorf("stopping: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
 	}
+}
+
+// TestHardeningNoKeyWarning: with no API key, Serve says at start-up that any web page (and beyond loopback, any
+// client) can call the model; with a key it says nothing of the kind.
+func TestHardeningNoKeyWarning(t *testing.T) {
+	for _, key := range []string{"", "k"} {
+		var buf syncBuffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		_, _, cancel, done := startServe(t, &fakeModel{latency: 1}, Options{APIKey: key, Logger: log})
+		cancel()
+		<-done
+		warned := strings.Contains(buf.String(), "no API key: any web page")
+		if warned != (key == "") {
+			t.Errorf("key %q: warned %v: %s", key, warned, buf.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -35,9 +35,15 @@ func (h *Handler) Serve(ctx context.Context, ln net.Listener) error {
 		srv.ConnState = ll.connState
 		ln = ll
 	}
-	if h.key == nil && !loopback(ln.Addr()) {
-		h.log.Warn("kev: no API key and listening beyond loopback: any client can call the model, and with CORS * any "+
-			"web page a user opens can too; set an API key (KEV_API_KEY) or listen on 127.0.0.1", "addr", ln.Addr().String())
+	if h.key == nil {
+		if loopback(ln.Addr()) {
+			h.log.Warn("kev: no API key: any web page opened in a browser on this machine can call the model "+
+				"(CORS allows every origin); set an API key (KEV_API_KEY) to stop that", "addr", ln.Addr().String())
+		} else {
+			h.log.Warn("kev: NO API KEY and listening beyond loopback: any client on the network can call the model, "+
+				"and any web page a user opens can too (CORS allows every origin); set an API key (KEV_API_KEY) or "+
+				"listen on 127.0.0.1", "addr", ln.Addr().String())
+		}
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
