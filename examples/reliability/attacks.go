@@ -16,8 +16,8 @@ import (
 	"github.com/kevgo/kev/server"
 )
 
-// The modes of the second hardening round: each sends one of the review's attacks and prints the time to the
-// answer (or refusal), the process's peak RSS growth, and how a small request beside it fares.
+// Modes that each send one attack on a bound and print the time to the answer (or refusal), the process's peak RSS
+// growth, and how a small request beside it fares.
 //
 //	go run ./examples/reliability renderbomb  # 990 nested objects around an array: 26 KB and 206 KB bodies
 //	go run ./examples/reliability separate    # /v1/systemone/separate with 1,000 questions, a small request beside

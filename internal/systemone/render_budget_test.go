@@ -59,7 +59,7 @@ func TestRenderAgreesWithReference(t *testing.T) {
 	}
 }
 
-// nestBomb returns the render bomb of the reliability review: depth objects nested around an array of n zeros. Kev
+// nestBomb returns a render bomb: depth objects nested around an array of n zeros. Kev
 // renders each zero on a line indented 2·depth spaces, so a body of about 6·depth + 2·n bytes renders to about
 // 2·depth·n bytes (26 KB rendered 20 MB, and each level used to copy its child's text again).
 func nestBomb(depth, n int) []byte {
@@ -209,7 +209,7 @@ func FuzzRender(f *testing.F) {
 	})
 }
 
-// BenchmarkRenderBomb renders the review's two bodies as a server does (ToRecord's budgets): 26 KB (990 levels
+// BenchmarkRenderBomb renders two render bombs as a server does (ToRecord's budgets): 26 KB (990 levels
 // around 10,000 zeros, 20 MB of text: cut at the 8 MiB budget) and 206 KB (100,000 zeros: 200 MB of text).
 func BenchmarkRenderBomb(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
