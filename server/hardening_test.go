@@ -683,3 +683,36 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestHardeningBoundsThroughPredictor: the render budget, the id bound and the shared separate path hold through
+// the real predictor and tokenizer: a 206 KB render bomb and a 1 MB question id get their 422s, and separate's
+// merged answers are each question's answer alone, byte for byte.
+func TestHardeningBoundsThroughPredictor(t *testing.T) {
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
+	bomb := strings.Repeat(`{"a":`, 990) + "[" + strings.TrimSuffix(strings.Repeat("0,", 100_000), ",") + "]" + strings.Repeat("}", 990)
+	r := post(t, srv.URL+"/v1/systemone", `{"state":`+bomb+`,"questions":{"q":{"type":"noul"}}}`)
+	if want := `{"detail":"state renders to more than 8,388,608 bytes, over the 65,536-token limit (the <state> token included): shorten the document or split it across requests; or start the server with KEV_TRUNCATE_STATES=1 to read only its first 65,536 tokens (responses then say truncated: true)"}`; r.status != 422 || r.body != want {
+		t.Errorf("render bomb: %d %s", r.status, r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"`+strings.Repeat("i", 1<<20)+`":{"type":"noul"}}}`)
+	if want := `{"detail":"question 0 has an id of 1,048,576 bytes, over this server's limit of 4,096 bytes"}`; r.status != 422 || r.body != want {
+		t.Errorf("long id: %d %s", r.status, r.body)
+	}
+	const state = `"My order arrived late and the box was open; I want a refund."`
+	var qs []string
+	for i := range 12 {
+		qs = append(qs, fmt.Sprintf(`"q%d":{"type":"choice","instructions":"Route %d","criteria":{"returns":"Exchanges","shipping":"Delivery","billing":null}}`, i, i))
+	}
+	sep := post(t, srv.URL+"/v1/systemone/separate", `{"state":`+state+`,"questions":{`+strings.Join(qs, ",")+`}}`)
+	if sep.status != 200 {
+		t.Fatalf("separate: %d %s", sep.status, sep.body)
+	}
+	for i, q := range qs {
+		one := post(t, srv.URL+"/v1/systemone", `{"state":`+state+`,"questions":{`+q+`}}`)
+		answer := one.body[strings.Index(one.body, `"answers":{`)+len(`"answers":{`) : strings.Index(one.body, `},"usage"`)]
+		if !strings.Contains(sep.body, answer) {
+			t.Errorf("question %d: separate's answer differs from its own: %s", i, answer)
+		}
+	}
+}
