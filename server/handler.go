@@ -92,6 +92,12 @@ type Options struct {
 	// 0 means DefaultMaxInflightTokens.
 	MaxInflightTokens int
 
+	// ClientShare, in (0, 1), is the most of MaxInflightBytes and of MaxInflightTokens that the requests of one
+	// client (one remote address) may hold at once: past it the client gets 429 with Retry-After while others keep
+	// the rest (a client holding nothing may always send one request). 0 means none: behind a reverse proxy every
+	// request comes from the proxy's address, and the proxy should keep per-client shares.
+	ClientShare float64
+
 	// RetryAfter is the Retry-After of a 503 for a server over MaxInflightBytes or MaxInflightTokens, in whole
 	// seconds. 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
@@ -188,8 +194,8 @@ func newHandler(m model, opts Options) *Handler {
 	if opts.APIKey != "" {
 		h.key = []byte(opts.APIKey)
 	}
-	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, retryAfter: h.opts.RetryAfter}
-	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), retryAfter: h.opts.RetryAfter}
+	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, share: h.opts.ClientShare, retryAfter: h.opts.RetryAfter}
+	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), share: h.opts.ClientShare, retryAfter: h.opts.RetryAfter}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.metrics)
 	h.gather = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{h.log}})
@@ -366,7 +372,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer h.leave()
-		t := &ticket{h: h}
+		t := &ticket{h: h, client: clientOf(r)}
 		defer t.done()
 		ctx := systemone.WithAdmitter(context.WithValue(r.Context(), ticketKey{}, t), t)
 		r = r.WithContext(ctx)
@@ -481,6 +487,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *pyjson.ParseError
 	var mbe *http.MaxBytesError
 	var oe *systemone.OverloadError
+	var cse *ClientShareError
 	var bte *BodyTimeoutError
 	switch {
 	case errors.As(err, &ve):
@@ -489,6 +496,12 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
+	case errors.As(err, &cse):
+		h.retryAfter(w, cse.RetryAfter)
+		if cse.Resource == "bytes" {
+			w.Header().Set("Connection", "close") // the body is not read
+		}
+		h.detail(w, http.StatusTooManyRequests, cse.Error())
 	case errors.As(err, &oe):
 		h.retryAfter(w, oe.RetryAfter)
 		if oe.Resource == "bytes" {
@@ -574,7 +587,7 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 	}
 	t, _ := r.Context().Value(ticketKey{}).(*ticket)
 	if t == nil {
-		t = &ticket{h: h}
+		t = &ticket{h: h, client: clientOf(r)}
 		defer t.done()
 	}
 	if r.ContentLength > 0 {

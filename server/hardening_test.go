@@ -716,3 +716,47 @@ func TestHardeningBoundsThroughPredictor(t *testing.T) {
 		}
 	}
 }
+
+// TestHardeningClientShare: with ClientShare, one client's requests hold at most that share of a bound (past it:
+// 429 with Retry-After), so another client finds the rest free; a client holding nothing may always send one
+// request; without a share, nothing changes.
+func TestHardeningClientShare(t *testing.T) {
+	b := budget{resource: "tokens", limit: 1000, share: 0.5, retryAfter: time.Second}
+	if err := b.acquire(600, 0, "a"); err != nil { // over its share, but it held nothing
+		t.Fatal(err)
+	}
+	err := b.acquire(100, 0, "a")
+	var ce *ClientShareError
+	if !errors.As(err, &ce) || ce.Held != 600 || ce.Share != 500 {
+		t.Fatalf("a second request of the client over its share: %v", err)
+	}
+	if err := b.acquire(400, 0, "b"); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	b.release(600, "a")
+	if err := b.acquire(100, 0, "a"); err != nil {
+		t.Fatalf("after its first was answered: %v", err)
+	}
+	if b.inUse() != 500 || len(b.byClient) != 2 {
+		t.Errorf("in use %d by %v", b.inUse(), b.byClient)
+	}
+
+	// Through HTTP, from one address: the second request over the share gets 429.
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 4), block: make(chan struct{}), blockLarge: 500}
+	srv, _ := serve(t, m, Options{MaxInflightTokens: 1000, ClientShare: 0.5, RetryAfter: 2 * time.Second})
+	first := make(chan reply, 1)
+	go func() { first <- post(t, srv.URL+"/v1/systemone", stateBody(600)) }()
+	<-m.started
+	r := post(t, srv.URL+"/v1/systemone", stateBody(300))
+	want := `{"detail":"too many requests: this client's requests in flight hold 601 tokens of its 500-token share and this one needs 301; retry later"}`
+	if r.status != 429 || r.header.Get("Retry-After") != "2" || r.body != want {
+		t.Errorf("over the client's share: %d %v %s", r.status, r.header, r.body)
+	}
+	close(m.block)
+	if r := <-first; r.status != 200 {
+		t.Errorf("first: %d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone", stateBody(300)); r.status != 200 {
+		t.Errorf("after the first was answered: %d %s", r.status, r.body)
+	}
+}

@@ -69,6 +69,9 @@ func (o Options) withDefaults() Options {
 	case o.MaxInflightTokens < 0:
 		o.MaxInflightTokens = 0
 	}
+	if o.ClientShare <= 0 || o.ClientShare >= 1 {
+		o.ClientShare = 0
+	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
