@@ -124,8 +124,14 @@ func TestRenderBomb(t *testing.T) {
 	if tok.bytes != 0 {
 		t.Errorf("%d bytes tokenised for a state refused by its render budget", tok.bytes)
 	}
-	enc, err := Encode(tok, rec, EncodeOptions{Truncate: true})
-	if err != nil || !enc.Truncated || enc.StateLen != MaxStateTokens {
+	// Under truncation the state's first tokens are read from the text rendered (a 256-token state limit, whose
+	// budget is 256 tokens of MaxTokenBytes).
+	small, err := ToRecord(req, RecordOptions{MaxStateBytes: 256 * MaxTokenBytes})
+	if err != nil || !small.StateCut {
+		t.Fatalf("ToRecord with a 32 KiB state budget: %v", err)
+	}
+	enc, err := Encode(tok, small, EncodeOptions{Truncate: true, MaxState: 256})
+	if err != nil || !enc.Truncated || enc.StateLen != 256 {
 		t.Fatalf("truncate: %v, state %d tokens read, truncated %v", err, enc.StateLen, enc.Truncated)
 	}
 	if want := Render(parse(t, string(nestBomb(990, 100)))); !strings.HasPrefix(rec.State, want[:len(want)-20]) {
