@@ -63,6 +63,9 @@ type StateTooLongError struct {
 
 // Error says how long the state is and what to do.
 func (e *StateTooLongError) Error() string {
+	if e.err != nil {
+		return "kev: " + e.err.Error()
+	}
 	return "kev: " + (&systemone.StateTooLongError{Tokens: e.Tokens, Limit: e.Limit}).Error()
 }
 
@@ -87,6 +90,9 @@ type RowTooLongError struct {
 
 // Error names the question and the counts.
 func (e *RowTooLongError) Error() string {
+	if e.err != nil && e.err.Bytes > 0 {
+		return fmt.Sprintf("kev: question %q: %s", e.ID, e.err.Error())
+	}
 	return fmt.Sprintf("kev: question %q: %d tokens with a %d-token state, over the %d-token row limit",
 		e.ID, e.Tokens, e.StateLen, e.Limit)
 }

@@ -284,6 +284,10 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if err != nil {
 		return nil, loadError(runDir, err)
 	}
+	if err := tok.CheckIDs(ck.Weights.Config.VocabSize); err != nil { // refused now, not at the first text using it
+		ck.Close()
+		return nil, &LoadError{File: tokPath, Err: err}
+	}
 	weightBytes, total := ck.Bytes(), ck.Bytes()
 	progress.total = total
 	temp := head.Temperature

@@ -1,7 +1,11 @@
 package safetensors
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -45,5 +49,46 @@ func hardeningHeaderSeeds() [][]byte {
 		rawFile(`{"x":{"dtype":"U8","shape":[1],"data_offsets":[`+long+`,1]}}`, 1),
 		rawFile(`{"x":{"dtype":"U8","shape":[`+strings.Repeat("1,", 40)+`1],"data_offsets":[0,1]}}`, 1),
 		rawFile(long, 1),
+	}
+}
+
+// TestHardeningIndexSize (index.json): an index file is read only up to
+// MaxIndexBytes, and its metadata parsed into Go values only up to
+// MaxMetadataBytes (a 100 MB index used to be read whole and reach 3.22
+// GB): both are refused with a *FormatError, having allocated little.
+func TestHardeningIndexSize(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, IndexFile)
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"metadata": {"x": [`)
+	f.Write(bytes.Repeat([]byte("[],"), (MaxIndexBytes+10)/3))
+	f.WriteString(`[]]}, "weight_map": {}}`)
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = OpenIndex(big)
+	runtime.ReadMemStats(&after)
+	var fe *FormatError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "index of more than 16777216 bytes") {
+		t.Fatalf("got %v, want a FormatError on the index's size", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+		t.Errorf("allocated %d bytes refusing a %d-byte index", alloc, MaxIndexBytes+10)
+	}
+	meta := `{"metadata": {"x": [` + strings.Repeat("[],", 100_000) + `[]]}, "weight_map": {}}`
+	if err := os.WriteFile(big, []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&before)
+	_, err = OpenIndex(big)
+	runtime.ReadMemStats(&after)
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "metadata of 300011 bytes, over the 65536-byte limit") {
+		t.Fatalf("got %v, want a FormatError on the metadata's size", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(meta)) {
+		t.Errorf("allocated %d bytes refusing a %d-byte index", alloc, len(meta))
 	}
 }

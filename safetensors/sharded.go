@@ -3,7 +3,9 @@ package safetensors
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +16,13 @@ import (
 
 // IndexFile is the conventional name of a sharded checkpoint's index.
 const IndexFile = "model.safetensors.index.json"
+
+// Bounds on an index file: the largest real ones (tens of thousands of expert
+// tensors) are a few megabytes, their metadata a few hundred bytes.
+const (
+	MaxIndexBytes    = 16 << 20 // the whole file
+	MaxMetadataBytes = 64 << 10 // its "metadata" object, parsed into Go values
+)
 
 // Checkpoint is a set of safetensors files read as one: a sharded
 // checkpoint, or a single file. Tensor names are unique across its files.
@@ -75,19 +84,31 @@ func OpenFiles(paths ...string) (*Checkpoint, error) {
 // the tensor; every tensor of those files must be in the weight map; no
 // tensor may appear in two files.
 func OpenIndex(indexPath string) (*Checkpoint, error) {
-	raw, err := os.ReadFile(indexPath)
-	if err != nil {
-		return nil, err
-	}
 	ierr := func(tensor, format string, args ...any) error {
 		return &FormatError{File: indexPath, Tensor: tensor, Offset: -1, Reason: fmt.Sprintf(format, args...)}
 	}
+	raw, err := readLimited(indexPath, MaxIndexBytes)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return nil, ierr("", "index of more than %d bytes", MaxIndexBytes)
+		}
+		return nil, err
+	}
 	var top struct {
-		Metadata  map[string]any  `json:"metadata"`
+		Metadata  json.RawMessage `json:"metadata"`
 		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(raw, &top); err != nil {
 		return nil, ierr("", "bad JSON: %s", untrusted.Error(err))
+	}
+	var meta map[string]any
+	if len(top.Metadata) > MaxMetadataBytes {
+		return nil, ierr("", "metadata of %d bytes, over the %d-byte limit", len(top.Metadata), MaxMetadataBytes)
+	}
+	if top.Metadata != nil {
+		if err := json.Unmarshal(top.Metadata, &meta); err != nil {
+			return nil, ierr("", "metadata: %s", untrusted.Error(err))
+		}
 	}
 	if top.WeightMap == nil {
 		return nil, ierr("", "no weight_map")
@@ -128,7 +149,7 @@ func OpenIndex(indexPath string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Metadata = top.Metadata
+	c.Metadata = meta
 	for _, name := range order {
 		f := c.where[name]
 		if f == nil || filepath.Base(f.Path) != wm[name] {
@@ -218,4 +239,27 @@ func (c *Checkpoint) Close() error {
 		}
 	}
 	return first
+}
+
+var errTooLarge = errors.New("file too large")
+
+// readLimited reads a file of at most max bytes, never reading more than
+// max+1 of a longer one (errTooLarge).
+func readLimited(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return nil, errTooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, errTooLarge
+	}
+	return b, nil
 }

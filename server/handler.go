@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ const DefaultMaxBodyBytes = 32 << 20
 // The header names the handler reads and writes.
 const (
 	requestIDHeader    = "X-Typesafe-Request-Id" // echoed when the request sends one, else a fresh UUID4 (hex)
+	maxRequestIDBytes  = 128                     // a longer request id is replaced by a fresh one
 	serverTimingHeader = "Server-Timing"         // app;dur=<milliseconds in the process, one decimal>
 )
 
@@ -74,6 +76,13 @@ type Options struct {
 	// gets 408 and its connection is closed. 0 means DefaultBodyTimeout.
 	BodyTimeout time.Duration
 
+	// MinBodyRate is the slowest a body may arrive, in bytes a second, once BodyRateGrace has passed since its
+	// header: a body behind that pace gets 408 and its connection is closed (one byte every 10 s is cut at the
+	// grace, not at BodyTimeout). 0 means DefaultMinBodyRate; negative, none.
+	MinBodyRate int64
+	// BodyRateGrace is how long a body may take before MinBodyRate applies. 0 means DefaultBodyRateGrace.
+	BodyRateGrace time.Duration
+
 	// MaxInflightBytes bounds the bodies of the model requests being read and answered at once: a request whose
 	// body would go past it gets 503 with Retry-After, before its body is read when it declares its length. It is
 	// never less than MaxBodyBytes. 0 means DefaultMaxInflightBytes.
@@ -84,21 +93,33 @@ type Options struct {
 	// 0 means DefaultMaxInflightTokens.
 	MaxInflightTokens int
 
+	// ClientShare, in (0, 1), is the most of MaxInflightBytes and of MaxInflightTokens that the requests of one
+	// client (one remote address) may hold at once: past it the client gets 429 with Retry-After while others keep
+	// the rest (a client holding nothing may always send one request). 0 means none: behind a reverse proxy every
+	// request comes from the proxy's address, and the proxy should keep per-client shares.
+	ClientShare float64
+
 	// RetryAfter is the Retry-After of a 503 for a server over MaxInflightBytes or MaxInflightTokens, in whole
 	// seconds. 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
 
 	// The HTTP server's limits, used by Serve (set them on your own http.Server otherwise).
 
-	// ReadHeaderTimeout bounds the time to read a request's header. 0 means DefaultReadHeaderTimeout.
+	// FirstByteTimeout bounds the time from a new connection to its first byte: a connection that sends nothing
+	// is closed then. 0 means DefaultFirstByteTimeout; negative, none.
+	FirstByteTimeout time.Duration
+	// ReadHeaderTimeout bounds the time to read a request's header, from its first byte (the first byte of a new
+	// connection is bounded by FirstByteTimeout; of the next request on a keep-alive one, by IdleTimeout).
+	// 0 means DefaultReadHeaderTimeout.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection idle this long. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header (a larger one gets 431). 0 or negative means
 	// DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
-	// MaxConns bounds the open connections: past it, new connections wait in the listen queue until one closes.
-	// 0 means DefaultMaxConns.
+	// MaxConns bounds the open connections. When all are open and a client connects, the connection waiting
+	// longest for a request (one that has sent nothing yet, or an idle keep-alive one) is closed to make room;
+	// only when every connection is inside a request does the new one wait. 0 means DefaultMaxConns.
 	MaxConns int
 	// DrainGrace is how long Serve keeps its listener open after ctx ends, answering 503 with Connection: close
 	// (and /readyz 503) while requests in flight finish, so that load balancers see the server go unready before
@@ -144,9 +165,10 @@ type Handler struct {
 	metrics *metrics
 	gather  http.Handler // GET /metrics: this handler's own registry
 	log     *slog.Logger
-	key     []byte // the API key, or nil when open
-	bytes   budget // body bytes in flight
-	tokens  budget // encoded tokens in flight
+	key     []byte         // the API key, or nil when open
+	bytes   budget         // body bytes in flight
+	tokens  budget         // encoded tokens in flight
+	conns   *limitListener // Serve's listener, when it bounds connections
 
 	draining atomic.Bool
 	stopping atomic.Bool
@@ -173,8 +195,8 @@ func newHandler(m model, opts Options) *Handler {
 	if opts.APIKey != "" {
 		h.key = []byte(opts.APIKey)
 	}
-	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, retryAfter: h.opts.RetryAfter}
-	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), retryAfter: h.opts.RetryAfter}
+	h.bytes = budget{resource: "bytes", limit: h.opts.MaxInflightBytes, share: h.opts.ClientShare, retryAfter: h.opts.RetryAfter}
+	h.tokens = budget{resource: "tokens", limit: int64(h.opts.MaxInflightTokens), share: h.opts.ClientShare, retryAfter: h.opts.RetryAfter}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(h.metrics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.gather = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{h.log}})
@@ -289,8 +311,8 @@ func metricPath(path string) string {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw := &responseWriter{ResponseWriter: w, start: time.Now(), status: http.StatusOK}
 	id := r.Header.Get(requestIDHeader)
-	if id == "" {
-		id = newRequestID()
+	if id == "" || len(id) > maxRequestIDBytes {
+		id = newRequestID() // a longer one is not echoed (nor logged): it would cost its size twice a request
 	}
 	rw.Header().Set(requestIDHeader, id)
 	h.cors(rw, r)
@@ -346,11 +368,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.model {
 		if !h.enter() {
+			h.retryAfter(rw, h.opts.RetryAfter)
 			h.detail(rw, http.StatusServiceUnavailable, "the server is stopping")
 			return
 		}
 		defer h.leave()
-		t := &ticket{h: h}
+		t := &ticket{h: h, client: clientOf(r)}
 		defer t.done()
 		ctx := systemone.WithAdmitter(context.WithValue(r.Context(), ticketKey{}, t), t)
 		r = r.WithContext(ctx)
@@ -382,13 +405,8 @@ func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
 			alt = strings.TrimSuffix(p, "/")
 		}
 		if findRoute(alt) != nil {
-			u := *r.URL
-			u.Path, u.RawPath = alt, ""
-			u.Host = r.Host
-			u.Scheme = "http"
-			if r.TLS != nil {
-				u.Scheme = "https"
-			}
+			// A relative reference: the client's Host header is not copied into the answer.
+			u := url.URL{Path: alt, RawQuery: r.URL.RawQuery}
 			w.Header().Set("Location", u.String())
 			w.Header().Set("Content-Length", "0")
 			w.WriteHeader(http.StatusTemporaryRedirect)
@@ -470,6 +488,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *pyjson.ParseError
 	var mbe *http.MaxBytesError
 	var oe *systemone.OverloadError
+	var cse *ClientShareError
 	var bte *BodyTimeoutError
 	switch {
 	case errors.As(err, &ve):
@@ -478,9 +497,14 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.detail(w, http.StatusBadRequest, "There was an error parsing the body")
 	case errors.As(err, &mbe):
 		h.detail(w, http.StatusRequestEntityTooLarge, "request body is over the "+strconv.FormatInt(mbe.Limit, 10)+"-byte limit")
+	case errors.As(err, &cse):
+		h.retryAfter(w, cse.RetryAfter)
+		if cse.Resource == "bytes" {
+			w.Header().Set("Connection", "close") // the body is not read
+		}
+		h.detail(w, http.StatusTooManyRequests, cse.Error())
 	case errors.As(err, &oe):
-		secs := max(1, int64((oe.RetryAfter+time.Second-1)/time.Second))
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		h.retryAfter(w, oe.RetryAfter)
 		if oe.Resource == "bytes" {
 			w.Header().Set("Connection", "close") // the body is not read
 		}
@@ -489,6 +513,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Connection", "close")
 		h.detail(w, http.StatusRequestTimeout, bte.Error())
 	case errors.Is(err, errStopping), errors.Is(err, kev.ErrClosed):
+		h.retryAfter(w, h.opts.RetryAfter)
 		h.detail(w, http.StatusServiceUnavailable, "the server is stopping")
 	default:
 		if msg, ok := systemone.AdmissionDetail(err); ok {
@@ -511,25 +536,36 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// retryAfter sets Retry-After to d in whole seconds, at least one.
+func (h *Handler) retryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10))
+}
+
 // readBody reads the request body within the size limit and parses it as FastAPI does for a JSON body parameter:
 // an empty body is null; a body whose Content-Type is not JSON stays raw text (which then fails validation); JSON
 // syntax errors are json_invalid validation errors; bytes that are not text are a *pyjson.ParseError.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value, error) {
+	v, _, err := h.readBodyRaw(w, r)
+	return v, err
+}
+
+// readBodyRaw is readBody, returning the body's bytes too (nil when it was not read as JSON).
+func (h *Handler) readBodyRaw(w http.ResponseWriter, r *http.Request) (pyjson.Value, []byte, error) {
 	data, err := h.bodyBytes(w, r)
 	if err != nil {
-		return pyjson.Value{}, err
+		return pyjson.Value{}, nil, err
 	}
 	if len(data) == 0 {
-		return pyjson.Null(), nil
+		return pyjson.Null(), nil, nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !jsonContentType(ct) {
-		return pyjson.String(string(data)), nil
+		return pyjson.String(string(data)), nil, nil
 	}
 	v, err := pyjson.Parse(data)
 	if err != nil {
 		var se *pyjson.SyntaxError
 		if errors.As(err, &se) {
-			return pyjson.Value{}, &systemone.ValidationError{Errors: []systemone.FieldError{{
+			return pyjson.Value{}, nil, &systemone.ValidationError{Errors: []systemone.FieldError{{
 				Type:  "json_invalid",
 				Loc:   []any{se.Pos},
 				Msg:   "JSON decode error",
@@ -537,47 +573,50 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) (pyjson.Value
 				Ctx:   pyjson.Object(pyjson.M("error", pyjson.String(se.Msg))),
 			}}}
 		}
-		return pyjson.Value{}, err
+		return pyjson.Value{}, nil, err
 	}
-	return v, nil
+	return v, data, nil
 }
 
-// bodyBytes reads the request body within the size limit, the body timeout and the bound on body bytes in flight:
-// a body that declares its length is admitted (or refused with an *systemone.OverloadError) before it is read, and
-// read into a buffer of that size; a chunked one is admitted as it arrives.
+// bodyBytes reads the request body within the size limit, the body timeout, the minimum body rate and the bound
+// on body bytes in flight. The bytes are reserved as they arrive, not as declared, so that slow bodies cannot hold
+// the bound with what they have not sent; a body that declares more than the bound leaves is refused (an
+// *systemone.OverloadError) before it is read, when nothing else could make room for it.
 func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > h.opts.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: h.opts.MaxBodyBytes}
 	}
-	// The deadline also bounds what the server discards of a body left unread (an overloaded or timed-out one).
-	rc := http.NewResponseController(w)
-	deadline := h.opts.BodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout)) == nil
 	t, _ := r.Context().Value(ticketKey{}).(*ticket)
 	if t == nil {
-		t = &ticket{h: h}
+		t = &ticket{h: h, client: clientOf(r)}
 		defer t.done()
 	}
 	if r.ContentLength > 0 {
-		if err := t.takeBytes(r.ContentLength); err != nil {
+		// Refuse at once what cannot fit even if it arrived now (what is in flight already holds too much).
+		if err := t.h.bytes.check(r.ContentLength, t.bytes); err != nil {
 			return nil, err
 		}
 	}
+	// The deadlines also bound what the server discards of a body left unread (an overloaded or timed-out one).
+	rc := http.NewResponseController(w)
+	pr := &pacedReader{r: r.Body, t: t, rc: rc, start: time.Now(), timeout: h.opts.BodyTimeout,
+		rate: h.opts.MinBodyRate, grace: h.opts.BodyRateGrace}
 	var data []byte
 	var err error
 	if r.ContentLength >= 0 {
-		data = make([]byte, r.ContentLength)
-		if _, err = io.ReadFull(r.Body, data); err == nil {
+		data, err = readN(pr, r.ContentLength)
+		if err == nil {
 			var one [1]byte
 			r.Body.Read(one[:]) // reaches EOF, from when the server watches for the client going away
 		}
 	} else {
-		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(&admittedReader{r: r.Body, t: t}), h.opts.MaxBodyBytes))
+		data, err = io.ReadAll(http.MaxBytesReader(w, io.NopCloser(pr), h.opts.MaxBodyBytes))
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		// The deadline stays in the past: the server reads nothing more from this connection and closes it.
-		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout}
+		return nil, &BodyTimeoutError{Timeout: h.opts.BodyTimeout, Slow: pr.slow}
 	}
-	if deadline && err == nil {
+	if pr.deadline && err == nil {
 		// The deadline is for the body only: the model may take longer, and the server's watch for the client
 		// going away must not time out under it.
 		rc.SetReadDeadline(time.Time{})
@@ -585,29 +624,84 @@ func (h *Handler) bodyBytes(w http.ResponseWriter, r *http.Request) ([]byte, err
 	return data, err
 }
 
-// admittedReader reserves the bytes of a body of unknown length as they are read.
-type admittedReader struct {
-	r io.Reader
-	t *ticket
+// readN reads exactly n bytes of r, its buffer growing with what arrives (doubling up to n), so that a declared
+// length costs memory only as its bytes come.
+func readN(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, min(n, 64<<10))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):min(int64(cap(buf)), n)])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			if err == io.EOF && int64(len(buf)) < n {
+				err = io.ErrUnexpectedEOF
+			}
+			if int64(len(buf)) == n && err == io.EOF {
+				break
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
-func (a *admittedReader) Read(p []byte) (int, error) {
-	n, err := a.r.Read(p)
+// pacedReader reads a body under its deadlines, reserving the bytes in flight as they arrive: before each read the
+// connection's read deadline is the earlier of the body timeout and the moment the body falls behind the minimum
+// rate (grace + received/rate after its start).
+type pacedReader struct {
+	r        io.Reader
+	t        *ticket
+	rc       *http.ResponseController
+	start    time.Time
+	timeout  time.Duration // <= 0: none
+	rate     int64         // bytes a second; <= 0: none
+	grace    time.Duration
+	received int64
+	deadline bool // a deadline was set
+	slow     bool // the last deadline set was the rate's
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	var d time.Time
+	if p.timeout > 0 {
+		d = p.start.Add(p.timeout)
+	}
+	p.slow = false
+	if p.rate > 0 {
+		pace := p.start.Add(p.grace + time.Duration(float64(p.received)/float64(p.rate)*float64(time.Second)))
+		if d.IsZero() || pace.Before(d) {
+			d, p.slow = pace, true
+		}
+	}
+	if !d.IsZero() && p.rc.SetReadDeadline(d) == nil {
+		p.deadline = true
+	}
+	n, err := p.r.Read(b)
 	if n > 0 {
-		if aerr := a.t.takeBytes(int64(n)); aerr != nil {
+		p.received += int64(n)
+		if aerr := p.t.takeBytes(int64(n)); aerr != nil {
 			return n, aerr
 		}
 	}
 	return n, err
 }
 
-// BodyTimeoutError reports a request body not received within Options.BodyTimeout (HTTP 408).
+// BodyTimeoutError reports a request body not received within Options.BodyTimeout, or arriving slower than
+// Options.MinBodyRate (HTTP 408).
 type BodyTimeoutError struct {
 	Timeout time.Duration
+	Slow    bool // cut by the minimum rate, not the timeout
 }
 
-// Error says how long the server waited.
+// Error says how long the server waited, or that the body was too slow.
 func (e *BodyTimeoutError) Error() string {
+	if e.Slow {
+		return "request body arriving too slowly"
+	}
 	return "request body not received within " + e.Timeout.String()
 }
 
@@ -624,14 +718,21 @@ func jsonContentType(ct string) bool {
 
 // decodeSystemOne reads and validates a SystemOneRequest body.
 func (h *Handler) decodeSystemOne(w http.ResponseWriter, r *http.Request) (*systemone.Request, error) {
-	v, err := h.readBody(w, r)
+	v, raw, err := h.readBodyRaw(w, r)
 	if err != nil {
 		return nil, err
 	}
 	if v.IsNull() {
 		return nil, &systemone.ValidationError{Errors: []systemone.FieldError{{Type: "missing", Msg: "Field required", Input: v}}}
 	}
-	return systemone.RequestFromValue(v)
+	req, err := systemone.RequestFromValue(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := systemone.LoneSurrogateIDs(raw, req); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 func (h *Handler) do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
@@ -671,12 +772,15 @@ func (h *Handler) serveSeparate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) servePermute(w http.ResponseWriter, r *http.Request) {
-	v, err := h.readBody(w, r)
+	v, raw, err := h.readBodyRaw(w, r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	pr, err := systemone.PermuteRequestFromValue(v)
+	if err == nil {
+		err = systemone.LoneSurrogateIDs(raw, pr.Request, "request")
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return

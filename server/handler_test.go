@@ -646,7 +646,7 @@ func TestRoutingDefaults(t *testing.T) {
 		if r.status != c.status || r.body != c.body || r.header.Get("Allow") != c.allow {
 			t.Errorf("%s %s: %d %q allow %q", c.method, c.path, r.status, r.body, r.header.Get("Allow"))
 		}
-		if c.status == 307 && r.header.Get("Location") != srv.URL+"/openapi.json" {
+		if c.status == 307 && r.header.Get("Location") != "/openapi.json" { // relative: the Host header is not echoed
 			t.Errorf("redirect to %q", r.header.Get("Location"))
 		}
 	}
@@ -824,19 +824,21 @@ func TestPermuteBounds(t *testing.T) {
 }
 
 // TestPermuteValidation sends every body of testdata/permute_validation.json (pydantic's verdicts). A
-// detail that holds NaN cannot be sent as JSON: FastAPI answers those with a 500, and so does the handler.
+// detail that holds NaN or an infinity cannot be sent as JSON: FastAPI answers those with a 500; the handler sends
+// the 422 with the input as Python's repr in a string ("nan", "inf"), a deliberate difference (these are not valid
+// Kev input, and a 500 would log an error for a client's mistake).
 func TestPermuteValidation(t *testing.T) {
 	file := loadPermuteFixture(t)
 	srv, _ := serve(t, &fakeModel{latency: 1}, Options{})
 	for _, c := range file.Cases {
 		r := post(t, srv.URL+"/v1/systemone/permute", c.Body)
-		if r.status != c.Status {
+		if r.status != c.Status && c.Status != 500 {
 			t.Errorf("%s: %d, want %d: %s", c.Body, r.status, c.Status, r.body)
 			continue
 		}
 		if c.Status == 500 {
-			if r.body != "Internal Server Error" {
-				t.Errorf("%s: %s", c.Body, r.body)
+			if r.status != 422 || !strings.Contains(r.body, `"type":"finite_number"`) || !strings.Contains(r.body, `"input":"`) {
+				t.Errorf("%s: %d %s, want a 422 on the non-finite input", c.Body, r.status, r.body)
 			}
 			continue
 		}
@@ -1070,7 +1072,7 @@ func TestShutdownLosesNothing(t *testing.T) {
 			results <- post(t, url+"/v1/systemone", body).status
 		}()
 	}
-	for range n/2 + 3*n/2 {
+	for range n/2 + min(3, systemone.PartsInFlight)*n/2 { // a permute's runs go PartsInFlight at a time
 		<-m.started
 	}
 	h.Stop()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -282,26 +283,20 @@ func commaInt(n int) string {
 // TestHardeningSlowBody (finding 6): a body trickled at one byte every 50 ms is cut at the body timeout with 408
 // and the connection closed (it used to stay open as long as the client kept trickling).
 func TestHardeningSlowBody(t *testing.T) {
-	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{BodyTimeout: 400 * time.Millisecond})
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{BodyTimeout: 400 * time.Millisecond, MinBodyRate: -1})
 	c := dial(t, addr)
-	start := time.Now()
 	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
 	go trickle(c, 50*time.Millisecond)
 	resp, body, err := c.response(10 * time.Second)
-	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != 408 || !resp.Close || body != `{"detail":"request body not received within 400ms"}` {
 		t.Errorf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}
-	if took < 400*time.Millisecond || took > 3*time.Second {
-		t.Errorf("cut after %v, want 400ms", took)
-	}
-	if !c.closedWithin(2 * time.Second) {
+	if !c.closedWithin(5 * time.Second) {
 		t.Error("the connection stays open")
 	}
-	t.Logf("slow body cut after %v", took.Round(time.Millisecond))
 
 	// A body no handler reads (an unknown path) is discarded under the same deadline.
 	c = dial(t, addr)
@@ -310,8 +305,121 @@ func TestHardeningSlowBody(t *testing.T) {
 	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 404 {
 		t.Fatalf("%v %v", resp, err)
 	}
-	if !c.closedWithin(3 * time.Second) {
+	if !c.closedWithin(5 * time.Second) {
 		t.Error("a slow body on an unknown path keeps its connection open")
+	}
+}
+
+// TestHardeningSlowBodiesReserveWhatArrived (slow bodies): four connections declaring bodies that together fill
+// the in-flight bound and sending one byte each hold four bytes of it, not the bound (four 32 MiB bodies sent a
+// byte every 10 s used to hold all 128 MiB: every other request got 503 for a minute); other requests are served
+// beside them.
+func TestHardeningSlowBodiesReserveWhatArrived(t *testing.T) {
+	h, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{MaxBodyBytes: 1 << 20, MaxInflightBytes: 1 << 20,
+		BodyRateGrace: time.Minute})
+	for range 4 {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", 256<<10)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for h.bytes.inUse() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := h.bytes.inUse(); got != 4 {
+		t.Errorf("four slow bodies hold %d bytes in flight, want the 4 that arrived", got)
+	}
+	for i := range 10 {
+		if r := post(t, "http://"+addr+"/v1/systemone", stateBody(100_000+i)); r.status != 200 {
+			t.Errorf("request %d beside the slow bodies: %d %s", i, r.status, r.body)
+		}
+	}
+}
+
+// TestHardeningMinBodyRate (slow bodies): a body behind the minimum rate once its grace has passed gets 408 and its
+// connection is closed, long before the body timeout; its bytes go back.
+func TestHardeningMinBodyRate(t *testing.T) {
+	h, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{MinBodyRate: 1000, BodyRateGrace: 200 * time.Millisecond,
+		BodyTimeout: time.Hour})
+	c := dial(t, addr)
+	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+	resp, body, err := c.response(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 408 || !resp.Close || body != `{"detail":"request body arriving too slowly"}` {
+		t.Errorf("%d %s", resp.StatusCode, body)
+	}
+	if !c.closedWithin(5 * time.Second) {
+		t.Error("the connection stays open")
+	}
+	if got := h.bytes.inUse(); got != 0 {
+		t.Errorf("%d bytes still held", got)
+	}
+	// A body ahead of the rate is read whole, in pieces.
+	c = dial(t, addr)
+	b := noulBody + strings.Repeat(" ", 400)
+	fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(b))
+	go func() {
+		for i := 0; i < len(b); i += 100 {
+			c.Write([]byte(b[i:min(i+100, len(b))]))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if resp, body, err := c.response(30 * time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a body in pieces: %v %v %s", resp, err, body)
+	}
+}
+
+// TestHardeningFirstByte (connections before auth): a connection that sends nothing is closed at the first-byte
+// timeout; one whose first byte came in time has the rest of its header under the header timeout.
+func TestHardeningFirstByte(t *testing.T) {
+	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{FirstByteTimeout: 200 * time.Millisecond, ReadHeaderTimeout: 20 * time.Second})
+	silent := dial(t, addr)
+	if !silent.closedWithin(10 * time.Second) {
+		t.Error("a connection that sends nothing stays open")
+	}
+	c := dial(t, addr)
+	fmt.Fprintf(c, "G")
+	time.Sleep(400 * time.Millisecond) // past the first-byte timeout, inside the header's
+	fmt.Fprintf(c, "ET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
+	if resp, _, err := c.response(10 * time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a header completed after its first byte: %v %v", resp, err)
+	}
+}
+
+// TestHardeningConnectionFlood (connections before auth): with every connection slot held by sockets that sent
+// nothing (5,000 such used to make a real request wait 120 s), an authenticated request is served at once: the
+// longest-silent connection is closed to make room. Slots held by slow headers are freed by the header timeout.
+func TestHardeningConnectionFlood(t *testing.T) {
+	h, addr, _, _ := startServe(t, &fakeModel{latency: 1, card: testCard}, Options{APIKey: "k", MaxConns: 8,
+		FirstByteTimeout: time.Minute, ReadHeaderTimeout: 500 * time.Millisecond})
+	var idle []*rawConn
+	for range 40 {
+		idle = append(idle, dial(t, addr))
+	}
+	r := post(t, "http://"+addr+"/v1/systemone", noulBody, "Authorization", "Bearer k")
+	if r.status != 200 {
+		t.Fatalf("authenticated request beside 40 silent connections: %d %s", r.status, r.body)
+	}
+	closed := 0
+	for _, c := range idle {
+		if c.closedWithin(50 * time.Millisecond) {
+			closed++
+		}
+	}
+	// Closed to make room, or at the header timeout (which bounds a new connection's first byte too).
+	if closed < 40-8+1 || h.conns.evictedCount() == 0 {
+		t.Errorf("%d of 40 silent connections closed (%d to make room), want at least %d", closed, h.conns.evictedCount(), 40-8+1)
+	}
+	// Slow headers: every slot inside a request header; the header timeout frees them. (A fresh client: the
+	// keep-alive connection of the request above may be closed to make room, as at its idle timeout.)
+	for range 8 {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\n")
+	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if r := httpCall(t, fresh, "POST", "http://"+addr+"/v1/systemone", noulBody, "Authorization", "Bearer k"); r.status != 200 {
+		t.Fatalf("authenticated request beside 8 slow headers: %d %s", r.status, r.body)
 	}
 }
 
@@ -338,12 +446,8 @@ func TestHardeningIdleTimeout(t *testing.T) {
 	if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 200 || resp.Close {
 		t.Fatalf("%v %v", resp, err)
 	}
-	start := time.Now()
-	if !c.closedWithin(5 * time.Second) {
+	if !c.closedWithin(10 * time.Second) {
 		t.Fatal("the idle connection stays open")
-	}
-	if d := time.Since(start); d < 250*time.Millisecond || d > 3*time.Second {
-		t.Errorf("closed after %v, want 300ms", d)
 	}
 }
 
@@ -363,10 +467,12 @@ func TestHardeningMaxHeaderBytes(t *testing.T) {
 	}
 }
 
-// TestHardeningMaxConns (finding 6): past MaxConns open connections a new one is not served until one closes
-// (1,000 idle keep-alive connections used to hold 1,012 descriptors).
+// TestHardeningMaxConns (finding 6): past MaxConns open connections, a new one closes one that is idle and is
+// served; with every connection inside a request, it waits until one closes (1,000 idle keep-alive connections
+// used to hold 1,012 descriptors).
 func TestHardeningMaxConns(t *testing.T) {
-	_, addr, _, _ := startServe(t, &fakeModel{latency: 1}, Options{MaxConns: 2})
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 4), block: make(chan struct{}), blockLarge: 1000}
+	_, addr, _, _ := startServe(t, m, Options{MaxConns: 2})
 	var open []*rawConn
 	for range 2 {
 		c := dial(t, addr)
@@ -378,12 +484,39 @@ func TestHardeningMaxConns(t *testing.T) {
 	}
 	third := dial(t, addr)
 	fmt.Fprintf(third, "GET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
-	if resp, _, err := third.response(300 * time.Millisecond); err == nil {
-		t.Fatalf("a third connection was served: %d", resp.StatusCode)
-	}
-	open[0].Close()
-	third.br.Reset(third.Conn) // the timed-out read left nothing behind
 	if resp, _, err := third.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a third connection beside two idle ones: %v %v", resp, err)
+	}
+	// One of the two idle connections was closed to make room (the one the server saw go idle first).
+	if c0, c1 := open[0].closedWithin(time.Second), open[1].closedWithin(time.Second); c0 == c1 {
+		t.Errorf("idle connections closed: %v, %v; want one of them", c0, c1)
+	}
+	third.Close()
+	open[1].Close()
+	// Two connections inside requests: a third waits for one to close.
+	body := stateBody(2000)
+	var busy []*rawConn
+	for range 2 {
+		c := dial(t, addr)
+		fmt.Fprintf(c, "POST /v1/systemone HTTP/1.1\r\nHost: kev\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		busy = append(busy, c)
+	}
+	<-m.started
+	<-m.started
+	waiting := dial(t, addr)
+	fmt.Fprintf(waiting, "GET /healthz HTTP/1.1\r\nHost: kev\r\n\r\n")
+	if resp, _, err := waiting.response(300 * time.Millisecond); err == nil {
+		t.Fatalf("a third connection was served beside two requests: %d", resp.StatusCode)
+	}
+	close(m.block)
+	for _, c := range busy {
+		if resp, _, err := c.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("busy request: %v %v", resp, err)
+		}
+	}
+	busy[0].Close()
+	waiting.br.Reset(waiting.Conn) // the timed-out read left nothing behind
+	if resp, _, err := waiting.response(5 * time.Second); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after one closed: %v %v", resp, err)
 	}
 }
@@ -435,10 +568,21 @@ func TestHardeningDrain(t *testing.T) {
 	if r := post(t, url+"/v1/systemone", noulBody); r.status != 503 || !r.close {
 		t.Errorf("new client while draining: %d close %v", r.status, r.close)
 	}
-	time.Sleep(grace + 200*time.Millisecond - time.Since(start))
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	// The listener closes after the grace (waited for, not timed: a busy machine may be late).
+	closedAt := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
 		c.Close()
-		t.Error("the listener still accepts after the grace")
+		if time.Now().After(closedAt) {
+			t.Fatal("the listener still accepts long after the grace")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if time.Since(start) < grace {
+		t.Error("the listener closed before the grace")
 	}
 	select {
 	case err := <-done:
@@ -458,5 +602,161 @@ func TestHardeningDrain(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return")
+	}
+}
+
+// TestHardeningSmallerItems: the "server is stopping" 503 says when to retry; a request id over 128 bytes is not
+// echoed; ids "\ud800" and "\udc00" (both U+FFFD once parsed) get a 422 instead of collapsing into one answer;
+// permute's seed 1e400 is a 422, not a 500; the slash redirect does not copy the client's Host.
+func TestHardeningSmallerItems(t *testing.T) {
+	srv, h := serve(t, &fakeModel{latency: 1, card: testCard}, Options{RetryAfter: 3 * time.Second})
+	long := strings.Repeat("r", 64<<10)
+	r := post(t, srv.URL+"/v1/systemone", noulBody, requestIDHeader, long)
+	if got := r.header.Get(requestIDHeader); r.status != 200 || len(got) != 32 {
+		t.Errorf("64 KiB request id: %d, echoed %d bytes", r.status, len(got))
+	}
+	if r := post(t, srv.URL+"/v1/systemone", noulBody, requestIDHeader, "abc-123"); r.header.Get(requestIDHeader) != "abc-123" {
+		t.Errorf("short request id not echoed: %q", r.header.Get(requestIDHeader))
+	}
+	for _, path := range []string{"/v1/systemone", "/v1/systemone/separate"} {
+		r := post(t, srv.URL+path, `{"state":"s","questions":{"\ud800":{"type":"noul"},"\udc00":{"type":"noul"}}}`)
+		if r.status != 422 || !strings.Contains(r.body, "lone UTF-16 surrogate") {
+			t.Errorf("%s, lone surrogate ids: %d %s", path, r.status, r.body)
+		}
+	}
+	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":{"state":"s","questions":{"\ud800":{"type":"choice","criteria":{"a":null,"b":null}}}},"question":"\ud800","n_perm":2}`)
+	if r.status != 422 || !strings.Contains(r.body, `"loc":["body","request","questions","`) {
+		t.Errorf("permute, lone surrogate id: %d %s", r.status, r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone/permute", `{"request":`+permuteRequest+`,"question":"q","n_perm":2,"seed":1e400}`)
+	if r.status != 422 || r.body != `{"detail":[{"type":"finite_number","loc":["body","seed"],"msg":"Input should be a finite number","input":"inf"}]}` {
+		t.Errorf("seed 1e400: %d %s", r.status, r.body)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/openapi.json/?x=1", nil)
+	req.Host = "evil.example"
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 307 || loc != "/openapi.json?x=1" {
+		t.Errorf("redirect: %d to %q", resp.StatusCode, loc)
+	}
+	h.Stop()
+	r = post(t, srv.URL+"/v1/systemone", noulBody)
+	if r.status != 503 || r.header.Get("Retry-After") != "3" || r.body != `{"detail":"the server is stopping"}` {
+		t.Errorf("stopping: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+}
+
+// TestHardeningNoKeyWarning: with no API key, Serve says at start-up that any web page (and beyond loopback, any
+// client) can call the model; with a key it says nothing of the kind.
+func TestHardeningNoKeyWarning(t *testing.T) {
+	for _, key := range []string{"", "k"} {
+		var buf syncBuffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		_, _, cancel, done := startServe(t, &fakeModel{latency: 1}, Options{APIKey: key, Logger: log})
+		cancel()
+		<-done
+		warned := strings.Contains(buf.String(), "no API key: any web page")
+		if warned != (key == "") {
+			t.Errorf("key %q: warned %v: %s", key, warned, buf.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestHardeningBoundsThroughPredictor: the render budget, the id bound and the shared separate path hold through
+// the real predictor and tokenizer: a 206 KB render bomb and a 1 MB question id get their 422s, and separate's
+// merged answers are each question's answer alone, byte for byte.
+func TestHardeningBoundsThroughPredictor(t *testing.T) {
+	p, _ := goldenPredictor(t, kev.Options{})
+	srv := servePredictor(t, p, Options{})
+	bomb := strings.Repeat(`{"a":`, 990) + "[" + strings.TrimSuffix(strings.Repeat("0,", 100_000), ",") + "]" + strings.Repeat("}", 990)
+	r := post(t, srv.URL+"/v1/systemone", `{"state":`+bomb+`,"questions":{"q":{"type":"noul"}}}`)
+	if want := `{"detail":"state renders to more than 8,388,608 bytes, over the 65,536-token limit (the <state> token included): shorten the document or split it across requests; or start the server with KEV_TRUNCATE_STATES=1 to read only its first 65,536 tokens (responses then say truncated: true)"}`; r.status != 422 || r.body != want {
+		t.Errorf("render bomb: %d %s", r.status, r.body)
+	}
+	r = post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"`+strings.Repeat("i", 1<<20)+`":{"type":"noul"}}}`)
+	if want := `{"detail":"question 0 has an id of 1,048,576 bytes, over this server's limit of 4,096 bytes"}`; r.status != 422 || r.body != want {
+		t.Errorf("long id: %d %s", r.status, r.body)
+	}
+	const state = `"My order arrived late and the box was open; I want a refund."`
+	var qs []string
+	for i := range 12 {
+		qs = append(qs, fmt.Sprintf(`"q%d":{"type":"choice","instructions":"Route %d","criteria":{"returns":"Exchanges","shipping":"Delivery","billing":null}}`, i, i))
+	}
+	sep := post(t, srv.URL+"/v1/systemone/separate", `{"state":`+state+`,"questions":{`+strings.Join(qs, ",")+`}}`)
+	if sep.status != 200 {
+		t.Fatalf("separate: %d %s", sep.status, sep.body)
+	}
+	for i, q := range qs {
+		one := post(t, srv.URL+"/v1/systemone", `{"state":`+state+`,"questions":{`+q+`}}`)
+		answer := one.body[strings.Index(one.body, `"answers":{`)+len(`"answers":{`) : strings.Index(one.body, `},"usage"`)]
+		if !strings.Contains(sep.body, answer) {
+			t.Errorf("question %d: separate's answer differs from its own: %s", i, answer)
+		}
+	}
+}
+
+// TestHardeningClientShare: with ClientShare, one client's requests hold at most that share of a bound (past it:
+// 429 with Retry-After), so another client finds the rest free; a client holding nothing may always send one
+// request; without a share, nothing changes.
+func TestHardeningClientShare(t *testing.T) {
+	b := budget{resource: "tokens", limit: 1000, share: 0.5, retryAfter: time.Second}
+	if err := b.acquire(600, 0, "a"); err != nil { // over its share, but it held nothing
+		t.Fatal(err)
+	}
+	err := b.acquire(100, 0, "a")
+	var ce *ClientShareError
+	if !errors.As(err, &ce) || ce.Held != 600 || ce.Share != 500 {
+		t.Fatalf("a second request of the client over its share: %v", err)
+	}
+	if err := b.acquire(400, 0, "b"); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+	b.release(600, "a")
+	if err := b.acquire(100, 0, "a"); err != nil {
+		t.Fatalf("after its first was answered: %v", err)
+	}
+	if b.inUse() != 500 || len(b.byClient) != 2 {
+		t.Errorf("in use %d by %v", b.inUse(), b.byClient)
+	}
+
+	// Through HTTP, from one address: the second request over the share gets 429.
+	m := &fakeModel{latency: 1, started: make(chan struct{}, 4), block: make(chan struct{}), blockLarge: 500}
+	srv, _ := serve(t, m, Options{MaxInflightTokens: 1000, ClientShare: 0.5, RetryAfter: 2 * time.Second})
+	first := make(chan reply, 1)
+	go func() { first <- post(t, srv.URL+"/v1/systemone", stateBody(600)) }()
+	<-m.started
+	r := post(t, srv.URL+"/v1/systemone", stateBody(300))
+	want := `{"detail":"too many requests: this client's requests in flight hold 601 tokens of its 500-token share and this one needs 301; retry later"}`
+	if r.status != 429 || r.header.Get("Retry-After") != "2" || r.body != want {
+		t.Errorf("over the client's share: %d %v %s", r.status, r.header, r.body)
+	}
+	close(m.block)
+	if r := <-first; r.status != 200 {
+		t.Errorf("first: %d %s", r.status, r.body)
+	}
+	if r := post(t, srv.URL+"/v1/systemone", stateBody(300)); r.status != 200 {
+		t.Errorf("after the first was answered: %d %s", r.status, r.body)
 	}
 }

@@ -7,7 +7,13 @@ const (
 	// DefaultBodyTimeout bounds reading a request body from the end of its header: a 32 MiB body at 0.5 MiB/s.
 	DefaultBodyTimeout = time.Minute
 	// DefaultReadHeaderTimeout bounds reading a request's header.
-	DefaultReadHeaderTimeout = 30 * time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultFirstByteTimeout bounds the time from a new connection to its first byte.
+	DefaultFirstByteTimeout = 5 * time.Second
+	// DefaultMinBodyRate is the slowest a body may arrive after DefaultBodyRateGrace: 16 KiB/s.
+	DefaultMinBodyRate = 16 << 10
+	// DefaultBodyRateGrace is how long a body may take before the minimum rate applies.
+	DefaultBodyRateGrace = 5 * time.Second
 	// DefaultIdleTimeout closes an idle keep-alive connection; longer than common load balancers' 60 s, so that
 	// they close first.
 	DefaultIdleTimeout = 75 * time.Second
@@ -34,6 +40,14 @@ func (o Options) withDefaults() Options {
 	dur(&o.BodyTimeout, DefaultBodyTimeout)
 	dur(&o.RetryAfter, DefaultRetryAfter)
 	dur(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	dur(&o.FirstByteTimeout, DefaultFirstByteTimeout)
+	dur(&o.BodyRateGrace, DefaultBodyRateGrace)
+	switch {
+	case o.MinBodyRate == 0:
+		o.MinBodyRate = DefaultMinBodyRate
+	case o.MinBodyRate < 0:
+		o.MinBodyRate = 0
+	}
 	dur(&o.IdleTimeout, DefaultIdleTimeout)
 	dur(&o.DrainGrace, DefaultDrainGrace)
 	dur(&o.DrainTimeout, DefaultDrainTimeout)
@@ -54,6 +68,9 @@ func (o Options) withDefaults() Options {
 		o.MaxInflightTokens = DefaultMaxInflightTokens
 	case o.MaxInflightTokens < 0:
 		o.MaxInflightTokens = 0
+	}
+	if o.ClientShare <= 0 || o.ClientShare >= 1 {
+		o.ClientShare = 0
 	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes

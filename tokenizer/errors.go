@@ -47,3 +47,17 @@ func (e *UnsupportedError) Error() string {
 	}
 	return s + "unsupported " + e.What
 }
+
+// IDRangeError reports a token whose id is past the model's embedding table:
+// the tokenizer and the model do not belong together, and the first text
+// using the token would fail.
+type IDRangeError struct {
+	Token string // the token, quoted and cut
+	ID    int
+	Limit int // the model's vocabulary size: ids must be below it
+}
+
+// Error names the token, its id and the table's size.
+func (e *IDRangeError) Error() string {
+	return fmt.Sprintf("tokenizer: token %s has id %d, past the model's %d-entry embedding table", e.Token, e.ID, e.Limit)
+}

@@ -502,6 +502,20 @@ func (l loader) added(t *Tokenizer, list []addedJSON) error {
 	t.added = make(map[string]int, len(list))
 	t.special = make(map[int]bool)
 	var raw, normalized []addedToken
+	// Size the id table once for the largest id, so that loading is linear
+	// in the added tokens (growing it a token at a time was quadratic: 200k
+	// tokens took minutes).
+	top := len(t.idToken) - 1
+	for _, a := range list {
+		if a.ID != nil && *a.ID >= 0 && *a.ID <= MaxTokenID {
+			top = max(top, *a.ID)
+		}
+	}
+	if top >= len(t.idToken) {
+		grown := make([]string, top+1)
+		copy(grown, t.idToken)
+		t.idToken = grown
+	}
 	for i, a := range list {
 		path := fmt.Sprintf("added_tokens[%d]", i)
 		if a.ID == nil || *a.ID < 0 || *a.ID > MaxTokenID {
@@ -521,11 +535,6 @@ func (l loader) added(t *Tokenizer, list []addedJSON) error {
 		t.added[tok.content] = tok.id
 		if tok.special {
 			t.special[tok.id] = true
-		}
-		if tok.id >= len(t.idToken) {
-			grown := make([]string, tok.id+1)
-			copy(grown, t.idToken)
-			t.idToken = grown
 		}
 		t.idToken[tok.id] = tok.content
 		if tok.normalized {

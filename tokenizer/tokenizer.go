@@ -5,6 +5,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/kevgo/kev/internal/quote"
 )
 
 // Tokenizer encodes and decodes text with one tokenizer.json. It is
@@ -109,6 +111,20 @@ func (t *Tokenizer) IsSpecial(id int) bool { return t.special[id] }
 // VocabSize returns one more than the largest id the tokenizer knows, BPE
 // vocabulary and added tokens together (151,669 for Qwen3).
 func (t *Tokenizer) VocabSize() int { return len(t.idToken) }
+
+// CheckIDs returns an *IDRangeError for the token of the highest id when some
+// id is vocab or more (the size of a model's embedding table), else nil. A
+// loader calls it with the model's vocab_size, so that a tokenizer whose
+// ids the model cannot embed is refused at load and not at the first text
+// that uses them.
+func (t *Tokenizer) CheckIDs(vocab int) error {
+	for id := len(t.idToken) - 1; id >= vocab && id >= 0; id-- {
+		if tok := t.idToken[id]; tok != "" {
+			return &IDRangeError{Token: quote.Name(tok), ID: id, Limit: vocab}
+		}
+	}
+	return nil
+}
 
 // PadID returns the id of the pad token: tokenizer_config.json's pad_token
 // when a config was given, otherwise "<|endoftext|>" when it is an added

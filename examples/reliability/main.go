@@ -5,6 +5,8 @@
 //	go run ./examples/reliability slowbody  # a body trickled at 1 byte / 500 ms is cut at the body timeout
 //	go run ./examples/reliability drain     # SIGTERM under load: 503 + Connection: close, no request lost
 //
+// and the modes of attacks.go (render bombs, separate and permute, long ids, connection floods, slow bodies).
+//
 // It serves the tiny golden checkpoint under testdata/ unless -checkpoint and -base name another. Linux only (it
 // reads /proc/self/status).
 package main
@@ -38,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: reliability memory|slowbody|drain [flags]")
+		fmt.Fprintln(os.Stderr, "usage: reliability memory|slowbody|drain|renderbomb|separate|permute|qid|connflood|slowbodies [flags]")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
@@ -51,6 +53,8 @@ func main() {
 	inflight := fs.Int64("max-inflight-bytes", 0, "memory: the server's MaxInflightBytes (0: its default; -1: none)")
 	bodyTimeout := fs.Duration("body-timeout", 2*time.Second, "slowbody: the server's BodyTimeout")
 	grace := fs.Duration("drain-grace", 2*time.Second, "drain: the server's DrainGrace")
+	questions := fs.Int("questions", 1000, "separate: questions")
+	conns := fs.Int("conns", 5000, "connflood: silent connections")
 	fs.Parse(os.Args[2:])
 
 	p, err := kev.Load(context.Background(), *ckpt, kev.Options{Base: *base, Offline: true})
@@ -66,6 +70,19 @@ func main() {
 		err = slowBody(p, opts)
 	case "drain":
 		err = drain(p, opts, *clients)
+	case "renderbomb":
+		err = renderBomb(p, opts)
+	case "separate":
+		err = separate(p, opts, *questions)
+	case "permute":
+		err = permute(p, opts)
+	case "qid":
+		err = questionID(p, opts)
+	case "connflood":
+		err = connFlood(p, opts, *conns)
+	case "slowbodies":
+		opts.BodyTimeout = 0
+		err = slowBodies(p, opts)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

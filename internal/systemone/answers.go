@@ -160,7 +160,18 @@ func roundedProbs(keys []string, p []float64) []Prob {
 }
 
 // OutputTokens returns the usage's output_tokens: the number of tokens of Python's json.dumps of the answers
-// object (separators ", " and ": ", non-ASCII as \u escapes, float repr), tokenised without escaping.
+// object (separators ", " and ": ", non-ASCII as \u escapes, float repr), tokenised without escaping. A tokenizer
+// that can count without holding the ids (a Counter, as the tokenizer package's) counts chunk by chunk.
 func OutputTokens(tok Tokenizer, answers []AnswerEntry) int {
-	return len(tok.Encode(pyjson.Dumps(AnswersValue(answers))))
+	text := pyjson.Dumps(AnswersValue(answers))
+	if c, ok := tok.(Counter); ok {
+		return c.Count(text)
+	}
+	return len(tok.Encode(text))
+}
+
+// Counter is a Tokenizer that counts a text's tokens with the memory of a chunk of them.
+type Counter interface {
+	// Count returns len(Encode(text)).
+	Count(text string) int
 }

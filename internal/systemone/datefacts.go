@@ -56,7 +56,17 @@ func DateFacts(text string) string {
 // {"date_facts": facts}, and anything else becomes the string "<state>\n\ndate_facts: <facts>". Otherwise the
 // state comes back unchanged.
 func WithDateFacts(state pyjson.Value) pyjson.Value {
-	facts := DateFacts(Render(state))
+	return withDateFacts(state, -1)
+}
+
+// withDateFacts is WithDateFacts for a state whose text is rendered within max bytes (< 0: no limit): a state
+// rendered past max, refused later as over the token limit, comes back unchanged.
+func withDateFacts(state pyjson.Value, max int) pyjson.Value {
+	text, over := RenderLimit(state, max)
+	if over {
+		return state
+	}
+	facts := DateFacts(text)
 	if facts == "" {
 		return state
 	}

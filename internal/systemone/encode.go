@@ -117,16 +117,47 @@ type EncodeOptions struct {
 	Truncate bool
 	MaxState int // 0: MaxStateTokens
 	MaxRow   int // 0: MaxRowTokens
+	// MaxInput bounds the packed encoding's tokens, all questions together (0: DefaultMaxInputTokens, < 0: none):
+	// the encoding takes 24 bytes a token, so a request of many questions each within the row limit is refused
+	// with a *RequestTooLongError before it holds more.
+	MaxInput int
 }
+
+// DefaultMaxInputTokens bounds a request's packed tokens (EncodeOptions.MaxInput): 4,194,304, the HTTP server's
+// default bound on the tokens of all requests in flight (64 states at the limit). Kev has no such bound.
+const DefaultMaxInputTokens = 64 * MaxStateTokens
+
+// RequestTooLongError refuses a request whose packed encoding would pass EncodeOptions.MaxInput tokens.
+type RequestTooLongError struct {
+	Question int // the question whose branch passed the bound
+	Limit    int
+}
+
+// Error says where the bound was passed and what to do.
+func (e *RequestTooLongError) Error() string {
+	return fmt.Sprintf("the request is more than %s tokens by question %d, over this server's limit: split its questions across requests",
+		commaInt(e.Limit), e.Question)
+}
+
+// Detail returns the 422 detail: Error.
+func (e *RequestTooLongError) Detail() string { return e.Error() }
 
 // StateTooLongError refuses a state over the limit (strict mode).
 type StateTooLongError struct {
-	Tokens int // the state's tokens, <state> included
+	Tokens int // the state's tokens, <state> included; 0 when only Bytes is known
 	Limit  int
+	// Bytes, when not 0, says the state's text passed this many bytes (Record.StateCut): it was not rendered or
+	// counted further, so Tokens is unknown, but over Limit.
+	Bytes int
 }
 
-// Error returns Kev's message, numbers with thousands separators.
+// Error returns Kev's message, numbers with thousands separators. A state cut at its render budget is said to be
+// longer than the budget's bytes instead (Kev, which renders it whole, would give its count).
 func (e *StateTooLongError) Error() string {
+	if e.Bytes > 0 {
+		return fmt.Sprintf("state renders to more than %s bytes, over the %s-token limit (the <state> token included): shorten the document or split it across requests",
+			commaInt(e.Bytes), commaInt(e.Limit))
+	}
 	return fmt.Sprintf("state is %s tokens, over the %s-token limit (the <state> token included): shorten the document or split it across requests",
 		commaInt(e.Tokens), commaInt(e.Limit))
 }
@@ -141,13 +172,18 @@ func (e *StateTooLongError) Detail() string {
 type RowTooLongError struct {
 	Question int    // index in the request
 	ID       string // the question's id
-	Tokens   int    // the branch's tokens: <q> ... <decide>
+	Tokens   int    // the branch's tokens: <q> ... <decide>; 0 when only Bytes is known
 	StateLen int    // the state tokens read, <state> included
 	Limit    int    // the row limit
+	Bytes    int    // when not 0: the question's texts passed this many bytes (RecordQuestion.Cut), over the limit
 }
 
-// Error returns Kev's message (no thousands separators here).
+// Error returns Kev's message (no thousands separators here); for a question cut at its render budget, the
+// budget's bytes instead of its count.
 func (e *RowTooLongError) Error() string {
+	if e.Bytes > 0 {
+		return fmt.Sprintf("branch too long: more than %d bytes of text with a %d-token state (row limit %d)", e.Bytes, e.StateLen, e.Limit)
+	}
 	return fmt.Sprintf("branch too long: %d tokens with a %d-token state (row limit %d)", e.Tokens, e.StateLen, e.Limit)
 }
 
@@ -160,7 +196,16 @@ func AdmissionDetail(err error) (string, bool) {
 	var se *StateTooLongError
 	var re *RowTooLongError
 	var qe *TooManyQuestionsError
+	var rte *RenderTooLargeError
+	var ie *QuestionIDTooLongError
+	var rqe *RequestTooLongError
 	switch {
+	case errors.As(err, &rqe):
+		return rqe.Detail(), true
+	case errors.As(err, &ie):
+		return ie.Detail(), true
+	case errors.As(err, &rte):
+		return rte.Detail(), true
 	case errors.As(err, &se):
 		return se.Detail(), true
 	case errors.As(err, &re):
@@ -202,17 +247,24 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 	if maxRow <= 0 {
 		maxRow = MaxRowTokens
 	}
+	maxInput := opts.MaxInput
+	if maxInput == 0 {
+		maxInput = DefaultMaxInputTokens
+	}
 	d, err := LookupDelimiters(tok)
 	if err != nil {
 		return nil, err
 	}
-	state, full := userTokensLimit(tok, rec.State, maxState-1)
-	n := full + 1
+	if rec.StateCut && !opts.Truncate {
+		return nil, &StateTooLongError{Limit: maxState, Bytes: rec.StateBytes}
+	}
+	state, full := rec.shared.stateTokens(tok, rec.State, maxState-1)
+	n := full + 1 // with StateCut, the tokens of the text rendered: fewer than the whole state's
 	if n > maxState && !opts.Truncate {
 		return nil, &StateTooLongError{Tokens: n, Limit: maxState}
 	}
 	ls := len(state) + 1
-	e := &Encoding{StateLen: ls, StateTokens: n, Truncated: n > maxState}
+	e := &Encoding{StateLen: ls, StateTokens: n, Truncated: n > maxState || rec.StateCut}
 	e.IDs = append(append(make([]int, 0, ls), d.State), state...)
 	e.Seg = make([]int, ls)
 	e.Pos = make([]int, ls)
@@ -220,6 +272,9 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 		e.Pos[i] = i
 	}
 	for k, q := range rec.Questions {
+		if q.Cut {
+			return nil, &RowTooLongError{Question: k, ID: q.ID, StateLen: ls, Limit: maxRow, Bytes: q.CutBytes}
+		}
 		// The branch is encoded only up to the room the row leaves beside the state; past it, its pieces are only
 		// counted, for the message.
 		room := maxRow - ls
@@ -243,6 +298,9 @@ func Encode(tok Tokenizer, rec *Record, opts EncodeOptions) (*Encoding, error) {
 		full++
 		if full > room {
 			return nil, &RowTooLongError{Question: k, ID: q.ID, Tokens: full, StateLen: ls, Limit: maxRow}
+		}
+		if maxInput > 0 && len(e.IDs)+len(br) > maxInput {
+			return nil, &RequestTooLongError{Question: k, Limit: maxInput}
 		}
 		base := len(e.IDs)
 		e.IDs = append(e.IDs, br...)

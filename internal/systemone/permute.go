@@ -102,9 +102,13 @@ var errNotChoice = &DetailError{Status: http.StatusUnprocessableEntity, Msg: "qu
 
 // Permute answers a permute request with do (a Predictor's Do, say): every run is a request holding only the
 // question, its options re-keyed in that run's order (descriptions kept), on the same state and model. The runs
-// are sent together, so they may share batches. A question id that is missing or not a choice is an error whose
-// 422 detail is "question must be an existing choice question".
+// render and encode the state once and are sent in order, PartsInFlight at a time, each admitted by its own
+// tokens. A question id that is missing or not a choice is an error whose 422 detail is "question must be an
+// existing choice question".
 func Permute(ctx context.Context, do func(context.Context, *Request) (*Response, error), pr *PermuteRequest) (*PermuteResponse, error) {
+	if err := checkIDs(pr.Request); err != nil {
+		return nil, err
+	}
 	var q *QuestionEntry
 	for i := range pr.Request.Questions {
 		if pr.Request.Questions[i].ID == pr.Question {
@@ -122,13 +126,14 @@ func Permute(ctx context.Context, do func(context.Context, *Request) (*Response,
 	}
 	orders := PermuteOrders(keys, pr.NPerm, pr.Seed)
 	reqs := make([]*Request, len(orders))
+	shared := &sharedState{}
 	for i, order := range orders {
 		e := *q
 		e.Question.Options = make([]Option, len(order))
 		for j, k := range order {
 			e.Question.Options[j] = byName[k]
 		}
-		reqs[i] = single(pr.Request, e)
+		reqs[i] = single(pr.Request, e, shared)
 	}
 	resps, err := doAll(ctx, do, reqs)
 	if err != nil {

@@ -3,6 +3,7 @@ package systemone
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -48,11 +49,17 @@ func (e FieldError) Value() pyjson.Value {
 			loc = append(loc, pyjson.Int(int64(p)))
 		}
 	}
+	input := e.Input
+	if f := input.AsFloat(); input.Kind() == pyjson.KindFloat && (math.IsInf(f, 0) || math.IsNaN(f)) {
+		// JSON has no infinities (1e400 parses as one): the input is echoed as Python's repr, in a string, so that
+		// the 422 can be sent.
+		input = pyjson.String(input.Str())
+	}
 	ms := []pyjson.Member{
 		pyjson.M("type", pyjson.String(e.Type)),
 		pyjson.M("loc", pyjson.Array(loc...)),
 		pyjson.M("msg", pyjson.String(e.Msg)),
-		pyjson.M("input", e.Input),
+		pyjson.M("input", input),
 	}
 	if !e.Ctx.IsNull() {
 		ms = append(ms, pyjson.M("ctx", e.Ctx))

@@ -2,8 +2,6 @@ package systemone
 
 import (
 	"context"
-	"fmt"
-	"sync"
 
 	"github.com/kevgo/kev/internal/pyjson"
 )
@@ -16,47 +14,22 @@ type DetailError struct {
 
 func (e *DetailError) Error() string { return "kev: " + e.Msg }
 
-// single returns req with only question q.
-func single(req *Request, q QuestionEntry) *Request {
-	return &Request{Model: req.Model, State: req.State, Questions: []QuestionEntry{q}}
-}
-
-// doAll sends the requests together (they may share batches) and returns the responses in order, or the first
-// error in order.
-func doAll(ctx context.Context, do func(context.Context, *Request) (*Response, error), reqs []*Request) ([]*Response, error) {
-	resps := make([]*Response, len(reqs))
-	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	for i, req := range reqs {
-		wg.Go(func() {
-			defer func() {
-				if v := recover(); v != nil {
-					errs[i] = fmt.Errorf("kev: panic answering a request: %v", v)
-				}
-			}()
-			resps[i], errs[i] = do(ctx, req)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return resps, nil
-}
-
 // Separate answers each question of req in its own request on the same state and model (Kev's
 // /v1/systemone/separate) and merges the answers in question order: input tokens and latencies add up (the sum
 // rounded to 0.1 ms), output tokens count the merged answers with tok (nil: the sum of the parts' counts), and a
-// truncating server's extras come from the first part. The parts are sent together, so they may share batches.
+// truncating server's extras come from the first part. The parts render and encode the state once, and are sent
+// in order, PartsInFlight at a time, each admitted by its own tokens.
 func Separate(ctx context.Context, do func(context.Context, *Request) (*Response, error), req *Request, tok Tokenizer) (*Response, error) {
 	if len(req.Questions) == 0 {
 		return nil, &ValidationError{Errors: []FieldError{tooShort([]any{"questions"}, "Dictionary", pyjson.Object())}}
 	}
+	if err := checkIDs(req); err != nil {
+		return nil, err
+	}
 	parts := make([]*Request, len(req.Questions))
+	shared := &sharedState{}
 	for i, q := range req.Questions {
-		parts[i] = single(req, q)
+		parts[i] = single(req, q, shared)
 	}
 	resps, err := doAll(ctx, do, parts)
 	if err != nil {

@@ -63,6 +63,8 @@ type Request struct {
 	Model     string // echoed in the response; empty means DefaultModel
 	State     pyjson.Value
 	Questions []QuestionEntry
+
+	shared *sharedState // the parts of one Separate or Permute: the state rendered and encoded once
 }
 
 // Content is JSON content as Kev reads it (a state, instructions, a description, a level): key order kept, integer

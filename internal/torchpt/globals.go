@@ -105,6 +105,9 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 		default:
 			return nil, u.fail("OrderedDict argument is a %s", typeName(args[0]))
 		}
+		if err := u.charge(dictEntry * len(pairs)); err != nil {
+			return nil, err
+		}
 		for _, p := range pairs {
 			kv, ok := p.(Tuple)
 			if !ok || len(kv) != 2 {
@@ -124,6 +127,9 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 		enc, ok2 := args[1].(string)
 		if !ok1 || !ok2 || (enc != "latin1" && enc != "latin-1") {
 			return nil, u.fail("_codecs.encode supports only (str, \"latin1\")")
+		}
+		if err := u.charge(len(s) + slotBytes); err != nil {
+			return nil, err
 		}
 		b := make([]byte, 0, len(s))
 		for _, r := range s {
@@ -168,6 +174,9 @@ func (u *unpickler) call(fn any, args Tuple) (any, error) {
 		rg, ok := args[1].(bool)
 		if !ok {
 			return nil, u.fail("requires_grad is a %s", typeName(args[1]))
+		}
+		if err := u.charge(objectBytes); err != nil {
+			return nil, err
 		}
 		c := *t
 		c.RequiresGrad = rg
@@ -247,6 +256,12 @@ func mergeAttrs(o *Dict, st *Dict) error {
 	return nil
 }
 
+// maxExpand is the most elements a view may have beyond its storage's (a
+// stride-0 expansion, as torch's expand saves): reading the view copies
+// every element, so a few bytes of storage could otherwise stand for
+// gigabytes.
+const maxExpand = 4096
+
 // rebuildTensor validates the view (storage, offset, size, stride).
 func (u *unpickler) rebuildTensor(st, off, size, stride any) (*Tensor, error) {
 	s, ok := st.(*storage)
@@ -276,7 +291,7 @@ func (u *unpickler) rebuildTensor(st, off, size, stride any) (*Tensor, error) {
 		}
 		numel *= int64(n)
 	}
-	if numel > s.numel && numel > 1<<24 {
+	if numel > s.numel && numel > maxExpand {
 		return nil, u.fail("view of shape %s expands a %d-element storage to %d elements", dims(shape), s.numel, numel)
 	}
 	if numel > 0 {
@@ -302,6 +317,9 @@ func (u *unpickler) ints(v any, what string) ([]int, error) {
 		} else {
 			return nil, u.fail("tensor %s is a %s", what, typeName(v))
 		}
+	}
+	if err := u.charge(8*len(t) + objectBytes); err != nil {
+		return nil, err
 	}
 	out := make([]int, len(t))
 	for i, x := range t {

@@ -98,6 +98,32 @@ type unpickler struct {
 	memo   map[uint32]any
 	load   func(pid Tuple) (any, error) // persistent load
 	limits Limits
+
+	// built estimates the bytes of the objects the pickle has built so far
+	// (strings, containers, memo entries, the stack's high-water mark,
+	// shapes): the machine stops once it passes maxBuilt (see Limits).
+	built, maxBuilt int64
+	stackHigh       int
+}
+
+// Estimated sizes of what the machine builds, for the objects budget.
+const (
+	slotBytes   = 16  // a value in a slice (an interface)
+	dictEntry   = 64  // a dict entry: key, value, index
+	memoEntry   = 48  // a memo entry
+	objectBytes = 128 // a container, tensor or global header
+	tupleBytes  = 24  // a tuple's slice header, boxed
+)
+
+// charge adds n bytes to the objects built and fails once they pass the
+// budget: called before anything large is allocated, and after small
+// objects (the machine checks the budget before every opcode too).
+func (u *unpickler) charge(n int) error {
+	u.built += int64(n)
+	if u.built > u.maxBuilt {
+		return u.failLimit("objects built exceed %d bytes (estimated), over the limit for a %d-byte pickle", u.maxBuilt, len(u.data))
+	}
+	return nil
 }
 
 func (u *unpickler) fail(format string, args ...any) error {
@@ -143,7 +169,13 @@ func (u *unpickler) line() (string, error) {
 	return s, nil
 }
 
-func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
+func (u *unpickler) push(v any) {
+	u.stack = append(u.stack, v)
+	if len(u.stack) > u.stackHigh {
+		u.stackHigh = len(u.stack)
+		u.built += slotBytes
+	}
+}
 
 func (u *unpickler) pop() (any, error) {
 	if len(u.stack) == 0 || (len(u.marks) > 0 && len(u.stack) <= u.marks[len(u.marks)-1]) {
@@ -168,6 +200,9 @@ func (u *unpickler) popMark() ([]any, error) {
 	}
 	m := u.marks[len(u.marks)-1]
 	u.marks = u.marks[:len(u.marks)-1]
+	if err := u.charge(slotBytes * (len(u.stack) - m)); err != nil {
+		return nil, err
+	}
 	items := append([]any(nil), u.stack[m:]...)
 	u.stack = u.stack[:m]
 	return items, nil
@@ -178,9 +213,12 @@ func (u *unpickler) memoPut(i uint32) error {
 	if err != nil {
 		return err
 	}
-	if len(u.memo) >= u.limits.MaxMemo {
-		if _, ok := u.memo[i]; !ok {
+	if _, ok := u.memo[i]; !ok {
+		if len(u.memo) >= u.limits.MaxMemo {
 			return u.fail("memo exceeds %d entries", u.limits.MaxMemo)
+		}
+		if err := u.charge(memoEntry); err != nil {
+			return err
 		}
 	}
 	u.memo[i] = v
@@ -204,6 +242,9 @@ func (u *unpickler) run() (any, error) {
 		}
 		if len(u.stack) > u.limits.MaxStack {
 			return nil, u.fail("stack exceeds %d entries", u.limits.MaxStack)
+		}
+		if err := u.charge(0); err != nil {
+			return nil, err
 		}
 		op := u.data[u.pos]
 		u.pos++
@@ -300,6 +341,7 @@ func (u *unpickler) run() (any, error) {
 			if err != nil {
 				return nil, err
 			}
+			u.built += int64(n)
 			u.push(decodeLong(b))
 		case 'I': // INT (text): also encodes bools as 00/01
 			s, err := u.line()
@@ -360,6 +402,9 @@ func (u *unpickler) run() (any, error) {
 			if !utf8.Valid(b) {
 				return nil, u.fail("string is not valid UTF-8")
 			}
+			if err := u.charge(n + slotBytes); err != nil {
+				return nil, err
+			}
 			u.push(string(b))
 		case 'T', 'U': // BINSTRING, SHORT_BINSTRING (Python 2 str): kept as a string
 			n, err := u.length(op)
@@ -368,6 +413,9 @@ func (u *unpickler) run() (any, error) {
 			}
 			b, err := u.need(n)
 			if err != nil {
+				return nil, err
+			}
+			if err := u.charge(n + slotBytes); err != nil {
 				return nil, err
 			}
 			u.push(string(b))
@@ -380,12 +428,18 @@ func (u *unpickler) run() (any, error) {
 			if err != nil {
 				return nil, err
 			}
+			if err := u.charge(n + slotBytes); err != nil {
+				return nil, err
+			}
 			u.push(append([]byte(nil), b...))
 		case '}':
+			u.built += objectBytes
 			u.push(NewDict())
 		case ']':
+			u.built += objectBytes
 			u.push(&List{})
 		case ')':
+			u.built += tupleBytes
 			u.push(Tuple{})
 		case 'l': // LIST
 			items, err := u.popMark()
@@ -398,9 +452,11 @@ func (u *unpickler) run() (any, error) {
 			if err != nil {
 				return nil, err
 			}
+			u.built += tupleBytes
 			u.push(Tuple(items))
 		case 0x85, 0x86, 0x87: // TUPLE1, TUPLE2, TUPLE3
 			n := int(op-0x85) + 1
+			u.built += int64(tupleBytes + slotBytes*n)
 			items := make(Tuple, n)
 			for i := n - 1; i >= 0; i-- {
 				v, err := u.pop()
@@ -663,6 +719,9 @@ func (u *unpickler) setItems(d *Dict, items []any) error {
 	if len(items)%2 != 0 {
 		return u.fail("odd number of items for a dict")
 	}
+	if err := u.charge(dictEntry * len(items) / 2); err != nil {
+		return err
+	}
 	for i := 0; i < len(items); i += 2 {
 		if err := d.Set(items[i], items[i+1]); err != nil {
 			return u.fail("%v", err)
@@ -682,6 +741,9 @@ func (u *unpickler) appendItems(items []any) error {
 	}
 	if len(l.Items)+len(items) > u.limits.MaxStack {
 		return u.fail("list exceeds %d items", u.limits.MaxStack)
+	}
+	if err := u.charge(2 * slotBytes * len(items)); err != nil { // the list's growth included
+		return err
 	}
 	l.Items = append(l.Items, items...)
 	return nil

@@ -12,7 +12,6 @@
 package torchpt
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -154,7 +153,28 @@ type Limits struct {
 	// MaxLongBytes bounds one pickled integer: the bytes of LONG1/LONG4, the
 	// digits of a text LONG. It is checked before anything is parsed.
 	MaxLongBytes int
+	// MaxObjectBytes bounds the objects the pickle builds (an estimate of
+	// their bytes: strings, containers, memo, stack, shapes; the storages
+	// are not counted, they are the file's own). Zero gives each file
+	// ObjectBytesBase plus ObjectBytesPerByte times its data.pkl, so that a
+	// pickle and what it builds take at most about twice its size (plus 1
+	// MiB): a 476 KB pickle that built 5 GB of copies is refused at 1.5 MB. A head's
+	// pickle (about 1 KB) builds about 12 KB; a pickle of a whole state dict
+	// builds about 11 times its size and needs a larger bound set here.
+	MaxObjectBytes int64
+	// MaxInflatedBytes bounds what the compressed entries inflate to, all
+	// together. Zero gives twice the archive's size plus 1 MiB: torch.save
+	// stores its entries, so a compressed one is rare, and an 8 MB archive
+	// holding a deflated 1 GiB storage is refused before it is read.
+	MaxInflatedBytes int64
 }
+
+// The per-file objects budget when Limits.MaxObjectBytes is 0: a fixed base
+// for the small pickles every archive has, plus the pickle's size.
+const (
+	ObjectBytesBase    = 1 << 20
+	ObjectBytesPerByte = 1
+)
 
 // DefaultLimits suit any real head file (kilobytes to a few megabytes: a
 // 27B-class head is 5 MB) with a wide margin: data.pkl up to 64 MiB, one
@@ -300,6 +320,11 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 		return nil, fail("", -1, nil, "no <root>/data.pkl entry")
 	}
 	budget := lim.MaxTotalBytes // bytes left to read in all
+	inflate := lim.MaxInflatedBytes
+	if inflate <= 0 {
+		inflate = 2*size + 1<<20
+	}
+	inflateLeft := inflate // bytes compressed entries may still inflate to
 	// read reads one entry as a stream, trusting none of its headers: what
 	// it holds may not exceed max, the budget, what the header declares, nor
 	// (compressed) MaxRatio times its compressed size.
@@ -317,6 +342,8 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 			return nil, fail(f.Name, -1, nil, "stored entry declares %d bytes but occupies %d", declared, f.CompressedSize64)
 		case f.Method != zip.Store && declared > minBombBytes && declared/max(f.CompressedSize64, 1) > uint64(lim.MaxRatio):
 			return nil, limit("entry expands %d compressed bytes to %d, more than %d:1 (a zip bomb?)", f.CompressedSize64, declared, lim.MaxRatio)
+		case f.Method != zip.Store && declared > uint64(inflateLeft):
+			return nil, limit("compressed entry declares %d bytes, over the %d bytes left of the %d that compressed entries may inflate to in a %d-byte archive", declared, inflateLeft, inflate, size)
 		}
 		raw, err := f.OpenRaw()
 		if err != nil {
@@ -333,12 +360,20 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 		default:
 			return nil, fail(f.Name, -1, nil, "compression method %d is not supported", f.Method)
 		}
-		// Grow with what actually arrives rather than allocating what the
-		// header declares; stop one byte past the declared size.
-		var buf bytes.Buffer
-		buf.Grow(int(min(declared, 1<<20)))
+		// The declared size is bounded by now: a stored entry's by the
+		// archive's size, a compressed one's by what compressed entries may
+		// inflate to. Read into exactly that much, and one byte more to see
+		// an entry longer than it says.
+		if f.Method != zip.Store {
+			inflateLeft -= int64(declared)
+		}
+		buf := make([]byte, declared+1)
 		h := crc32.NewIEEE()
-		n, err := buf.ReadFrom(io.TeeReader(io.LimitReader(src, int64(declared)+1), h))
+		k, err := io.ReadFull(io.TeeReader(src, h), buf)
+		n := int64(k)
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			err = nil
+		}
 		switch {
 		case uint64(n) > declared:
 			return nil, limit("entry is longer than the %d bytes it declares", declared)
@@ -350,7 +385,7 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 			return nil, fail(f.Name, -1, zip.ErrChecksum, "CRC-32 %08x, the header says %08x", h.Sum32(), f.CRC32)
 		}
 		budget -= n
-		return buf.Bytes(), nil
+		return buf[:n:n], nil
 	}
 	if bo, ok := entries[root+"/byteorder"]; ok {
 		b, err := read(bo, 16)
@@ -367,7 +402,11 @@ func Decode(r io.ReaderAt, size int64, name string, lim Limits) (any, error) {
 		return nil, err
 	}
 	storages := map[string]*storage{}
-	u := &unpickler{data: pkl, memo: map[uint32]any{}, limits: lim}
+	u := &unpickler{data: pkl, memo: map[uint32]any{}, limits: lim,
+		maxBuilt: lim.MaxObjectBytes}
+	if u.maxBuilt <= 0 {
+		u.maxBuilt = ObjectBytesBase + ObjectBytesPerByte*int64(len(pkl))
+	}
 	u.load = func(pid Tuple) (any, error) {
 		if len(pid) != 5 {
 			return nil, fmt.Errorf("persistent id has %d fields, want 5", len(pid))
