@@ -509,3 +509,52 @@ func randVals(r *rand.Rand, n int) []float32 {
 func near(got float32, want, mag, tol float64) bool {
 	return math.Abs(float64(got)-want) <= tol*mag+1e-30
 }
+
+// FuzzGemmSmall checks gemmNT and gemmNN at fuzzed shapes: every kernel the
+// processor has gives the plain Go kernel's bits, and those are within
+// float64's sum.
+func FuzzGemmSmall(f *testing.F) {
+	f.Add(uint8(1), uint8(1), uint16(1), true, false, uint64(1))
+	f.Add(uint8(13), uint8(33), uint16(257), false, true, uint64(2))
+	f.Fuzz(func(t *testing.T, m8, n8 uint8, k16 uint16, trans, add bool, seed uint64) {
+		m, n, k := 1+int(m8)%70, 1+int(n8)%70, int(k16)%600
+		r := rand.New(rand.NewPCG(seed, 5))
+		lda, ldb, ldc := k+1, k+2, n+3
+		if !trans {
+			ldb = n + 2
+		}
+		a, b := randVals(r, m*lda+1), randVals(r, ldb*max(n, k)+1)
+		c0 := randVals(r, m*ldc)
+		var first []float32
+		for _, kk := range allKernels() {
+			if !kk.ok {
+				continue
+			}
+			c := append([]float32(nil), c0...)
+			withKernel(kk.k, func() {
+				if trans {
+					gemmNT(m, n, k, a, lda, b, ldb, c, ldc, add)
+				} else {
+					gemmNN(m, n, k, a, lda, b, ldb, c, ldc, add)
+				}
+			})
+			if first == nil {
+				first = c
+				want, mag := refNT(m, n, k, a, lda, b, ldb, c0, ldc, add, trans)
+				for i := range m {
+					for j := range n {
+						if !near(c[i*ldc+j], want[i*n+j], mag[i*n+j], 1e-6) {
+							t.Fatalf("trans %v %dx%dx%d: c[%d,%d] = %v, want %v", trans, m, n, k, i, j, c[i*ldc+j], want[i*n+j])
+						}
+					}
+				}
+				continue
+			}
+			for i := range c {
+				if math.Float32bits(c[i]) != math.Float32bits(first[i]) {
+					t.Fatalf("trans %v %dx%dx%d: kernel %v c[%d] = %v, Go kernel %v", trans, m, n, k, kk.k, i, c[i], first[i])
+				}
+			}
+		}
+	})
+}
