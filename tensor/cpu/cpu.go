@@ -28,7 +28,9 @@ func init() {
 }
 
 // Backend is the CPU backend. Its operations may be called from several
-// goroutines at once; each parallelises itself over Threads goroutines.
+// goroutines at once; each parallelises itself over Threads goroutines: the
+// caller and workers of a pool the backend starts on first use (they end
+// once the backend is unreachable).
 type Backend struct {
 	// Threads is the number of goroutines an operation may use; New sets it
 	// to GOMAXPROCS.

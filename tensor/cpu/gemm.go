@@ -105,6 +105,14 @@ func fma32(a, b, c float32) float32 {
 	p := float64(a) * float64(b) // exact: 48 significant bits at most
 	cd := float64(c)
 	s := p + cd
+	// In float32's normal range, a float64 lies halfway between two float32
+	// values only when its 29 low mantissa bits are 1000…0; anywhere else
+	// rounding s is rounding a·b+c.
+	if bits := math.Float64bits(s); bits&(1<<29-1) != 1<<28 {
+		if e := bits >> 52 & 0x7ff; e > 1023-126 && e < 1023+128 {
+			return float32(s)
+		}
+	}
 	r := float32(s)
 	if float64(r) == s || s != s || math.IsInf(float64(r), 0) {
 		return r
