@@ -19,6 +19,10 @@ import (
 // segment's bits depend on that segment alone: the same alone or beside
 // others, whatever the thread count.
 
+// deltaTri is the row block of the triangular products: a block of rows
+// takes the columns up to its last row, about half of the square's work.
+const deltaTri = 16
+
 // deltaChunk holds one chunk's products that do not depend on the state,
 // and the scratch that makes them.
 type deltaChunk struct {
@@ -56,8 +60,11 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 		gam[r] = acc
 	}
 	L, QK, T := ch.L, ch.QK, ch.T
-	gemmNT(m, m, dk, ks, ld, ks, ld, L, cl, false)
-	gemmNT(m, m, dk, qs, ld, ks, ld, QK, cl, false)
+	for r0 := 0; r0 < m; r0 += deltaTri {
+		r1 := min(r0+deltaTri, m)
+		gemmNT(r1-r0, r1, dk, ks[r0*ld:], ld, ks, ld, L[r0*cl:], cl, false)
+		gemmNT(r1-r0, r1, dk, qs[r0*ld:], ld, ks, ld, QK[r0*cl:], cl, false)
+	}
 	for r := 0; r < m; r++ {
 		br := in.beta[(c0+r)*in.hv+h]
 		for s := 0; s < r; s++ {
@@ -86,7 +93,10 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 			X[s*dk+i] = a * v
 		}
 	}
-	gemmNN(m, dk, m, T, cl, X, dk, ch.W, dk, false)
+	for r0 := 0; r0 < m; r0 += deltaTri {
+		r1 := min(r0+deltaTri, m)
+		gemmNN(r1-r0, dk, r1, T[r0*cl:], cl, X, dk, ch.W[r0*dk:], dk, false)
+	}
 	for s := 0; s < m; s++ {
 		a := in.beta[(c0+s)*in.hv+h]
 		v := in.vRow(c0+s, h)
@@ -94,7 +104,10 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 			X[s*dv+j] = a * x
 		}
 	}
-	gemmNN(m, dv, m, T, cl, X, dv, ch.U, dv, false)
+	for r0 := 0; r0 < m; r0 += deltaTri {
+		r1 := min(r0+deltaTri, m)
+		gemmNN(r1-r0, dv, r1, T[r0*cl:], cl, X, dv, ch.U[r0*dv:], dv, false)
+	}
 	// (exp(γ_m−γ_s)·k_s)ᵀ for the state update.
 	for s := 0; s < m; s++ {
 		a := float32(math.Exp(float64(gam[m-1] - gam[s])))
@@ -122,7 +135,10 @@ func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32
 			or[j] *= gr
 		}
 	}
-	gemmNN(m, dv, m, ch.QK, cl, U, dv, o, ldo, true)
+	for r0 := 0; r0 < m; r0 += deltaTri {
+		r1 := min(r0+deltaTri, m)
+		gemmNN(r1-r0, dv, r1, ch.QK[r0*cl:], cl, U, dv, o[r0*ldo:], ldo, true)
+	}
 	gm := float32(math.Exp(float64(ch.gam[m-1])))
 	for i := range S {
 		S[i] *= gm
