@@ -143,10 +143,12 @@ func (w *attnScratch) block(kb, vb []float32, ld, kn, rows, d int, scale float32
 			mx = max(mx, si[j])
 		}
 		alpha := float32(math.Exp(float64(w.m[i] - mx)))
-		var sum float32
 		for j, v := range si {
-			e := float32(math.Exp(float64(v - mx)))
-			si[j] = e
+			si[j] = v - mx
+		}
+		expVec(si, si)
+		var sum float32
+		for _, e := range si {
 			sum += e
 		}
 		w.m[i], w.l[i] = mx, w.l[i]*alpha+sum

@@ -53,9 +53,7 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 						yr[c] += w[c] * xr[c]
 					}
 				}
-				for c, v := range yr {
-					yr[c] = silu(v)
-				}
+				siluVec(yr, yr)
 			}
 		}
 	})

@@ -29,15 +29,15 @@ func benchAttention(b *testing.B, prefix, segs, rows int) {
 	c := tensor.AttentionConfig{Heads: 8, KVHeads: 2, HeadDim: 256}
 	c.Scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	n, qw, kvw := segs*rows, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	q, k, v := benchUp(b, be, []int{n, qw}, randSlice(r, n*qw)), benchUp(b, be, []int{n, kvw}, randSlice(r, n*kvw)), benchUp(b, be, []int{n, kvw}, randSlice(r, n*kvw))
+	q, k, v := benchUp(b, be, []int{n, qw}, randFloats(r, n*qw)), benchUp(b, be, []int{n, kvw}, randFloats(r, n*kvw)), benchUp(b, be, []int{n, kvw}, randFloats(r, n*kvw))
 	var kps, vps []tensor.Tensor
 	ss := make([]tensor.Segment, segs)
 	for i := range ss {
 		ss[i] = tensor.Segment{Len: rows}
 	}
 	if prefix > 0 {
-		kps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randSlice(r, prefix*kvw))}
-		vps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randSlice(r, prefix*kvw))}
+		kps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randFloats(r, prefix*kvw))}
+		vps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randFloats(r, prefix*kvw))}
 		for i := range ss {
 			ss[i].From = tensor.FromPrefix
 		}
@@ -74,7 +74,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		gs[i] = -0.3 * r.Float32()
 		bs[i] = 0.1 + 0.8*r.Float32()
 	}
-	qkv := benchUp(b, be, []int{n, width}, randSlice(r, n*width))
+	qkv := benchUp(b, be, []int{n, width}, randFloats(r, n*width))
 	g, beta := benchUp(b, be, []int{n, c.ValueHeads}, gs), benchUp(b, be, []int{n, c.ValueHeads}, bs)
 	var states []tensor.Tensor
 	ss := make([]tensor.Segment, segs)
@@ -82,7 +82,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		ss[i] = tensor.Segment{Len: rows, Keep: !cached}
 	}
 	if cached {
-		st := randSlice(r, c.ValueHeads*c.KeyDim*c.ValueDim)
+		st := randFloats(r, c.ValueHeads*c.KeyDim*c.ValueDim)
 		for i := range st {
 			st[i] *= 0.05
 		}
