@@ -46,12 +46,7 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 					} else {
 						xr = hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
 					}
-					w := wt[j*ch+c0 : j*ch+c1]
-					xr = xr[:len(yr)]
-					w = w[:len(yr)]
-					for c := range yr {
-						yr[c] += w[c] * xr[c]
-					}
+					mulAdd(yr, wt[j*ch+c0:j*ch+c1], xr)
 				}
 				siluVec(yr, yr)
 			}

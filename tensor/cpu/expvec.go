@@ -41,3 +41,19 @@ func siluVec(dst, src []float32) { mapVec(dst, src, siluAVX2, silu) }
 
 // sigmoidVec sets dst[i] = sigmoid(src[i]).
 func sigmoidVec(dst, src []float32) { mapVec(dst, src, sigmoidAVX2, sigmoid) }
+
+// mulAdd adds w[i]·x[i] to y[i], the product rounded before the sum.
+func mulAdd(y, w, x []float32) {
+	n := len(y)
+	w, x = w[:n], x[:n]
+	n8 := 0
+	if useAVX2 {
+		if n8 = n &^ 7; n8 > 0 {
+			mulAddAVX2(&y[0], &w[0], &x[0], n8)
+		}
+	}
+	for i := n8; i < n; i++ {
+		p := w[i] * x[i]
+		y[i] += p
+	}
+}

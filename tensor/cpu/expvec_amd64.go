@@ -18,3 +18,9 @@ func siluAVX2(dst, src *float32, n int)
 //
 //go:noescape
 func sigmoidAVX2(dst, src *float32, n int)
+
+// mulAddAVX2 adds w[i]·x[i] to y[i], the product rounded before the sum
+// (no fused multiply-add: the bits of the plain Go loop).
+//
+//go:noescape
+func mulAddAVX2(y, w, x *float32, n int)

@@ -131,3 +131,22 @@ loop:
 	JLT     loop
 	VZEROUPPER
 	RET
+
+// func mulAddAVX2(y, w, x *float32, n int)
+TEXT ·mulAddAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VADDPS  (DI)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET

@@ -127,3 +127,22 @@ func BenchmarkExpScalar(b *testing.B) {
 		}
 	}
 }
+
+// TestMulAdd checks the kernel against the plain Go loop bit for bit.
+func TestMulAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{1, 7, 8, 9, 64, 1029} {
+		y, w, x := randFloats(r, n), randFloats(r, n), randFloats(r, n)
+		want := append([]float32(nil), y...)
+		for i := range want {
+			p := w[i] * x[i]
+			want[i] += p
+		}
+		mulAdd(y, w, x)
+		for i := range y {
+			if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n %d: y[%d] = %v, the Go loop %v", n, i, y[i], want[i])
+			}
+		}
+	}
+}
