@@ -13,4 +13,6 @@ func sigmoidAVX2(dst, src *float32, n int) {
 	panic("cpu: sigmoidAVX2 has no assembly on this architecture")
 }
 
-func mulAddAVX2(y, w, x *float32, n int) { panic("cpu: mulAddAVX2 has no assembly on this architecture") }
+func mulAddAVX2(y, w, x *float32, n int) {
+	panic("cpu: mulAddAVX2 has no assembly on this architecture")
+}
