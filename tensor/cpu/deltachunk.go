@@ -11,8 +11,8 @@ import (
 // (β_r k_r·k_s)·exp(γ_r−γ_s) and T = (I+L)⁻¹ (unit lower triangular):
 //
 //	W = −T·diag(βΓ)·K, U = T·diag(β)·V        (independent of the state)
-//	V_new = U + W·S                           (the new values δ)
-//	O = diag(Γ)·Q·S + (QKᵀ ⊙ decay, s ≤ r)·V_new
+//	[V_new; O₀] = [U; 0] + [W; diag(Γ)·Q]·S     (the new values δ; one product)
+//	O = O₀ + (QKᵀ ⊙ decay, s ≤ r)·V_new
 //	S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new
 //
 // Every product is gemmNT or gemmNN on the chunk's rows alone, so a
@@ -29,8 +29,8 @@ type deltaChunk struct {
 	c0, m int       // first row and rows of the chunk
 	gam   []float32 // [cl] γ
 	QK    []float32 // [cl, cl] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
-	W     []float32 // [cl, dk] −T·diag(βΓ)·K
-	U     []float32 // [cl, dv] T·diag(β)·V, then V_new
+	WQ    []float32 // [2cl, dk] rows < m: W = −T·diag(βΓ)·K; rows m…2m−1: diag(Γ)·Q
+	UO    []float32 // [2cl, dv] rows < m: U = T·diag(β)·V, then V_new; rows m…2m−1: the outputs
 	KdT   []float32 // [dk, cl] (exp(γ_m−γ_s)·k_s)ᵀ
 	L, T  []float32 // [cl, cl] scratch
 	X     []float32 // [cl, max(dk, dv)] scratch: scaled keys, then values
@@ -39,7 +39,7 @@ type deltaChunk struct {
 
 func newDeltaChunk(cl, dk, dv int) *deltaChunk {
 	return &deltaChunk{
-		gam: make([]float32, cl), QK: make([]float32, cl*cl), W: make([]float32, cl*dk), U: make([]float32, cl*dv),
+		gam: make([]float32, cl), QK: make([]float32, cl*cl), WQ: make([]float32, 2*cl*dk), UO: make([]float32, 2*cl*dv),
 		KdT: make([]float32, dk*cl), L: make([]float32, cl*cl), T: make([]float32, cl*cl),
 		X: make([]float32, cl*max(dk, dv)), cf: make([]float32, cl),
 	}
@@ -95,7 +95,14 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	}
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dk, r1, T[r0*cl:], cl, X, dk, ch.W[r0*dk:], dk, false)
+		gemmNN(r1-r0, dk, r1, T[r0*cl:], cl, X, dk, ch.WQ[r0*dk:], dk, false)
+	}
+	for r := 0; r < m; r++ {
+		a := float32(math.Exp(float64(gam[r])))
+		q := qs[r*ld : r*ld+dk]
+		for i, v := range q {
+			ch.WQ[(m+r)*dk+i] = a * v
+		}
 	}
 	for s := 0; s < m; s++ {
 		a := in.beta[(c0+s)*in.hv+h]
@@ -106,8 +113,9 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	}
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dv, r1, T[r0*cl:], cl, X, dv, ch.U[r0*dv:], dv, false)
+		gemmNN(r1-r0, dv, r1, T[r0*cl:], cl, X, dv, ch.UO[r0*dv:], dv, false)
 	}
+	clear(ch.UO[m*dv : 2*m*dv])
 	// (exp(γ_m−γ_s)·k_s)ᵀ for the state update.
 	for s := 0; s < m; s++ {
 		a := float32(math.Exp(float64(gam[m-1] - gam[s])))
@@ -122,22 +130,16 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 // and writes the chunk's outputs into out [n, hv·dv].
 func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32) {
 	dk, dv, m, c0 := in.dk, in.dv, ch.m, ch.c0
-	kh := h / (in.hv / in.hk)
-	ld, ldo := in.hk*dk, in.hv*dv
-	U := ch.U
-	gemmNN(m, dv, dk, ch.W, dk, S, dv, U, dv, true) // V_new
-	o := out[c0*ldo+h*dv:]
-	gemmNN(m, dv, dk, in.q[(c0*in.hk+kh)*dk:], ld, S, dv, o, ldo, false)
-	for r := 0; r < m; r++ {
-		gr := float32(math.Exp(float64(ch.gam[r])))
-		or := o[r*ldo : r*ldo+dv]
-		for j := range or {
-			or[j] *= gr
-		}
-	}
+	ldo := in.hv * dv
+	U, O := ch.UO[:m*dv], ch.UO[m*dv:2*m*dv]
+	// [V_new; O] = [U; 0] + [W; diag(Γ)·Q]·S in one product.
+	gemmNN(2*m, dv, dk, ch.WQ, dk, S, dv, ch.UO, dv, true)
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dv, r1, ch.QK[r0*cl:], cl, U, dv, o[r0*ldo:], ldo, true)
+		gemmNN(r1-r0, dv, r1, ch.QK[r0*cl:], cl, U, dv, O[r0*dv:], dv, true)
+	}
+	for r := 0; r < m; r++ {
+		copy(out[(c0+r)*ldo+h*dv:(c0+r)*ldo+(h+1)*dv], O[r*dv:(r+1)*dv])
 	}
 	gm := float32(math.Exp(float64(ch.gam[m-1])))
 	for i := range S {
