@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"slices"
+	"sync"
 )
 
 // The delta rule's chunked form on matrix products, as flash-linear-attention
@@ -26,23 +27,38 @@ const deltaTri = 16
 // deltaChunk holds one chunk's products that do not depend on the state,
 // and the scratch that makes them.
 type deltaChunk struct {
-	c0, m int       // first row and rows of the chunk
-	gam   []float32 // [cl] γ
-	QK    []float32 // [cl, cl] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
-	WQ    []float32 // [2cl, dk] rows < m: W = −T·diag(βΓ)·K; rows m…2m−1: diag(Γ)·Q
-	UO    []float32 // [2cl, dv] rows < m: U = T·diag(β)·V, then V_new; rows m…2m−1: the outputs
-	KdT   []float32 // [dk, cl] (exp(γ_m−γ_s)·k_s)ᵀ
-	L, T  []float32 // [cl, cl] scratch
-	X     []float32 // [cl, max(dk, dv)] scratch: scaled keys, then values
-	cf    []float32 // [cl] scratch
+	cl, dk, dv int       // the sizes it was made for
+	c0, m      int       // first row and rows of the chunk
+	gam        []float32 // [cl] γ
+	QK         []float32 // [cl, cl] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
+	WQ         []float32 // [2cl, dk] rows < m: W = −T·diag(βΓ)·K; rows m…2m−1: diag(Γ)·Q
+	UO         []float32 // [2cl, dv] rows < m: U = T·diag(β)·V, then V_new; rows m…2m−1: the outputs
+	KdT        []float32 // [dk, cl] (exp(γ_m−γ_s)·k_s)ᵀ
+	L, T       []float32 // [cl, cl] scratch
+	X          []float32 // [cl, max(dk, dv)] scratch: scaled keys, then values
+	cf         []float32 // [cl] scratch
+	S          []float32 // [dk, dv] a state, for the goroutine that holds it
 }
 
 func newDeltaChunk(cl, dk, dv int) *deltaChunk {
 	return &deltaChunk{
+		cl: cl, dk: dk, dv: dv, S: make([]float32, dk*dv),
 		gam: make([]float32, cl), QK: make([]float32, cl*cl), WQ: make([]float32, 2*cl*dk), UO: make([]float32, 2*cl*dv),
 		KdT: make([]float32, dk*cl), L: make([]float32, cl*cl), T: make([]float32, cl*cl),
 		X: make([]float32, cl*max(dk, dv)), cf: make([]float32, cl),
 	}
+}
+
+// deltaChunks recycles chunk buffers (about 350 KiB each at d 128) between
+// calls.
+var deltaChunks sync.Pool
+
+// getDeltaChunk returns chunk buffers for the sizes, recycled when at hand.
+func getDeltaChunk(cl, dk, dv int) *deltaChunk {
+	if ch, ok := deltaChunks.Get().(*deltaChunk); ok && ch.cl == cl && ch.dk == dk && ch.dv == dv {
+		return ch
+	}
+	return newDeltaChunk(cl, dk, dv)
 }
 
 // prepare computes the state-free products of value head h's chunk of m
@@ -176,9 +192,19 @@ func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float3
 	slices.SortStableFunc(order, func(x, y int) int { return jobs[y].l - jobs[x].l })
 	threads := max(b.Threads, 1)
 	if cl == 0 || len(jobs) >= threads {
+		var mu sync.Mutex
+		var held []*deltaChunk
+		defer func() {
+			for _, ch := range held {
+				deltaChunks.Put(ch)
+			}
+		}()
 		b.each(len(jobs), func() func(int) {
-			S := make([]float32, dk*dv)
-			var ch *deltaChunk
+			ch := getDeltaChunk(max(cl, 1), dk, dv)
+			mu.Lock()
+			held = append(held, ch)
+			mu.Unlock()
+			S := ch.S
 			return func(j int) {
 				jb := jobs[order[j]]
 				if jb.from != nil {
@@ -189,9 +215,6 @@ func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float3
 				if cl == 0 {
 					in.recurrent(S, jb.h, jb.s0, jb.l, out)
 				} else {
-					if ch == nil {
-						ch = newDeltaChunk(cl, dk, dv)
-					}
 					for c0 := jb.s0; c0 < jb.s0+jb.l; c0 += cl {
 						ch.prepare(in, jb.h, c0, min(cl, jb.s0+jb.l-c0), cl)
 						ch.step(in, S, jb.h, cl, out)
@@ -213,6 +236,13 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 	win := deltaWindow(len(jobs), max(b.Threads, 1))
 	states := make([][]float32, len(jobs))
 	chunks := make([]*deltaChunk, len(jobs)*win)
+	defer func() {
+		for _, ch := range chunks {
+			if ch != nil {
+				deltaChunks.Put(ch)
+			}
+		}
+	}()
 	for i, jb := range jobs {
 		states[i] = make([]float32, dk*dv)
 		if jb.from != nil {
@@ -238,7 +268,7 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 				tk := tasks[t]
 				slot := tk.job*win + tk.k - w0
 				if chunks[slot] == nil {
-					chunks[slot] = newDeltaChunk(cl, dk, dv)
+					chunks[slot] = getDeltaChunk(cl, dk, dv)
 				}
 				jb := jobs[tk.job]
 				c0 := jb.s0 + tk.k*cl
