@@ -249,23 +249,23 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 			copy(states[i], jb.from)
 		}
 	}
-	type task struct{ job, k int }
-	var tasks []task
+	type piece struct{ job, k int } // chunk k of a job
+	var pieces []piece
 	for w0 := 0; ; w0 += win {
-		tasks = tasks[:0]
+		pieces = pieces[:0]
 		for k := w0; k < w0+win; k++ {
 			for i, jb := range jobs {
 				if k*cl < jb.l {
-					tasks = append(tasks, task{i, k})
+					pieces = append(pieces, piece{i, k})
 				}
 			}
 		}
-		if len(tasks) == 0 {
+		if len(pieces) == 0 {
 			break
 		}
-		b.each(len(tasks), func() func(int) {
+		b.each(len(pieces), func() func(int) {
 			return func(t int) {
-				tk := tasks[t]
+				tk := pieces[t]
 				slot := tk.job*win + tk.k - w0
 				if chunks[slot] == nil {
 					chunks[slot] = getDeltaChunk(cl, dk, dv)
