@@ -5,13 +5,16 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kevgo/kev/tensor"
 )
 
 // Benchmarks of the long-state operations at Kev-0.8B's shape: a new
 // 2,200-token state (one segment), and 6 questions of 40 rows each on a
-// cached 2,200-token state. GOMAXPROCS sets the threads.
+// cached 2,200-token state. GOMAXPROCS sets the threads. Besides the wall
+// time they report the process's CPU time a call (cpu-ms/call), which a
+// busy machine disturbs less.
 
 const benchState, benchQuestions, benchRows = 2200, 6, 40
 
@@ -43,6 +46,7 @@ func benchAttention(b *testing.B, prefix, segs, rows int) {
 		}
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		y, err := be.AttentionSegments(q, k, v, kps, vps, ss, c)
 		if err != nil {
@@ -50,6 +54,7 @@ func benchAttention(b *testing.B, prefix, segs, rows int) {
 		}
 		be.Free(y)
 	}
+	reportCPU(b, cpu0)
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
@@ -92,6 +97,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		}
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		y, kept, err := be.GatedDeltaRuleSegments(qkv, g, beta, states, ss, c)
 		if err != nil {
@@ -100,6 +106,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		be.Free(y)
 		be.Free(kept...)
 	}
+	reportCPU(b, cpu0)
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
@@ -120,6 +127,7 @@ func BenchmarkConv2200(b *testing.B) {
 	n, ch, kw := benchState, 6144, 4
 	x, w := benchUp(b, be, []int{n, ch}, randFloats(r, n*ch)), benchUp(b, be, []int{ch, kw}, randFloats(r, ch*kw))
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		y, st, err := be.CausalConv1dSiLUSegments(x, w, nil, []tensor.Segment{{Len: n, Keep: true}})
 		if err != nil {
@@ -128,5 +136,13 @@ func BenchmarkConv2200(b *testing.B) {
 		be.Free(y)
 		be.Free(st...)
 	}
+	reportCPU(b, cpu0)
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
+}
+
+// reportCPU reports the CPU time a call since cpu0.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	if d := cpuTime() - cpu0; cpu0 > 0 {
+		b.ReportMetric(float64(d.Microseconds())/1000/float64(b.N), "cpu-ms/call")
+	}
 }
