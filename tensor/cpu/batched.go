@@ -341,7 +341,7 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 	if xt.dtype == tensor.F32 {
 		out.f32 = append([]float32(nil), xt.f32[lo*w:hi*w]...)
 	} else {
-		out.bits = append([]uint16(nil), xt.bits[lo*w:hi*w]...)
+		out.bits, out.heap = append([]uint16(nil), xt.halfRows(lo, hi)...), true
 	}
 	return out, nil
 }

@@ -50,6 +50,9 @@ type Tensor struct {
 	bits  []uint16  // dtype BF16 or F16
 	freed bool
 	owned bool // f32 came from allocF32 and is referenced by nothing else
+
+	heap bool      // bits is the tensor's own heap copy (not mapped file memory)
+	bf16 bf16Cache // bf16.go: a BF16 weight's packed panels; bits via halfBits once packed
 }
 
 // Shape returns the tensor's dimensions.
@@ -123,7 +126,7 @@ func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tens
 	if err := checkShape(shape, len(data)); err != nil {
 		return nil, err
 	}
-	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype, bits: append([]uint16(nil), data...)}, nil
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype, bits: append([]uint16(nil), data...), heap: true}, nil
 }
 
 // ToHost returns a float32 copy of t.
@@ -137,7 +140,7 @@ func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
 	case tensor.F32:
 		copy(out, c.f32)
 	default:
-		widen(out, c.bits, c.dtype)
+		widen(out, c.halfBits(), c.dtype)
 	}
 	return out, nil
 }
@@ -150,7 +153,8 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 			if c.owned {
 				recycle(c.f32)
 			}
-			c.f32, c.bits, c.freed = nil, nil, true
+			c.dropHalf()
+			c.f32, c.freed = nil, true
 		}
 	}
 }
@@ -188,8 +192,9 @@ func (t *Tensor) float32s() []float32 {
 	if t.dtype == tensor.F32 {
 		return t.f32
 	}
-	out := make([]float32, len(t.bits))
-	widen(out, t.bits, t.dtype)
+	bits := t.halfBits()
+	out := make([]float32, len(bits))
+	widen(out, bits, t.dtype)
 	return out
 }
 

@@ -31,7 +31,9 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	if m == 0 || n == 0 || k == 0 {
 		return out, nil
 	}
-	if fastMatMul != nil && !b.generic {
+	if wt.dtype == tensor.BF16 { // bf16 compute (bf16.go)
+		b.matmulBF16(xt.f32, wt, m, n, k, out.f32)
+	} else if fastMatMul != nil && !b.generic {
 		fastMatMul(b, xt.f32, wt, m, n, k, out.f32)
 	} else {
 		b.matmulGo(xt.f32, wt, m, n, k, out.f32)

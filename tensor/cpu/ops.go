@@ -27,7 +27,7 @@ func (b *Backend) Embedding(table tensor.Tensor, ids []int32) (tensor.Tensor, er
 		if tt.dtype == tensor.F32 {
 			copy(row, tt.f32[int(id)*d:(int(id)+1)*d])
 		} else {
-			widen(row, tt.bits[int(id)*d:(int(id)+1)*d], tt.dtype)
+			widen(row, tt.halfRows(int(id), int(id)+1), tt.dtype)
 		}
 	}
 	return out, nil
