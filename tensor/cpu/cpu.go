@@ -1,7 +1,9 @@
 // Package cpu is the reference backend of package tensor: plain Go, float32
 // compute on all cores. Activations are float32; weights keep the storage
-// type they were uploaded with (BF16 and F16 are widened exactly, block by
-// block, inside MatMul), so a bf16 checkpoint costs two bytes per parameter.
+// type they were uploaded with, so a bf16 checkpoint costs two bytes per
+// parameter. MatMul widens F16 weights exactly, block by block; with a BF16
+// weight it computes in bf16 (bf16.go): x rounded to bf16, the bf16 products
+// summed in float32, on AMX or AVX512_BF16 where the processor has them.
 //
 // Importing the package registers the backend as "cpu":
 //

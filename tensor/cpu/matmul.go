@@ -6,7 +6,9 @@ import "github.com/kevgo/kev/tensor"
 // this processor (see matmul_amd64.go); it has the contract of matmulGo.
 var fastMatMul func(b *Backend, xs []float32, w *Tensor, m, n, k int, ys []float32)
 
-// MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type.
+// MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type. With a
+// BF16 weight it computes in bf16 (matmulBF16, bf16.go); F32 and F16 weights
+// as follows.
 //
 // On amd64 processors with AVX2 and FMA the product runs in an assembly
 // kernel (fused multiply-adds, eight lanes per row, K in blocks); elsewhere,
