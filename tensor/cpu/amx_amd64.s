@@ -3,14 +3,14 @@
 // The Go assembler has no AMX mnemonics: each instruction is spelled in bytes,
 // with the instruction in AT&T order (sources, then the destination) beside it.
 
-// func amxBF16x32(cfg *byte, a *uint16, lda int, w *uint32, kt int, c *float32)
+// func amxBF16x32(cfg *byte, a *uint32, lda int, w *uint32, kt int, c *float32)
 //
 // Sets the 32×32 float32 block c (row stride 32) to the bf16 products of 32
 // rows of x against a 32-column weight panel, in one call that configures
 // the tiles, computes and releases them: no Go code runs while tiles are live.
 //
 // cfg is the 64-byte tile configuration (palette 1, tiles 0–7 of 16 rows ×
-// 64 bytes). a is row 0 of x in bf16, row stride lda bytes; w the panel
+// 64 bytes). a is row 0 of x in bf16 pairs, row stride lda bytes; w the panel
 // (pairs along K, 32 columns of 32-bit pairs a row, 128 bytes); kt > 0 the
 // number of 32-element K steps. Tiles: 0–3 accumulate C (rows 0–15 × columns
 // 0–15, 0–15 × 16–31, 16–31 × 0–15, 16–31 × 16–31), 4 and 5 hold the two row

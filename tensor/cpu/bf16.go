@@ -225,6 +225,20 @@ func bf16Pair(row []float32, q int) uint32 {
 	return lo
 }
 
+// roundRow sets dst[p] for p < ⌈len(row)/2⌉ to bf16Pair(row, 2p), with
+// VCVTNE2PS2BF16 where the processor has it.
+func roundRow(dst []uint32, row []float32) {
+	n := 0
+	if hasDPBF16 {
+		if n = len(row) &^ 31; n > 0 {
+			roundBF16Pairs(&dst[0], &row[0], n)
+		}
+	}
+	for q := n; q < len(row); q += 2 {
+		dst[q/2] = bf16Pair(row, q)
+	}
+}
+
 // dpbf16Rows is the height of the VDPBF16PS kernel's main block; the rows
 // past the last whole block go in blocks of dpbf16Tail.
 const (
@@ -255,12 +269,13 @@ func dpbf16Blocks(m int) ([]dpbf16Block, int) {
 func (b *Backend) packXDP(xs []float32, m, k, kh int, blocks []dpbf16Block, mp int) []uint32 {
 	xp := make([]uint32, mp*kh)
 	b.parallel(len(blocks), 1, func(lo, hi int) {
+		pairs := make([]uint32, (k+1)/2)
 		for _, bl := range blocks[lo:hi] {
 			dst := xp[bl.i0*kh : (bl.i0+bl.h)*kh]
 			for r := 0; r < bl.h && bl.i0+r < m; r++ {
-				row := xs[(bl.i0+r)*k : (bl.i0+r+1)*k]
-				for q := 0; q < k; q += 2 {
-					dst[(q/2)*bl.h+r] = bf16Pair(row, q)
+				roundRow(pairs, xs[(bl.i0+r)*k:(bl.i0+r+1)*k])
+				for p, v := range pairs {
+					dst[p*bl.h+r] = v
 				}
 			}
 		}
@@ -324,26 +339,27 @@ func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32)
 // amxRows is the height of the AMX kernel's block.
 const amxRows = 32
 
+// amxChunkBytes bounds the rows of x an AMX pass keeps in cache while a panel
+// streams past them: AMX processors have 2 MiB of L2 a core, and a panel of
+// K = 3584 takes 224 KiB of it.
+const amxChunkBytes = 1 << 20
+
 // matmulAMX sets ys [m, n] to xs [m, k] · wᵀ with the AMX kernel.
 //
-// x is rounded to bf16 into a row-major buffer (rows padded to a multiple of
-// 32 and K to 2·kh with zeros); the threads split the panels and each runs
+// x is rounded to bf16 into a row-major buffer of pairs (rows padded to a
+// multiple of 32 and K to 2·kh with zeros); the threads split the panels and each runs
 // over chunks of 32-row blocks, every panel of its own against every block
 // of the chunk; each call's 32×32 block goes through a buffer into ys.
 func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	n, k, kh := p.n, p.k, p.kh
-	kp := 2 * kh
 	mp := (m + amxRows - 1) / amxRows * amxRows
-	xa := make([]uint16, mp*kp)
+	xa := make([]uint32, mp*kh)
 	b.parallel(m, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			row, dst := xs[i*k:(i+1)*k], xa[i*kp:]
-			for q, v := range row {
-				dst[q] = half.BF16FromF32(v)
-			}
+			roundRow(xa[i*kh:(i+1)*kh], xs[i*k:(i+1)*k])
 		}
 	})
-	chunkRows := max(amxRows, bf16ChunkBytes/(2*kp)/amxRows*amxRows)
+	chunkRows := max(amxRows, amxChunkBytes/(4*kh)/amxRows*amxRows)
 	cfg := amxConfig()
 	work := func(lo, hi int) {
 		var tmp [amxRows * bf16PanelCols]float32
@@ -354,7 +370,7 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 				j0 := q * bf16PanelCols
 				cols := min(bf16PanelCols, n-j0)
 				for i0 := c0; i0 < c1; i0 += amxRows {
-					amxBF16x32(&cfg[0], &xa[i0*kp], 2*kp, &w[0], kh/16, &tmp[0])
+					amxBF16x32(&cfg[0], &xa[i0*kh], 4*kh, &w[0], kh/16, &tmp[0])
 					for r := 0; r < amxRows && i0+r < m; r++ {
 						copy(ys[(i0+r)*n+j0:(i0+r)*n+j0+cols], tmp[r*bf16PanelCols:])
 					}

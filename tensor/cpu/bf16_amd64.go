@@ -30,3 +30,10 @@ func dpbf16x12(x *uint32, w *uint32, kh int, y *float32, ldy int)
 //
 //go:noescape
 func dpbf16x4(x *uint32, w *uint32, kh int, y *float32, ldy int)
+
+// roundBF16Pairs sets dst[i] for i < n/2 to the bf16 pair of src[2i] and
+// src[2i+1] (bf16Pair's layout; a subnormal input counts as zero); n is a
+// positive multiple of 32. It needs AVX512_BF16.
+//
+//go:noescape
+func roundBF16Pairs(dst *uint32, src *float32, n int)

@@ -238,3 +238,26 @@ loop4:
 	VMOVUPS Z7, 64(DX)
 	VZEROUPPER
 	RET
+
+// func roundBF16Pairs(dst *uint32, src *float32, n int)
+//
+// Sets dst[i] for i < n/2 to the pair (src[2i], src[2i+1]) rounded to bf16
+// (to nearest even; VCVTNE2PS2BF16 reads subnormal inputs as zero), the even
+// element in the low half; n is a positive multiple of 32.
+TEXT ·roundBF16Pairs(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+loopcvt:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	// vcvtne2ps2bf16 %zmm0,%zmm1,%zmm2: the low 16 bf16 of Z2 from Z0, the high from Z1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xd0
+	VMOVDQU32 Z2, (DI)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	SUBQ $32, CX
+	JNZ  loopcvt
+	VZEROUPPER
+	RET

@@ -330,3 +330,31 @@ func BenchmarkGEMMBF16(bn *testing.B) {
 		}
 	}
 }
+
+// TestBF16RoundRow checks the rounding of x to bf16 pairs against bf16Pair
+// (and so half.BF16FromF32): random values, ties, the largest floats (which
+// round to infinity), infinities and NaNs, at lengths around the assembly's
+// 32-element steps. Subnormal inputs are left out: VCVTNE2PS2BF16 reads them
+// as zero.
+func TestBF16RoundRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	special := []uint32{0x3f808000, 0x3f818000, 0xbf808000, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000,
+		0x7fc00001, 0xffa00000, 0x7f800001, 0, 0x80000000, 0x00800000}
+	for _, n := range []int{1, 2, 31, 32, 33, 64, 95, 130} {
+		row := make([]float32, n)
+		for i := range row {
+			if r.IntN(3) == 0 {
+				row[i] = math.Float32frombits(special[r.IntN(len(special))])
+			} else {
+				row[i] = float32(r.NormFloat64() * math.Exp2(float64(r.IntN(40)-20)))
+			}
+		}
+		got := make([]uint32, (n+1)/2)
+		roundRow(got, row)
+		for p := range got {
+			if want := bf16Pair(row, 2*p); got[p] != want {
+				t.Fatalf("n=%d pair %d of (%#x, …): %#x, want %#x", n, p, math.Float32bits(row[2*p]), got[p], want)
+			}
+		}
+	}
+}
