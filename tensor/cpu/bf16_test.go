@@ -131,6 +131,28 @@ func TestBF16KernelsMatchReference(t *testing.T) {
 	}
 }
 
+// FuzzBF16Kernels compares every kernel that runs here with the reference
+// on shapes drawn by the fuzzer.
+func FuzzBF16Kernels(f *testing.F) {
+	f.Add(uint8(1), uint8(1), uint16(1), uint64(1))
+	f.Add(uint8(13), uint8(33), uint16(65), uint64(2))
+	f.Add(uint8(40), uint8(64), uint16(1024), uint64(3))
+	f.Fuzz(func(t *testing.T, m, n uint8, k uint16, seed uint64) {
+		mm, nn, kk := 1+int(m)%70, 1+int(n)%100, 1+int(k)%1500
+		r := rand.New(rand.NewPCG(seed, 15))
+		xs, ws := bf16Case(r, mm, nn, kk)
+		want, scale := bf16Ref(xs, ws, mm, nn, kk), absRef(xs, ws, mm, nn, kk)
+		for kern, tol := range bf16Kernels(t) {
+			got := runBF16(&Backend{Threads: 2}, kern, xs, ws, mm, nn, kk)
+			for i := range got {
+				if d := math.Abs(float64(got[i]) - float64(want[i])); !(d <= tol*scale[i]) {
+					t.Fatalf("%v %dx%dx%d: y[%d] = %v, reference %v", kern, mm, nn, kk, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
+
 // TestBF16KernelsBatchInvariant checks that each kernel gives a row the same
 // bits alone, in a batch at any position, and on any number of threads.
 func TestBF16KernelsBatchInvariant(t *testing.T) {
