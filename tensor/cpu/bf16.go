@@ -289,20 +289,21 @@ const bf16ChunkBytes = 256 << 10
 
 // matmulDPBF16 sets ys [m, n] to xs [m, k] · wᵀ with the VDPBF16PS kernels.
 //
-// The threads split the panels; each runs over chunks of row blocks (about
-// bf16ChunkBytes of packed x), and within a chunk every one of its panels
-// against every block. A block that fills its 12 or 4 rows and 32 columns
+// The threads split the panels or the row blocks (splitBF16); each runs over
+// chunks of its row blocks (about bf16ChunkBytes of packed x), and within a
+// chunk every one of its panels against every block. A block that fills its 12 or 4 rows and 32 columns
 // writes to ys directly, others through a buffer.
 func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32) {
 	n, k, kh := p.n, p.k, p.kh
 	blocks, mp := dpbf16Blocks(m)
 	xp := b.packXDP(xs, m, k, kh, blocks, mp)
 	chunkRows := max(dpbf16Rows, bf16ChunkBytes/(4*kh))
-	work := func(lo, hi int) {
+	// work runs panels [lo, hi) against blocks [blo, bhi).
+	work := func(lo, hi, blo, bhi int) {
 		var tmp [dpbf16Rows * bf16PanelCols]float32
-		for c0 := 0; c0 < len(blocks); {
+		for c0 := blo; c0 < bhi; {
 			c1, rows := c0, 0
-			for c1 < len(blocks) && (c1 == c0 || rows+blocks[c1].h <= chunkRows) {
+			for c1 < bhi && (c1 == c0 || rows+blocks[c1].h <= chunkRows) {
 				rows += blocks[c1].h
 				c1++
 			}
@@ -329,10 +330,21 @@ func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32)
 			c0 = c1
 		}
 	}
-	if m*n*k < 1<<16 {
-		work(0, p.panels())
-	} else {
-		b.parallel(p.panels(), 1, work)
+	b.splitBF16(m*n*k, p.panels(), len(blocks), work)
+}
+
+// splitBF16 runs work over panels × row blocks on the backend's threads:
+// split over the panels where there are enough of them for every thread,
+// else over the row blocks; on one thread for small products. Each output's
+// arithmetic is the same however the work is split.
+func (b *Backend) splitBF16(size, panels, blocks int, work func(lo, hi, blo, bhi int)) {
+	switch {
+	case size < 1<<16:
+		work(0, panels, 0, blocks)
+	case panels >= b.Threads || blocks < 2*panels:
+		b.parallel(panels, 1, func(lo, hi int) { work(lo, hi, 0, blocks) })
+	default:
+		b.parallel(blocks, 1, func(blo, bhi int) { work(0, panels, blo, bhi) })
 	}
 }
 
@@ -347,9 +359,10 @@ const amxChunkBytes = 1 << 20
 // matmulAMX sets ys [m, n] to xs [m, k] · wᵀ with the AMX kernel.
 //
 // x is rounded to bf16 into a row-major buffer of pairs (rows padded to a
-// multiple of 32 and K to 2·kh with zeros); the threads split the panels and each runs
-// over chunks of 32-row blocks, every panel of its own against every block
-// of the chunk; each call's 32×32 block goes through a buffer into ys.
+// multiple of 32 and K to 2·kh with zeros); the threads split the panels or
+// the 32-row blocks (splitBF16), and each runs over chunks of blocks, every
+// panel of its own against every block of the chunk; each call's 32×32
+// block goes through a buffer into ys.
 func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	n, k, kh := p.n, p.k, p.kh
 	mp := (m + amxRows - 1) / amxRows * amxRows
@@ -361,10 +374,11 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	})
 	chunkRows := max(amxRows, amxChunkBytes/(4*kh)/amxRows*amxRows)
 	cfg := amxConfig()
-	work := func(lo, hi int) {
+	// work runs panels [lo, hi) against 32-row blocks [blo, bhi).
+	work := func(lo, hi, blo, bhi int) {
 		var tmp [amxRows * bf16PanelCols]float32
-		for c0 := 0; c0 < mp; c0 += chunkRows {
-			c1 := min(c0+chunkRows, mp)
+		for c0 := blo * amxRows; c0 < bhi*amxRows; c0 += chunkRows {
+			c1 := min(c0+chunkRows, bhi*amxRows)
 			for q := lo; q < hi; q++ {
 				w := p.panel(q)
 				j0 := q * bf16PanelCols
@@ -378,11 +392,7 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 			}
 		}
 	}
-	if m*n*k < 1<<16 {
-		work(0, p.panels())
-	} else {
-		b.parallel(p.panels(), 1, work)
-	}
+	b.splitBF16(m*n*k, p.panels(), mp/amxRows, work)
 }
 
 // amxConfig returns the tile configuration of amxBF16x32: palette 1, tiles

@@ -158,7 +158,8 @@ func FuzzBF16Kernels(f *testing.F) {
 func TestBF16KernelsBatchInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for kern := range bf16Kernels(t) {
-		for _, sh := range [][3]int{{29, 70, 130}, {50, 96, 1024}} {
+		// One panel and many rows: the threads split the rows.
+		for _, sh := range [][3]int{{29, 70, 130}, {50, 96, 1024}, {100, 20, 130}} {
 			m, n, k := sh[0], sh[1], sh[2]
 			xs, ws := bf16Case(r, m, n, k)
 			all := runBF16(&Backend{Threads: 4}, kern, xs, ws, m, n, k)
