@@ -37,6 +37,7 @@ const (
 	bf16AMX                      // TDPBF16PS
 )
 
+// String returns the kernel's name as KEV_BF16_KERNEL spells it.
 func (k bf16Kernel) String() string {
 	switch k {
 	case bf16AVX512:
@@ -165,7 +166,7 @@ func (p *bf16Panels) unpackRows(dst []uint16, lo, hi int) {
 // bf16Panels returns the weight's panels, packing them on first use (one
 // goroutine packs, others wait). Once packed, a weight whose bits are the
 // tensor's own heap copy drops them: the panels are then its only copy
-// (halfBits and halfRow read them back). Mapped file memory is kept.
+// (halfBits and halfRows read them back). Mapped file memory is kept.
 func (t *Tensor) bf16Panels() *bf16Panels {
 	c := &t.bf16
 	c.once.Do(func() {
