@@ -155,7 +155,9 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 			if c.owned {
 				recycle(c.f32)
 			}
-			c.dropHalf()
+			if c.dtype != tensor.F32 {
+				c.dropHalf() // bf16.go: bits and packed panels, under their lock
+			}
 			c.f32, c.freed = nil, true
 		}
 	}
