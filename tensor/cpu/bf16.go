@@ -367,13 +367,17 @@ const amxChunkBytes = 1 << 20
 func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	n, k, kh := p.n, p.k, p.kh
 	mp := (m + amxRows - 1) / amxRows * amxRows
-	xa := make([]uint32, mp*kh)
+	// Rows of x lie 64 bytes further apart than their kh pairs: at a
+	// stride of a multiple of 4 KiB the sixteen rows of a tile load would
+	// all fall in one set of the L1 cache.
+	ldx := kh + 16
+	xa := make([]uint32, mp*ldx)
 	b.parallel(m, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			roundRow(xa[i*kh:(i+1)*kh], xs[i*k:(i+1)*k])
+			roundRow(xa[i*ldx:i*ldx+kh], xs[i*k:(i+1)*k])
 		}
 	})
-	chunkRows := max(amxRows, amxChunkBytes/(4*kh)/amxRows*amxRows)
+	chunkRows := max(amxRows, amxChunkBytes/(4*ldx)/amxRows*amxRows)
 	cfg := amxConfig()
 	// work runs panels [lo, hi) against 32-row blocks [blo, bhi).
 	work := func(lo, hi, blo, bhi int) {
@@ -385,7 +389,7 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 				j0 := q * bf16PanelCols
 				cols := min(bf16PanelCols, n-j0)
 				for i0 := c0; i0 < c1; i0 += amxRows {
-					amxBF16x32(&cfg[0], &xa[i0*kh], 4*kh, &w[0], kh/16, &tmp[0])
+					amxBlock(&cfg[0], &xa[i0*ldx], 4*ldx, &w[0], kh/16, &tmp[0])
 					for r := 0; r < amxRows && i0+r < m; r++ {
 						copy(ys[(i0+r)*n+j0:(i0+r)*n+j0+cols], tmp[r*bf16PanelCols:])
 					}
@@ -395,6 +399,10 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	}
 	b.splitBF16(m*n*k, p.panels(), mp/amxRows, work)
 }
+
+// amxBlock is the AMX kernel matmulAMX calls: amxBF16x32, or in tests a Go
+// model of it on processors without AMX.
+var amxBlock = amxBF16x32
 
 // amxConfig returns the tile configuration of amxBF16x32: palette 1, tiles
 // 0–7 of 16 rows of 64 bytes.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/tensor"
@@ -377,6 +378,72 @@ func TestBF16RoundRow(t *testing.T) {
 		for p := range got {
 			if want := bf16Pair(row, 2*p); got[p] != want {
 				t.Fatalf("n=%d pair %d of (%#x, …): %#x, want %#x", n, p, math.Float32bits(row[2*p]), got[p], want)
+			}
+		}
+	}
+}
+
+// amxModel is a plain Go model of amxBF16x32: the tile configuration is
+// checked, then tiles 4 and 5 (x rows 0–15 and 16–31), 6 and 7 (panel
+// columns 0–15 and 16–31) are multiplied into four 16×16 float32 tiles and
+// stored to c, as TDPBF16PS defines the product.
+func amxModel(t *testing.T) func(cfg *byte, a *uint32, lda int, w *uint32, kt int, c *float32) {
+	return func(cfg *byte, a *uint32, lda int, w *uint32, kt int, c *float32) {
+		want := amxConfig()
+		// Errorf, not Fatalf: the model runs on the product's goroutines.
+		if got := *(*[64]byte)(unsafe.Pointer(cfg)); got != want {
+			t.Errorf("tile configuration % x", got)
+			return
+		}
+		if lda%4 != 0 || kt < 1 {
+			t.Errorf("lda %d, kt %d", lda, kt)
+			return
+		}
+		ld := lda / 4
+		xs := unsafe.Slice(a, 31*ld+16*kt) // the last row's last pair
+		ws := unsafe.Slice(w, 16*kt*32)    // kt·16 pair rows of 32 columns
+		cs := unsafe.Slice(c, 32*32)
+		f := func(v uint32, hi bool) float32 {
+			if hi {
+				v >>= 16
+			}
+			return half.BF16ToF32(uint16(v))
+		}
+		for i := range 32 {
+			for j := range 32 {
+				var acc float32
+				for p := range 16 * kt {
+					xv, wv := xs[i*ld+p], ws[p*32+j]
+					acc += f(xv, false) * f(wv, false)
+					acc += f(xv, true) * f(wv, true)
+				}
+				cs[i*32+j] = acc
+			}
+		}
+	}
+}
+
+// TestAMXBlocking runs matmulAMX's blocking, padding and copies with the Go
+// model of the AMX kernel in place of the tile instructions, so that they
+// are checked on processors without AMX too.
+func TestAMXBlocking(t *testing.T) {
+	defer func(k func(*byte, *uint32, int, *uint32, int, *float32)) { amxBlock = k }(amxBlock)
+	amxBlock = amxModel(t)
+	r := rand.New(rand.NewPCG(16, 17))
+	for _, sh := range [][3]int{{1, 1, 1}, {31, 33, 31}, {33, 64, 64}, {40, 20, 130}, {70, 100, 257}, {100, 40, 1100}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		xs, ws := bf16Case(r, m, n, k)
+		want, scale := bf16Ref(xs, ws, m, n, k), absRef(xs, ws, m, n, k)
+		for _, threads := range []int{1, 3} {
+			ys := make([]float32, m*n)
+			for i := range ys {
+				ys[i] = float32(math.NaN())
+			}
+			(&Backend{Threads: threads}).matmulAMX(xs, packBF16(ws, n, k), m, ys)
+			for i := range ys {
+				if d := math.Abs(float64(ys[i]) - float64(want[i])); !(d <= 1e-5*scale[i]) {
+					t.Fatalf("%dx%dx%d threads %d: y[%d] = %v, reference %v", m, n, k, threads, i, ys[i], want[i])
+				}
 			}
 		}
 	}
