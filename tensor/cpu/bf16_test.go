@@ -68,7 +68,8 @@ func bf16Case(r *rand.Rand, m, n, k int) ([]float32, []uint16) {
 }
 
 // bf16Kernels returns the kernels that run here and, for each, the largest
-// accepted error against bf16Ref relative to Σ|x̂·w|.
+// accepted error against bf16Ref relative to Σ|x̂·w|; t, when not nil, logs
+// the kernels left out.
 func bf16Kernels(t *testing.T) map[bf16Kernel]float64 {
 	ks := map[bf16Kernel]float64{bf16Widen: 1e-5}
 	// VDPBF16PS adds a lane's two products in the reference's order, each
@@ -78,7 +79,7 @@ func bf16Kernels(t *testing.T) map[bf16Kernel]float64 {
 	for _, k := range []bf16Kernel{bf16AVX512, bf16AMX} {
 		if bf16Runs(k) {
 			ks[k] = tols[k]
-		} else {
+		} else if t != nil {
 			t.Logf("kernel %v does not run on this processor: not tested", k)
 		}
 	}
@@ -143,7 +144,7 @@ func FuzzBF16Kernels(f *testing.F) {
 		r := rand.New(rand.NewPCG(seed, 15))
 		xs, ws := bf16Case(r, mm, nn, kk)
 		want, scale := bf16Ref(xs, ws, mm, nn, kk), absRef(xs, ws, mm, nn, kk)
-		for kern, tol := range bf16Kernels(t) {
+		for kern, tol := range bf16Kernels(nil) {
 			got := runBF16(&Backend{Threads: 2}, kern, xs, ws, mm, nn, kk)
 			for i := range got {
 				if d := math.Abs(float64(got[i]) - float64(want[i])); !(d <= tol*scale[i]) {
