@@ -286,7 +286,7 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 		out.f32 = make([]float32, (hi-lo)*w)
 		xt.copyRows(out.f32, lo, hi)
 	} else {
-		out.bits = append([]uint16(nil), xt.bits[lo*w:hi*w]...)
+		out.bits, out.heap = append([]uint16(nil), xt.halfRows(lo, hi)...), true
 	}
 	return out, nil
 }

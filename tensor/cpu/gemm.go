@@ -217,7 +217,7 @@ func (t *Tensor) rowMajor() []float32 {
 func (t *Tensor) copyRows(dst []float32, lo, hi int) {
 	w := t.shape[1]
 	if t.dtype != tensor.F32 {
-		widen(dst[:(hi-lo)*w], t.bits[lo*w:hi*w], t.dtype)
+		widen(dst[:(hi-lo)*w], t.halfRows(lo, hi), t.dtype)
 		return
 	}
 	f, pk := t.storage()
@@ -484,6 +484,6 @@ func (b *Backend) matmulF32(xs []float32, wt *Tensor, m, n, k int, ys []float32)
 // matmul16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 or F16 weight,
 // widened exactly into float32 panels block by block.
 func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
-	src := bSource{w16: wt.bits, dt: wt.dtype, n: n, k: k}
+	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
 	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
 }

@@ -505,11 +505,6 @@ func randVals(r *rand.Rand, n int) []float32 {
 	return out
 }
 
-// near reports whether got is within tol·mag of want.
-func near(got float32, want, mag, tol float64) bool {
-	return math.Abs(float64(got)-want) <= tol*mag+1e-30
-}
-
 // FuzzGemmSmall checks gemmNT and gemmNN at fuzzed shapes: every kernel the
 // processor has gives the plain Go kernel's bits, and those are within
 // float64's sum.
