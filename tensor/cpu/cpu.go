@@ -66,8 +66,8 @@ type Tensor struct {
 	uploaded bool
 	mu       sync.Mutex
 	packed   atomic.Pointer[panels]
-	heap bool      // bits is the tensor's own heap copy (not mapped file memory)
-	bf16 bf16Cache // bf16.go: a BF16 weight's packed panels; bits via halfBits once packed
+	heap     bool      // bits is the tensor's own heap copy (not mapped file memory)
+	bf16     bf16Cache // bf16.go: a BF16 weight's packed panels; bits via halfBits once packed
 }
 
 // Shape returns the tensor's dimensions.
