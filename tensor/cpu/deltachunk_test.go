@@ -13,7 +13,7 @@ import (
 // delta rule has jobs, so its split form (chunks prepared in parallel
 // before the state pass) is covered.
 func TestConformanceManyThreads(t *testing.T) {
-	backendtest.RunAll(t, &Backend{Threads: 64}, backendtest.FP32)
+	backendtest.RunAll(t, &Backend{Threads: 64}, tolerance)
 }
 
 // deltaCase is a batch of delta rule segments with random inputs.
