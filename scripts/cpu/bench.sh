@@ -24,7 +24,8 @@
 #   3000 for PART=all, which is for a machine without the ten-minute limit),
 #   RUNS (5), WARMUP (1), TESTS (1: run the tensor/cpu tests in this part; default 1 for prep, tests and all),
 #   TESTS_S (their limit, default 300: a third for the kernel tests, the rest for -test.short), MERGE_DIRS (more result folders to merge, e.g. earlier parts' $OUT copies),
-#   DRY=1 (print the commands and the limits, run nothing).
+#   DRY=1 (print the commands and the limits, run nothing); for scripts/cpu/test_bench.sh: CASES (the cases
+#   file), TORCH_REF (the reference script).
 # torch_reference.py checks its serving form against full rows on the states of at most 512 tokens at 16 threads
 # and more, 128 below (the two short cases), to spend the 4-thread parts' time on the timed runs.
 # Each job's limit is an equal share of what is left of BENCH_TOTAL_S (a job that ends early leaves its time to
@@ -45,7 +46,8 @@ RUNS=${RUNS:-5}
 WARMUP=${WARMUP:-1}
 TESTS_S=${TESTS_S:-300}
 DRY=${DRY:-}
-CASES=scripts/golden/bench-cases.json
+CASES=${CASES:-scripts/golden/bench-cases.json}
+TORCH_REF=${TORCH_REF:-scripts/golden/torch_reference.py}
 TOKENIZER=.gold-in/tokenizer.json
 export PYTHONUNBUFFERED=1
 status=0
@@ -105,8 +107,10 @@ run_step() {
   return $rc
 }
 
-mkdir -p "$OUT/logs" "$RES" "$KEV08B"
+mkdir -p "$OUT" "$RES/logs" "$KEV08B"
 OUT=$(cd "$OUT" && pwd) RES=$(cd "$RES" && pwd) KEV08B=$(cd "$KEV08B" && pwd)
+LOGS=$RES/logs # outside $OUT until the end, where they become one file: $OUT/logs.tgz
+partname=$(echo $PART | tr ' ' _)
 CK=$KEV08B/0.8b
 echo "== part $PART: jobs ${JOBS:-none}; tests $TESTS; results in $OUT (kept across parts in $RES)"
 
@@ -124,10 +128,9 @@ if [ -z "$DRY" ]; then
     free -g
     nproc
     [ "$PREP" = 1 ] && timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "threads", torch.get_num_threads(), "capability", torch.backends.cpu.get_cpu_capability()); print(torch.__config__.show())' 2>&1 | tail -30
-  } >"$OUT/machine.log" 2>&1
-  cp "$OUT/machine.log" "$RES/machine-$(echo $PART | tr ' ' _).log"
-  grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)):' "$OUT/machine.log" | sed 's/^/   /'
-  grep -E '^(avx|fma|amx)' "$OUT/machine.log" | sed 's/^/   flags: /'
+  } >"$LOGS/machine-$partname.log" 2>&1
+  grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)):' "$LOGS/machine-$partname.log" | sed 's/^/   /'
+  grep -E '^(avx|fma|amx)' "$LOGS/machine-$partname.log" | sed 's/^/   flags: /'
 fi
 ncpu=$(nproc 2>/dev/null || echo 1)
 
@@ -152,7 +155,7 @@ if [ "$MAKE_CK" = 1 ]; then
   if [ -f "$CK/.complete" ]; then
     echo "== checkpoint: $CK is complete from an earlier run"
   elif [ -n "$DRY" ]; then
-    run_step make_kev4b 200 "$OUT/logs/make_kev08b.log" python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER"
+    run_step make_kev4b 200 "$LOGS/make_kev08b.log" python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER"
   else
     if [ ! -f "$TOKENIZER" ]; then
       mkdir -p .gold-in
@@ -167,9 +170,9 @@ with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compres
       fi
     fi
     rm -rf "$CK"
-    run_step "make_kev4b --shapes 0.8b" "$(($(left) - 240 < 200 ? $(left) - 240 : 200))" "$OUT/logs/make_kev08b.log" \
+    run_step "make_kev4b --shapes 0.8b" "$(($(left) - 240 < 200 ? $(left) - 240 : 200))" "$LOGS/make_kev08b.log" \
       python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER" || status=1
-    grep -E "^(NOTE|FAIL)|parameters|seconds" "$OUT/logs/make_kev08b.log" | tail -4 | sed 's/^/   /'
+    grep -E "^(NOTE|FAIL)|parameters|seconds" "$LOGS/make_kev08b.log" | tail -4 | sed 's/^/   /'
     if [ ! -f "$CK/.complete" ]; then
       echo "   no checkpoint: the jobs are skipped"
       JOBS=""
@@ -186,13 +189,13 @@ if [ "$TESTS" = 1 ]; then
     tl=$(($(left) - 20 < TESTS_S ? $(left) - 20 : TESTS_S))
     lim=$((tl / 3))
     cd tensor/cpu
-    run_step "cpu.test GEMM|Kernel|BF16|AMX" "$lim" "$OUT/logs/cpu_test_kernels.log" \
+    run_step "cpu.test GEMM|Kernel|BF16|AMX" "$lim" "$LOGS/cpu_test_kernels.log" \
       "$cputest" -test.run 'GEMM|Kernel|BF16|AMX' -test.v -test.count 1 || status=1
-    [ -z "$DRY" ] && grep -E "^(--- FAIL|--- SKIP|ok|PASS|FAIL)" "$OUT/logs/cpu_test_kernels.log" | tail -8 | sed 's/^/   /'
-    run_step "cpu.test -test.short" "$((tl - lim))" "$OUT/logs/cpu_test_short.log" \
+    [ -z "$DRY" ] && grep -E "^(--- FAIL|--- SKIP|ok|PASS|FAIL)" "$LOGS/cpu_test_kernels.log" | tail -8 | sed 's/^/   /'
+    run_step "cpu.test -test.short" "$((tl - lim))" "$LOGS/cpu_test_short.log" \
       "$cputest" -test.short -test.count 1 || status=1
     cd "$root"
-    [ -z "$DRY" ] && grep -E "^(--- FAIL|ok|PASS|FAIL)" "$OUT/logs/cpu_test_short.log" | tail -5 | sed 's/^/   /'
+    [ -z "$DRY" ] && grep -E "^(--- FAIL|ok|PASS|FAIL)" "$LOGS/cpu_test_short.log" | tail -5 | sed 's/^/   /'
   fi
 fi
 
@@ -207,7 +210,7 @@ merge() {
     return 0
   fi
   timeout -k 2 30 python3 scripts/cpu/compare.py "${dirs[@]}" --json "$OUT/compare.json" --md "$OUT/compare.md" \
-    >"$OUT/logs/compare.log" 2>&1 || { status=1; cat "$OUT/logs/compare.log"; }
+    >"$LOGS/compare.log" 2>&1 || { status=1; cat "$LOGS/compare.log"; }
 }
 reserve=20 # the merge at the end, slack
 set -- $JOBS
@@ -226,17 +229,17 @@ while [ $# -gt 0 ]; do
   fi
   out=$OUT/$job.json
   if [ "$engine" = kev ]; then
-    run_step "$job" "$lim" "$OUT/logs/$job.log" env GOMAXPROCS="$threads" "${pin[@]}" "$kev" bench \
+    run_step "$job" "$lim" "$LOGS/$job.log" env GOMAXPROCS="$threads" "${pin[@]}" "$kev" bench \
       -checkpoint "$CK/kev" -base "$CK/base" -device cpu -dtype "$dtype" -cases "$CASES" -runs "$RUNS" \
-      -warmup "$WARMUP" -clients "" -budget "$((lim > 40 ? lim - 15 : 25))s" -out "$out" || status=1
-    [ -z "$DRY" ] && grep -E "^kev bench: (host|[0-9] questions)" "$OUT/logs/$job.log" | sed 's/^/   /'
+      -warmup "$WARMUP" -clients "" -budget "$((lim > 40 ? lim - 15 : lim * 2 / 3))s" -out "$out" || status=1
+    [ -z "$DRY" ] && grep -E "^kev bench: (host|[0-9] questions)" "$LOGS/$job.log" | sed 's/^/   /'
   else
-    run_step "$job" "$lim" "$OUT/logs/$job.log" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
-      "${pin[@]}" python3 scripts/golden/torch_reference.py "$CK" --device cpu --dtype "$dtype" --threads "$threads" \
-      --cases "$CASES" --reps "$RUNS" --warmup "$WARMUP" --budget-s "$((lim > 60 ? lim - 25 : 35))" \
+    run_step "$job" "$lim" "$LOGS/$job.log" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
+      "${pin[@]}" python3 "$TORCH_REF" "$CK" --device cpu --dtype "$dtype" --threads "$threads" \
+      --cases "$CASES" --reps "$RUNS" --warmup "$WARMUP" --budget-s "$((lim > 60 ? lim - 25 : lim * 2 / 3))" \
       --check-max-tokens "$([ "$threads" -ge 16 ] && echo 512 || echo 128)" --out "$out" ||
       status=1
-    [ -z "$DRY" ] && grep -E "^\[.*\] [0-9] questions.*: new state|^NOTE" "$OUT/logs/$job.log" | sed 's/^/   /'
+    [ -z "$DRY" ] && grep -E "^\[.*\] [0-9] questions.*: new state|^NOTE" "$LOGS/$job.log" | sed 's/^/   /'
   fi
   [ -z "$DRY" ] && [ -f "$out" ] && cp "$out" "$RES/"
   merge
@@ -246,7 +249,7 @@ done
 [ -z "$JOBS" ] && merge
 if [ -z "$DRY" ]; then
   cat "$OUT/compare.md" 2>/dev/null
-  cp "$OUT"/logs/*.log "$RES/" 2>/dev/null
+  tar -C "$RES" -czf "$OUT/logs.tgz" logs
 fi
 echo "== part $PART done in $SECONDS s, exit $status"
 exit $status

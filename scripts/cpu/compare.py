@@ -246,7 +246,8 @@ def markdown(r):
                             continue
                         cells.append(fmt(v))
                     s = sp.get((name, t, dtype))
-                    cells.append(fmt(s.get(kind), ".2f") + "×" if s and s.get(kind) is not None else "-")
+                    x = s.get(kind) if s else None
+                    cells.append("-" if x is None else fmt(x, ".2f" if x >= 0.1 else ".3f") + "×")
                 if not any_value:
                     continue
                 cells.append("/".join(str(n) for n in sorted(runs)) or "-")
