@@ -1,37 +1,36 @@
 #!/usr/bin/env bash
-# kev against PyTorch on the host CPU, Kev's four serving cases on the Kev-0.8B-shaped random checkpoint, at 16 and
+# kev against PyTorch on the host CPU: Kev's four serving cases on the Kev-0.8B-shaped random checkpoint, at 16 and
 # 4 threads, fp32 and bf16. scripts/cpu/README.md says what it measures and what each file holds.
 #
 # Build on the Go machine, from the repository root (pure Go, no cuda tag):
 #   go build -o bin/kev ./examples/kev && go test -c -o bin/cpu.test ./tensor/cpu
 #   mkdir -p .gold-in && zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst > .gold-in/tokenizer.json
 # then on the GPU machine (its host CPU; the GPU only makes the checkpoint), from the repository root, with bin/ and
-# .gold-in/ carried, one command each (each ends within BENCH_TOTAL_S, 540 s):
-#   PART=prep   OUT=dir bash scripts/cpu/bench.sh   the checkpoint (once), the machine log, the tensor/cpu tests
-#   PART=16     OUT=dir bash scripts/cpu/bench.sh   16 threads: torch and kev, fp32 then bf16
-#   PART=4-fp32 OUT=dir bash scripts/cpu/bench.sh   4 threads, fp32 (PyTorch fp32 alone needs ~4-5 min there)
-#   PART=4-bf16 OUT=dir bash scripts/cpu/bench.sh   4 threads, bf16 (or PART=4 for both, once kev is fast enough)
-# on one machine kept warm between them (the results of the parts meet in $RES). Every part ends with the merge of
-# what is there so far into compare.json and compare.md; PART=merge merges only.
+# .gold-in/ carried, one command each, on one machine kept warm between them (the parts' results meet in $RES):
+#   PART=16     OUT=dir bash scripts/cpu/bench.sh   the checkpoint (once, ~10 s), the machine log, the tensor/cpu
+#                                                   tests, then 16 threads: torch and kev, fp32 then bf16
+#   PART=4-fp32 OUT=dir bash scripts/cpu/bench.sh   4 threads, fp32 (PyTorch fp32 alone: ~20 s a 2,200-token request)
+#   PART=4-bf16 OUT=dir bash scripts/cpu/bench.sh   4 threads, bf16 (PART=4 runs both, once kev is fast enough)
+# Each part ends within BENCH_TOTAL_S (540 s) with the merge of every result so far: compare.json and compare.md.
 #
-# PART: prep | 16 | 4 | 16-fp32 | 16-bf16 | 4-fp32 | 4-bf16 | tests | merge | all (prep 16 4), several separated by
-#   spaces, or job names (ENGINE-DTYPE-THREADS, e.g. "torch-fp32-4 kev-fp32-4"). A job runs one engine (kev: kev
-#   bench; torch: torch_reference.py) at one dtype on THREADS cores (taskset -c 0-(THREADS-1); GOMAXPROCS, or
-#   torch's intra- and inter-op threads, = THREADS) over the four cases in the file's order (the 2,200-token one
-#   last), and leaves ENGINE-DTYPE-THREADS.json.
+# PART: 16 | 4 | 16-fp32 | 16-bf16 | 4-fp32 | 4-bf16 | prep (checkpoint, machine log, tests only) | tests | merge
+#   (merge only) | all (everything, for a machine without the ten-minute limit), several separated by spaces, or job
+#   names ENGINE-DTYPE-THREADS ("torch-fp32-4 kev-fp32-4"). A job runs one engine (kev: kev bench; torch:
+#   torch_reference.py) at one dtype on THREADS cores (taskset -c 0-(THREADS-1); GOMAXPROCS, or torch's intra- and
+#   inter-op threads, = THREADS) over the four cases in the file's order (the 2,200-token one last), and leaves
+#   ENGINE-DTYPE-THREADS.json.
 # Environment: OUT (default .out), RES (results kept across parts, default /tmp/kev-cpubench), KEV08B (checkpoint
-#   root, default /tmp/kev08b; the checkpoint is $KEV08B/0.8b), BENCH_TOTAL_S (this part's budget, default 540;
-#   3000 for PART=all, which is for a machine without the ten-minute limit),
-#   RUNS (5), WARMUP (1), TESTS (1: run the tensor/cpu tests in this part; default 1 for prep, tests and all),
-#   TESTS_S (their limit, default 300: a third for the kernel tests, the rest for -test.short), MERGE_DIRS (more result folders to merge, e.g. earlier parts' $OUT copies),
-#   DRY=1 (print the commands and the limits, run nothing); for scripts/cpu/test_bench.sh: CASES (the cases
-#   file), TORCH_REF (the reference script).
-# torch_reference.py checks its serving form against full rows on the states of at most 512 tokens at 16 threads
-# and more, 128 below (the two short cases), to spend the 4-thread parts' time on the timed runs.
-# Each job's limit is an equal share of what is left of BENCH_TOTAL_S (a job that ends early leaves its time to
-# the next ones: put the slower engine last); kev bench gets a -budget and
-# torch_reference.py a --budget-s inside it, so both shrink their runs and write their files before the limit; a
-# job cut anyway leaves what it wrote (torch: the cases it finished; kev: its report, marked interrupted, on SIGTERM).
+#   root, default /tmp/kev08b; the checkpoint is $KEV08B/0.8b), BENCH_TOTAL_S (the part's budget: 540 s; 3000 for
+#   all), RUNS (5), WARMUP (1), TESTS (1: the tensor/cpu tests run in this part; default 1 where PART has 16, prep,
+#   tests or all), TESTS_S (their limit, 120 s: a third for the kernel tests, the rest for -test.short), MERGE_DIRS
+#   (more result folders to merge, e.g. earlier parts' $OUT), DRY=1 (print the commands and their limits, run
+#   nothing); for scripts/cpu/test_bench.sh: CASES (the cases file), TORCH_REF (the reference script).
+# Each job's limit is an equal share of what is left of the part, so a job that ends early leaves its time to the
+# next ones (torch runs first, kev last). kev bench gets -budget and torch_reference.py --budget-s inside it: both
+# shrink their runs and write their files before the limit; a job cut anyway leaves what it wrote (torch: every
+# case it finished, and the first request of the one it was in; kev: its report, marked interrupted, on SIGTERM).
+# torch_reference.py checks its serving form against full rows on states of at most 512 tokens at 16 threads and
+# more, 128 below (the two short cases), to spend the 4-thread parts' time on the timed runs.
 # Exit status: 0 when every step succeeded, 1 when one failed, 2 when a required file is missing.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,7 +43,7 @@ PART=${PART:-all}
 TOTAL=${BENCH_TOTAL_S:-$(case " $PART " in *" all "*) echo 3000 ;; *) echo 540 ;; esac)}
 RUNS=${RUNS:-5}
 WARMUP=${WARMUP:-1}
-TESTS_S=${TESTS_S:-300}
+TESTS_S=${TESTS_S:-120}
 DRY=${DRY:-}
 CASES=${CASES:-scripts/golden/bench-cases.json}
 TORCH_REF=${TORCH_REF:-scripts/golden/torch_reference.py}
@@ -73,7 +72,7 @@ for j in $JOBS; do
     exit 2
   fi
 done
-PREP=$(case " $PART " in *" prep "* | *" all "*) echo 1 ;; *) echo 0 ;; esac)
+PREP=$(case " $PART " in *" prep "* | *" 16 "* | *" all "*) echo 1 ;; *) echo 0 ;; esac)
 TESTS=${TESTS:-$(case " $PART " in *" tests "*) echo 1 ;; *) echo $PREP ;; esac)}
 MAKE_CK=$PREP
 [ -n "$JOBS" ] && MAKE_CK=1
@@ -155,7 +154,7 @@ if [ "$MAKE_CK" = 1 ]; then
   if [ -f "$CK/.complete" ]; then
     echo "== checkpoint: $CK is complete from an earlier run"
   elif [ -n "$DRY" ]; then
-    run_step make_kev4b 200 "$LOGS/make_kev08b.log" python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER"
+    run_step make_kev4b 120 "$LOGS/make_kev08b.log" python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER"
   else
     if [ ! -f "$TOKENIZER" ]; then
       mkdir -p .gold-in
@@ -170,7 +169,7 @@ with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compres
       fi
     fi
     rm -rf "$CK"
-    run_step "make_kev4b --shapes 0.8b" "$(($(left) - 240 < 200 ? $(left) - 240 : 200))" "$LOGS/make_kev08b.log" \
+    run_step "make_kev4b --shapes 0.8b" "$(($(left) - 240 < 120 ? $(left) - 240 : 120))" "$LOGS/make_kev08b.log" \
       python3 scripts/golden/make_kev4b.py "$KEV08B" --shapes 0.8b --tokenizer "$TOKENIZER" || status=1
     grep -E "^(NOTE|FAIL)|parameters|seconds" "$LOGS/make_kev08b.log" | tail -4 | sed 's/^/   /'
     if [ ! -f "$CK/.complete" ]; then
