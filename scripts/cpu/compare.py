@@ -221,6 +221,15 @@ def markdown(r):
     cpus = sorted({h.get("cpu") for h in r["host"].values() if h and h.get("cpu")})
     out.append(f"CPU: {', '.join(cpus) or '-'}. Model ms, median of the timed runs (runs in the last column); "
                "speed-up = torch ÷ kev (above 1: kev is faster). Kev-0.8B-shaped random checkpoint.")
+    hosts = [h for h in r["host"].values() if h]
+    torch_h = next((h for h in hosts if "torch" in h), None)
+    kev_h = next((h for h in hosts if "gomaxprocs" in h), None)
+    if torch_h:
+        out.append(f"torch {torch_h.get('torch') or '-'} (CPU capability {torch_h.get('cpu_capability') or '-'}), "
+                   f"transformers {torch_h.get('transformers') or '-'}, serving form {torch_h.get('serving_form') or '-'}.")
+    if kev_h:
+        out.append(f"kev: {kev_h.get('go') or '-'}, CPU features {' '.join(kev_h.get('features') or []) or '-'}, "
+                   f"kernel {kev_h.get('kernel') or '-'}.")
     out.append("")
     for kind, title in (("new", "new state (state pass + question rows + head)"),
                         ("cached", "cached state (question rows + head)")):

@@ -112,6 +112,9 @@ class Compare(unittest.TestCase):
         self.assertIn("| 5 questions, 2,200-token state | 16 | 40.0 | 10.0 | 4.00× | - | - | - | 5 |", md)
         self.assertIn("| 2 questions, short state | 16 | 1.00e-04 / 0 | 4.00e-01 / 1 | 4.10e-01 / 1 | 1.00e-02 / 0 |", md)
         self.assertIn("torch-bf16-16 (partial)", md)
+        self.assertIn("CPU: Test CPU.", md)
+        self.assertIn("torch 2.11 (CPU capability -), transformers -, serving form batched.", md)
+        self.assertIn("CPU features avx512f, kernel -.", md)
 
     def test_later_folder_wins_and_bad_files(self):
         self.write("kev-fp32-4.json", kev_doc({SHORT: (10.0, 1.0, P)}))
