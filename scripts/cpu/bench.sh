@@ -126,6 +126,7 @@ if [ -z "$DRY" ]; then
     echo
     free -g
     nproc
+    env | grep -E '^(KEV_|GOMAXPROCS|GODEBUG|OMP_|MKL_|ONEDNN_|DNNL_)' || true
     [ "$PREP" = 1 ] && timeout 60 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "threads", torch.get_num_threads(), "capability", torch.backends.cpu.get_cpu_capability()); print(torch.__config__.show())' 2>&1 | tail -30
   } >"$LOGS/machine-$partname.log" 2>&1
   grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)):' "$LOGS/machine-$partname.log" | sed 's/^/   /'
