@@ -6,6 +6,7 @@ output file it rewrites after each case. Runs with plain python3:
     python3 scripts/golden/test_torch_reference_cpu.py
 """
 
+import io
 import json
 import sys
 import tempfile
@@ -116,9 +117,14 @@ class FakeServer:
         assert cache == ("cache", enc["state_text"]), "cached run on another request's cache"
         return probs(enc)
 
+    def full(self, enc):
+        self._call("full", enc)
+        return probs(enc)
+
 
 def fake_choose_mode(server, encs):
-    return "batched", {n: probs(e, 0.5) for n, e in encs.items()}, {}, {n: 1e-7 for n in encs}
+    p = {n: probs(e, 0.5) for n, e in encs.items()}
+    return "batched", p, dict(p), {n: 1e-7 for n in encs}
 
 
 class MainCPU(unittest.TestCase):
@@ -134,6 +140,7 @@ class MainCPU(unittest.TestCase):
                 ("merge_lora", lambda tm, kev: {"modules": 0}),
                 ("load_head", lambda kev, d: (None, 8, 1.0, {"head_dim": 8})),
                 ("to_bf16", lambda tm: ({}, {"parameters": "bfloat16"})))]
+        self.patches.append(mock.patch("sys.stdout", io.StringIO()))  # the scripts' tables
         for p in self.patches:
             p.start()
 
@@ -233,6 +240,42 @@ class MainCPU(unittest.TestCase):
             tr.main()
         m.assert_called_once()
         self.assertEqual(m.call_args.args[0].dtype, "fp32")
+
+
+class MainCUDA(MainCPU):
+    """The CUDA run's flow, after the refactoring that made room for the CPU run (no GPU here: CUDA calls are
+    stand-ins too)."""
+
+    def test_cuda_main(self):
+        t = MODS["torch"]
+        t.cuda.synchronize.side_effect = None
+        t.cuda.get_device_name.return_value = "Stand-in GPU"
+        t.cuda.max_memory_allocated.return_value = 2e9
+        t.version.cuda = "13.0"
+        t.backends.cudnn.version.return_value = 91900
+        try:
+            with mock.patch.object(sys, "argv", ["torch_reference.py", "/ckpt", "--cases", str(HERE / "bench-cases.json"),
+                                                 "--out", str(self.out), "--reps", "4", "--warmup", "2"]):
+                tr.main()
+        finally:
+            t.cuda.synchronize.side_effect = AssertionError("torch.cuda.synchronize on the CPU")
+        self.assertEqual(tr.DEV, "cuda")
+        doc = json.loads(self.out.read_text())
+        self.assertEqual((doc["gpu"], doc["model"]["peak_gpu_memory_gb_bf16"]), ("Stand-in GPU", 2.0))
+        self.assertEqual([c["name"] for c in doc["cases"]], list(CASES))
+        for c in doc["cases"]:
+            enc = fake_encode(c["name"], 0)
+            self.assertEqual(c["probabilities_bf16"], probs(enc))
+            self.assertEqual(c["probabilities_fp32"], probs(enc, 0.5))
+            self.assertEqual(c["latency_new_ms"]["runs"], 4)
+            self.assertEqual(c["latency_cached_ms"]["runs"], 4)
+            self.assertTrue(c["new_state_example"]["state_text"].startswith("Ticket 1. "))
+        # per case: 2 warm-up tickets, the own state, 2 cached warm-ups, tickets 3..6, 4 cached runs
+        per_case = [k for k, _ in FakeServer.calls if k != "full"]
+        self.assertEqual(per_case[4:4 + 13], ["new"] * 3 + ["cached"] * 2 + ["new"] * 4 + ["cached"] * 4)
+
+    test_fp32_all_cases = test_bf16_warmups_and_selection = test_budget_shrinks_runs = None
+    test_cut_leaves_finished_cases = test_unknown_case = test_main_dispatches_on_device = None
 
 
 if __name__ == "__main__":
