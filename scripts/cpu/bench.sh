@@ -226,6 +226,9 @@ while [ $# -gt 0 ]; do
   if [ "$threads" -gt "$ncpu" ]; then
     echo "== $job: only $ncpu CPUs here, running on all of them"
     pin=()
+  elif ! command -v taskset >/dev/null; then
+    echo "== $job: no taskset here, running unpinned"
+    pin=()
   fi
   out=$OUT/$job.json
   if [ "$engine" = kev ]; then
