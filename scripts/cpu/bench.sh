@@ -13,7 +13,7 @@
 #   PART=4-bf16 OUT=dir bash scripts/cpu/bench.sh   4 threads, bf16 (PART=4 runs both, once kev is fast enough)
 # Each part ends within BENCH_TOTAL_S (540 s) with the merge of every result so far: compare.json and compare.md.
 #
-# PART: 16 | 4 | 16-fp32 | 16-bf16 | 4-fp32 | 4-bf16 | prep (checkpoint, machine log, tests only) | tests | merge
+# PART (default 16): 16 | 4 | 16-fp32 | 16-bf16 | 4-fp32 | 4-bf16 | prep (checkpoint, machine log, tests) | tests | merge
 #   (merge only) | all (everything, for a machine without the ten-minute limit), several separated by spaces, or job
 #   names ENGINE-DTYPE-THREADS ("torch-fp32-4 kev-fp32-4"). A job runs one engine (kev: kev bench; torch:
 #   torch_reference.py) at one dtype on THREADS cores (taskset -c 0-(THREADS-1); GOMAXPROCS, or torch's intra- and
@@ -39,7 +39,7 @@ OUT=${OUT:-$root/.out}
 RES=${RES:-/tmp/kev-cpubench}
 KEV08B=${KEV08B:-/tmp/kev08b}
 CK=$KEV08B/0.8b
-PART=${PART:-all}
+PART=${PART:-16}
 TOTAL=${BENCH_TOTAL_S:-$(case " $PART " in *" all "*) echo 3000 ;; *) echo 540 ;; esac)}
 RUNS=${RUNS:-5}
 WARMUP=${WARMUP:-1}
