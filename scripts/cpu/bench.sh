@@ -3,7 +3,7 @@
 # 4 threads, fp32 and bf16. scripts/cpu/README.md says what it measures and what each file holds.
 #
 # Build on the Go machine, from the repository root (pure Go, no cuda tag):
-#   go build -o bin/kev ./examples/kev && go test -c -o bin/cpu.test ./tensor/cpu
+#   go build -ldflags='-s -w' -o bin/kev ./examples/kev && go test -c -ldflags='-s -w' -o bin/cpu.test ./tensor/cpu
 #   mkdir -p .gold-in && zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst > .gold-in/tokenizer.json
 # then on the GPU machine (its host CPU; the GPU only makes the checkpoint), from the repository root, with bin/ and
 # .gold-in/ carried, one command each, on one machine kept warm between them (the parts' results meet in $RES):
