@@ -79,9 +79,9 @@ func (b *Backend) matmulBF16(xs []float32, wt *Tensor, m, n, k int, ys []float32
 	}
 	switch kern {
 	case bf16AVX512:
-		b.matmulDPBF16(xs, wt.bf16Panels(), m, ys)
+		b.matmulDPBF16(xs, wt.bf16Panels(b), m, ys)
 	case bf16AMX:
-		b.matmulAMX(xs, wt.bf16Panels(), m, ys)
+		b.matmulAMX(xs, wt.bf16Panels(b), m, ys)
 	default:
 		b.matmulBF16Widen(xs, wt, m, n, k, ys)
 	}
@@ -129,21 +129,24 @@ func (p *bf16Panels) panel(q int) []uint32 {
 // panels returns the number of panels.
 func (p *bf16Panels) panels() int { return (p.n + bf16PanelCols - 1) / bf16PanelCols }
 
-// packBF16 packs a row-major BF16 weight [n, k].
-func packBF16(bits []uint16, n, k int) *bf16Panels {
+// packBF16 packs a row-major BF16 weight [n, k], the panels split over the
+// backend's threads.
+func (b *Backend) packBF16(bits []uint16, n, k int) *bf16Panels {
 	kh := ((k+1)/2 + 15) &^ 15
 	p := &bf16Panels{n: n, k: k, kh: kh}
 	p.w = make([]uint32, p.panels()*kh*bf16PanelCols)
-	for j := 0; j < n; j++ {
-		row := bits[j*k : (j+1)*k]
-		dst := p.panel(j / bf16PanelCols)[j%bf16PanelCols:]
-		for q := 0; q+1 < k; q += 2 {
-			dst[(q/2)*bf16PanelCols] = uint32(row[q]) | uint32(row[q+1])<<16
+	b.parallel(p.panels(), 1, func(lo, hi int) {
+		for j := lo * bf16PanelCols; j < min(hi*bf16PanelCols, n); j++ {
+			row := bits[j*k : (j+1)*k]
+			dst := p.panel(j / bf16PanelCols)[j%bf16PanelCols:]
+			for q := 0; q+1 < k; q += 2 {
+				dst[(q/2)*bf16PanelCols] = uint32(row[q]) | uint32(row[q+1])<<16
+			}
+			if k%2 == 1 {
+				dst[(k/2)*bf16PanelCols] = uint32(row[k-1])
+			}
 		}
-		if k%2 == 1 {
-			dst[(k/2)*bf16PanelCols] = uint32(row[k-1])
-		}
-	}
+	})
 	return p
 }
 
@@ -159,14 +162,14 @@ func (p *bf16Panels) unpackRows(dst []uint16, lo, hi int) {
 	}
 }
 
-// bf16Panels returns the weight's panels, packing them on first use (one
-// goroutine packs, others wait). Once packed, a weight whose bits are the
+// bf16Panels returns the weight's panels, packing them on first use on b's
+// threads (one call packs, others wait). Once packed, a weight whose bits are the
 // tensor's own heap copy drops them: the panels are then its only copy
 // (halfBits and halfRows read them back). Mapped file memory is kept.
-func (t *Tensor) bf16Panels() *bf16Panels {
+func (t *Tensor) bf16Panels(b *Backend) *bf16Panels {
 	c := &t.bf16
 	c.once.Do(func() {
-		p := packBF16(t.bits, t.shape[0], t.shape[1])
+		p := b.packBF16(t.bits, t.shape[0], t.shape[1])
 		c.mu.Lock()
 		c.p = p
 		if t.heap {

@@ -94,9 +94,9 @@ func runBF16(b *Backend, kern bf16Kernel, xs []float32, ws []uint16, m, n, k int
 	}
 	switch kern {
 	case bf16AVX512:
-		b.matmulDPBF16(xs, packBF16(ws, n, k), m, ys)
+		b.matmulDPBF16(xs, b.packBF16(ws, n, k), m, ys)
 	case bf16AMX:
-		b.matmulAMX(xs, packBF16(ws, n, k), m, ys)
+		b.matmulAMX(xs, b.packBF16(ws, n, k), m, ys)
 	default:
 		w := &Tensor{shape: []int{n, k}, dtype: tensor.BF16, bits: ws}
 		b.matmulBF16Widen(xs, w, m, n, k, ys)
@@ -278,10 +278,10 @@ func TestBF16MatMulWeightCache(t *testing.T) {
 // TestBF16PackRoundTrip checks that unpacking the panels gives the weight back.
 func TestBF16PackRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, sh := range [][2]int{{1, 1}, {33, 5}, {64, 32}, {70, 257}} {
+	for _, sh := range [][2]int{{1, 1}, {33, 5}, {64, 32}, {70, 257}, {200, 63}} {
 		n, k := sh[0], sh[1]
 		_, ws := bf16Case(r, 0, n, k)
-		p := packBF16(ws, n, k)
+		p := (&Backend{Threads: 3}).packBF16(ws, n, k)
 		if p.kh%16 != 0 || p.kh < (k+1)/2 {
 			t.Fatalf("%dx%d: kh = %d", n, k, p.kh)
 		}
@@ -440,7 +440,8 @@ func TestAMXBlocking(t *testing.T) {
 			for i := range ys {
 				ys[i] = float32(math.NaN())
 			}
-			(&Backend{Threads: threads}).matmulAMX(xs, packBF16(ws, n, k), m, ys)
+			b := &Backend{Threads: threads}
+			b.matmulAMX(xs, b.packBF16(ws, n, k), m, ys)
 			for i := range ys {
 				if d := math.Abs(float64(ys[i]) - float64(want[i])); !(d <= 1e-5*scale[i]) {
 					t.Fatalf("%dx%dx%d threads %d: y[%d] = %v, reference %v", m, n, k, threads, i, ys[i], want[i])
