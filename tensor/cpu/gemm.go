@@ -267,7 +267,16 @@ func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
 			}
 		}
 	case s.trans:
-		for j := range cols {
+		j := 0
+		for ; j+4 <= cols; j += 4 { // four rows of b at a time: one 16-byte store a row of buf
+			o := (j0+j)*s.ldb + pc
+			r0, r1, r2, r3 := s.b[o:o+kc], s.b[o+s.ldb:o+s.ldb+kc], s.b[o+2*s.ldb:o+2*s.ldb+kc], s.b[o+3*s.ldb:o+3*s.ldb+kc]
+			for p, v := range r0 {
+				d := buf[p*nr+j : p*nr+j+4 : p*nr+j+4]
+				d[0], d[1], d[2], d[3] = v, r1[p], r2[p], r3[p]
+			}
+		}
+		for ; j < cols; j++ {
 			src := s.b[(j0+j)*s.ldb+pc : (j0+j)*s.ldb+pc+kc]
 			for p, v := range src {
 				buf[p*nr+j] = v
