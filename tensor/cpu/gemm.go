@@ -253,21 +253,50 @@ func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
 	j0 := q * nr
 	cols := min(nr, s.n-j0)
 	switch {
-	case s.w16 != nil:
-		for j := range cols {
-			src := s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc]
-			if s.dt == tensor.BF16 {
-				for p, h := range src {
-					buf[p*nr+j] = half.BF16ToF32(h)
-				}
-			} else {
-				for p, h := range src {
-					buf[p*nr+j] = half.F16ToF32(h)
+	case s.w16 != nil && s.dt == tensor.BF16:
+		j := 0
+		if k8 := kc &^ 7; useAVX2 && k8 > 0 {
+			for ; j+8 <= cols; j += 8 { // eight rows, eight columns at a time in registers
+				o := (j0+j)*s.k + pc
+				_ = s.w16[o+7*s.k+kc-1]
+				widenBF16T8(&buf[j], &s.w16[o], s.k, k8/8)
+				for r := range 8 {
+					for p := k8; p < kc; p++ {
+						buf[p*nr+j+r] = half.BF16ToF32(s.w16[o+r*s.k+p])
+					}
 				}
 			}
 		}
-	case s.trans:
+		for ; j+4 <= cols; j += 4 { // four rows at a time, as below
+			o := (j0+j)*s.k + pc
+			r0, r1, r2, r3 := s.w16[o:o+kc], s.w16[o+s.k:o+s.k+kc], s.w16[o+2*s.k:o+2*s.k+kc], s.w16[o+3*s.k:o+3*s.k+kc]
+			for p, h := range r0 {
+				d := buf[p*nr+j : p*nr+j+4 : p*nr+j+4]
+				d[0], d[1], d[2], d[3] = half.BF16ToF32(h), half.BF16ToF32(r1[p]), half.BF16ToF32(r2[p]), half.BF16ToF32(r3[p])
+			}
+		}
+		for ; j < cols; j++ {
+			for p, h := range s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc] {
+				buf[p*nr+j] = half.BF16ToF32(h)
+			}
+		}
+	case s.w16 != nil:
 		for j := range cols {
+			for p, h := range s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc] {
+				buf[p*nr+j] = half.F16ToF32(h)
+			}
+		}
+	case s.trans:
+		j := 0
+		for ; j+4 <= cols; j += 4 { // four rows of b at a time: one 16-byte store a row of buf
+			o := (j0+j)*s.ldb + pc
+			r0, r1, r2, r3 := s.b[o:o+kc], s.b[o+s.ldb:o+s.ldb+kc], s.b[o+2*s.ldb:o+2*s.ldb+kc], s.b[o+3*s.ldb:o+3*s.ldb+kc]
+			for p, v := range r0 {
+				d := buf[p*nr+j : p*nr+j+4 : p*nr+j+4]
+				d[0], d[1], d[2], d[3] = v, r1[p], r2[p], r3[p]
+			}
+		}
+		for ; j < cols; j++ {
 			src := s.b[(j0+j)*s.ldb+pc : (j0+j)*s.ldb+pc+kc]
 			for p, v := range src {
 				buf[p*nr+j] = v

@@ -553,3 +553,31 @@ func FuzzGemmSmall(f *testing.F) {
 		}
 	})
 }
+
+// TestWidenBF16T8 checks the assembly widening transpose against Go.
+func TestWidenBF16T8(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("the processor lacks AVX2: no assembly widening")
+	}
+	r := rand.New(rand.NewPCG(rand.Uint64(), 29))
+	for _, blocks := range []int{1, 3, 32} {
+		lds := 8*blocks + r.IntN(9)
+		src := make([]uint16, 8*lds)
+		for i := range src {
+			src[i] = half.BF16FromF32(float32(r.NormFloat64()))
+		}
+		dst := make([]float32, 8*blocks*nr)
+		widenBF16T8(&dst[3], &src[0], lds, blocks)
+		for p := range 8 * blocks {
+			for c := range nr {
+				want := float32(0)
+				if c >= 3 && c < 11 {
+					want = half.BF16ToF32(src[(c-3)*lds+p])
+				}
+				if dst[p*nr+c] != want {
+					t.Fatalf("blocks %d: dst[%d, %d] = %v, want %v", blocks, p, c, dst[p*nr+c], want)
+				}
+			}
+		}
+	}
+}
