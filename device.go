@@ -20,7 +20,7 @@ type Device string
 
 // The devices.
 const (
-	// CPU is the fp32 reference backend, on all cores.
+	// CPU is the fp32 reference backend, on all cores (with BFloat16 its matrix products compute in bf16).
 	CPU Device = "cpu"
 	// CUDA is the first NVIDIA GPU, the same as "cuda:0".
 	CUDA Device = "cuda"
@@ -129,7 +129,10 @@ type DType string
 const (
 	// Float32 is the reference type and the CPU's default.
 	Float32 DType = "float32"
-	// BFloat16 is bf16 weights and activations with fp32 accumulation, the GPU's default.
+	// BFloat16 is bf16 weights and bf16 products with fp32 accumulation, the GPU's default. On the GPU the
+	// activations are bf16 too; on the CPU they stay fp32 and each matrix product rounds its input to bf16 (to
+	// nearest even) and sums the bf16 products in fp32 (AMX or AVX512_BF16 where the processor has them), every other
+	// operation in fp32.
 	BFloat16 DType = "bfloat16"
 	// Float16 is IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only.
 	Float16 DType = "float16"

@@ -143,6 +143,13 @@ func randomIDs(r *rand.Rand, n, vocab int) []int32 {
 // seeds with these variance-preserving random weights).
 const modelTol = 5e-5
 
+// bf16ModelTol bounds the bf16 model's error against the reference, which
+// rounds each product's input to bf16 as the CPU does. The two agree to about
+// 1e-7 until an input sits so close to a bf16 rounding boundary that float32
+// and float64 round it to neighbouring values (2⁻⁸ apart); the difference then
+// carries through the later layers (at most 2.2e-3 measured over 22 seeds).
+const bf16ModelTol = 1e-2
+
 func TestModelMatchesReference(t *testing.T) {
 	r := newRand(t)
 	b := cpu.New()
@@ -155,6 +162,10 @@ func TestModelMatchesReference(t *testing.T) {
 		}
 		ids := randomIDs(r, 70, c.VocabSize)
 		want := referenceModel(w, ids)
+		tol := modelTol
+		if bf16 {
+			tol = bf16ModelTol
+		}
 		for _, chunk := range []int{0, 64} {
 			m.SetChunk(chunk)
 			got := observe(t, m, b)
@@ -166,11 +177,11 @@ func TestModelMatchesReference(t *testing.T) {
 				t.Fatalf("observed %d points, want %d", len(got), c.NumLayers+2)
 			}
 			for p := 0; p <= c.NumLayers+1; p++ {
-				if e := relErr(got[p], want[p]); e > modelTol || testing.Verbose() {
+				if e := relErr(got[p], want[p]); e > tol || testing.Verbose() {
 					t.Errorf("bf16=%v chunk=%d: point %d relative error %.3g", bf16, chunk, p, e)
 				}
 			}
-			if e := relErr(host(t, b, h), want[c.NumLayers+1]); e > modelTol {
+			if e := relErr(host(t, b, h), want[c.NumLayers+1]); e > tol {
 				t.Errorf("bf16=%v chunk=%d: final hidden relative error %.3g", bf16, chunk, e)
 			}
 		}
@@ -190,59 +201,68 @@ func stateSnapshot(t *testing.T, b tensor.Backend, s *State) [][]float32 {
 	return out
 }
 
+// TestContinueEqualsPrefill checks that continuing a state gives the hidden
+// states of a prefill of the whole row: to float32 rounding with float32
+// weights; with BF16 weights within bf16ModelTol, since the two orders of
+// arithmetic can round a product's input to neighbouring bf16 values.
 func TestContinueEqualsPrefill(t *testing.T) {
 	r := newRand(t)
 	b := cpu.New()
 	c := smallConfig()
-	w := randomWeights(r, c, true)
-	m, err := New(b, w)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := c.HiddenSize
-	for _, split := range []int{1, 3, 50, 64, 65} {
-		prefix := randomIDs(r, split, c.VocabSize)
-		rows := [][]int32{randomIDs(r, 7, c.VocabSize), randomIDs(r, 1, c.VocabSize), randomIDs(r, 70, c.VocabSize)}
-		st, _, err := m.Prefill(prefix)
+	for _, bf16 := range []bool{false, true} {
+		tol := 1e-5
+		if bf16 {
+			tol = bf16ModelTol
+		}
+		m, err := New(b, randomWeights(r, c, bf16))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Len != split {
-			t.Fatalf("state Len %d, want %d", st.Len, split)
-		}
-		before := stateSnapshot(t, b, st)
-		batched, err := m.ContinueRows(st, rows)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bv, off := host(t, b, batched), 0
-		for ri, row := range rows {
-			one, err := m.Continue(st, row)
+		for _, split := range []int{1, 3, 50, 64, 65} {
+			prefix := randomIDs(r, split, c.VocabSize)
+			rows := [][]int32{randomIDs(r, 7, c.VocabSize), randomIDs(r, 1, c.VocabSize), randomIDs(r, 70, c.VocabSize)}
+			st, _, err := m.Prefill(prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, whole, err := m.Prefill(append(append([]int32(nil), prefix...), row...))
+			if st.Len != split {
+				t.Fatalf("state Len %d, want %d", st.Len, split)
+			}
+			before := stateSnapshot(t, b, st)
+			batched, err := m.ContinueRows(st, rows)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := f64(host(t, b, whole)[split*d:])
-			if e := relErr(host(t, b, one), want); e > 1e-5 {
-				t.Errorf("split %d row %d: Continue vs whole-row Prefill relative error %.3g", split, ri, e)
+			bv, off := host(t, b, batched), 0
+			for ri, row := range rows {
+				one, err := m.Continue(st, row)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, whole, err := m.Prefill(append(append([]int32(nil), prefix...), row...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := f64(host(t, b, whole)[split*d:])
+				if e := relErr(host(t, b, one), want); e > tol {
+					t.Errorf("bf16=%v split %d row %d: Continue vs whole-row Prefill relative error %.3g", bf16, split, ri, e)
+				}
+				if e := relErr(bv[off*d:(off+len(row))*d], want); e > tol {
+					t.Errorf("bf16=%v split %d row %d: ContinueRows vs whole-row Prefill relative error %.3g", bf16, split, ri, e)
+				}
+				off += len(row)
 			}
-			if e := relErr(bv[off*d:(off+len(row))*d], want); e > 1e-5 {
-				t.Errorf("split %d row %d: ContinueRows vs whole-row Prefill relative error %.3g", split, ri, e)
+			after := stateSnapshot(t, b, st)
+			for i := range before {
+				if e := relErr(after[i], f64(before[i])); e != 0 {
+					t.Errorf("split %d: state tensor %d changed by a continuation", split, i)
+				}
 			}
-			off += len(row)
-		}
-		after := stateSnapshot(t, b, st)
-		for i := range before {
-			if e := relErr(after[i], f64(before[i])); e != 0 {
-				t.Errorf("split %d: state tensor %d changed by a continuation", split, i)
+			st.Free()
+			if _, err := m.Continue(st, rows[0]); err == nil {
+				t.Error("Continue on a freed state: no error")
 			}
-		}
-		st.Free()
-		if _, err := m.Continue(st, rows[0]); err == nil {
-			t.Error("Continue on a freed state: no error")
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/internal/qwen35"
 )
 
@@ -14,8 +15,21 @@ func referenceModel(w *qwen35.Weights, ids []int32) map[int][]float64 {
 	c := w.Config
 	d, T := c.HiddenSize, len(ids)
 	get := func(name string) []float64 { return f64(w.Tensors[name].Float32s()) }
+	// With BF16 matrices the CPU computes each product in bf16: its input is
+	// rounded to bf16 (the weights already are).
+	bf16 := false
+	for _, t := range w.Tensors {
+		bf16 = bf16 || t.DType == qwen35.BF16
+	}
 	lin := func(wt []float64, x []float64) []float64 {
 		y := make([]float64, len(wt)/len(x))
+		if bf16 {
+			xr := make([]float64, len(x))
+			for j, v := range x {
+				xr[j] = float64(half.RoundBF16(float32(v)))
+			}
+			x = xr
+		}
 		for i := range y {
 			for j, v := range x {
 				y[i] += wt[i*len(x)+j] * v

@@ -22,9 +22,11 @@
 //     one segment covering all rows.
 //   - Inputs are never modified; every result is a new tensor.
 //
-// Numerics: the CPU backend computes in float32 (weights stored as BF16 or
-// F16 are widened exactly). Other backends may store activations in BF16;
-// the conformance suite in tensor/backendtest states the tolerance for each.
+// Numerics: the CPU backend computes in float32 (F16 weights are widened
+// exactly), except MatMul with a BF16 weight, which computes in bf16: x
+// rounded to bf16, the products summed in float32. Other backends may store
+// activations in BF16; the conformance suite in tensor/backendtest states the
+// tolerance for each.
 package tensor
 
 import (

@@ -70,7 +70,9 @@ const sweepTicketBase = 1_000_000
 // Response.LatencyMS, the model time of the batch (0.1 ms steps); wall_ms is the time Do took; tokenize_ms is the
 // time rendering and encoding the same request took, measured apart. "new" requests have the state
 // "Ticket <i>. " + the case's state (i = 1, 2, ...), so every one misses the prefix cache; "cached" ones repeat the
-// case's own state (i = 0) and hit it. The first warmup runs of each kind are not counted.
+// case's own state (i = 0) and hit it. The first warmup runs of each kind are not counted. A case cut short (SIGTERM,
+// interrupt) keeps the timed runs it finished ("runs" says how many; a kind with none has no entry), and the report
+// says "interrupted": true.
 
 // benchConfig holds kev bench's measurement flags.
 type benchConfig struct {
@@ -542,19 +544,36 @@ func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err err
 		}
 	}
 	news, cached = news[:0], cached[:0]
-	for i := b.cfg.warmup + 1; i <= b.cfg.warmup+runs; i++ {
+	var timedErr error
+	for i := b.cfg.warmup + 1; i <= b.cfg.warmup+runs && timedErr == nil; i++ {
 		s, _, err := b.measure(c.request(i))
-		if err != nil {
-			return lat, probs, err
+		if timedErr = err; err == nil {
+			news = append(news, s)
 		}
-		news = append(news, s)
 	}
-	for range runs {
+	for i := 0; i < runs && timedErr == nil; i++ {
 		s, _, err := b.measure(req0)
-		if err != nil {
-			return lat, probs, err
+		if timedErr = err; err == nil {
+			cached = append(cached, s)
 		}
-		cached = append(cached, s)
+	}
+	// The timed runs, kept when they were cut short too (the report then says interrupted; "runs", how many ran).
+	newStats, newModel := kindStats(news)
+	cachedStats, cachedModel := kindStats(cached)
+	if len(news) > 0 {
+		lat.set("new_ms", newModel.Median)
+	}
+	if len(cached) > 0 {
+		lat.set("cached_ms", cachedModel.Median)
+	}
+	if len(news) > 0 {
+		lat.set("new", newStats)
+	}
+	if len(cached) > 0 {
+		lat.set("cached", cachedStats)
+	}
+	if timedErr != nil {
+		return lat, probs, timedErr
 	}
 	// The first new state's probabilities, asked last so that no timed request finds it cached.
 	req1 := c.request(1)
@@ -581,15 +600,9 @@ func (b *bench) runCase(c benchCase, end time.Time) (lat, probs ordered, err err
 	probs.set("new_state_example", example)
 
 	row := caseRow{name: c.name, tokens: resp.Usage.InputTokens, runs: runs, first: first.model}
-	newStats, newModel := kindStats(news)
-	cachedStats, cachedModel := kindStats(cached)
 	row.newMS, row.cachedMS = newModel, cachedModel
 	row.newWall = summarize(field(news, func(s sample) float64 { return s.wall }))
 	row.newTokenize = summarize(field(news, func(s sample) float64 { return s.tokenize }))
-	lat.set("new_ms", newModel.Median)
-	lat.set("cached_ms", cachedModel.Median)
-	lat.set("new", newStats)
-	lat.set("cached", cachedStats)
 	b.table = append(b.table, row)
 	fmt.Fprintf(stderr, "kev bench: %s: %d tokens, new %.1f ms (p10 %.1f, p90 %.1f), cached %.1f ms, %d runs each\n",
 		c.name, row.tokens, newModel.Median, newModel.P10, newModel.P90, cachedModel.Median, runs)

@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/cpu"
 
 	"github.com/kevgo/kev"
 	"github.com/kevgo/kev/internal/bridge"
+	"github.com/kevgo/kev/internal/systemone"
 )
 
 // TestBenchCPUBF16OneCase runs kev bench as the CPU side-by-side script does (-device cpu -dtype bf16, no
@@ -169,5 +171,87 @@ func TestCPUModel(t *testing.T) {
 	}
 	if got := cpuModel(filepath.Join(dir, "missing")); got != "" {
 		t.Errorf("missing file: %q", got)
+	}
+}
+
+// cutModel answers as its model does until its n-th Do, which cancels the bench's context and fails as a request
+// cut by SIGTERM does.
+type cutModel struct {
+	bridge.Model
+	n, calls int
+	cancel   context.CancelFunc
+}
+
+func (m *cutModel) Do(ctx context.Context, req *systemone.Request) (*systemone.Response, error) {
+	m.calls++
+	if m.calls == m.n {
+		m.cancel()
+		return nil, ctx.Err()
+	}
+	return m.Model.Do(ctx, req)
+}
+
+// TestBenchCutKeepsTimedRuns checks that a case cut during its timed runs keeps the runs it finished: with one
+// warm-up and 5 runs of each kind, Do number 11 is the third timed cached run (1: the first request, 2 and 3: the
+// warm-ups, 4 to 8: the new states), so 5 new and 2 cached runs are reported, and the error is returned.
+func TestBenchCutKeepsTimedRuns(t *testing.T) {
+	p, err := kev.Load(context.Background(), repoTinyA("kev"), kev.Options{Base: repoTinyA("base")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cases, err := readCases(benchCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &cutModel{Model: bridge.Predictor(p), n: 11, cancel: cancel}
+	b := &bench{p: p, m: m, cfg: benchConfig{runs: 5, warmup: 1}, start: time.Now(), ctx: ctx}
+	lat, probs, err := b.runCase(cases[0], time.Time{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want the cancelled context's", err)
+	}
+	if probs == nil || lat == nil {
+		t.Fatalf("latency %v, probabilities %v", lat, probs)
+	}
+	data, err := json.Marshal(lat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		FirstMS  float64  `json:"first_ms"`
+		NewMS    *float64 `json:"new_ms"`
+		CachedMS *float64 `json:"cached_ms"`
+		New      struct {
+			Runs  int  `json:"runs"`
+			Model dist `json:"model_ms"`
+		} `json:"new"`
+		Cached struct {
+			Runs  int  `json:"runs"`
+			Model dist `json:"model_ms"`
+		} `json:"cached"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.FirstMS <= 0 || got.NewMS == nil || got.CachedMS == nil || got.New.Runs != 5 || got.Cached.Runs != 2 ||
+		len(got.Cached.Model.All) != 2 || *got.CachedMS != got.Cached.Model.Median || *got.NewMS != got.New.Model.Median {
+		t.Errorf("latency after the cut: %s", data)
+	}
+	if len(b.table) != 0 {
+		t.Errorf("a cut case has a table row: %+v", b.table)
+	}
+
+	// Cut before any timed run (Do number 3: the cached warm-up): no medians at all, the first request kept.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	b2 := &bench{p: p, m: &cutModel{Model: bridge.Predictor(p), n: 3, cancel: cancel2}, cfg: benchConfig{runs: 5, warmup: 1},
+		start: time.Now(), ctx: ctx2}
+	lat2, _, err := b2.runCase(cases[0], time.Time{})
+	data2, _ := json.Marshal(lat2)
+	if err == nil || strings.Contains(string(data2), "new_ms") || strings.Contains(string(data2), "cached_ms") ||
+		!strings.Contains(string(data2), "first_ms") {
+		t.Errorf("cut in the warm-ups: error %v, latency %s", err, data2)
 	}
 }

@@ -11,7 +11,7 @@ is null in compare.json and "-" in compare.md.
 
 compare.json: {"host": ..., "files": {job: {"path", "complete", "seconds", "error"}},
   "rows": [{"case", "threads", "engine": "torch"|"kev", "dtype": "fp32"|"bf16", "new_ms", "cached_ms" (medians),
-            "new_p10_ms", "new_p90_ms", "cached_p10_ms", "cached_p90_ms", "runs", "input_tokens", "first_ms" (the
+            "new_p10_ms", "new_p90_ms", "cached_p10_ms", "cached_p90_ms", "runs", "cached_runs", "input_tokens", "first_ms" (the
             case's first request, its own state, untimed in the medians: all there is when the timed runs were cut),
             parity columns (max |dp| over the case's questions, argmax flips; null where they do not apply):
             kev fp32: "dp_vs_torch_fp32", "flips_vs_torch_fp32";
@@ -84,7 +84,8 @@ def normalise(engine, doc):
                 "new": l.get("new_ms"), "cached": l.get("cached_ms"),
                 "new_p10": get(l, "new", "model_ms", "p10"), "new_p90": get(l, "new", "model_ms", "p90"),
                 "cached_p10": get(l, "cached", "model_ms", "p10"), "cached_p90": get(l, "cached", "model_ms", "p90"),
-                "runs": get(l, "new", "runs"), "tokens": l.get("tokens"), "first": l.get("first_ms"),
+                "runs": get(l, "new", "runs"), "cached_runs": get(l, "cached", "runs"), "tokens": l.get("tokens"),
+                "first": l.get("first_ms"),
                 "p": get(probs, name, "probabilities"),
             }
     else:
@@ -101,6 +102,7 @@ def normalise(engine, doc):
             out["by"][c["name"]] = {
                 "new": n.get("median"), "cached": k.get("median"), "new_p10": n.get("p10"), "new_p90": n.get("p90"),
                 "cached_p10": k.get("p10"), "cached_p90": k.get("p90"), "runs": n.get("runs"),
+                "cached_runs": k.get("runs"),
                 "tokens": c.get("input_tokens"), "first": c.get("latency_first_ms"), "p": c.get("probabilities"),
             }
     return out
@@ -176,7 +178,8 @@ def compare(dirs):
                            "new_ms": c["new"], "cached_ms": c["cached"],
                            "new_p10_ms": c["new_p10"], "new_p90_ms": c["new_p90"],
                            "cached_p10_ms": c["cached_p10"], "cached_p90_ms": c["cached_p90"],
-                           "runs": c["runs"], "input_tokens": c["tokens"], "first_ms": c["first"]}
+                           "runs": c["runs"], "cached_runs": c["cached_runs"], "input_tokens": c["tokens"],
+                           "first_ms": c["first"]}
                     for stem in ALL_COLUMNS:
                         row[f"dp_vs_{stem}"] = row[f"flips_vs_{stem}"] = None
                     for stem, re_, rd in PARITY[(engine, dtype)]:
@@ -219,8 +222,18 @@ def markdown(r):
     out = []
     first_only = False
     cpus = sorted({h.get("cpu") for h in r["host"].values() if h and h.get("cpu")})
-    out.append(f"CPU: {', '.join(cpus) or '-'}. Model ms, median of the timed runs (runs in the last column); "
-               "speed-up = torch ÷ kev (above 1: kev is faster). Kev-0.8B-shaped random checkpoint.")
+    out.append(f"CPU: {', '.join(cpus) or '-'}. Model ms, median of the timed runs (runs: their number; one a column, "
+               "torch fp32 / kev fp32 / torch bf16 / kev bf16, where they differ); speed-up = torch ÷ kev (above 1: kev is faster). Kev-0.8B-shaped random "
+               "checkpoint.")
+    hosts = [h for h in r["host"].values() if h]
+    torch_h = next((h for h in hosts if "torch" in h), None)
+    kev_h = next((h for h in hosts if "gomaxprocs" in h), None)
+    if torch_h:
+        out.append(f"torch {torch_h.get('torch') or '-'} (CPU capability {torch_h.get('cpu_capability') or '-'}), "
+                   f"transformers {torch_h.get('transformers') or '-'}, serving form {torch_h.get('serving_form') or '-'}.")
+    if kev_h:
+        out.append(f"kev: {kev_h.get('go') or '-'}, CPU features {' '.join(kev_h.get('features') or []) or '-'}, "
+                   f"kernel {kev_h.get('kernel') or '-'}.")
     out.append("")
     for kind, title in (("new", "new state (state pass + question rows + head)"),
                         ("cached", "cached state (question rows + head)")):
@@ -231,25 +244,27 @@ def markdown(r):
         for name in r["cases"]:
             for t in r["threads"]:
                 cells = [name, str(t)]
-                runs = set()
+                runs = []
                 any_value = False
                 for dtype in DTYPES:
                     for engine in ENGINES:
                         x = by.get((name, t, engine, dtype))
                         v = x.get(f"{kind}_ms") if x else None
                         any_value |= v is not None
-                        if x and x.get("runs") is not None:
-                            runs.add(x["runs"])
+                        n = x.get("runs" if kind == "new" else "cached_runs") if x else None
+                        runs.append("-" if n is None else str(n))
                         if v is None and kind == "new" and x and x.get("first_ms") is not None:
                             cells.append(f"({fmt(x['first_ms'])})")
                             any_value, first_only = True, True
                             continue
                         cells.append(fmt(v))
                     s = sp.get((name, t, dtype))
-                    cells.append(fmt(s.get(kind), ".2f") + "×" if s and s.get(kind) is not None else "-")
+                    x = s.get(kind) if s else None
+                    cells.append("-" if x is None else fmt(x, ".2f" if x >= 0.1 else ".3f") + "×")
                 if not any_value:
                     continue
-                cells.append("/".join(str(n) for n in sorted(runs)) or "-")
+                present = {n for n in runs if n != "-"}
+                cells.append(present.pop() if len(present) == 1 else "/".join(runs))
                 out.append("| " + " | ".join(cells) + " |")
         out.append("")
     out.append("**parity** (probabilities of each case's own state: max |Δp| / argmax flips)")

@@ -112,6 +112,9 @@ class Compare(unittest.TestCase):
         self.assertIn("| 5 questions, 2,200-token state | 16 | 40.0 | 10.0 | 4.00× | - | - | - | 5 |", md)
         self.assertIn("| 2 questions, short state | 16 | 1.00e-04 / 0 | 4.00e-01 / 1 | 4.10e-01 / 1 | 1.00e-02 / 0 |", md)
         self.assertIn("torch-bf16-16 (partial)", md)
+        self.assertIn("CPU: Test CPU.", md)
+        self.assertIn("torch 2.11 (CPU capability -), transformers -, serving form batched.", md)
+        self.assertIn("CPU features avx512f, kernel -.", md)
 
     def test_later_folder_wins_and_bad_files(self):
         self.write("kev-fp32-4.json", kev_doc({SHORT: (10.0, 1.0, P)}))
@@ -170,6 +173,19 @@ class Compare(unittest.TestCase):
         self.assertIn("| 5 questions, 2,200-token state | 16 | 6000.0 | (22888.0) | - | - | - | - | 5 |", md)
         self.assertIn("(x): the case's first request only", md)
         self.assertIn("kev-fp32-16 (partial)", md)
+
+    def test_runs_differ(self):
+        # kev cut during the cached runs of a case: 5 new runs, 2 cached
+        doc = kev_doc({SHORT: (10.0, 1.0, P)}, interrupted=True)
+        doc["latency"][SHORT]["cached"]["runs"] = 2
+        self.write("kev-fp32-16.json", doc)
+        self.write("torch-fp32-16.json", torch_doc({SHORT: (20.0, 2.0, P)}))
+        r = self.run_compare()
+        rows = {x["engine"]: x for x in r["rows"]}
+        self.assertEqual((rows["kev"]["runs"], rows["kev"]["cached_runs"]), (5, 2))
+        md = compare.markdown(r)
+        self.assertIn("| 2 questions, short state | 16 | 20.0 | 10.0 | 2.00× | - | - | - | 5 |", md)
+        self.assertIn("| 2 questions, short state | 16 | 2.0 | 1.0 | 2.00× | - | - | - | 5/2/-/- |", md)
 
     def test_empty(self):
         r = self.run_compare()

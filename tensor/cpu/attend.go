@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/kevgo/kev/tensor"
 )
@@ -47,6 +48,7 @@ type attnJob struct {
 
 // attnScratch is one goroutine's buffers.
 type attnScratch struct {
+	rows, d int       // the sizes it was made for
 	q, o, s []float32 // packed queries, running outputs [rows, d]; scores [rows, attnKeyBlock]
 	m, l    []float32 // running maximum and sum per query vector
 	keep    []int     // keys each query vector takes from the current block
@@ -70,14 +72,34 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 	// Dearest first, so the cheap ones fill the gaps at the end.
 	slices.SortStableFunc(jobs, func(a, b attnJob) int { return b.cost - a.cost })
 	rows := qb * group
+	var mu sync.Mutex
+	var held []*attnScratch
 	b.each(len(jobs), func() func(int) {
-		w := &attnScratch{
-			q: make([]float32, rows*d), o: make([]float32, rows*d), s: make([]float32, rows*attnKeyBlock),
-			m: make([]float32, rows), l: make([]float32, rows), keep: make([]int, rows),
-		}
+		w := getAttnScratch(rows, d)
+		mu.Lock()
+		held = append(held, w)
+		mu.Unlock()
 		return func(j int) { w.run(qs, ks, vs, out.f32, &segs[jobs[j].seg], jobs[j], c) }
 	})
+	for _, w := range held {
+		attnScratches.Put(w)
+	}
 	return out
+}
+
+// attnScratches recycles goroutine buffers between calls.
+var attnScratches sync.Pool
+
+// getAttnScratch returns buffers for rows query vectors of d, recycled when
+// at hand.
+func getAttnScratch(rows, d int) *attnScratch {
+	if w, ok := attnScratches.Get().(*attnScratch); ok && w.rows == rows && w.d == d {
+		return w
+	}
+	return &attnScratch{rows: rows, d: d,
+		q: make([]float32, rows*d), o: make([]float32, rows*d), s: make([]float32, rows*attnKeyBlock),
+		m: make([]float32, rows), l: make([]float32, rows), keep: make([]int, rows),
+	}
 }
 
 // run computes one job's outputs.
@@ -143,10 +165,12 @@ func (w *attnScratch) block(kb, vb []float32, ld, kn, rows, d int, scale float32
 			mx = max(mx, si[j])
 		}
 		alpha := float32(math.Exp(float64(w.m[i] - mx)))
-		var sum float32
 		for j, v := range si {
-			e := float32(math.Exp(float64(v - mx)))
-			si[j] = e
+			si[j] = v - mx
+		}
+		expVec(si, si)
+		var sum float32
+		for _, e := range si {
 			sum += e
 		}
 		w.m[i], w.l[i] = mx, w.l[i]*alpha+sum

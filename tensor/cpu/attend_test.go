@@ -24,9 +24,9 @@ func newAttnCase(r *rand.Rand, c tensor.AttentionConfig, prefixes []int, segs []
 	}
 	kvw := c.KVHeads * c.HeadDim
 	a := &attnCase{c: c, segs: segs, prefixes: prefixes,
-		q: randSlice(r, n*c.Heads*c.HeadDim), k: randSlice(r, n*kvw), v: randSlice(r, n*kvw)}
+		q: randFloats(r, n*c.Heads*c.HeadDim), k: randFloats(r, n*kvw), v: randFloats(r, n*kvw)}
 	for _, p := range prefixes {
-		a.kp, a.vp = append(a.kp, randSlice(r, p*kvw)), append(a.vp, randSlice(r, p*kvw))
+		a.kp, a.vp = append(a.kp, randFloats(r, p*kvw)), append(a.vp, randFloats(r, p*kvw))
 	}
 	return a
 }

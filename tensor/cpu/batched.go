@@ -46,16 +46,9 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 					} else {
 						xr = hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
 					}
-					w := wt[j*ch+c0 : j*ch+c1]
-					xr = xr[:len(yr)]
-					w = w[:len(yr)]
-					for c := range yr {
-						yr[c] += w[c] * xr[c]
-					}
+					mulAdd(yr, wt[j*ch+c0:j*ch+c1], xr)
 				}
-				for c, v := range yr {
-					yr[c] = silu(v)
-				}
+				siluVec(yr, yr)
 			}
 		}
 	})
@@ -293,7 +286,7 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 		out.f32 = make([]float32, (hi-lo)*w)
 		xt.copyRows(out.f32, lo, hi)
 	} else {
-		out.bits = append([]uint16(nil), xt.bits[lo*w:hi*w]...)
+		out.bits, out.heap = append([]uint16(nil), xt.halfRows(lo, hi)...), true
 	}
 	return out, nil
 }

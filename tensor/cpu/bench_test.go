@@ -5,13 +5,16 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kevgo/kev/tensor"
 )
 
 // Benchmarks of the long-state operations at Kev-0.8B's shape: a new
 // 2,200-token state (one segment), and 6 questions of 40 rows each on a
-// cached 2,200-token state. GOMAXPROCS sets the threads.
+// cached 2,200-token state. GOMAXPROCS sets the threads. Besides the wall
+// time they report the process's CPU time a call (cpu-ms/call), which a
+// busy machine disturbs less.
 
 const benchState, benchQuestions, benchRows = 2200, 6, 40
 
@@ -29,20 +32,21 @@ func benchAttention(b *testing.B, prefix, segs, rows int) {
 	c := tensor.AttentionConfig{Heads: 8, KVHeads: 2, HeadDim: 256}
 	c.Scale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	n, qw, kvw := segs*rows, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	q, k, v := benchUp(b, be, []int{n, qw}, randSlice(r, n*qw)), benchUp(b, be, []int{n, kvw}, randSlice(r, n*kvw)), benchUp(b, be, []int{n, kvw}, randSlice(r, n*kvw))
+	q, k, v := benchUp(b, be, []int{n, qw}, randFloats(r, n*qw)), benchUp(b, be, []int{n, kvw}, randFloats(r, n*kvw)), benchUp(b, be, []int{n, kvw}, randFloats(r, n*kvw))
 	var kps, vps []tensor.Tensor
 	ss := make([]tensor.Segment, segs)
 	for i := range ss {
 		ss[i] = tensor.Segment{Len: rows}
 	}
 	if prefix > 0 {
-		kps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randSlice(r, prefix*kvw))}
-		vps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randSlice(r, prefix*kvw))}
+		kps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randFloats(r, prefix*kvw))}
+		vps = []tensor.Tensor{benchUp(b, be, []int{prefix, kvw}, randFloats(r, prefix*kvw))}
 		for i := range ss {
 			ss[i].From = tensor.FromPrefix
 		}
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		y, err := be.AttentionSegments(q, k, v, kps, vps, ss, c)
 		if err != nil {
@@ -50,7 +54,8 @@ func benchAttention(b *testing.B, prefix, segs, rows int) {
 		}
 		be.Free(y)
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/call")
+	reportCPU(b, cpu0)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
 
@@ -74,7 +79,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		gs[i] = -0.3 * r.Float32()
 		bs[i] = 0.1 + 0.8*r.Float32()
 	}
-	qkv := benchUp(b, be, []int{n, width}, randSlice(r, n*width))
+	qkv := benchUp(b, be, []int{n, width}, randFloats(r, n*width))
 	g, beta := benchUp(b, be, []int{n, c.ValueHeads}, gs), benchUp(b, be, []int{n, c.ValueHeads}, bs)
 	var states []tensor.Tensor
 	ss := make([]tensor.Segment, segs)
@@ -82,7 +87,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		ss[i] = tensor.Segment{Len: rows, Keep: !cached}
 	}
 	if cached {
-		st := randSlice(r, c.ValueHeads*c.KeyDim*c.ValueDim)
+		st := randFloats(r, c.ValueHeads*c.KeyDim*c.ValueDim)
 		for i := range st {
 			st[i] *= 0.05
 		}
@@ -92,6 +97,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		}
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		y, kept, err := be.GatedDeltaRuleSegments(qkv, g, beta, states, ss, c)
 		if err != nil {
@@ -100,7 +106,8 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 		be.Free(y)
 		be.Free(kept...)
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/call")
+	reportCPU(b, cpu0)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 }
 
@@ -111,3 +118,31 @@ func BenchmarkDeltaRuleNew2200(b *testing.B) { benchDelta(b, false, 1, benchStat
 // BenchmarkDeltaRuleCached6x40 is 6 questions of 40 rows each continuing a
 // cached state.
 func BenchmarkDeltaRuleCached6x40(b *testing.B) { benchDelta(b, true, benchQuestions, benchRows) }
+
+// BenchmarkConv2200 is one Gated DeltaNet layer's causal convolution with
+// SiLU over a new 2,200-token state (6,144 channels, kernel 4).
+func BenchmarkConv2200(b *testing.B) {
+	be := &Backend{Threads: runtime.GOMAXPROCS(0)}
+	r := rand.New(rand.NewPCG(3, 3))
+	n, ch, kw := benchState, 6144, 4
+	x, w := benchUp(b, be, []int{n, ch}, randFloats(r, n*ch)), benchUp(b, be, []int{ch, kw}, randFloats(r, ch*kw))
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		y, st, err := be.CausalConv1dSiLUSegments(x, w, nil, []tensor.Segment{{Len: n, Keep: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		be.Free(y)
+		be.Free(st...)
+	}
+	reportCPU(b, cpu0)
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/call")
+}
+
+// reportCPU reports the CPU time a call since cpu0.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	if d := cpuTime() - cpu0; cpu0 > 0 {
+		b.ReportMetric(float64(d.Microseconds())/1000/float64(b.N), "cpu-ms/call")
+	}
+}

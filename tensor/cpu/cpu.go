@@ -1,7 +1,9 @@
 // Package cpu is the reference backend of package tensor: plain Go, float32
 // compute on all cores. Activations are float32; weights keep the storage
-// type they were uploaded with (BF16 and F16 are widened exactly, block by
-// block, inside MatMul), so a bf16 checkpoint costs two bytes per parameter.
+// type they were uploaded with, so a bf16 checkpoint costs two bytes per
+// parameter. MatMul widens F16 weights exactly, block by block; with a BF16
+// weight it computes in bf16 (bf16.go): x rounded to bf16, the bf16 products
+// summed in float32, on AMX or AVX512_BF16 where the processor has them.
 //
 // Importing the package registers the backend as "cpu":
 //
@@ -28,7 +30,9 @@ func init() {
 }
 
 // Backend is the CPU backend. Its operations may be called from several
-// goroutines at once; each parallelises itself over Threads goroutines.
+// goroutines at once; each parallelises itself over Threads goroutines: the
+// caller and workers of a pool the backend starts on first use (they end
+// once the backend is unreachable).
 type Backend struct {
 	// Threads is the number of goroutines an operation may use; New sets it
 	// to GOMAXPROCS.
@@ -62,6 +66,8 @@ type Tensor struct {
 	uploaded bool
 	mu       sync.Mutex
 	packed   atomic.Pointer[panels]
+	heap     bool      // bits is the tensor's own heap copy (not mapped file memory)
+	bf16     bf16Cache // bf16.go: a BF16 weight's packed panels; bits via halfBits once packed
 }
 
 // Shape returns the tensor's dimensions.
@@ -135,7 +141,7 @@ func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tens
 	if err := checkShape(shape, len(data)); err != nil {
 		return nil, err
 	}
-	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype, bits: append([]uint16(nil), data...)}, nil
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype, bits: append([]uint16(nil), data...), heap: true}, nil
 }
 
 // ToHost returns a float32 copy of t.
@@ -162,9 +168,12 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 				recycle(c.f32)
 			}
 			c.mu.Lock()
-			c.f32, c.bits, c.freed = nil, nil, true
+			c.f32, c.freed = nil, true
 			c.packed.Store(nil)
 			c.mu.Unlock()
+			if c.dtype != tensor.F32 {
+				c.dropHalf() // bf16.go: bits and packed panels, under their lock
+			}
 		}
 	}
 }
@@ -204,8 +213,9 @@ func (t *Tensor) float32s() []float32 {
 	if t.dtype == tensor.F32 {
 		return t.rowMajor()
 	}
-	out := make([]float32, len(t.bits))
-	widen(out, t.bits, t.dtype)
+	bits := t.halfBits()
+	out := make([]float32, len(bits))
+	widen(out, bits, t.dtype)
 	return out
 }
 

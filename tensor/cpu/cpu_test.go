@@ -7,18 +7,23 @@ import (
 	"github.com/kevgo/kev/tensor/backendtest"
 )
 
+// tolerance is the backend's conformance tolerance: float32 compute, except
+// that a MatMul with a BF16 weight computes in bf16 (x rounded to bf16, whose
+// unit roundoff is 2⁻⁸).
+var tolerance = backendtest.Tolerance{F32: 1e-5, BF16: 1e-2, F16: 1e-5}
+
 func TestConformance(t *testing.T) {
-	backendtest.RunAll(t, New(), backendtest.FP32)
+	backendtest.RunAll(t, New(), tolerance)
 }
 
 func TestConformanceOneThread(t *testing.T) {
-	backendtest.RunAll(t, &Backend{Threads: 1}, backendtest.FP32)
+	backendtest.RunAll(t, &Backend{Threads: 1}, tolerance)
 }
 
 // TestConformanceGeneric keeps the plain Go MatMul kernel covered on
 // processors that have a faster one.
 func TestConformanceGeneric(t *testing.T) {
-	backendtest.RunAll(t, &Backend{Threads: 2, generic: true}, backendtest.FP32)
+	backendtest.RunAll(t, &Backend{Threads: 2, generic: true}, tolerance)
 }
 
 func TestRegistered(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // delta rule has jobs, so its split form (chunks prepared in parallel
 // before the state pass) is covered.
 func TestConformanceManyThreads(t *testing.T) {
-	backendtest.RunAll(t, &Backend{Threads: 64}, backendtest.FP32)
+	backendtest.RunAll(t, &Backend{Threads: 64}, tolerance)
 }
 
 // deltaCase is a batch of delta rule segments with random inputs.
@@ -30,13 +30,13 @@ func newDeltaCase(r *rand.Rand, c tensor.DeltaConfig, segs []tensor.Segment) *de
 	for _, s := range segs {
 		d.n += s.Len
 	}
-	d.qkv = randSlice(r, d.n*d.width)
+	d.qkv = randFloats(r, d.n*d.width)
 	d.g, d.beta = make([]float32, d.n*c.ValueHeads), make([]float32, d.n*c.ValueHeads)
 	for i := range d.g {
 		d.g[i] = -0.4 * r.Float32()
 		d.beta[i] = 0.1 + 0.8*r.Float32()
 	}
-	d.state = randSlice(r, c.ValueHeads*c.KeyDim*c.ValueDim)
+	d.state = randFloats(r, c.ValueHeads*c.KeyDim*c.ValueDim)
 	for i := range d.state {
 		d.state[i] *= 0.1
 	}
@@ -126,7 +126,7 @@ func TestDeltaRuleChunksInvariant(t *testing.T) {
 			scale = max(scale, math.Abs(float64(v)))
 		}
 		for i := range p[0] {
-			if !within(p[0][i], float64(p[1][i]), scale, 2e-5) {
+			if !near(p[0][i], float64(p[1][i]), scale, 2e-5) {
 				t.Fatalf("%s[%d]: chunked %v, recurrent %v (max |recurrent| %v)", name, i, p[0][i], p[1][i], scale)
 			}
 		}

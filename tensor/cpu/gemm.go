@@ -105,6 +105,14 @@ func fma32(a, b, c float32) float32 {
 	p := float64(a) * float64(b) // exact: 48 significant bits at most
 	cd := float64(c)
 	s := p + cd
+	// In float32's normal range, a float64 lies halfway between two float32
+	// values only when its 29 low mantissa bits are 1000…0; anywhere else
+	// rounding s is rounding a·b+c.
+	if bits := math.Float64bits(s); bits&(1<<29-1) != 1<<28 {
+		if e := bits >> 52 & 0x7ff; e > 1023-126 && e < 1023+128 {
+			return float32(s)
+		}
+	}
 	r := float32(s)
 	if float64(r) == s || s != s || math.IsInf(float64(r), 0) {
 		return r
@@ -209,7 +217,7 @@ func (t *Tensor) rowMajor() []float32 {
 func (t *Tensor) copyRows(dst []float32, lo, hi int) {
 	w := t.shape[1]
 	if t.dtype != tensor.F32 {
-		widen(dst[:(hi-lo)*w], t.bits[lo*w:hi*w], t.dtype)
+		widen(dst[:(hi-lo)*w], t.halfRows(lo, hi), t.dtype)
 		return
 	}
 	f, pk := t.storage()
@@ -245,21 +253,50 @@ func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
 	j0 := q * nr
 	cols := min(nr, s.n-j0)
 	switch {
-	case s.w16 != nil:
-		for j := range cols {
-			src := s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc]
-			if s.dt == tensor.BF16 {
-				for p, h := range src {
-					buf[p*nr+j] = half.BF16ToF32(h)
-				}
-			} else {
-				for p, h := range src {
-					buf[p*nr+j] = half.F16ToF32(h)
+	case s.w16 != nil && s.dt == tensor.BF16:
+		j := 0
+		if k8 := kc &^ 7; useAVX2 && k8 > 0 {
+			for ; j+8 <= cols; j += 8 { // eight rows, eight columns at a time in registers
+				o := (j0+j)*s.k + pc
+				_ = s.w16[o+7*s.k+kc-1]
+				widenBF16T8(&buf[j], &s.w16[o], s.k, k8/8)
+				for r := range 8 {
+					for p := k8; p < kc; p++ {
+						buf[p*nr+j+r] = half.BF16ToF32(s.w16[o+r*s.k+p])
+					}
 				}
 			}
 		}
-	case s.trans:
+		for ; j+4 <= cols; j += 4 { // four rows at a time, as below
+			o := (j0+j)*s.k + pc
+			r0, r1, r2, r3 := s.w16[o:o+kc], s.w16[o+s.k:o+s.k+kc], s.w16[o+2*s.k:o+2*s.k+kc], s.w16[o+3*s.k:o+3*s.k+kc]
+			for p, h := range r0 {
+				d := buf[p*nr+j : p*nr+j+4 : p*nr+j+4]
+				d[0], d[1], d[2], d[3] = half.BF16ToF32(h), half.BF16ToF32(r1[p]), half.BF16ToF32(r2[p]), half.BF16ToF32(r3[p])
+			}
+		}
+		for ; j < cols; j++ {
+			for p, h := range s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc] {
+				buf[p*nr+j] = half.BF16ToF32(h)
+			}
+		}
+	case s.w16 != nil:
 		for j := range cols {
+			for p, h := range s.w16[(j0+j)*s.k+pc : (j0+j)*s.k+pc+kc] {
+				buf[p*nr+j] = half.F16ToF32(h)
+			}
+		}
+	case s.trans:
+		j := 0
+		for ; j+4 <= cols; j += 4 { // four rows of b at a time: one 16-byte store a row of buf
+			o := (j0+j)*s.ldb + pc
+			r0, r1, r2, r3 := s.b[o:o+kc], s.b[o+s.ldb:o+s.ldb+kc], s.b[o+2*s.ldb:o+2*s.ldb+kc], s.b[o+3*s.ldb:o+3*s.ldb+kc]
+			for p, v := range r0 {
+				d := buf[p*nr+j : p*nr+j+4 : p*nr+j+4]
+				d[0], d[1], d[2], d[3] = v, r1[p], r2[p], r3[p]
+			}
+		}
+		for ; j < cols; j++ {
 			src := s.b[(j0+j)*s.ldb+pc : (j0+j)*s.ldb+pc+kc]
 			for p, v := range src {
 				buf[p*nr+j] = v
@@ -476,6 +513,6 @@ func (b *Backend) matmulF32(xs []float32, wt *Tensor, m, n, k int, ys []float32)
 // matmul16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 or F16 weight,
 // widened exactly into float32 panels block by block.
 func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
-	src := bSource{w16: wt.bits, dt: wt.dtype, n: n, k: k}
+	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
 	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
 }

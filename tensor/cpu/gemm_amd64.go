@@ -100,3 +100,10 @@ func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) 
 	f(kc, &a[0], &b[0], &c[0], ldc, load)
 	f(kc, &a[0], &b[16], &c[16], ldc, load)
 }
+
+// widenBF16T8 widens eight bfloat16 rows (src, row stride lds) into eight
+// columns of a panel (dst, rows nr apart), 8·blocks values of p:
+// dst[p*nr+r] = src[r*lds+p] for r < 8, p < 8·blocks. It needs AVX2.
+//
+//go:noescape
+func widenBF16T8(dst *float32, src *uint16, lds int, blocks int)

@@ -9,3 +9,7 @@ const hasAVX512 = false
 func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) {
 	panic("cpu: no assembly micro-kernels on this architecture")
 }
+
+func widenBF16T8(dst *float32, src *uint16, lds int, blocks int) {
+	panic("cpu: no assembly widening on this architecture")
+}

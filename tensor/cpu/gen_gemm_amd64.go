@@ -1,7 +1,8 @@
 //go:build ignore
 
-// This program writes gemm_amd64.s, the GEMM micro-kernels: for each row
-// count r, one AVX-512 kernel of r×32 outputs and one AVX2 kernel of r×16.
+// This program writes gemm_amd64.s, the GEMM micro-kernels (for each row
+// count r, one AVX-512 kernel of r×32 outputs and one AVX2 kernel of r×16)
+// and widenBF16T8, which packs bfloat16 weight rows into a panel.
 // Run it with go generate (see gemm_amd64.go).
 package main
 
@@ -39,6 +40,7 @@ func main() {
 			}
 		}, "VXORPS")
 	}
+	widenT(w)
 	if err := os.WriteFile("gemm_amd64.s", []byte(s.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -97,6 +99,58 @@ func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aSt
 			w("\tADDQ R8, R9")
 		}
 	}
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// widenT writes widenBF16T8: eight bfloat16 rows widened and transposed
+// into a panel, eight columns at a time (an 8×8 transpose in registers).
+func widenT(w func(string, ...any)) {
+	w("")
+	w("// func widenBF16T8(dst *float32, src *uint16, lds int, blocks int)")
+	w("TEXT ·widenBF16T8(SB), NOSPLIT, $0-32")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ src+8(FP), SI")
+	w("\tMOVQ lds+16(FP), BX")
+	w("\tSHLQ $1, BX")
+	w("\tMOVQ blocks+24(FP), CX")
+	w("\tLEAQ (BX)(BX*2), R10")
+	w("")
+	w("loop:")
+	w("\tMOVQ SI, R9")
+	for i := range 8 {
+		if i == 4 {
+			w("\tLEAQ (R9)(BX*4), R9")
+		}
+		w("\tVPMOVZXWD %s, Y%d", [4]string{"(R9)", "(R9)(BX*1)", "(R9)(BX*2)", "(R9)(R10*1)"}[i%4], i)
+	}
+	for i := range 8 {
+		w("\tVPSLLD $16, Y%d, Y%d", i, i)
+	}
+	// t(2i) = unpacklo(r(2i), r(2i+1)), t(2i+1) = unpackhi: in Y8…Y15.
+	for i := range 4 {
+		w("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		w("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	// s0..s3 from t0..t3, s4..s7 from t4..t7: in Y0…Y7.
+	for h := range 2 {
+		t := 8 + 4*h
+		w("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", t+2, t, 4*h)
+		w("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", t+2, t, 4*h+1)
+		w("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", t+3, t+1, 4*h+2)
+		w("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", t+3, t+1, 4*h+3)
+	}
+	// Column p of the block is row p of the panel: 128 bytes apart.
+	for i := range 4 {
+		w("\tVPERM2F128 $0x20, Y%d, Y%d, Y8", 4+i, i)
+		w("\tVPERM2F128 $0x31, Y%d, Y%d, Y9", 4+i, i)
+		w("\tVMOVUPS Y8, %d(DI)", 128*i)
+		w("\tVMOVUPS Y9, %d(DI)", 128*(i+4))
+	}
+	w("\tADDQ $16, SI")
+	w("\tADDQ $1024, DI")
+	w("\tDECQ CX")
+	w("\tJNZ loop")
 	w("\tVZEROUPPER")
 	w("\tRET")
 }

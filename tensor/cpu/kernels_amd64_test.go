@@ -20,7 +20,7 @@ func plainGo(f func()) {
 // TestConformancePlainGo keeps the Go fallbacks of every kernel covered on
 // processors that run the assembly ones.
 func TestConformancePlainGo(t *testing.T) {
-	plainGo(func() { backendtest.RunAll(t, &Backend{Threads: 2}, backendtest.FP32) })
+	plainGo(func() { backendtest.RunAll(t, &Backend{Threads: 2}, tolerance) })
 }
 
 func randSlice(r *rand.Rand, n int) []float32 {

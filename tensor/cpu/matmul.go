@@ -2,7 +2,9 @@ package cpu
 
 import "github.com/kevgo/kev/tensor"
 
-// MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type.
+// MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type. With a
+// BF16 weight it computes in bf16 (matmulBF16, bf16.go): x rounded to bf16,
+// products summed in float32. F32 and F16 weights as follows.
 //
 // The product runs in the packed GEMM (gemm.go) with the processor's
 // micro-kernel (AVX-512 or AVX2 assembly on amd64, plain Go elsewhere or
@@ -39,12 +41,6 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 		b.matmul16(xs, wt, m, n, k, out.f32)
 	}
 	return out, nil
-}
-
-// matmulBF16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 weight: the
-// widening path of every 16-bit type.
-func (b *Backend) matmulBF16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
-	b.matmul16(xs, wt, m, n, k, ys)
 }
 
 // dot returns a·b in index order.

@@ -171,8 +171,9 @@ func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 	b.parallel(m, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			g, u, y := xs[r*n2:r*n2+n], xs[r*n2+n:(r+1)*n2], out.f32[r*n:(r+1)*n]
-			for i := range y {
-				y[i] = silu(g[i]) * u[i]
+			siluVec(y, g)
+			for i, v := range u {
+				y[i] *= v
 			}
 		}
 	})
@@ -193,8 +194,12 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	out := newF32(xt.shape[0], xt.shape[1])
 	n := xt.shape[1]
 	b.parallel(xt.shape[0], 4, func(lo, hi int) {
-		for i := lo * n; i < hi*n; i++ {
-			out.f32[i] = xs[i] * sigmoid(gs[i])
+		for r := lo; r < hi; r++ {
+			y := out.f32[r*n : (r+1)*n]
+			sigmoidVec(y, gs[r*n:(r+1)*n])
+			for i, v := range xs[r*n : (r+1)*n] {
+				y[i] *= v
+			}
 		}
 	})
 	return out, nil
@@ -494,12 +499,13 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 	os, zs, ws := ot.float32s(), zt.float32s(), wt.float32s()
 	out := newF32(n, width)
 	b.parallel(n*width/dv, 1, func(lo, hi int) {
+		sz := make([]float32, dv)
 		for v := lo; v < hi; v++ {
 			y := out.f32[v*dv : (v+1)*dv]
 			rmsRow(y, os[v*dv:(v+1)*dv], ws, eps, false)
-			zz := zs[v*dv : (v+1)*dv]
-			for i := range y {
-				y[i] *= silu(zz[i])
+			siluVec(sz, zs[v*dv:(v+1)*dv])
+			for i, s := range sz {
+				y[i] *= s
 			}
 		}
 	})

@@ -49,7 +49,7 @@ func (c *forkJoin) run() bool {
 // posted calls.
 type workerPool struct {
 	mu      sync.Mutex
-	workers int
+	workers atomic.Int32 // started; grows under mu
 	calls   chan *forkJoin
 	stop    chan struct{}
 }
@@ -60,9 +60,13 @@ func newWorkerPool() *workerPool {
 
 // grow starts workers until there are n.
 func (p *workerPool) grow(n int) {
+	if int(p.workers.Load()) >= n {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for ; p.workers < n; p.workers++ {
+	for int(p.workers.Load()) < n {
+		p.workers.Add(1)
 		go p.work()
 	}
 }
@@ -95,7 +99,7 @@ func (p *workerPool) work() {
 // close ends the workers (once the Backend is unreachable).
 func (p *workerPool) close() { close(p.stop) }
 
-// pool returns the backend's worker pool, starting it on first use.
+// workerPool returns the backend's worker pool, starting it on first use.
 func (b *Backend) workerPool() *workerPool {
 	b.poolOnce.Do(func() {
 		b.pool = newWorkerPool()

@@ -69,3 +69,13 @@ func TestParallelConcurrentCallers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkParallel measures one fork-join of Threads near-empty parts
+// (the pool's per-call overhead).
+func BenchmarkParallel(bn *testing.B) {
+	b := New()
+	var sink atomic.Int64
+	for bn.Loop() {
+		b.parallel(b.Threads, 1, func(lo, hi int) { sink.Add(int64(hi - lo)) })
+	}
+}

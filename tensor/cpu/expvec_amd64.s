@@ -1,0 +1,152 @@
+#include "textflag.h"
+
+// Constants of the exponential (Cephes' expf): log2(e), ln 2 in two parts,
+// the polynomial for e^r on |r| ≤ ln2/2, 1, the range limits, the
+// exponent bias and +Inf.
+DATA expc<>+0(SB)/4, $0x3fb8aa3b
+DATA expc<>+4(SB)/4, $0x3f318000
+DATA expc<>+8(SB)/4, $0xb95e8083
+DATA expc<>+12(SB)/4, $0x39506967
+DATA expc<>+16(SB)/4, $0x3ab743ce
+DATA expc<>+20(SB)/4, $0x3c088908
+DATA expc<>+24(SB)/4, $0x3d2aa9c1
+DATA expc<>+28(SB)/4, $0x3e2aaaaa
+DATA expc<>+32(SB)/4, $0x3f000000
+DATA expc<>+36(SB)/4, $0x3f800000
+DATA expc<>+40(SB)/4, $0x42b00000
+DATA expc<>+44(SB)/4, $0xc2ae0000
+DATA expc<>+48(SB)/4, $127
+DATA expc<>+52(SB)/4, $0x7f800000
+GLOBL expc<>(SB), RODATA|NOPTR, $56
+
+// LOADCONSTS puts log2(e), ln 2 (high, low), the six coefficients and 1
+// into Y6–Y15.
+#define LOADCONSTS \
+	VBROADCASTSS expc<>+0(SB), Y6 \
+	VBROADCASTSS expc<>+4(SB), Y7 \
+	VBROADCASTSS expc<>+8(SB), Y8 \
+	VBROADCASTSS expc<>+12(SB), Y9 \
+	VBROADCASTSS expc<>+16(SB), Y10 \
+	VBROADCASTSS expc<>+20(SB), Y11 \
+	VBROADCASTSS expc<>+24(SB), Y12 \
+	VBROADCASTSS expc<>+28(SB), Y13 \
+	VBROADCASTSS expc<>+32(SB), Y14 \
+	VBROADCASTSS expc<>+36(SB), Y15
+
+// EXP8 sets Y3 to e^Y0 lane by lane: x = k·ln2 + r, e^r by the polynomial,
+// times 2^k; 0 below −87, +Inf above 88, NaN for NaN. It uses Y1, Y2, Y4
+// and Y5.
+#define EXP8 \
+	VBROADCASTSS expc<>+40(SB), Y4 \
+	VMINPS       Y4, Y0, Y1 \
+	VBROADCASTSS expc<>+44(SB), Y4 \
+	VMAXPS       Y4, Y1, Y1 \
+	VMULPS       Y6, Y1, Y2 \
+	VROUNDPS     $0, Y2, Y2 \
+	VFNMADD231PS Y7, Y2, Y1 \
+	VFNMADD231PS Y8, Y2, Y1 \
+	VMOVAPS      Y9, Y3 \
+	VFMADD213PS  Y10, Y1, Y3 \
+	VFMADD213PS  Y11, Y1, Y3 \
+	VFMADD213PS  Y12, Y1, Y3 \
+	VFMADD213PS  Y13, Y1, Y3 \
+	VFMADD213PS  Y14, Y1, Y3 \
+	VMULPS       Y1, Y1, Y4 \
+	VFMADD213PS  Y1, Y4, Y3 \
+	VADDPS       Y15, Y3, Y3 \
+	VCVTPS2DQ    Y2, Y2 \
+	VBROADCASTSS expc<>+48(SB), Y4 \
+	VPADDD       Y4, Y2, Y2 \
+	VPSLLD       $23, Y2, Y2 \
+	VMULPS       Y2, Y3, Y3 \
+	VBROADCASTSS expc<>+44(SB), Y4 \
+	VCMPPS       $1, Y4, Y0, Y5 \
+	VANDNPS      Y3, Y5, Y3 \
+	VBROADCASTSS expc<>+40(SB), Y4 \
+	VCMPPS       $1, Y0, Y4, Y5 \
+	VBROADCASTSS expc<>+52(SB), Y4 \
+	VBLENDVPS    Y5, Y4, Y3, Y3 \
+	VCMPPS       $3, Y0, Y0, Y5 \
+	VBLENDVPS    Y5, Y0, Y3, Y3
+
+// func expAVX2(dst, src *float32, n int)
+TEXT ·expAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	LOADCONSTS
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	EXP8
+	VMOVUPS Y3, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET
+
+// func siluAVX2(dst, src *float32, n int)
+TEXT ·siluAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	LOADCONSTS
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VXORPS  Y4, Y4, Y4
+	VSUBPS  Y0, Y4, Y0
+	EXP8
+	VADDPS  Y15, Y3, Y3
+	VMOVUPS (SI)(AX*4), Y0
+	VDIVPS  Y3, Y0, Y3
+	VMOVUPS Y3, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET
+
+// func sigmoidAVX2(dst, src *float32, n int)
+TEXT ·sigmoidAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	LOADCONSTS
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VXORPS  Y4, Y4, Y4
+	VSUBPS  Y0, Y4, Y0
+	EXP8
+	VADDPS  Y15, Y3, Y3
+	VDIVPS  Y3, Y15, Y3
+	VMOVUPS Y3, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET
+
+// func mulAddAVX2(y, w, x *float32, n int)
+TEXT ·mulAddAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VADDPS  (DI)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET

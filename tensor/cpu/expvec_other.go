@@ -1,0 +1,18 @@
+//go:build !amd64
+
+package cpu
+
+// The vector exponential kernels exist on amd64 only; useAVX2 keeps these
+// unreached.
+
+func expAVX2(dst, src *float32, n int) { panic("cpu: expAVX2 has no assembly on this architecture") }
+
+func siluAVX2(dst, src *float32, n int) { panic("cpu: siluAVX2 has no assembly on this architecture") }
+
+func sigmoidAVX2(dst, src *float32, n int) {
+	panic("cpu: sigmoidAVX2 has no assembly on this architecture")
+}
+
+func mulAddAVX2(y, w, x *float32, n int) {
+	panic("cpu: mulAddAVX2 has no assembly on this architecture")
+}
