@@ -18,8 +18,9 @@ import (
 //
 // Every output is one chain of fused multiply-adds over p = 0..k−1 in
 // order, from zero (or from C's value when adding): the run over a kc block
-// starts from the sums the previous block stored in C. Tiles at the edges
-// run on zero-padded copies with the same arithmetic. So an output's bits
+// starts from the sums the previous block stored in C. Short row blocks run
+// in kernels of fewer rows, and tiles past the last column on zero-padded
+// panels, with the same arithmetic. So an output's bits
 // depend on its own row of A and column of B alone: never on m, on the
 // other rows, on the tiling, on the thread count or on which micro-kernel
 // ran (every kernel computes the same chain, the plain Go one with fma32).
@@ -316,8 +317,9 @@ func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
 }
 
 // packA sets dst to rows [i0, i1) and columns [pc, pc+kc) of a (row stride
-// lda) as mr-row blocks, dst[blk*kc*mr+p*mr+i] = a[(i0+blk*mr+i)*lda+pc+p],
-// zero past row i1.
+// lda) as mr-row blocks, dst[blk*kc*mr+p*mr+i] = a[(i0+blk*mr+i)*lda+pc+p].
+// The slots past row i1 keep what they held: the micro-kernels read the
+// rows they compute alone.
 func packA(dst, a []float32, lda, i0, i1, pc, kc, mr int) {
 	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
 		d := dst[blk*kc*mr : (blk+1)*kc*mr]
@@ -326,11 +328,6 @@ func packA(dst, a []float32, lda, i0, i1, pc, kc, mr int) {
 			src := a[(r0+i)*lda+pc : (r0+i)*lda+pc+kc]
 			for p, v := range src {
 				d[p*mr+i] = v
-			}
-		}
-		for i := rows; i < mr; i++ {
-			for p := range kc {
-				d[p*mr+i] = 0
 			}
 		}
 	}
