@@ -147,15 +147,10 @@ type panels struct {
 func (b *Backend) packPanels(w []float32, n, k int) *panels {
 	np := (n + nr - 1) / nr
 	pk := &panels{n: n, k: k, data: make([]float32, np*k*nr)}
+	src := bSource{b: w, ldb: k, trans: true, n: n, k: k}
 	b.parallel(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
-			dst := pk.data[q*k*nr : (q+1)*k*nr]
-			for j := range min(nr, n-q*nr) {
-				src := w[(q*nr+j)*k : (q*nr+j+1)*k]
-				for p, v := range src {
-					dst[p*nr+j] = v
-				}
-			}
+			src.panel(q, 0, k, pk.data[q*k*nr:(q+1)*k*nr])
 		}
 	})
 	return pk
