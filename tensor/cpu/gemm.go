@@ -18,8 +18,9 @@ import (
 //
 // Every output is one chain of fused multiply-adds over p = 0..k−1 in
 // order, from zero (or from C's value when adding): the run over a kc block
-// starts from the sums the previous block stored in C. Tiles at the edges
-// run on zero-padded copies with the same arithmetic. So an output's bits
+// starts from the sums the previous block stored in C. Short row blocks run
+// in kernels of fewer rows, and tiles past the last column on zero-padded
+// panels, with the same arithmetic. So an output's bits
 // depend on its own row of A and column of B alone: never on m, on the
 // other rows, on the tiling, on the thread count or on which micro-kernel
 // ran (every kernel computes the same chain, the plain Go one with fma32).
@@ -146,15 +147,10 @@ type panels struct {
 func (b *Backend) packPanels(w []float32, n, k int) *panels {
 	np := (n + nr - 1) / nr
 	pk := &panels{n: n, k: k, data: make([]float32, np*k*nr)}
+	src := bSource{b: w, ldb: k, trans: true, n: n, k: k}
 	b.parallel(np, 1, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
-			dst := pk.data[q*k*nr : (q+1)*k*nr]
-			for j := range min(nr, n-q*nr) {
-				src := w[(q*nr+j)*k : (q*nr+j+1)*k]
-				for p, v := range src {
-					dst[p*nr+j] = v
-				}
-			}
+			src.panel(q, 0, k, pk.data[q*k*nr:(q+1)*k*nr])
 		}
 	})
 	return pk
@@ -316,8 +312,9 @@ func (s *bSource) panel(q, pc, kc int, buf []float32) []float32 {
 }
 
 // packA sets dst to rows [i0, i1) and columns [pc, pc+kc) of a (row stride
-// lda) as mr-row blocks, dst[blk*kc*mr+p*mr+i] = a[(i0+blk*mr+i)*lda+pc+p],
-// zero past row i1.
+// lda) as mr-row blocks, dst[blk*kc*mr+p*mr+i] = a[(i0+blk*mr+i)*lda+pc+p].
+// The slots past row i1 keep what they held: the micro-kernels read the
+// rows they compute alone.
 func packA(dst, a []float32, lda, i0, i1, pc, kc, mr int) {
 	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
 		d := dst[blk*kc*mr : (blk+1)*kc*mr]
@@ -328,9 +325,17 @@ func packA(dst, a []float32, lda, i0, i1, pc, kc, mr int) {
 				d[p*mr+i] = v
 			}
 		}
-		for i := rows; i < mr; i++ {
-			for p := range kc {
-				d[p*mr+i] = 0
+	}
+}
+
+// packAFull sets dst to rows [i0, i1) of a (row stride lda) as mr-row
+// blocks over all of K: dst[blk*mr*k+p*mr+i] = a[(i0+blk*mr+i)*lda+p].
+func packAFull(dst, a []float32, lda, i0, i1, k, mr int) {
+	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
+		d := dst[blk*mr*k : (blk+1)*mr*k]
+		for i := range min(mr, i1-r0) {
+			for p, v := range a[(r0+i)*lda : (r0+i)*lda+k] {
+				d[p*mr+i] = v
 			}
 		}
 	}
@@ -378,43 +383,63 @@ const wholeA = 1 << 17
 // panel streams through whole (its k×nr values in one sequential read, the
 // C tile in cache across the kc blocks); otherwise, in the GotoBLAS order,
 // the rows of A are packed one kc block at a time and every panel's block
-// runs against them. Both orders do the same arithmetic.
-func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch) {
+// runs against them. Both orders do the same arithmetic. With apk (all of
+// A packed by packAFull, i0 a multiple of mr) the rows are not packed
+// again.
+func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch, apk []float32) {
 	mr := g.kern.mr()
 	padded := (i1 - i0 + mr - 1) / mr * mr
-	if padded*g.k <= wholeA {
+	whole := padded*g.k <= wholeA
+	// a returns the packed A blocks of the kc block at pc and their stride.
+	var a func(pc, kc int) ([]float32, int)
+	switch {
+	case apk != nil:
+		base := i0 * g.k
+		s.grow(0)
+		a = func(pc, kc int) ([]float32, int) { return apk[base+pc*mr:], mr * g.k }
+	case whole:
 		s.grow(padded * g.k)
 		for pc := 0; pc < g.k; pc += kcBlock {
 			packA(s.a[pc*padded:], g.a, g.lda, i0, i1, pc, min(kcBlock, g.k-pc), mr)
 		}
+		a = func(pc, kc int) ([]float32, int) { return s.a[pc*padded:], kc * mr }
+	default:
+		s.grow(padded * kcBlock)
+		a = func(pc, kc int) ([]float32, int) { return s.a, kc * mr }
+	}
+	if whole {
 		for q := q0; q < q1; q++ {
 			for pc := 0; pc < g.k; pc += kcBlock {
 				kc := min(kcBlock, g.k-pc)
-				g.tiles(s.a[pc*padded:pc*padded+kc*padded], g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+				ap, stride := a(pc, kc)
+				g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
 			}
 		}
 		return
 	}
-	s.grow(padded * kcBlock)
 	for pc := 0; pc < g.k; pc += kcBlock {
 		kc := min(kcBlock, g.k-pc)
-		packA(s.a, g.a, g.lda, i0, i1, pc, kc, mr)
+		if apk == nil {
+			packA(s.a, g.a, g.lda, i0, i1, pc, kc, mr)
+		}
+		ap, stride := a(pc, kc)
 		for q := q0; q < q1; q++ {
-			g.tiles(s.a[:kc*padded], g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+			g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
 		}
 	}
 }
 
 // tiles runs the micro-kernel over rows [i0, i1) of C in panel q's columns
-// for the kc block at pc: ap holds the rows' packed A blocks, bp the
-// panel's. A tile past the last column runs on a zero-padded copy.
-func (g *gemmArgs) tiles(ap, bp []float32, i0, i1, q, pc, kc int, s *gemmScratch) {
+// for the kc block at pc: the rows' packed A blocks lie stride values apart
+// from ap on, bp holds the panel's block. A tile past the last column runs
+// on a zero-padded copy.
+func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, kc int, s *gemmScratch) {
 	mr := g.kern.mr()
 	load := pc > 0 || g.add
 	j0 := q * nr
 	cols := min(nr, g.n-j0)
 	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
-		a := ap[blk*kc*mr : (blk+1)*kc*mr]
+		a := ap[blk*stride : blk*stride+kc*mr]
 		rows := min(mr, i1-r0)
 		if cols == nr {
 			g.kern.tile(rows, kc, a, bp, g.c[r0*g.ldc+j0:], g.ldc, load)
@@ -449,27 +474,50 @@ func (g *gemmArgs) serial() {
 	s := scratchPool.Get().(*gemmScratch)
 	np := (g.n + nr - 1) / nr
 	for i0 := 0; i0 < g.m; i0 += mcBlock {
-		g.block(i0, min(i0+mcBlock, g.m), 0, np, s)
+		g.block(i0, min(i0+mcBlock, g.m), 0, np, s, nil)
 	}
 	scratchPool.Put(s)
 }
+
+// sharedA is the most values of packed A a threaded product packs once,
+// before its jobs, for all of them to read.
+const sharedA = 1 << 22
+
+// aPool recycles the buffers of A packed for a threaded product.
+var aPool sync.Pool
 
 // runGEMM runs the product on the backend's threads. Up to smallM rows the
 // threads split the panels (each reads its own weights once); above, the
 // work is cut into jobs of mcBlock rows by up to 16 panels, consecutive jobs
 // sharing panels, so every thread stays busy and reuses each panel from its
-// cache across row blocks. Each output is computed by one thread.
+// cache across row blocks. Each output is computed by one thread. Where A
+// is small enough, the threads first pack it together, once, and the jobs
+// read it from there.
 func (b *Backend) runGEMM(g *gemmArgs) {
 	threads := max(b.Threads, 1)
 	if threads == 1 || g.m*g.n*g.k < 1<<17 || g.k == 0 {
 		g.serial()
 		return
 	}
+	mr := g.kern.mr()
+	nb := (g.m + mr - 1) / mr
+	var apk []float32
+	if nb*mr*g.k <= sharedA {
+		if p, ok := aPool.Get().(*[]float32); ok && cap(*p) >= nb*mr*g.k {
+			apk = (*p)[:nb*mr*g.k]
+		} else {
+			apk = make([]float32, nb*mr*g.k)
+		}
+		defer aPool.Put(&apk)
+		b.parallel(nb, 1, func(lo, hi int) {
+			packAFull(apk[lo*mr*g.k:], g.a, g.lda, lo*mr, min(hi*mr, g.m), g.k, mr)
+		})
+	}
 	np := (g.n + nr - 1) / nr
 	if g.m <= smallM {
 		b.parallel(np, 1, func(lo, hi int) {
 			s := scratchPool.Get().(*gemmScratch)
-			g.block(0, g.m, lo, hi, s)
+			g.block(0, g.m, lo, hi, s, apk)
 			scratchPool.Put(s)
 		})
 		return
@@ -484,7 +532,7 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		s := scratchPool.Get().(*gemmScratch)
 		for j := lo; j < hi; j++ {
 			ch, r := j/rb, j%rb
-			g.block(r*mcBlock, min((r+1)*mcBlock, g.m), ch*pj, min((ch+1)*pj, np), s)
+			g.block(r*mcBlock, min((r+1)*mcBlock, g.m), ch*pj, min((ch+1)*pj, np), s, apk)
 		}
 		scratchPool.Put(s)
 	})

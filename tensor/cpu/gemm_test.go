@@ -289,19 +289,22 @@ func TestMatMulBatchInvariantBits(t *testing.T) {
 	}
 }
 
-// TestMatMulLargeThreads runs the 2-D split (more than smallM rows) on
+// TestMatMulLargeThreads runs the threaded splits (few rows, the 2-D jobs,
+// with A packed once for all threads and, past sharedA, by each job) on
 // several threads against one thread, bit for bit.
 func TestMatMulLargeThreads(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 25))
 	b1, b4 := &Backend{Threads: 1}, &Backend{Threads: 4}
-	x, w := mmInputs(t, b1, r, 500, 300, 520, tensor.F32)
-	y1, _ := b1.MatMul(x, w)
-	y4, _ := b4.MatMul(x, w)
-	h1, _ := b1.ToHost(y1)
-	h4, _ := b4.ToHost(y4)
-	for i := range h1 {
-		if math.Float32bits(h1[i]) != math.Float32bits(h4[i]) {
-			t.Fatalf("y[%d]: 4 threads %v, 1 thread %v", i, h4[i], h1[i])
+	for _, sh := range [][3]int{{500, 300, 520}, {500, 70, 1030}, {40, 200, 700}, {300, 40, sharedA/300 + 5}} {
+		x, w := mmInputs(t, b1, r, sh[0], sh[1], sh[2], tensor.F32)
+		y1, _ := b1.MatMul(x, w)
+		y4, _ := b4.MatMul(x, w)
+		h1, _ := b1.ToHost(y1)
+		h4, _ := b4.ToHost(y4)
+		for i := range h1 {
+			if math.Float32bits(h1[i]) != math.Float32bits(h4[i]) {
+				t.Fatalf("%v: y[%d]: 4 threads %v, 1 thread %v", sh, i, h4[i], h1[i])
+			}
 		}
 	}
 }

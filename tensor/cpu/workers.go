@@ -110,7 +110,8 @@ func (b *Backend) workerPool() *workerPool {
 
 // parallel runs f over [0, n) split into at most b.Threads contiguous ranges
 // whose bounds are multiples of align (except the last). The calling
-// goroutine runs ranges too; the others run on the backend's workers.
+// goroutine runs ranges too; the others run on the backend's workers, or
+// on the caller when they are busy: ranges must not wait for one another.
 func (b *Backend) parallel(n, align int, f func(lo, hi int)) {
 	threads := b.Threads
 	if threads < 1 {
