@@ -88,7 +88,10 @@ func TestHardeningIndexSize(t *testing.T) {
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "metadata of 300011 bytes, over the 65536-byte limit") {
 		t.Fatalf("got %v, want a FormatError on the metadata's size", err)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*uint64(len(meta)) {
+	// TotalAlloc counts every allocation, the garbage of json's decoding
+	// included (more of it under the race detector): eight times the file
+	// is still far from what an unbounded parse of the metadata costs.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 8*uint64(len(meta)) {
 		t.Errorf("allocated %d bytes refusing a %d-byte index", alloc, len(meta))
 	}
 }
