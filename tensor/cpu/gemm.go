@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"runtime"
 	"sync"
 
 	"github.com/kevgo/kev/internal/half"
@@ -77,10 +78,99 @@ func (k gemmKernel) tile(rows, kc int, a, b, c []float32, ldc int, load bool) {
 	}
 	_, _, _ = a[kc*mr-1], b[kc*nr-1], c[(rows-1)*ldc+nr-1]
 	if k == kernGo {
-		tileGo(mr, rows, kc, a, b, c, ldc, load)
+		if plainFused {
+			tileGoFused(mr, rows, kc, a, b, c, ldc, load)
+		} else {
+			tileGo(mr, rows, kc, a, b, c, ldc, load)
+		}
 		return
 	}
 	tileAsm(k, rows, kc, a, b, c, ldc, load)
+}
+
+// plainFused selects tileGoFused for the plain Go kernel: on processors
+// without assembly micro-kernels (every architecture but amd64), where the
+// plain Go kernel is the one that serves. On amd64 the plain Go kernel is
+// the assembly kernels' reference in tests and keeps tileGo's exact bits.
+var plainFused = runtime.GOARCH != "amd64"
+
+// tileGoFused is the plain Go micro-kernel for serving: each output row's nr
+// sums in a local array, the K loop outside, so the compiler keeps the
+// operands in registers and, on arm64, ppc64 and s390x, fuses each a·b+s
+// into one instruction (Go allows fusing x*y+z). Every output is still one
+// chain over p in order from its start value, so its bits never depend on
+// the rows beside it (a row alone and in a block of four run the same
+// chain). tileGo's software fma32 is exact on every processor, and slower.
+func tileGoFused(mr, rows, kc int, a, b, c []float32, ldc int, load bool) {
+	i := 0
+	for ; i+4 <= rows; i += 4 {
+		for j := 0; j < nr; j += 4 {
+			tile4x4Go(mr, i, j, kc, a, b, c, ldc, load)
+		}
+	}
+	var acc [nr]float32
+	for ; i < rows; i++ {
+		cr := c[i*ldc : i*ldc+nr]
+		if load {
+			copy(acc[:], cr)
+		} else {
+			acc = [nr]float32{}
+		}
+		for p := range kc {
+			av := a[p*mr+i]
+			bp := (*[nr]float32)(b[p*nr : p*nr+nr])
+			for j := range acc {
+				acc[j] += av * bp[j]
+			}
+		}
+		copy(cr, acc[:])
+	}
+}
+
+// tile4x4Go runs tileGoFused's chains for rows i..i+3 and columns j..j+3
+// with sixteen accumulators in registers.
+func tile4x4Go(mr, i, j, kc int, a, b, c []float32, ldc int, load bool) {
+	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 float32
+	if load {
+		r := c[i*ldc+j:]
+		c00, c01, c02, c03 = r[0], r[1], r[2], r[3]
+		r = r[ldc:]
+		c10, c11, c12, c13 = r[0], r[1], r[2], r[3]
+		r = r[ldc:]
+		c20, c21, c22, c23 = r[0], r[1], r[2], r[3]
+		r = r[ldc:]
+		c30, c31, c32, c33 = r[0], r[1], r[2], r[3]
+	}
+	for p := range kc {
+		ap := (*[4]float32)(a[p*mr+i : p*mr+i+4])
+		bp := (*[4]float32)(b[p*nr+j : p*nr+j+4])
+		a0, a1, a2, a3 := ap[0], ap[1], ap[2], ap[3]
+		b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		c20 += a2 * b0
+		c21 += a2 * b1
+		c22 += a2 * b2
+		c23 += a2 * b3
+		c30 += a3 * b0
+		c31 += a3 * b1
+		c32 += a3 * b2
+		c33 += a3 * b3
+	}
+	r := c[i*ldc+j:]
+	r[0], r[1], r[2], r[3] = c00, c01, c02, c03
+	r = r[ldc:]
+	r[0], r[1], r[2], r[3] = c10, c11, c12, c13
+	r = r[ldc:]
+	r[0], r[1], r[2], r[3] = c20, c21, c22, c23
+	r = r[ldc:]
+	r[0], r[1], r[2], r[3] = c30, c31, c32, c33
 }
 
 // tileGo is the plain Go micro-kernel, the reference of the assembly ones.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/tensor"
+	"github.com/kevgo/kev/tensor/backendtest"
 )
 
 // allKernels lists every micro-kernel with whether this processor runs it.
@@ -446,7 +447,8 @@ func TestMatMul16Widened(t *testing.T) {
 
 // BenchmarkGEMM measures MatMul at the 0.8B model's shapes. KEV_GEMM_THREADS
 // sets the threads (default: all), KEV_GEMM_KERNEL the micro-kernel (avx512,
-// avx2 or go; default: the fastest the processor has). Run on one thread and
+// avx2, go, or gofused: the plain Go kernel as other architectures run it;
+// default: the fastest the processor has). Run on one thread and
 // on all to get the parallel efficiency, e.g.
 //
 //	KEV_GEMM_THREADS=1 go test ./tensor/cpu/ -run '^$' -bench GEMM
@@ -460,7 +462,11 @@ func BenchmarkGEMM(bn *testing.B) {
 		threads = v
 	}
 	kern := gemmKern
-	if s := os.Getenv("KEV_GEMM_KERNEL"); s != "" {
+	if s := os.Getenv("KEV_GEMM_KERNEL"); s == "gofused" { // the plain Go kernel other architectures serve with
+		defer func(v bool) { plainFused = v }(plainFused)
+		plainFused = true
+		kern = kernGo
+	} else if s != "" {
 		found := false
 		for _, kk := range allKernels() {
 			if kk.k.String() == s {
@@ -583,4 +589,51 @@ func TestWidenBF16T8(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTileGoFused checks the serving plain Go micro-kernel (the one other
+// architectures run) against the exact one within float32's rounding of a
+// chain, and that a row's bits do not depend on the rows computed with it.
+func TestTileGoFused(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 31))
+	const mr = 4
+	for _, kc := range []int{1, 7, 64, 300} {
+		for _, load := range []bool{false, true} {
+			a, b := randVals(r, kc*mr), randVals(r, kc*nr)
+			ldc := nr + 3
+			c0 := randVals(r, mr*ldc)
+			got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+			tileGoFused(mr, mr, kc, a, b, got, ldc, load)
+			tileGo(mr, mr, kc, a, b, want, ldc, load)
+			for i := range mr {
+				for j := range nr {
+					mag := 0.0
+					if load {
+						mag = math.Abs(float64(c0[i*ldc+j]))
+					}
+					for p := range kc {
+						mag += math.Abs(float64(a[p*mr+i]) * float64(b[p*nr+j]))
+					}
+					if !near(got[i*ldc+j], float64(want[i*ldc+j]), mag, 1e-5) {
+						t.Fatalf("kc %d load %v: c[%d,%d] = %v, exact kernel %v", kc, load, i, j, got[i*ldc+j], want[i*ldc+j])
+					}
+				}
+			}
+			one := append([]float32(nil), c0...)
+			tileGoFused(mr, 1, kc, a, b, one, ldc, load)
+			for j := range nr {
+				if math.Float32bits(one[j]) != math.Float32bits(got[j]) {
+					t.Fatalf("kc %d load %v: row 0 alone c[%d] = %v, with the others %v", kc, load, j, one[j], got[j])
+				}
+			}
+		}
+	}
+}
+
+// TestConformancePlainFused runs the conformance suite on the plain Go
+// kernel as other architectures serve with it.
+func TestConformancePlainFused(t *testing.T) {
+	defer func(v bool) { plainFused = v }(plainFused)
+	plainFused = true
+	backendtest.RunAll(t, &Backend{Threads: 2, generic: true}, tolerance)
 }
