@@ -81,9 +81,9 @@ func TestMicroKernelsBitEqual(t *testing.T) {
 			mr := kk.k.mr()
 			for _, kc := range []int{1, 2, 7, 64, 256} {
 				for _, load := range []bool{false, true} {
-					a, b := randVals(r, kc*mr), randVals(r, kc*nr)
+					a, b := randFloats(r, kc*mr), randFloats(r, kc*nr)
 					ldc := nr + r.IntN(9)
-					c0 := randVals(r, mr*ldc)
+					c0 := randFloats(r, mr*ldc)
 					got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
 					rows := 1 + r.IntN(mr)
 					if kc == 64 {
@@ -161,9 +161,9 @@ func TestGemmSmall(t *testing.T) {
 			if !trans {
 				ldb = n + r.IntN(4)
 			}
-			a := randVals(r, max(1, (m-1)*lda+k))
-			b := randVals(r, max(1, ldb*max(n, k)))
-			c0 := randVals(r, (m-1)*ldc+n)
+			a := randFloats(r, max(1, (m-1)*lda+k))
+			b := randFloats(r, max(1, ldb*max(n, k)))
+			c0 := randFloats(r, (m-1)*ldc+n)
 			run := func(mm, nn int, a, b, c []float32) {
 				if trans {
 					gemmNT(mm, nn, k, a, lda, b, ldb, c, ldc, add)
@@ -317,9 +317,9 @@ func TestPackedWeightReaders(t *testing.T) {
 	b := &Backend{Threads: 2}
 	r := rand.New(rand.NewPCG(rand.Uint64(), 26))
 	n, k := 37, 50
-	ws := randVals(r, n*k)
+	ws := randFloats(r, n*k)
 	w, _ := b.FromFloat32([]int{n, k}, ws)
-	x, _ := b.FromFloat32([]int{2, k}, randVals(r, 2*k))
+	x, _ := b.FromFloat32([]int{2, k}, randFloats(r, 2*k))
 	if _, err := b.MatMul(x, w); err != nil {
 		t.Fatal(err)
 	}
@@ -487,8 +487,8 @@ func BenchmarkGEMM(bn *testing.B) {
 				bn.Run(fmt.Sprintf("N%d_K%d/M%d", n, k, m), func(bn *testing.B) {
 					b := &Backend{Threads: threads}
 					r := rand.New(rand.NewPCG(1, 2))
-					x, _ := b.FromFloat32([]int{m, k}, randVals(r, m*k))
-					w, _ := b.FromFloat32([]int{n, k}, randVals(r, n*k))
+					x, _ := b.FromFloat32([]int{m, k}, randFloats(r, m*k))
+					w, _ := b.FromFloat32([]int{n, k}, randFloats(r, n*k))
 					y, _ := b.MatMul(x, w) // packs the weight
 					b.Free(y)
 					for bn.Loop() {
@@ -500,18 +500,6 @@ func BenchmarkGEMM(bn *testing.B) {
 			}
 		}
 	})
-}
-
-// randVals returns n normal values, none zero.
-func randVals(r *rand.Rand, n int) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = float32(r.NormFloat64())
-		if out[i] == 0 {
-			out[i] = 0.25
-		}
-	}
-	return out
 }
 
 // FuzzGemmSmall checks gemmNT and gemmNN at fuzzed shapes: every kernel the
@@ -527,8 +515,8 @@ func FuzzGemmSmall(f *testing.F) {
 		if !trans {
 			ldb = n + 2
 		}
-		a, b := randVals(r, m*lda+1), randVals(r, ldb*max(n, k)+1)
-		c0 := randVals(r, m*ldc)
+		a, b := randFloats(r, m*lda+1), randFloats(r, ldb*max(n, k)+1)
+		c0 := randFloats(r, m*ldc)
 		var first []float32
 		for _, kk := range allKernels() {
 			if !kk.ok {
@@ -599,9 +587,9 @@ func TestTileGoFused(t *testing.T) {
 	const mr = 4
 	for _, kc := range []int{1, 7, 64, 300} {
 		for _, load := range []bool{false, true} {
-			a, b := randVals(r, kc*mr), randVals(r, kc*nr)
+			a, b := randFloats(r, kc*mr), randFloats(r, kc*nr)
 			ldc := nr + 3
-			c0 := randVals(r, mr*ldc)
+			c0 := randFloats(r, mr*ldc)
 			got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
 			tileGoFused(mr, mr, kc, a, b, got, ldc, load)
 			tileGo(mr, mr, kc, a, b, want, ldc, load)

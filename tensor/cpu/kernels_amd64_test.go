@@ -23,21 +23,6 @@ func TestConformancePlainGo(t *testing.T) {
 	plainGo(func() { backendtest.RunAll(t, &Backend{Threads: 2}, tolerance) })
 }
 
-func randSlice(r *rand.Rand, n int) []float32 {
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = float32(r.NormFloat64())
-		if out[i] == 0 {
-			out[i] = 0.25
-		}
-	}
-	return out
-}
-
-// within reports whether got is within tol·mag of want.
-func within(got float32, want, mag, tol float64) bool {
-	return math.Abs(float64(got)-want) <= tol*mag+1e-30
-}
 
 func TestMulAddRows(t *testing.T) {
 	if !useAVX2 {
@@ -51,7 +36,7 @@ func TestMulAddRows(t *testing.T) {
 				rows, n = 1+r.IntN(70), 1+r.IntN(150)
 				ldx = n + r.IntN(9)
 			}
-			y0, x, c := randSlice(r, n), randSlice(r, (rows-1)*ldx+n), randSlice(r, rows)
+			y0, x, c := randFloats(r, n), randFloats(r, (rows-1)*ldx+n), randFloats(r, rows)
 			y := append([]float32(nil), y0...)
 			mulAddRows(y, x, ldx, c)
 			for j := range n {
@@ -61,7 +46,7 @@ func TestMulAddRows(t *testing.T) {
 					want += p
 					mag += math.Abs(p)
 				}
-				if !within(y[j], want, mag, 1e-6) {
+				if !near(y[j], want, mag, 1e-6) {
 					t.Fatalf("rows %d n %d ldx %d: y[%d] = %v, want %v", rows, n, ldx, j, y[j], want)
 				}
 			}
@@ -80,8 +65,8 @@ func TestAddABt(t *testing.T) {
 			m, n, k = []int{1, 64, 3, 7}[iter], []int{4, 64, 5, 1}[iter], []int{8, 128, 7, 9}[iter]
 		}
 		lda, ldb, ldy := k+r.IntN(5), k+r.IntN(5), n+r.IntN(5)
-		a, b := randSlice(r, (m-1)*lda+k), randSlice(r, (n-1)*ldb+k)
-		y0 := randSlice(r, (m-1)*ldy+n)
+		a, b := randFloats(r, (m-1)*lda+k), randFloats(r, (n-1)*ldb+k)
+		y0 := randFloats(r, (m-1)*ldy+n)
 		y := append([]float32(nil), y0...)
 		addABt(y, ldy, a, lda, b, ldb, m, n, k)
 		for i := range m {
@@ -92,7 +77,7 @@ func TestAddABt(t *testing.T) {
 					want += v
 					mag += math.Abs(v)
 				}
-				if !within(y[i*ldy+j], want, mag, 1e-6) {
+				if !near(y[i*ldy+j], want, mag, 1e-6) {
 					t.Fatalf("%dx%dx%d: y[%d,%d] = %v, want %v", m, n, k, i, j, y[i*ldy+j], want)
 				}
 			}
@@ -118,14 +103,14 @@ func TestDeltaRuleKernelsAgree(t *testing.T) {
 		}
 		return x
 	}
-	qkv := up([]int{n, width}, randSlice(r, n*width))
+	qkv := up([]int{n, width}, randFloats(r, n*width))
 	gs, bs := make([]float32, n*c.ValueHeads), make([]float32, n*c.ValueHeads)
 	for i := range gs {
 		gs[i] = -0.3 * r.Float32()
 		bs[i] = 0.1 + 0.8*r.Float32()
 	}
 	g, beta := up([]int{n, c.ValueHeads}, gs), up([]int{n, c.ValueHeads}, bs)
-	state := up([]int{c.ValueHeads, c.KeyDim, c.ValueDim}, randSlice(r, c.ValueHeads*c.KeyDim*c.ValueDim))
+	state := up([]int{c.ValueHeads, c.KeyDim, c.ValueDim}, randFloats(r, c.ValueHeads*c.KeyDim*c.ValueDim))
 	for _, chunk := range []int{0, 64, 48} {
 		c.Chunk = chunk
 		run := func() ([]float32, []float32) {
@@ -146,7 +131,7 @@ func TestDeltaRuleKernelsAgree(t *testing.T) {
 				scale = max(scale, math.Abs(float64(v)))
 			}
 			for i := range p[0] {
-				if !within(p[0][i], float64(p[1][i]), scale, 1e-5) {
+				if !near(p[0][i], float64(p[1][i]), scale, 1e-5) {
 					t.Fatalf("chunk %d %s[%d]: assembly %v, Go %v (max |Go| %v)", chunk, name, i, p[0][i], p[1][i], scale)
 				}
 			}
@@ -161,7 +146,7 @@ func TestAddABtPositionInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 12))
 	for _, sh := range [][3]int{{7, 6, 128}, {5, 5, 37}, {64, 63, 128}, {2, 3, 5}} {
 		m, n, k := sh[0], sh[1], sh[2]
-		a, b := randSlice(r, m*k), randSlice(r, n*k)
+		a, b := randFloats(r, m*k), randFloats(r, n*k)
 		y := make([]float32, m*n)
 		addABt(y, n, a, k, b, k, m, n, k)
 		for i := range m {
