@@ -23,7 +23,6 @@ func TestConformancePlainGo(t *testing.T) {
 	plainGo(func() { backendtest.RunAll(t, &Backend{Threads: 2}, tolerance) })
 }
 
-
 func TestMulAddRows(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("no assembly kernels on this processor")
