@@ -50,15 +50,9 @@ func (e *HTTPError) Error() string {
 
 // Ask answers questions about a state, as Predictor.Ask does, on the server.
 func (c *Client) Ask(ctx context.Context, state any, questions ...QuestionEntry) ([]AnswerEntry, error) {
-	req := &Request{Questions: questions}
-	if s, ok := state.(string); ok {
-		req.State = Text(s)
-	} else {
-		v, err := ValueOf(state)
-		if err != nil {
-			return nil, err
-		}
-		req.State = v
+	req, err := askRequest(state, questions)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := c.Do(ctx, req)
 	if err != nil {

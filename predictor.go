@@ -601,21 +601,31 @@ type graphStatser interface {
 // text (a string) or structured content: anything ValueOf takes, such as a map[string]any, an Object, a slice or
 // a Value.
 func (p *Predictor) Ask(ctx context.Context, state any, questions ...QuestionEntry) ([]AnswerEntry, error) {
-	req := &Request{Questions: questions}
-	if s, ok := state.(string); ok {
-		req.State = Text(s)
-	} else {
-		v, err := ValueOf(state)
-		if err != nil {
-			return nil, err
-		}
-		req.State = v
+	req, err := askRequest(state, questions)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := p.Do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Answers, nil
+}
+
+// askRequest is the System One request Ask sends: the state as text (a string) or as structured content (anything
+// ValueOf takes) and the questions.
+func askRequest(state any, questions []QuestionEntry) (*Request, error) {
+	req := &Request{Questions: questions}
+	if s, ok := state.(string); ok {
+		req.State = Text(s)
+		return req, nil
+	}
+	v, err := ValueOf(state)
+	if err != nil {
+		return nil, err
+	}
+	req.State = v
+	return req, nil
 }
 
 // Do answers a System One request. The request is validated, rendered and encoded on the caller's goroutine:
