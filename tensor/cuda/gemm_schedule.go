@@ -37,7 +37,7 @@ type wgTile struct{ bm, bn, stages int }
 // the others (gemmWGX) exist so that at small M the tiles, or the tiles times the splits of a chunked shape, fill
 // the multiprocessors, and — 192 rows, three consumer warpgroups — so that an M just above a multiple of 128 does
 // not read every W tile once more for a few rows (M = 257 needs three 128-row tiles but two of 192). (Tiles of 256
-// rows, two m64 tiles per consumer, were measured slower at every M on the H200: NOTES-perf.md, "GEMM tiles per
+// rows, two m64 tiles per consumer, were measured slower at every M on the H200: docs/design-log.md, "GEMM tiles per
 // M".)
 var wgTiles = []wgTile{
 	{128, 256, 4}, {128, 128, 6},
@@ -62,7 +62,7 @@ func (t wgTile) kern() gemmKernel {
 }
 
 // The schedule model: times in µs of the wgmma kernels, fitted to the H200's per-launch profiles of Kev-4B passes
-// (NOTES-perf.md, "GEMM schedule"). A k step of a 128×bn tile costs the longer of its tensor-core time and the
+// (docs/design-log.md, "GEMM schedule"). A k step of a 128×bn tile costs the longer of its tensor-core time and the
 // time its multiprocessor's copy engine needs to bring the X and W tiles from L2 (the measured bound: 128×128
 // steps take ~0.6 µs, 128×256 ~0.9 µs, whatever M ≥ 128); a call takes at least its W and X from device memory.
 const (

@@ -12,7 +12,7 @@ const (
 	streamMaxM  = 128 // largest M the kernel takes (8 m16 tiles)
 	streamAutoM = 16  // largest M the planner gives it: measured faster than the wgmma path up to 16, slower from 32
 
-	// Cost model, fitted to the split sweeps of BenchmarkGEMMSmall at M = 16 on the H200 (NOTES-perf.md, v5).
+	// Cost model, fitted to the split sweeps of BenchmarkGEMMSmall at M = 16 on the H200 (docs/design-log.md, v5).
 	streamBW    = 2.7e12 // bytes/s of W for the whole GPU
 	streamCTABW = 27e9   // bytes/s of W for one block (one step of each warp in flight)
 	streamL2BW  = 3e12   // bytes/s for the split-K partial sums (written and read back through L2)

@@ -24,7 +24,7 @@ import (
 // Allocations come from the pool while recording, never during capture.
 
 // defaultGraphs is the number of graphs a device keeps when KEV_CUDA_GRAPHS=on. Graphs are off unless that
-// variable turns them on: measured in Kev's serving cases on the H200 (NOTES-perf.md, v18), recording every pass
+// variable turns them on: measured in Kev's serving cases on the H200 (docs/design-log.md, v18), recording every pass
 // costs more host time than replaying the passes that recur saves (0.3–2 ms per request).
 const defaultGraphs = 64
 

@@ -871,7 +871,7 @@ var gemmZeroFill bool
 // xRows is the row count the X tensor map of a GEMM with tiles of bm rows declares: M, extended to the tiles' next
 // multiple of bm rows as far as X's buffer holds them. TMA fills the rows of a box past the map's end with zeros,
 // and on the H200 that costs more than reading them: a last row of tiles with a few live rows took as long as 1.4
-// whole ones (NOTES-perf v25). The rows past M reach only output rows past M, which no kernel stores or sums, so
+// whole ones (docs/design-log.md v25). The rows past M reach only output rows past M, which no kernel stores or sums, so
 // whatever they hold (another tensor's rows, NaN) changes no bit of Y. The backend's results have room past their
 // last row for this (tileRoom). (W's last n-tile, filled past N the same way, measured no slower: one tile column
 // of many, and W is not padded.)
