@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"os"
-	"sync"
 
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/tensor"
@@ -100,13 +99,6 @@ func (b *Backend) matmulBF16Widen(xs []float32, wt *Tensor, m, n, k int, ys []fl
 	b.matmul16(xr, w, m, n, k, ys)
 }
 
-// bf16Cache holds the packed panels of a BF16 weight.
-type bf16Cache struct {
-	once sync.Once
-	mu   sync.RWMutex // guards p, and the tensor's bits once packed
-	p    *bf16Panels
-}
-
 // bf16Panels is a BF16 weight [n, k] in panels of 32 columns: panel q holds,
 // for each pair index p < kh, the 32-bit pairs (w[j][2p], w[j][2p+1]) of
 // columns j = 32q … 32q+31 (the even element in the low half). Columns past
@@ -167,27 +159,30 @@ func (p *bf16Panels) unpackRows(dst []uint16, lo, hi int) {
 // tensor's own heap copy drops them: the panels are then its only copy
 // (halfBits and halfRows read them back). Mapped file memory is kept.
 func (t *Tensor) bf16Panels(b *Backend) *bf16Panels {
-	c := &t.bf16
-	c.once.Do(func() {
-		p := b.packBF16(t.bits, t.shape[0], t.shape[1])
-		c.mu.Lock()
-		c.p = p
-		if t.heap {
-			t.bits = nil
-		}
-		c.mu.Unlock()
-	})
-	return c.p
+	if p := t.packedBF16.Load(); p != nil {
+		return p
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.packedBF16.Load(); p != nil {
+		return p
+	}
+	p := b.packBF16(t.bits, t.shape[0], t.shape[1])
+	t.packedBF16.Store(p)
+	if t.heap {
+		t.bits = nil
+	}
+	return p
 }
 
 // halfBits returns the 16-bit values of a BF16 or F16 tensor, row-major: its
 // bits, or a copy unpacked from its panels when it dropped them.
 func (t *Tensor) halfBits() []uint16 {
-	t.bf16.mu.RLock()
-	defer t.bf16.mu.RUnlock()
-	if t.bits == nil && t.bf16.p != nil {
-		out := make([]uint16, t.bf16.p.n*t.bf16.p.k)
-		t.bf16.p.unpackRows(out, 0, t.bf16.p.n)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p := t.packedBF16.Load(); t.bits == nil && p != nil {
+		out := make([]uint16, p.n*p.k)
+		p.unpackRows(out, 0, p.n)
 		return out
 	}
 	return t.bits
@@ -196,23 +191,15 @@ func (t *Tensor) halfBits() []uint16 {
 // halfRows returns rows [lo, hi) of a 2-D BF16 or F16 tensor [n, k]: a slice
 // of its bits, or a copy unpacked from its panels when it dropped them.
 func (t *Tensor) halfRows(lo, hi int) []uint16 {
-	t.bf16.mu.RLock()
-	defer t.bf16.mu.RUnlock()
-	if t.bits == nil && t.bf16.p != nil {
-		k := t.bf16.p.k
-		out := make([]uint16, (hi-lo)*k)
-		t.bf16.p.unpackRows(out, lo, hi)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p := t.packedBF16.Load(); t.bits == nil && p != nil {
+		out := make([]uint16, (hi-lo)*p.k)
+		p.unpackRows(out, lo, hi)
 		return out
 	}
 	k := t.shape[len(t.shape)-1]
 	return t.bits[lo*k : hi*k]
-}
-
-// dropHalf releases the tensor's 16-bit storage and panels (Free).
-func (t *Tensor) dropHalf() {
-	t.bf16.mu.Lock()
-	t.bits, t.bf16.p = nil, nil
-	t.bf16.mu.Unlock()
 }
 
 // bf16Pair returns the 32-bit pair of x[q] and x[q+1] rounded to bf16 (the

@@ -231,7 +231,7 @@ func TestBF16MatMulWeightCache(t *testing.T) {
 			}
 		}
 		c := wt.(*Tensor)
-		if packed := c.bf16.p != nil; packed != (bf16Use != bf16Widen) {
+		if packed := c.packedBF16.Load() != nil; packed != (bf16Use != bf16Widen) {
 			t.Errorf("mapped=%v: packed %v with kernel %v", mapped, packed, bf16Use)
 		}
 		if dropped := c.bits == nil; dropped != (!mapped && bf16Use != bf16Widen) {

@@ -59,15 +59,17 @@ type Tensor struct {
 	freed bool
 	owned bool // f32 came from allocF32 and is referenced by nothing else
 
-	// An uploaded F32 matrix used as a MatMul weight trades its row-major
-	// f32 for the packed form on first use (see packedWeight): mu guards the
-	// swap, and every reader of such a tensor goes through rowMajor or
-	// copyRows.
-	uploaded bool
-	mu       sync.Mutex
-	packed   atomic.Pointer[panels]
-	heap     bool      // bits is the tensor's own heap copy (not mapped file memory)
-	bf16     bf16Cache // bf16.go: a BF16 weight's packed panels; bits via halfBits once packed
+	// A MatMul weight is packed on its first use and kept packed: an
+	// uploaded F32 matrix trades its row-major f32 for panels (packedWeight,
+	// gemm.go), a BF16 matrix keeps its bits beside its panels only when they
+	// are mapped file memory (bf16Panels, bf16.go). mu guards the swap;
+	// readers of such a tensor go through rowMajor, copyRows, halfBits or
+	// halfRows.
+	uploaded   bool // f32 came from FromFloat32: packable
+	heap       bool // bits is the tensor's own heap copy (not mapped file memory)
+	mu         sync.RWMutex
+	packed     atomic.Pointer[panels]
+	packedBF16 atomic.Pointer[bf16Panels]
 }
 
 // Shape returns the tensor's dimensions.
@@ -168,12 +170,10 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 				recycle(c.f32)
 			}
 			c.mu.Lock()
-			c.f32, c.freed = nil, true
+			c.f32, c.bits, c.freed = nil, nil, true
 			c.packed.Store(nil)
+			c.packedBF16.Store(nil)
 			c.mu.Unlock()
-			if c.dtype != tensor.F32 {
-				c.dropHalf() // bf16.go: bits and packed panels, under their lock
-			}
 		}
 	}
 }

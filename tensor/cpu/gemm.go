@@ -282,8 +282,8 @@ func (t *Tensor) storage() (f32 []float32, pk *panels) {
 	if !t.uploaded {
 		return t.f32, nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	return t.f32, t.packed.Load()
 }
 
