@@ -53,37 +53,6 @@ func TestMulAddRows(t *testing.T) {
 	}
 }
 
-func TestAddABt(t *testing.T) {
-	if !useAVX2 {
-		t.Skip("no assembly kernels on this processor")
-	}
-	r := rand.New(rand.NewPCG(rand.Uint64(), 8))
-	for iter := 0; iter < 60; iter++ {
-		m, n, k := 1+r.IntN(20), 1+r.IntN(20), 1+r.IntN(300)
-		if iter < 4 {
-			m, n, k = []int{1, 64, 3, 7}[iter], []int{4, 64, 5, 1}[iter], []int{8, 128, 7, 9}[iter]
-		}
-		lda, ldb, ldy := k+r.IntN(5), k+r.IntN(5), n+r.IntN(5)
-		a, b := randFloats(r, (m-1)*lda+k), randFloats(r, (n-1)*ldb+k)
-		y0 := randFloats(r, (m-1)*ldy+n)
-		y := append([]float32(nil), y0...)
-		addABt(y, ldy, a, lda, b, ldb, m, n, k)
-		for i := range m {
-			for j := range n {
-				want, mag := float64(y0[i*ldy+j]), math.Abs(float64(y0[i*ldy+j]))
-				for p := range k {
-					v := float64(a[i*lda+p]) * float64(b[j*ldb+p])
-					want += v
-					mag += math.Abs(v)
-				}
-				if !near(y[i*ldy+j], want, mag, 1e-6) {
-					t.Fatalf("%dx%dx%d: y[%d,%d] = %v, want %v", m, n, k, i, j, y[i*ldy+j], want)
-				}
-			}
-		}
-	}
-}
-
 // TestDeltaRuleKernelsAgree runs the gated delta rule at the model's head
 // sizes (128) with the assembly kernels and with plain Go.
 func TestDeltaRuleKernelsAgree(t *testing.T) {
@@ -132,28 +101,6 @@ func TestDeltaRuleKernelsAgree(t *testing.T) {
 			for i := range p[0] {
 				if !near(p[0][i], float64(p[1][i]), scale, 1e-5) {
 					t.Fatalf("chunk %d %s[%d]: assembly %v, Go %v (max |Go| %v)", chunk, name, i, p[0][i], p[1][i], scale)
-				}
-			}
-		}
-	}
-}
-
-// TestAddABtPositionInvariant checks that each product gets the same bits
-// wherever it sits in the output (the delta rule's chunk products rely on
-// it to match across batchings).
-func TestAddABtPositionInvariant(t *testing.T) {
-	r := rand.New(rand.NewPCG(rand.Uint64(), 12))
-	for _, sh := range [][3]int{{7, 6, 128}, {5, 5, 37}, {64, 63, 128}, {2, 3, 5}} {
-		m, n, k := sh[0], sh[1], sh[2]
-		a, b := randFloats(r, m*k), randFloats(r, n*k)
-		y := make([]float32, m*n)
-		addABt(y, n, a, k, b, k, m, n, k)
-		for i := range m {
-			for j := range n {
-				one := make([]float32, 1)
-				addABt(one, 1, a[i*k:], k, b[j*k:], k, 1, 1, k)
-				if one[0] != y[i*n+j] {
-					t.Fatalf("%dx%dx%d: [%d,%d] alone %v, in place %v", m, n, k, i, j, one[0], y[i*n+j])
 				}
 			}
 		}
