@@ -3,12 +3,14 @@ package layers
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/tensor"
 	"github.com/kevgo/kev/tensor/cpu"
 )
@@ -18,14 +20,24 @@ import (
 // 2,200-token state with 6 questions of 40 rows, the same questions on that
 // state cached, and 6 questions on a new 40-token state (280 rows). It logs
 // each operation's share of the wall time, and reports the process's CPU
-// time a pass (cpu-ms/pass), which a busy machine disturbs less.
+// time a pass (cpu-ms/pass), which a busy machine disturbs less. With
+// KEV_PASS_DTYPE=fp32 the weights are widened to float32 first, as kev
+// serves with -dtype fp32.
 func BenchmarkPass08B(b *testing.B) {
 	c := config08B()
 	if testing.Short() {
 		c.NumLayers, c.LayerTypes = 4, c.LayerTypes[:4]
 	}
 	tb := &timed{Backend: cpu.New()}
-	m, err := New(tb, bf16Weights(c, 1))
+	w := bf16Weights(c, 1)
+	if os.Getenv("KEV_PASS_DTYPE") == "fp32" {
+		for _, t := range w.Tensors {
+			if t.DType == qwen35.BF16 {
+				t.F32, t.BF16, t.DType = t.Float32s(), nil, qwen35.F32
+			}
+		}
+	}
+	m, err := New(tb, w)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -284,7 +284,7 @@ func (b *Backend) SliceRows(x tensor.Tensor, lo, hi int) (tensor.Tensor, error) 
 	out := &Tensor{shape: []int{hi - lo, w}, dtype: xt.dtype}
 	if xt.dtype == tensor.F32 {
 		out.f32 = make([]float32, (hi-lo)*w)
-		xt.copyRows(out.f32, lo, hi)
+		b.parallel(hi-lo, max(1, (1<<16)/max(w, 1)), func(a, z int) { xt.copyRows(out.f32[a*w:z*w], lo+a, lo+z) })
 	} else {
 		out.bits, out.heap = append([]uint16(nil), xt.halfRows(lo, hi)...), true
 	}

@@ -86,6 +86,13 @@ func newF32(shape ...int) *Tensor {
 	return &Tensor{shape: shape, dtype: tensor.F32, f32: allocF32(tensor.Numel(shape)), owned: true}
 }
 
+// newF32Full returns an F32 tensor whose storage Free may recycle, for a
+// result its operation writes in full: its values are undefined until then.
+func newF32Full(shape ...int) *Tensor {
+	f, _ := allocF32Dirty(tensor.Numel(shape))
+	return &Tensor{shape: shape, dtype: tensor.F32, f32: f, owned: true}
+}
+
 func checkShape(shape []int, n int) error {
 	for _, s := range shape {
 		if s < 0 {

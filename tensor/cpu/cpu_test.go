@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"os"
 	"testing"
 
 	"github.com/kevgo/kev/tensor"
@@ -11,6 +12,14 @@ import (
 // that a MatMul with a BF16 weight computes in bf16 (x rounded to bf16, whose
 // unit roundoff is 2⁻⁸).
 var tolerance = backendtest.Tolerance{F32: 1e-5, BF16: 1e-2, F16: 1e-5}
+
+// TestMain runs the tests with every result an operation claims to write in
+// full (newF32Full) poisoned with NaN first, so an element left unwritten
+// fails the test that reads it.
+func TestMain(m *testing.M) {
+	poisonDirty = true
+	os.Exit(m.Run())
+}
 
 func TestConformance(t *testing.T) {
 	backendtest.RunAll(t, New(), tolerance)

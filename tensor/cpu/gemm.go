@@ -577,10 +577,11 @@ const sharedA = 1 << 22
 var aPool sync.Pool
 
 // runGEMM runs the product on the backend's threads. Up to smallM rows the
-// threads split the panels (each reads its own weights once); above, the
-// work is cut into jobs of mcBlock rows by up to 16 panels, consecutive jobs
-// sharing panels, so every thread stays busy and reuses each panel from its
-// cache across row blocks. Each output is computed by one thread. Where A
+// work is cut into jobs of a few panels over all rows (each weight is read
+// once); above, into jobs of mcBlock rows by up to 16 panels, consecutive
+// jobs sharing panels. The threads claim jobs one at a time as they come
+// free, so a thread slowed by the machine holds back one job, not a
+// sixteenth of the product. Each output is computed by one thread. Where A
 // is small enough, the threads first pack it together, once, and the jobs
 // read it from there.
 func (b *Backend) runGEMM(g *gemmArgs) {
@@ -604,21 +605,26 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		})
 	}
 	np := (g.n + nr - 1) / nr
+	run := b.jobs
+	if gemmStatic {
+		run = func(n int, f func(lo, hi int)) { b.parallel(n, 1, f) }
+	}
 	if g.m <= smallM {
-		b.parallel(np, 1, func(lo, hi int) {
+		pj := max(1, np/(4*threads))
+		run((np+pj-1)/pj, func(lo, hi int) {
 			s := scratchPool.Get().(*gemmScratch)
-			g.block(0, g.m, lo, hi, s, apk)
+			g.block(0, g.m, lo*pj, min(hi*pj, np), s, apk)
 			scratchPool.Put(s)
 		})
 		return
 	}
 	rb := (g.m + mcBlock - 1) / mcBlock
 	pj := 16
-	for pj > 1 && rb*((np+pj-1)/pj) < 4*threads {
+	for pj > 1 && rb*((np+pj-1)/pj) < 8*threads { // jobs enough that the last ones are short
 		pj /= 2
 	}
 	chunks := (np + pj - 1) / pj
-	b.parallel(chunks*rb, 1, func(lo, hi int) {
+	run(chunks*rb, func(lo, hi int) {
 		s := scratchPool.Get().(*gemmScratch)
 		for j := lo; j < hi; j++ {
 			ch, r := j/rb, j%rb
@@ -627,6 +633,11 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		scratchPool.Put(s)
 	})
 }
+
+// gemmStatic makes runGEMM hand each thread one contiguous run of its jobs
+// instead of letting the threads claim them one at a time (benchmarks
+// compare the two: KEV_GEMM_SCHED=static).
+var gemmStatic = false
 
 // kernel returns the micro-kernel the backend runs.
 func (b *Backend) kernel() gemmKernel {

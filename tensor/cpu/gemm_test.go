@@ -461,6 +461,10 @@ func BenchmarkGEMM(bn *testing.B) {
 		}
 		threads = v
 	}
+	if os.Getenv("KEV_GEMM_SCHED") == "static" { // each thread one contiguous run of jobs
+		defer func(v bool) { gemmStatic = v }(gemmStatic)
+		gemmStatic = true
+	}
 	kern := gemmKern
 	if s := os.Getenv("KEV_GEMM_KERNEL"); s == "gofused" { // the plain Go kernel other architectures serve with
 		defer func(v bool) { plainFused = v }(plainFused)
@@ -624,4 +628,43 @@ func TestConformancePlainFused(t *testing.T) {
 	defer func(v bool) { plainFused = v }(plainFused)
 	plainFused = true
 	backendtest.RunAll(t, &Backend{Threads: 2, generic: true}, tolerance)
+}
+
+// BenchmarkFMAPeak measures the processor's multiply-add ceiling as the
+// GEMM sees it: KEV_GEMM_THREADS goroutines (default GOMAXPROCS) each run
+// the micro-kernel over one A block and one B panel that stay in their
+// core's L1 cache, so neither memory nor packing limits it. GFLOP/s at 1
+// thread against GFLOP/s at 16 says what the cores give together (clocks
+// under load, shared cores) — the bound on the GEMMs' parallel speed-up.
+func BenchmarkFMAPeak(bn *testing.B) {
+	threads := New().Threads
+	if s := os.Getenv("KEV_GEMM_THREADS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			bn.Fatalf("KEV_GEMM_THREADS=%q: want a positive number", s)
+		}
+		threads = v
+	}
+	const kc, reps = 128, 2000
+	kern := gemmKern
+	mr := kern.mr()
+	b := &Backend{Threads: threads}
+	r := rand.New(rand.NewPCG(3, 4))
+	a, w := randFloats(r, kc*mr), randFloats(r, kc*nr)
+	for i := range a {
+		a[i] *= 1e-3 // sums stay finite over every rep
+	}
+	bn.Run(fmt.Sprintf("%v/T%d", kern, threads), func(bn *testing.B) {
+		for bn.Loop() {
+			b.jobs(threads, func(int, int) {
+				c := make([]float32, mr*nr)
+				for range reps {
+					kern.tile(mr, kc, a, w, c, nr, true)
+				}
+			})
+		}
+		flops := 2 * float64(mr*nr*kc) * reps * float64(threads) * float64(bn.N)
+		bn.ReportMetric(flops/bn.Elapsed().Seconds()/1e9, "GFLOP/s")
+		bn.ReportMetric(flops/bn.Elapsed().Seconds()/1e9/float64(threads), "GFLOP/s/thread")
+	})
 }

@@ -27,10 +27,10 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 		return nil, err
 	}
 	n := wt.shape[0]
-	out := newF32(m, n)
 	if m == 0 || n == 0 || k == 0 {
-		return out, nil
+		return newF32(m, n), nil
 	}
+	out := newF32Full(m, n)
 	xs := xt.float32s()
 	switch wt.dtype {
 	case tensor.F32:

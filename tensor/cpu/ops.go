@@ -50,7 +50,7 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 	off := 0
 	offs := make([]int, len(widths))
 	for i, w := range widths {
-		outs[i] = newF32(m, w)
+		outs[i] = newF32Full(m, w)
 		offs[i] = off
 		off += w
 	}
@@ -97,7 +97,7 @@ func (b *Backend) RMSNorm(x, gain tensor.Tensor, eps float32, plusOne bool) (ten
 		return nil, err
 	}
 	xs, gs := xt.float32s(), gt.float32s()
-	out := newF32(m, n)
+	out := newF32Full(m, n)
 	b.parallel(m, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			rmsRow(out.f32[r*n:(r+1)*n], xs[r*n:(r+1)*n], gs, eps, plusOne)
@@ -122,7 +122,7 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 		return nil, nil, err
 	}
 	xs, rs, gs := xt.float32s(), rt.float32s(), gt.float32s()
-	sum, normed := newF32(m, n), newF32(m, n)
+	sum, normed := newF32Full(m, n), newF32Full(m, n)
 	b.parallel(m, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			s := sum.f32[r*n : (r+1)*n]
@@ -167,7 +167,7 @@ func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 	}
 	n := n2 / 2
 	xs := xt.float32s()
-	out := newF32(m, n)
+	out := newF32Full(m, n)
 	b.parallel(m, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			g, u, y := xs[r*n2:r*n2+n], xs[r*n2+n:(r+1)*n2], out.f32[r*n:(r+1)*n]
@@ -191,7 +191,7 @@ func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 		return nil, err
 	}
 	xs, gs := xt.float32s(), gt.float32s()
-	out := newF32(xt.shape[0], xt.shape[1])
+	out := newF32Full(xt.shape[0], xt.shape[1])
 	n := xt.shape[1]
 	b.parallel(xt.shape[0], 4, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -217,7 +217,7 @@ func (b *Backend) AddBias(x, bias tensor.Tensor) (tensor.Tensor, error) {
 	}
 	xs, bs := xt.float32s(), bt.float32s()
 	n := xt.shape[1]
-	out := newF32(xt.shape[0], n)
+	out := newF32Full(xt.shape[0], n)
 	b.parallel(xt.shape[0], 16, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			src, dst := xs[r*n:(r+1)*n], out.f32[r*n:(r+1)*n]
@@ -299,10 +299,10 @@ func (b *Backend) QKNormRope(q, k, qGain, kGain tensor.Tensor, positions []int32
 		qgs, kgs = qg.float32s(), kg.float32s()
 	}
 	inv := ropeFreqs(c.RotaryDim, c.Theta)
-	qOut, kOut := newF32(n, c.Heads*d), newF32(n, c.KVHeads*d)
+	qOut, kOut := newF32Full(n, c.Heads*d), newF32Full(n, c.KVHeads*d)
 	var gate *Tensor
 	if c.Gated {
-		gate = newF32(n, c.Heads*d)
+		gate = newF32Full(n, c.Heads*d)
 	}
 	b.parallel(n, 4, func(lo, hi int) {
 		cos, sin := make([]float32, len(inv)), make([]float32, len(inv))

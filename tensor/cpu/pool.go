@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"math/bits"
 	"sync"
 )
@@ -41,17 +42,38 @@ func poolFor(class int) *sync.Pool {
 // allocF32 returns n zeroed float32s, recycled when a freed buffer of the
 // size class is at hand.
 func allocF32(n int) []float32 {
+	s, recycled := allocF32Dirty(n)
+	if recycled || poisonDirty {
+		clear(s)
+	}
+	return s
+}
+
+// allocF32Dirty returns n float32s for a result its operation overwrites in
+// full: a recycled buffer keeps what it held (clearing a result of tens of
+// megabytes on one thread costs milliseconds beside a parallel operation).
+// It reports whether the buffer was recycled.
+func allocF32Dirty(n int) (s []float32, recycled bool) {
+	defer func() {
+		if poisonDirty {
+			for i := range s {
+				s[i] = float32(math.NaN())
+			}
+		}
+	}()
 	if n < minPooled {
-		return make([]float32, n)
+		return make([]float32, n), false
 	}
 	c := sizeClass(n)
 	if v, ok := poolFor(c).Get().(*[]float32); ok {
-		s := (*v)[:n]
-		clear(s)
-		return s
+		return (*v)[:n], true
 	}
-	return make([]float32, n, c)
+	return make([]float32, n, c), false
 }
+
+// poisonDirty makes allocF32Dirty fill every buffer with NaN, so that the
+// tests see any element an operation fails to write.
+var poisonDirty = false
 
 // recycle hands the buffer of a freed tensor back for reuse; the caller
 // gives up every reference to it.

@@ -131,13 +131,33 @@ func (b *Backend) parallel(n, align int, f func(lo, hi int)) {
 		return
 	}
 	per := (blocks + threads - 1) / threads
-	step := per * align
+	b.forkJoin(n, per*align, threads, f)
+}
+
+// jobs runs f(i, i+1) for every i in [0, n), each job claimed by whichever
+// of up to b.Threads goroutines is free next (the caller among them), so a
+// slow thread holds back no more than the job it runs. Jobs must not wait
+// for one another.
+func (b *Backend) jobs(n int, f func(lo, hi int)) {
+	threads := min(max(b.Threads, 1), n)
+	if threads <= 1 {
+		for i := range n {
+			f(i, i+1)
+		}
+		return
+	}
+	b.forkJoin(n, 1, threads, f)
+}
+
+// forkJoin runs f over [0, n) in parts of step, claimed in order by the
+// caller and up to threads−1 workers.
+func (b *Backend) forkJoin(n, step, threads int, f func(lo, hi int)) {
 	parts := (n + step - 1) / step
 	c := &forkJoin{f: f, n: n, step: step, parts: parts, done: make(chan struct{}, 1)}
 	c.remaining.Store(int64(parts))
 	p := b.workerPool()
 	p.grow(threads - 1)
-	for range parts - 1 {
+	for range min(parts, threads) - 1 {
 		select {
 		case p.calls <- c:
 		default: // the queue is full: this goroutine runs the part itself
