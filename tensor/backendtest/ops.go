@@ -193,10 +193,12 @@ func (s *suite) testSwiGLU(t *testing.T) {
 }
 
 // testMatMulSwiGLU checks that the fused operation gives exactly the bits of MatMul then SwiGLU, for F32 and
-// BF16 weights, at shapes a GPU can fuse (I a multiple of 8, K of 8) and shapes it cannot.
+// BF16 weights, at shapes a GPU can fuse (I a multiple of 8, K of 8), shapes a CPU fuses (I a multiple of 32, rows
+// past one 240-row block) and shapes neither can.
 func (s *suite) testMatMulSwiGLU(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
-		for _, sh := range [][3]int{{1, 8, 16}, {3, 5, 7}, {70, 144, 64}, {130, 24, 40}, {300, 72, 128}} {
+		for _, sh := range [][3]int{{1, 8, 16}, {3, 5, 7}, {70, 144, 64}, {130, 24, 40}, {300, 72, 128},
+			{1, 32, 40}, {70, 64, 64}, {250, 320, 96}} {
 			m, n, k := sh[0], sh[1], sh[2]
 			x := s.up(t, []int{m, k}, s.random(m*k, 1))
 			w, _ := s.upAs(t, dt, []int{2 * n, k}, s.random(2*n*k, 1/float64(k)))

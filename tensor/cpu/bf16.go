@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"os"
+	"sync"
 
 	"github.com/kevgo/kev/internal/half"
 	"github.com/kevgo/kev/tensor"
@@ -254,7 +255,10 @@ func dpbf16Blocks(m int) ([]dpbf16Block, int) {
 // packXDP packs the rows of x [m, k] for the VDPBF16PS kernels: each block's
 // rows rounded to bf16, pair index major, rows past m zero.
 func (b *Backend) packXDP(xs []float32, m, k, kh int, blocks []dpbf16Block, mp int) []uint32 {
-	xp := make([]uint32, mp*kh)
+	xp := getU32(mp * kh)
+	if n := len(blocks); n > 0 && blocks[n-1].i0+blocks[n-1].h > m {
+		clear(xp[blocks[n-1].i0*kh:]) // the block holding rows past m, which the kernels read
+	}
 	b.parallel(len(blocks), 1, func(lo, hi int) {
 		pairs := make([]uint32, (k+1)/2)
 		for _, bl := range blocks[lo:hi] {
@@ -284,6 +288,7 @@ func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32)
 	n, k, kh := p.n, p.k, p.kh
 	blocks, mp := dpbf16Blocks(m)
 	xp := b.packXDP(xs, m, k, kh, blocks, mp)
+	defer putU32(xp)
 	chunkRows := max(dpbf16Rows, bf16ChunkBytes/(4*kh))
 	// work runs panels [lo, hi) against blocks [blo, bhi).
 	work := func(lo, hi, blo, bhi int) {
@@ -325,15 +330,35 @@ func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32)
 // else over the row blocks; on one thread for small products. Each output's
 // arithmetic is the same however the work is split.
 func (b *Backend) splitBF16(size, panels, blocks int, work func(lo, hi, blo, bhi int)) {
+	// Jobs of a few panels (or blocks) each, claimed as threads come free:
+	// about four a thread.
+	grain := func(n int) int { return max(1, n/(4*max(b.Threads, 1))) }
 	switch {
 	case size < 1<<16:
 		work(0, panels, 0, blocks)
 	case panels >= b.Threads || blocks < 2*panels:
-		b.parallel(panels, 1, func(lo, hi int) { work(lo, hi, 0, blocks) })
+		g := grain(panels)
+		b.jobs((panels+g-1)/g, func(lo, hi int) { work(lo*g, min(hi*g, panels), 0, blocks) })
 	default:
-		b.parallel(blocks, 1, func(blo, bhi int) { work(0, panels, blo, bhi) })
+		g := grain(blocks)
+		b.jobs((blocks+g-1)/g, func(blo, bhi int) { work(0, panels, blo*g, min(bhi*g, blocks)) })
 	}
 }
+
+// u32Pool recycles the packed-x buffers of the bf16 kernels (megabytes at
+// long states: a fresh one is zeroed by one thread).
+var u32Pool sync.Pool
+
+// getU32 returns n uint32s of undefined value.
+func getU32(n int) []uint32 {
+	if p, ok := u32Pool.Get().(*[]uint32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]uint32, n)
+}
+
+// putU32 hands a buffer from getU32 back.
+func putU32(s []uint32) { u32Pool.Put(&s) }
 
 // amxRows is the height of the AMX kernel's block.
 const amxRows = 32
@@ -357,7 +382,9 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 	// stride of a multiple of 4 KiB the sixteen rows of a tile load would
 	// all fall in one set of the L1 cache.
 	ldx := kh + 16
-	xa := make([]uint32, mp*ldx)
+	xa := getU32(mp * ldx)
+	defer putU32(xa)
+	clear(xa[m*ldx:]) // the rows past m; the kernel reads them
 	b.parallel(m, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			roundRow(xa[i*ldx:i*ldx+kh], xs[i*k:(i+1)*k])

@@ -434,6 +434,7 @@ func packAFull(dst, a []float32, lda, i0, i1, k, mr int) {
 // gemmScratch is one goroutine's packing space.
 type gemmScratch struct {
 	a, b, c []float32
+	d       []float32 // a fused job's block of C (swiGLUF32)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(gemmScratch) }}
@@ -462,6 +463,9 @@ type gemmArgs struct {
 	ldc     int
 	add     bool
 	kern    gemmKernel
+	// cr and cq place C in c: output (i, q·nr+j) is c[(i−cr)·ldc+(q−cq)·nr+j]
+	// (zero for a whole C; a job's own buffer of its rows and panels else).
+	cr, cq int
 }
 
 // wholeA is the most values of A a job packs over all of K at once.
@@ -528,22 +532,24 @@ func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, 
 	load := pc > 0 || g.add
 	j0 := q * nr
 	cols := min(nr, g.n-j0)
+	c := g.c[j0-g.cq*nr:] // C's column j0 is c's column 0; row r is c's row r − cr
 	for blk, r0 := 0, i0; r0 < i1; blk, r0 = blk+1, r0+mr {
 		a := ap[blk*stride : blk*stride+kc*mr]
 		rows := min(mr, i1-r0)
+		cr := (r0 - g.cr) * g.ldc
 		if cols == nr {
-			g.kern.tile(rows, kc, a, bp, g.c[r0*g.ldc+j0:], g.ldc, load)
+			g.kern.tile(rows, kc, a, bp, c[cr:], g.ldc, load)
 			continue
 		}
 		t := s.c[:rows*nr]
 		if load {
 			for i := range rows {
-				copy(t[i*nr:i*nr+cols], g.c[(r0+i)*g.ldc+j0:])
+				copy(t[i*nr:i*nr+cols], c[cr+i*g.ldc:])
 			}
 		}
 		g.kern.tile(rows, kc, a, bp, t, nr, load)
 		for i := range rows {
-			copy(g.c[(r0+i)*g.ldc+j0:(r0+i)*g.ldc+j0+cols], t[i*nr:])
+			copy(c[cr+i*g.ldc:cr+i*g.ldc+cols], t[i*nr:])
 		}
 	}
 }
@@ -664,4 +670,71 @@ func (b *Backend) matmulF32(xs []float32, wt *Tensor, m, n, k int, ys []float32)
 func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
 	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
 	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
+}
+
+// swiGLUF32 sets out [m, h] to silu(x·Wgᵀ)·(x·Wuᵀ) for an F32 weight
+// [Wg; Wu] of 2h rows (the panels of an uploaded one when pk is set), h a
+// multiple of nr: MatMul then SwiGLU in one pass over C. Each job computes
+// its rows of a run of gate panels and of the matching up panels into its
+// own buffer and writes their SwiGLU alone, so the product [m, 2h] never
+// goes to memory. The products are the GEMM's, bit for bit.
+func (b *Backend) swiGLUF32(xs []float32, wt *Tensor, m, h, k int, out []float32) {
+	src := bSource{n: 2 * h, k: k}
+	if wt.uploaded {
+		src.pk = b.packedWeight(wt)
+	} else {
+		src.b, src.ldb, src.trans = wt.f32, k, true
+	}
+	g := &gemmArgs{m: m, n: 2 * h, k: k, a: xs, lda: k, b: src, kern: b.kernel()}
+	threads := max(b.Threads, 1)
+	mr := g.kern.mr()
+	var apk []float32
+	if threads > 1 {
+		if nb := (m + mr - 1) / mr; nb*mr*k <= sharedA {
+			apk = make([]float32, nb*mr*k)
+			b.parallel(nb, 1, func(lo, hi int) {
+				packAFull(apk[lo*mr*k:], xs, k, lo*mr, min(hi*mr, m), k, mr)
+			})
+		}
+	}
+	np := h / nr // gate panels; up panel q+np pairs with gate panel q
+	rows := min(m, mcBlock)
+	rb := (m + rows - 1) / rows
+	pj := 8
+	for pj > 1 && rb*((np+pj-1)/pj) < 8*threads {
+		pj /= 2
+	}
+	chunks := (np + pj - 1) / pj
+	b.jobs(chunks*rb, func(lo, hi int) {
+		s := scratchPool.Get().(*gemmScratch)
+		defer scratchPool.Put(s)
+		for j := lo; j < hi; j++ {
+			ch, r := j/rb, j%rb
+			i0, i1 := r*rows, min((r+1)*rows, m)
+			q0, q1 := ch*pj, min((ch+1)*pj, np)
+			w := (q1 - q0) * nr
+			buf := getF32(&s.d, (i1-i0)*2*w)
+			jg := *g
+			jg.c, jg.ldc, jg.cr, jg.cq = buf, 2*w, i0, q0
+			jg.block(i0, i1, q0, q1, s, apk)
+			jg.cq = q0 + np - (q1 - q0) // up panel q0+np lands at column w
+			jg.block(i0, i1, q0+np, q1+np, s, apk)
+			for i := i0; i < i1; i++ {
+				gu := buf[(i-i0)*2*w : (i-i0+1)*2*w]
+				y := out[i*h+q0*nr : i*h+q0*nr+w]
+				siluVec(y, gu[:w])
+				for c, v := range gu[w:] {
+					y[c] *= v
+				}
+			}
+		}
+	})
+}
+
+// getF32 returns n float32s of undefined value from *p, growing it.
+func getF32(p *[]float32, n int) []float32 {
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	return (*p)[:n]
 }

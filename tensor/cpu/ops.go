@@ -145,8 +145,19 @@ func (b *Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps float
 	return b.AddRMSNorm(y, residual, gain, eps, plusOne)
 }
 
-// MatMulSwiGLU returns SwiGLU(MatMul(x, w)).
+// MatMulSwiGLU returns SwiGLU(MatMul(x, w)): for an F32 weight whose halves
+// are whole GEMM panels, in one pass (swiGLUF32) with MatMul's bits.
 func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
+	xt, xok := x.(*Tensor)
+	wt, wok := w.(*Tensor)
+	if xok && wok && !xt.freed && !wt.freed && xt.dtype == tensor.F32 && wt.dtype == tensor.F32 &&
+		len(xt.shape) == 2 && len(wt.shape) == 2 && xt.shape[1] == wt.shape[1] && xt.shape[1] > 0 &&
+		xt.shape[0] > 0 && wt.shape[0] > 0 && wt.shape[0]%(2*nr) == 0 {
+		m, h := xt.shape[0], wt.shape[0]/2
+		out := newF32Full(m, h)
+		b.swiGLUF32(xt.float32s(), wt, m, h, xt.shape[1], out.f32)
+		return out, nil
+	}
 	gu, err := b.MatMul(x, w)
 	if err != nil {
 		return nil, err
