@@ -88,6 +88,38 @@ func (k gemmKernel) tile(rows, kc int, a, b, c []float32, ldc int, load bool) {
 	tileAsm(k, rows, kc, a, b, c, ldc, load)
 }
 
+// tileS is tile on operands read in place: each c[i*ldc+j] (i < rows ≤ mr,
+// j < nr) becomes the chain of fused multiply-adds of a[i*rs+p*cs]·b[p*ldb+j]
+// over p < kc, from zero or, with load, from its value — the same chain,
+// so the same bits, as tile on the operands packed.
+func (k gemmKernel) tileS(rows, kc int, a []float32, rs, cs int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	mr := k.mr()
+	if rows < 1 || rows > mr || kc < 1 || rs < 0 || cs < 0 {
+		panic("cpu: micro-kernel arguments out of range")
+	}
+	_, _, _ = a[(rows-1)*rs+(kc-1)*cs], b[(kc-1)*ldb+nr-1], c[(rows-1)*ldc+nr-1]
+	if k != kernGo {
+		tileAsmS(k, rows, kc, a, rs, cs, b, ldb, c, ldc, load)
+		return
+	}
+	s := scratchPool.Get().(*gemmScratch)
+	if len(s.a) < kc*mr {
+		s.a = make([]float32, kc*mr)
+	}
+	if len(s.b) < kc*nr {
+		s.b = make([]float32, kc*nr)
+	}
+	ap, bp := s.a[:kc*mr], s.b[:kc*nr]
+	for p := range kc {
+		for i := range rows {
+			ap[p*mr+i] = a[i*rs+p*cs]
+		}
+		copy(bp[p*nr:(p+1)*nr], b[p*ldb:p*ldb+nr])
+	}
+	k.tile(rows, kc, ap, bp, c, ldc, load)
+	scratchPool.Put(s)
+}
+
 // plainFused selects tileGoFused for the plain Go kernel: on processors
 // without assembly micro-kernels (every architecture but amd64), where the
 // plain Go kernel is the one that serves. On amd64 the plain Go kernel is

@@ -90,6 +90,86 @@ func kern256r5(kc int, a, b, c *float32, ldc int, load bool)
 //go:noescape
 func kern256r6(kc int, a, b, c *float32, ldc int, load bool)
 
+// The micro-kernels on operands read in place: as above, but row i of a
+// starts at a+i·rs and its values lie cs apart (rs = 1, cs = mr is a packed
+// block; rs = lda, cs = 1 a row-major matrix; rs = 1, cs = lda its
+// transpose), and b's rows lie ldb apart.
+
+// stridedKernel is the signature of the in-place micro-kernels.
+type stridedKernel func(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+// kern512s and kern256s hold the in-place kernels by row count.
+var (
+	kern512s = [...]stridedKernel{nil, kern512s1, kern512s2, kern512s3, kern512s4, kern512s5, kern512s6,
+		kern512s7, kern512s8, kern512s9, kern512s10, kern512s11, kern512s12}
+	kern256s = [...]stridedKernel{nil, kern256s1, kern256s2, kern256s3, kern256s4, kern256s5, kern256s6}
+)
+
+//go:noescape
+func kern512s1(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s2(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s3(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s4(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s5(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s6(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s7(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s8(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s9(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s10(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s11(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512s12(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s1(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s2(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s3(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s4(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s5(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern256s6(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+// tileAsmS runs the in-place assembly kernel k on rows rows.
+func tileAsmS(k gemmKernel, rows, kc int, a []float32, rs, cs int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	if k == kernAVX512 {
+		kern512s[rows](kc, &a[0], rs, cs, &b[0], ldb, &c[0], ldc, load)
+		return
+	}
+	f := kern256s[rows]
+	f(kc, &a[0], rs, cs, &b[0], ldb, &c[0], ldc, load)
+	f(kc, &a[0], rs, cs, &b[16], ldb, &c[16], ldc, load)
+}
+
 // tileAsm runs the assembly kernel k on rows rows.
 func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) {
 	if k == kernAVX512 {

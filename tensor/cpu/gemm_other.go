@@ -10,6 +10,11 @@ func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) 
 	panic("cpu: no assembly micro-kernels on this architecture")
 }
 
+// tileAsmS is never reached either.
+func tileAsmS(k gemmKernel, rows, kc int, a []float32, rs, cs int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	panic("cpu: no assembly micro-kernels on this architecture")
+}
+
 func widenBF16T8(dst *float32, src *uint16, lds int, blocks int) {
 	panic("cpu: no assembly widening on this architecture")
 }

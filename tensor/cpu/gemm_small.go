@@ -6,22 +6,106 @@ package cpu
 //
 // Each output is one sum over p in order 0..k−1 added to its starting value
 // (zero unless add is set): a chain of fused multiply-adds in the packed
-// GEMM's micro-kernels (gemm.go), the operands packed into scratch. So its
-// bits depend on its own row and column alone: never on m, n, or the other
-// rows, and they match MatMul's for the same row and column.
+// GEMM's micro-kernels (gemm.go). The micro-kernels read A where it lies,
+// in either orientation, and B's rows where they lie; only B stored
+// transposed (gemmNT) or a last panel of fewer than nr columns is copied
+// into scratch first. So an output's bits depend on its own row and column
+// alone: never on m, n, or the other rows, and they match MatMul's for the
+// same row and column.
+
+// gemmS sets c[i*ldc+j] (adds to it when add is set) to Σ_p A(i,p)·b[p*ldb+j]
+// for i < m, j < n, where A(i,p) = a[i*rs+p*cs]: a row-major matrix (rs its
+// row stride, cs = 1) or the transpose of one (rs = 1, cs its row stride).
+func gemmS(m, n, k int, a []float32, rs, cs int, b []float32, ldb int, c []float32, ldc int, add bool) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if k <= 0 {
+		if !add {
+			for i := range m {
+				clear(c[i*ldc : i*ldc+n])
+			}
+		}
+		return
+	}
+	kern := gemmKern
+	mr := kern.mr()
+	var s *gemmScratch
+	for j0 := 0; j0 < n; j0 += nr {
+		cols := min(nr, n-j0)
+		if cols == nr {
+			for i0 := 0; i0 < m; i0 += mr {
+				kern.tileS(min(mr, m-i0), k, a[i0*rs:], rs, cs, b[j0:], ldb, c[i0*ldc+j0:], ldc, add)
+			}
+			continue
+		}
+		// A last panel of fewer than nr columns: B and C through zero-padded
+		// copies.
+		if s == nil {
+			s = scratchPool.Get().(*gemmScratch)
+			defer scratchPool.Put(s)
+		}
+		if len(s.b) < k*nr {
+			s.b = make([]float32, k*nr)
+		}
+		if len(s.c) < mr*nr {
+			s.c = make([]float32, mr*nr)
+		}
+		bp, t := s.b[:k*nr], s.c[:mr*nr]
+		for p := range k {
+			copy(bp[p*nr:p*nr+cols], b[p*ldb+j0:p*ldb+j0+cols])
+			clear(bp[p*nr+cols : (p+1)*nr])
+		}
+		for i0 := 0; i0 < m; i0 += mr {
+			rows := min(mr, m-i0)
+			if add {
+				for i := range rows {
+					copy(t[i*nr:i*nr+cols], c[(i0+i)*ldc+j0:])
+				}
+			}
+			kern.tileS(rows, k, a[i0*rs:], rs, cs, bp, nr, t, nr, add)
+			for i := range rows {
+				copy(c[(i0+i)*ldc+j0:(i0+i)*ldc+j0+cols], t[i*nr:])
+			}
+		}
+	}
+}
 
 // gemmNT sets c[i*ldc+j] (adds to it when add is set) to Σ_p a[i*lda+p]·b[j*ldb+p]
 // for i < m, j < n: c = a·bᵀ for a [m, k] and b [n, k].
 func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, add bool) {
-	g := gemmArgs{m: m, n: n, k: k, a: a, lda: lda, c: c, ldc: ldc, add: add, kern: gemmKern,
-		b: bSource{b: b, ldb: ldb, trans: true, n: n, k: k}}
-	g.serial()
+	if m <= 0 || n <= 0 || k <= 0 {
+		gemmS(m, n, k, a, lda, 1, nil, 0, c, ldc, add)
+		return
+	}
+	s := scratchPool.Get().(*gemmScratch)
+	if len(s.a) < k*n {
+		s.a = make([]float32, k*n)
+	}
+	transpose(s.a, n, b, ldb, n, k)
+	gemmS(m, n, k, a, lda, 1, s.a, n, c, ldc, add)
+	scratchPool.Put(s)
 }
 
 // gemmNN sets c[i*ldc+j] (adds to it when add is set) to Σ_p a[i*lda+p]·b[p*ldb+j]
 // for i < m, j < n: c = a·b for a [m, k] and b [k, n].
 func gemmNN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, add bool) {
-	g := gemmArgs{m: m, n: n, k: k, a: a, lda: lda, c: c, ldc: ldc, add: add, kern: gemmKern,
-		b: bSource{b: b, ldb: ldb, n: n, k: k}}
-	g.serial()
+	gemmS(m, n, k, a, lda, 1, b, ldb, c, ldc, add)
+}
+
+// transpose sets dst[p*ldd+j] to src[j*lds+p] for j < n, p < k.
+func transpose(dst []float32, ldd int, src []float32, lds, n, k int) {
+	const blk = 8
+	for j0 := 0; j0 < n; j0 += blk {
+		j1 := min(j0+blk, n)
+		for p0 := 0; p0 < k; p0 += blk {
+			p1 := min(p0+blk, k)
+			for j := j0; j < j1; j++ {
+				row := src[j*lds+p0 : j*lds+p1]
+				for p, v := range row {
+					dst[(p0+p)*ldd+j] = v
+				}
+			}
+		}
+	}
 }

@@ -117,6 +117,56 @@ func TestMicroKernelsBitEqual(t *testing.T) {
 	}
 }
 
+// TestMicroKernelsInPlace runs every micro-kernel this processor has on
+// operands read in place (row-major A, transposed A, a packed block; B rows
+// at a stride): each must give the bits of the plain Go kernel on the same
+// operands packed.
+func TestMicroKernelsInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 28))
+	for _, kk := range allKernels() {
+		t.Run(kk.k.String(), func(t *testing.T) {
+			if !kk.ok {
+				t.Skipf("the processor lacks the %v kernel", kk.k)
+			}
+			mr := kk.k.mr()
+			for _, kc := range []int{1, 2, 7, 64, 300} {
+				for rows := 1; rows <= mr; rows++ {
+					load := r.IntN(2) == 0
+					lda := kc + r.IntN(5)
+					rs, cs := lda, 1 // row-major
+					switch r.IntN(3) {
+					case 1: // transposed
+						lda = mr + r.IntN(5)
+						rs, cs = 1, lda
+					case 2: // a packed block
+						rs, cs = 1, mr
+					}
+					a := randFloats(r, (rows-1)*rs+(kc-1)*cs+1)
+					ldb := nr + r.IntN(40)
+					b := randFloats(r, (kc-1)*ldb+nr)
+					ldc := nr + r.IntN(9)
+					c0 := randFloats(r, (rows-1)*ldc+nr)
+					got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+					kk.k.tileS(rows, kc, a, rs, cs, b, ldb, got, ldc, load)
+					ap, bp := make([]float32, kc*mr), make([]float32, kc*nr)
+					for p := range kc {
+						for i := range rows {
+							ap[p*mr+i] = a[i*rs+p*cs]
+						}
+						copy(bp[p*nr:], b[p*ldb:p*ldb+nr])
+					}
+					tileGo(mr, rows, kc, ap, bp, want, ldc, load)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("kc %d rows %d rs %d cs %d load %v: c[%d] = %v, Go kernel %v", kc, rows, rs, cs, load, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // refNT is a·bᵀ (plus c0 when add) in float64, and the sums of |terms|.
 func refNT(m, n, k int, a []float32, lda int, b []float32, ldb int, c0 []float32, ldc int, add, trans bool) (want, mag []float64) {
 	want, mag = make([]float64, m*n), make([]float64, m*n)

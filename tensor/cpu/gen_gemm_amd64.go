@@ -1,8 +1,8 @@
 //go:build ignore
 
 // This program writes gemm_amd64.s, the GEMM micro-kernels (for each row
-// count r, one AVX-512 kernel of r×32 outputs and one AVX2 kernel of r×16)
-// and widenBF16T8, which packs bfloat16 weight rows into a panel.
+// count r, one AVX-512 kernel of r×32 outputs and one AVX2 kernel of r×16,
+// on packed operands and on operands read in place) and widenBF16T8, which packs bfloat16 weight rows into a panel.
 // Run it with go generate (see gemm_amd64.go).
 package main
 
@@ -35,6 +35,24 @@ func main() {
 			t := 14 + i%2
 			return []string{
 				fmt.Sprintf("VBROADCASTSS %d(SI), Y%d", 4*i, t),
+				fmt.Sprintf("VFMADD231PS Y12, Y%d, Y%d", t, 2*i),
+				fmt.Sprintf("VFMADD231PS Y13, Y%d, Y%d", t, 2*i+1),
+			}
+		}, "VXORPS")
+	}
+	for r := 1; r <= 12; r++ {
+		strided(w, fmt.Sprintf("kern512s%d", r), r, "Z", 64, 24, func(i int, addr string) []string {
+			return []string{
+				fmt.Sprintf("VFMADD231PS.BCST %s, Z24, Z%d", addr, 2*i),
+				fmt.Sprintf("VFMADD231PS.BCST %s, Z25, Z%d", addr, 2*i+1),
+			}
+		}, "VPXORD")
+	}
+	for r := 1; r <= 6; r++ {
+		strided(w, fmt.Sprintf("kern256s%d", r), r, "Y", 32, 12, func(i int, addr string) []string {
+			t := 14 + i%2
+			return []string{
+				fmt.Sprintf("VBROADCASTSS %s, Y%d", addr, t),
 				fmt.Sprintf("VFMADD231PS Y12, Y%d, Y%d", t, 2*i),
 				fmt.Sprintf("VFMADD231PS Y13, Y%d, Y%d", t, 2*i+1),
 			}
@@ -88,6 +106,88 @@ func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aSt
 	}
 	w("\tADDQ $%d, SI", aStride)
 	w("\tADDQ $128, DX")
+	w("\tDECQ CX")
+	w("\tJNZ loop")
+	w("")
+	w("\tMOVQ DI, R9")
+	for i := range r {
+		w("\tVMOVUPS %s%d, (R9)", x, 2*i)
+		w("\tVMOVUPS %s%d, %d(R9)", x, 2*i+1, vec)
+		if i < r-1 {
+			w("\tADDQ R8, R9")
+		}
+	}
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// strided writes one micro-kernel of r rows whose operands are read in
+// place: row i of a at a+i·rs, its values cs apart; b's rows ldb apart.
+// Rows 3j, 3j+1, 3j+2 of a are read through base register j (SI, BX, R13,
+// AX) with rs as index; every base steps by cs.
+func strided(w func(string, ...any), name string, r int, x string, vec, breg int, fmas func(i int, addr string) []string, xor string) {
+	bases := []string{"SI", "BX", "R13", "AX"}
+	nb := (r + 2) / 3
+	w("")
+	w("// func %s(kc int, a *float32, rs, cs int, b *float32, ldb int, c *float32, ldc int, load bool)", name)
+	w("TEXT ·%s(SB), NOSPLIT, $0-65", name)
+	w("\tMOVQ kc+0(FP), CX")
+	w("\tMOVQ a+8(FP), SI")
+	w("\tMOVQ rs+16(FP), R10")
+	w("\tSHLQ $2, R10")
+	w("\tMOVQ cs+24(FP), R11")
+	w("\tSHLQ $2, R11")
+	w("\tMOVQ b+32(FP), DX")
+	w("\tMOVQ ldb+40(FP), R12")
+	w("\tSHLQ $2, R12")
+	w("\tMOVQ c+48(FP), DI")
+	w("\tMOVQ ldc+56(FP), R8")
+	w("\tSHLQ $2, R8")
+	w("\tMOVBQZX load+64(FP), AX")
+	w("\tTESTQ AX, AX")
+	w("\tJZ zero")
+	w("\tMOVQ DI, R9")
+	for i := range r {
+		w("\tVMOVUPS (R9), %s%d", x, 2*i)
+		w("\tVMOVUPS %d(R9), %s%d", vec, x, 2*i+1)
+		if i < r-1 {
+			w("\tADDQ R8, R9")
+		}
+	}
+	w("\tJMP bases")
+	w("")
+	w("zero:")
+	for i := range 2 * r {
+		w("\t%s %s%d, %s%d, %s%d", xor, x, i, x, i, x, i)
+	}
+	w("")
+	w("bases:")
+	if nb > 1 {
+		w("\tLEAQ (R10)(R10*2), R9")
+		for j := 1; j < nb; j++ {
+			w("\tLEAQ (%s)(R9*1), %s", bases[j-1], bases[j])
+		}
+	}
+	w("")
+	w("loop:")
+	w("\tVMOVUPS (DX), %s%d", x, breg)
+	w("\tVMOVUPS %d(DX), %s%d", vec, x, breg+1)
+	for i := range r {
+		addr := "(" + bases[i/3] + ")"
+		switch i % 3 {
+		case 1:
+			addr += "(R10*1)"
+		case 2:
+			addr += "(R10*2)"
+		}
+		for _, f := range fmas(i, addr) {
+			w("\t%s", f)
+		}
+	}
+	for j := range nb {
+		w("\tADDQ R11, %s", bases[j])
+	}
+	w("\tADDQ R12, DX")
 	w("\tDECQ CX")
 	w("\tJNZ loop")
 	w("")
