@@ -18,18 +18,21 @@ import (
 //
 // Key blocks sit at fixed positions — the prefix in blocks of attnKeyBlock
 // from its first key, then the segment's own rows in blocks of attnKeyBlock
-// from its first row — and each row takes the keys of a block that it sees
-// (a prefix) in one product whose length depends on the row alone. So a
-// row's output has the same bits whatever other rows, blocks or segments
-// share the call.
+// from its first row. A block is two products for all the job's query
+// vectors at once: the scores against the block's keys, transposed once per
+// call for every job to read, and the weights times the values, read in
+// place. A row takes the keys of a block that it sees (a prefix of it); the
+// weights of the keys it does not see are zero, and adding zero leaves a sum
+// as it is, so a row's output has the same bits whatever other rows, blocks
+// or segments share the call.
 
-// attnKeyBlock is the number of keys a block holds: 64 keys of d 256 are
-// 64 KiB of keys and 64 KiB of values.
-const attnKeyBlock = 64
+// attnKeyBlock is the number of keys a block holds, a multiple of nr: 128
+// keys of d 256 are 128 KiB of keys and 128 KiB of values, in L2.
+const attnKeyBlock = 128
 
 // attnRows is about how many query vectors (query rows × heads of a group) a
 // job takes at once (a variable so that tests can change the blocking).
-var attnRows = 64
+var attnRows = 96
 
 // attnSeg is one segment of an attention call: its rows and the prefix keys
 // and values ([p, KV·D]) it sees before them.
@@ -37,6 +40,18 @@ type attnSeg struct {
 	start, n int
 	kp, vp   []float32
 	p        int
+}
+
+// attnKeys is a run of n keys and values ([n, KV·D]) that segments attend
+// to: their own rows, or a prefix, copied once per call into the layouts
+// the products read. kt holds each key/value head's keys transposed, a
+// block at a time: [KV][blocks][D][attnKeyBlock], zero past n. vh holds
+// each head's values, [KV][n][D]. Both keep a block's operands in a few
+// pages.
+type attnKeys struct {
+	k, v   []float32
+	n      int
+	kt, vh []float32
 }
 
 // attnJob is one block of query rows [r0, r1) (within its segment) of one
@@ -49,7 +64,7 @@ type attnJob struct {
 // attnScratch is one goroutine's buffers.
 type attnScratch struct {
 	rows, d int       // the sizes it was made for
-	q, o, s []float32 // packed queries, running outputs [rows, d]; scores [rows, attnKeyBlock]
+	q, o, s []float32 // queries, running outputs [rows, d]; scores and weights [rows, attnKeyBlock]
 	m, l    []float32 // running maximum and sum per query vector
 	keep    []int     // keys each query vector takes from the current block
 }
@@ -57,8 +72,40 @@ type attnScratch struct {
 // attend runs causal grouped-query attention over segments. A segment's
 // row t sees the prefix keys, then its own rows up to t.
 func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
-	d, group := c.HeadDim, c.Heads/c.KVHeads
+	d, group, kvw := c.HeadDim, c.Heads/c.KVHeads, c.KVHeads*c.HeadDim
 	out := newF32(n, c.Heads*d)
+	// The runs of keys, each transposed once however many segments read it.
+	type keyID struct {
+		p *float32
+		n int
+	}
+	var runs []*attnKeys
+	ids := map[keyID]*attnKeys{}
+	run := func(k, v []float32, rows int) *attnKeys {
+		if rows == 0 {
+			return nil
+		}
+		id := keyID{&k[0], rows}
+		if r := ids[id]; r != nil {
+			return r
+		}
+		r := &attnKeys{k: k, v: v, n: rows}
+		ids[id] = r
+		runs = append(runs, r)
+		return r
+	}
+	own, pre := make([]*attnKeys, len(segs)), make([]*attnKeys, len(segs))
+	for i, s := range segs {
+		own[i] = run(ks[s.start*kvw:(s.start+s.n)*kvw], vs[s.start*kvw:(s.start+s.n)*kvw], s.n)
+		pre[i] = run(s.kp, s.vp, s.p)
+	}
+	b.packKeys(runs, c)
+	defer func() {
+		for _, r := range runs {
+			recycle(r.kt)
+			recycle(r.vh)
+		}
+	}()
 	qb := max(1, attnRows/group) // query rows a job
 	var jobs []attnJob
 	for i, s := range segs {
@@ -79,12 +126,54 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 		mu.Lock()
 		held = append(held, w)
 		mu.Unlock()
-		return func(j int) { w.run(qs, ks, vs, out.f32, &segs[jobs[j].seg], jobs[j], c) }
+		return func(j int) {
+			jb := jobs[j]
+			w.run(qs, out.f32, &segs[jb.seg], pre[jb.seg], own[jb.seg], jb, c)
+		}
 	})
 	for _, w := range held {
 		attnScratches.Put(w)
 	}
 	return out
+}
+
+// packKeys copies every run's keys and values into its kt and vh, in
+// parallel over runs, heads and blocks of keys.
+func (b *Backend) packKeys(runs []*attnKeys, c tensor.AttentionConfig) {
+	const kbw = attnKeyBlock
+	d, kvw := c.HeadDim, c.KVHeads*c.HeadDim
+	type piece struct {
+		r      *attnKeys
+		kh, k0 int
+	}
+	var pieces []piece
+	for _, r := range runs {
+		nb := (r.n + kbw - 1) / kbw
+		r.kt = allocF32(c.KVHeads * nb * d * kbw) // zeroed: the columns past n stay zero
+		r.vh = allocF32(c.KVHeads * r.n * d)
+		for kh := 0; kh < c.KVHeads; kh++ {
+			for k0 := 0; k0 < r.n; k0 += kbw {
+				pieces = append(pieces, piece{r, kh, k0})
+			}
+		}
+	}
+	b.parallel(len(pieces), 1, func(lo, hi int) {
+		for _, pc := range pieces[lo:hi] {
+			r, kh, k0 := pc.r, pc.kh, pc.k0
+			kn := min(kbw, r.n-k0)
+			transpose(r.kt[r.ktOff(kh, k0, d):], kbw, r.k[k0*kvw+kh*d:], kvw, kn, d)
+			vh := r.vh[(kh*r.n+k0)*d:]
+			for j := range kn {
+				copy(vh[j*d:(j+1)*d], r.v[(k0+j)*kvw+kh*d:])
+			}
+		}
+	})
+}
+
+// ktOff is where head kh's transposed block of keys from k0 starts in kt.
+func (r *attnKeys) ktOff(kh, k0, d int) int {
+	nb := (r.n + attnKeyBlock - 1) / attnKeyBlock
+	return (kh*nb + k0/attnKeyBlock) * d * attnKeyBlock
 }
 
 // attnScratches recycles goroutine buffers between calls.
@@ -102,14 +191,18 @@ func getAttnScratch(rows, d int) *attnScratch {
 	}
 }
 
-// run computes one job's outputs.
-func (w *attnScratch) run(qs, ks, vs, out []float32, sg *attnSeg, jb attnJob, c tensor.AttentionConfig) {
-	d, group, kvw, qw := c.HeadDim, c.Heads/c.KVHeads, c.KVHeads*c.HeadDim, c.Heads*c.HeadDim
+// run computes one job's outputs; pre and own are the segment's prefix and
+// its own rows (pre nil without a prefix).
+func (w *attnScratch) run(qs, out []float32, sg *attnSeg, pre, own *attnKeys, jb attnJob, c tensor.AttentionConfig) {
+	d, group, qw := c.HeadDim, c.Heads/c.KVHeads, c.Heads*c.HeadDim
 	rows := (jb.r1 - jb.r0) * group
-	// Query vector i·group+g is row r0+i's head kh·group+g.
+	// Query vector i·group+g is row r0+i's head kh·group+g, scaled.
 	for i := jb.r0; i < jb.r1; i++ {
 		t := sg.start + i
-		copy(w.q[(i-jb.r0)*group*d:(i-jb.r0+1)*group*d], qs[t*qw+jb.kh*group*d:t*qw+(jb.kh+1)*group*d])
+		q := w.q[(i-jb.r0)*group*d : (i-jb.r0+1)*group*d]
+		for x, v := range qs[t*qw+jb.kh*group*d : t*qw+(jb.kh+1)*group*d] {
+			q[x] = v * c.Scale
+		}
 	}
 	m, l, o := w.m[:rows], w.l[:rows], w.o[:rows*d]
 	for i := range m {
@@ -119,22 +212,22 @@ func (w *attnScratch) run(qs, ks, vs, out []float32, sg *attnSeg, jb attnJob, c 
 	clear(o)
 	keep := w.keep[:rows]
 	// The prefix: every row sees every key.
-	for k0 := 0; k0 < sg.p; k0 += attnKeyBlock {
-		kn := min(attnKeyBlock, sg.p-k0)
-		for i := range keep {
-			keep[i] = kn
+	if pre != nil {
+		for k0 := 0; k0 < pre.n; k0 += attnKeyBlock {
+			kn := min(attnKeyBlock, pre.n-k0)
+			for i := range keep {
+				keep[i] = kn
+			}
+			w.block(pre, jb.kh, k0, kn, rows, c)
 		}
-		off := k0*kvw + jb.kh*d
-		w.block(sg.kp[off:], sg.vp[off:], kvw, kn, rows, d, c.Scale)
 	}
 	// The segment's own rows: row i sees rows 0..i.
 	for k0 := 0; k0 < jb.r1; k0 += attnKeyBlock {
 		kn := min(attnKeyBlock, jb.r1-k0)
 		for i := range keep {
-			keep[i] = min(max(jb.r0+i/group-k0+1, 0), attnKeyBlock)
+			keep[i] = min(max(jb.r0+i/group-k0+1, 0), kn)
 		}
-		off := (sg.start+k0)*kvw + jb.kh*d
-		w.block(ks[off:], vs[off:], kvw, kn, rows, d, c.Scale)
+		w.block(own, jb.kh, k0, kn, rows, c)
 	}
 	for i := 0; i < rows; i++ {
 		t, h := sg.start+jb.r0+i/group, jb.kh*group+i%group
@@ -146,51 +239,32 @@ func (w *attnScratch) run(qs, ks, vs, out []float32, sg *attnSeg, jb attnJob, c 
 	}
 }
 
-// block folds one block of kn keys and values (rows of stride ld) into the
-// running state of the first rows query vectors; query vector i takes the
-// block's first keep[i] keys (none: the block is skipped for it).
-func (w *attnScratch) block(kb, vb []float32, ld, kn, rows, d int, scale float32) {
+// block folds keys [k0, k0+kn) of the run (head kh) into the running state
+// of the first rows query vectors; query vector i takes the block's first
+// keep[i] keys (none: the block leaves it as it is).
+func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.AttentionConfig) {
 	const kbw = attnKeyBlock
+	d := c.HeadDim
 	s := w.s
-	gemmNT(rows, kn, d, w.q, d, kb, ld, s, kbw, false)
+	// The scores of whole panels of keys: the transposed block is zero past
+	// kn, and the columns past kn are not read.
+	gemmS(rows, (kn+nr-1)/nr*nr, d, w.q, d, 1, keys.kt[keys.ktOff(kh, k0, d):], kbw, s, kbw, false)
 	for i := 0; i < rows; i++ {
 		nk := w.keep[i]
+		si := s[i*kbw : i*kbw+nk]
+		clear(s[i*kbw+nk : i*kbw+kn])
 		if nk == 0 {
 			continue
 		}
-		si := s[i*kbw : i*kbw+nk]
-		mx := w.m[i]
-		for j := range si {
-			si[j] *= scale
-			mx = max(mx, si[j])
-		}
+		mx := max(w.m[i], maxVec(si))
 		alpha := float32(math.Exp(float64(w.m[i] - mx)))
-		for j, v := range si {
-			si[j] = v - mx
-		}
-		expVec(si, si)
-		var sum float32
-		for _, e := range si {
-			sum += e
-		}
-		w.m[i], w.l[i] = mx, w.l[i]*alpha+sum
+		expShift(si, si, mx)
+		w.m[i], w.l[i] = mx, w.l[i]*alpha+sumVec(si)
 		if alpha != 1 {
-			oi := w.o[i*d : (i+1)*d]
-			for x := range oi {
-				oi[x] *= alpha
-			}
+			scaleVec(w.o[i*d:(i+1)*d], alpha)
 		}
 	}
-	// o += p·v, one product for each run of query vectors that take the same
-	// number of keys.
-	for i := 0; i < rows; {
-		nk, e := w.keep[i], i+1
-		for e < rows && w.keep[e] == nk {
-			e++
-		}
-		if nk > 0 {
-			gemmNN(e-i, d, nk, s[i*kbw:], kbw, vb, ld, w.o[i*d:], d, true)
-		}
-		i = e
-	}
+	// o += p·v for every query vector at once: the weights past a vector's
+	// keep are zero and leave its sums as they are.
+	gemmS(rows, d, kn, s, kbw, 1, keys.vh[(kh*keys.n+k0)*d:], d, w.o, d, true)
 }

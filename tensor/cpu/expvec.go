@@ -57,3 +57,73 @@ func mulAdd(y, w, x []float32) {
 		y[i] += p
 	}
 }
+
+// expShift sets dst[i] = e^(src[i]−shift), each element by the same
+// arithmetic wherever it sits.
+func expShift(dst, src []float32, shift float32) {
+	n := len(src)
+	dst = dst[:n]
+	if !useAVX2 {
+		for i, x := range src {
+			dst[i] = float32(math.Exp(float64(x - shift)))
+		}
+		return
+	}
+	n8 := n &^ 7
+	if n8 > 0 {
+		expShiftAVX2(&dst[0], &src[0], n8, shift)
+	}
+	if n8 < n {
+		var buf [8]float32
+		copy(buf[:], src[n8:])
+		expShiftAVX2(&buf[0], &buf[0], 8, shift)
+		copy(dst[n8:], buf[:n-n8])
+	}
+}
+
+// maxVec returns the largest of x, or −Inf when x is empty.
+func maxVec(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	n8 := 0
+	if useAVX2 {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			m = maxAVX2(&x[0], n8)
+		}
+	}
+	for _, v := range x[n8:] {
+		if v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+// sumVec returns the sum of x in an order fixed by the length alone: with
+// the assembly kernels eight lane sums over the first len−len mod 8
+// values, then the rest in order.
+func sumVec(x []float32) float32 {
+	var s float32
+	n8 := 0
+	if useAVX2 {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			s = sumAVX2(&x[0], n8)
+		}
+	}
+	for _, v := range x[n8:] {
+		s += v
+	}
+	return s
+}
+
+// scaleVec multiplies x by a.
+func scaleVec(x []float32, a float32) {
+	n8 := 0
+	if useAVX2 {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			scaleAVX2(&x[0], n8, a)
+		}
+	}
+	for i := n8; i < len(x); i++ {
+		x[i] *= a
+	}
+}

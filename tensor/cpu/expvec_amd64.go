@@ -24,3 +24,25 @@ func sigmoidAVX2(dst, src *float32, n int)
 //
 //go:noescape
 func mulAddAVX2(y, w, x *float32, n int)
+
+// expShiftAVX2 sets dst[i] = e^(src[i]−shift).
+//
+//go:noescape
+func expShiftAVX2(dst, src *float32, n int, shift float32)
+
+// maxAVX2 returns the largest of x[:n] (VMAXPS: a NaN operand may be
+// passed over).
+//
+//go:noescape
+func maxAVX2(x *float32, n int) float32
+
+// sumAVX2 returns the sum of x[:n]: eight running sums, lane i taking the
+// values at i, i+8, …, then added pairwise.
+//
+//go:noescape
+func sumAVX2(x *float32, n int) float32
+
+// scaleAVX2 multiplies x[:n] by a.
+//
+//go:noescape
+func scaleAVX2(x *float32, n int, a float32)

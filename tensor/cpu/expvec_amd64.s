@@ -150,3 +150,89 @@ loop:
 	JLT     loop
 	VZEROUPPER
 	RET
+
+// func expShiftAVX2(dst, src *float32, n int, shift float32)
+TEXT ·expShiftAVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	LOADCONSTS
+	XORQ AX, AX
+
+loop:
+	VMOVUPS      (SI)(AX*4), Y0
+	VBROADCASTSS shift+24(FP), Y4
+	VSUBPS       Y4, Y0, Y0
+	EXP8
+	VMOVUPS      Y3, (DI)(AX*4)
+	ADDQ         $8, AX
+	CMPQ         AX, CX
+	JLT          loop
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) float32
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	VMOVUPS (SI), Y0
+	MOVQ    $8, AX
+
+loop:
+	CMPQ    AX, CX
+	JGE     done
+	VMAXPS  (SI)(AX*4), Y0, Y0
+	ADDQ    $8, AX
+	JMP     loop
+
+done:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSS       X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func sumAVX2(x *float32, n int) float32
+TEXT ·sumAVX2(SB), NOSPLIT, $0-20
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	VMOVUPS (SI), Y0
+	MOVQ    $8, AX
+
+loop:
+	CMPQ    AX, CX
+	JGE     done
+	VADDPS  (SI)(AX*4), Y0, Y0
+	ADDQ    $8, AX
+	JMP     loop
+
+done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSS       X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, a float32)
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS a+16(FP), Y1
+	XORQ         AX, AX
+
+loop:
+	VMULPS  (SI)(AX*4), Y1, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET

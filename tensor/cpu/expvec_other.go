@@ -16,3 +16,15 @@ func sigmoidAVX2(dst, src *float32, n int) {
 func mulAddAVX2(y, w, x *float32, n int) {
 	panic("cpu: mulAddAVX2 has no assembly on this architecture")
 }
+
+func expShiftAVX2(dst, src *float32, n int, shift float32) {
+	panic("cpu: expShiftAVX2 has no assembly on this architecture")
+}
+
+func maxAVX2(x *float32, n int) float32 { panic("cpu: maxAVX2 has no assembly on this architecture") }
+
+func sumAVX2(x *float32, n int) float32 { panic("cpu: sumAVX2 has no assembly on this architecture") }
+
+func scaleAVX2(x *float32, n int, a float32) {
+	panic("cpu: scaleAVX2 has no assembly on this architecture")
+}

@@ -146,3 +146,46 @@ func TestMulAdd(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxVecs checks expShift, maxVec, sumVec and scaleVec against
+// scalar Go at every length up to 40, and expShift's bits against expVec
+// of the shifted values.
+func TestSoftmaxVecs(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for n := 0; n <= 40; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 5)
+		}
+		shift := float32(r.NormFloat64())
+		got, want := make([]float32, n), make([]float32, n)
+		expShift(got, x, shift)
+		for i, v := range x {
+			want[i] = v - shift
+		}
+		expVec(want, want)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n %d: expShift[%d] = %v, expVec %v", n, i, got[i], want[i])
+			}
+		}
+		m, s := math.Inf(-1), 0.0
+		for _, v := range x {
+			m = math.Max(m, float64(v))
+			s += float64(v)
+		}
+		if got := maxVec(x); float64(got) != m {
+			t.Fatalf("n %d: maxVec = %v, want %v", n, got, m)
+		}
+		if got := sumVec(x); math.Abs(float64(got)-s) > 1e-5*float64(n+1)*5 {
+			t.Fatalf("n %d: sumVec = %v, want %v", n, got, s)
+		}
+		y := append([]float32(nil), x...)
+		scaleVec(y, shift)
+		for i := range y {
+			if y[i] != x[i]*shift {
+				t.Fatalf("n %d: scaleVec[%d] = %v, want %v", n, i, y[i], x[i]*shift)
+			}
+		}
+	}
+}
