@@ -261,7 +261,8 @@ func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.Atten
 		expShift(si, si, mx)
 		w.m[i], w.l[i] = mx, w.l[i]*alpha+sumVec(si)
 		if alpha != 1 {
-			scaleVec(w.o[i*d:(i+1)*d], alpha)
+			oi := w.o[i*d : (i+1)*d]
+			scaleVec(oi, oi, alpha)
 		}
 	}
 	// o += p·v for every query vector at once: the weights past a vector's

@@ -9,14 +9,8 @@ import (
 
 // l2Scale writes v/sqrt(Σv² + 1e-6)·scale into dst.
 func l2Scale(dst, v []float32, scale float32) {
-	var ss float32
-	for _, x := range v {
-		ss += x * x
-	}
-	r := float32(1/math.Sqrt(float64(ss+1e-6))) * scale
-	for i, x := range v {
-		dst[i] = x * r
-	}
+	r := float32(1/math.Sqrt(float64(sumSq(v)+1e-6))) * scale
+	scaleVec(dst, v, r)
 }
 
 // deltaOperands validates a delta rule call's config and row operands and

@@ -20,36 +20,43 @@ import (
 // segment's bits depend on that segment alone: the same alone or beside
 // others, whatever the thread count.
 
-// deltaTri is the row block of the triangular products: a block of rows
-// takes the columns up to its last row, about half of the square's work.
-const deltaTri = 16
+// deltaTri is the row block of the triangular products, a multiple of
+// every micro-kernel's rows: a block of rows takes the columns (or the
+// reduction) up to its last row, about half of the square's work.
+const deltaTri = 12
 
 // deltaChunk holds one chunk's products that do not depend on the state,
-// and the scratch that makes them.
+// and the scratch that makes them. Square scratch has rows cw = cl rounded
+// up to a multiple of nr apart, so the products run on whole panels.
 type deltaChunk struct {
 	cl, dk, dv int       // the sizes it was made for
+	cw         int       // cl rounded up to a multiple of nr
 	c0, m      int       // first row and rows of the chunk
-	gam        []float32 // [cl] γ
-	QK         []float32 // [cl, cl] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
+	gam, ngam  []float32 // [cl] γ and −γ
+	e          []float32 // [cl] scratch: a row's decays, then Γ, then exp(γ_m−γ)
+	bv, bg     []float32 // [cl] β and −βΓ
+	QK         []float32 // [cl, cw] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
 	WQ         []float32 // [2cl, dk] rows < m: W = −T·diag(βΓ)·K; rows m…2m−1: diag(Γ)·Q
-	UO         []float32 // [2cl, dv] rows < m: U = T·diag(β)·V, then V_new; rows m…2m−1: the outputs
-	KdT        []float32 // [dk, cl] (exp(γ_m−γ_s)·k_s)ᵀ
-	L, T       []float32 // [cl, cl] scratch
-	X          []float32 // [cl, max(dk, dv)] scratch: scaled keys, then values
-	cf         []float32 // [cl] scratch
+	U          []float32 // [cl, dv] U = T·diag(β)·V, then V_new
+	Kd         []float32 // [cl, dk] exp(γ_m−γ_s)·k_s
+	KT         []float32 // [dk, cw] the chunk's keys transposed, zero past m
+	L, T, TB   []float32 // [cl, cw] scratch
 	S          []float32 // [dk, dv] a state, for the goroutine that holds it
 }
 
 func newDeltaChunk(cl, dk, dv int) *deltaChunk {
+	cw := (cl + nr - 1) / nr * nr
 	return &deltaChunk{
-		cl: cl, dk: dk, dv: dv, S: make([]float32, dk*dv),
-		gam: make([]float32, cl), QK: make([]float32, cl*cl), WQ: make([]float32, 2*cl*dk), UO: make([]float32, 2*cl*dv),
-		KdT: make([]float32, dk*cl), L: make([]float32, cl*cl), T: make([]float32, cl*cl),
-		X: make([]float32, cl*max(dk, dv)), cf: make([]float32, cl),
+		cl: cl, dk: dk, dv: dv, cw: cw, S: make([]float32, dk*dv),
+		gam: make([]float32, cl), ngam: make([]float32, cl), e: make([]float32, cl),
+		bv: make([]float32, cl), bg: make([]float32, cl),
+		QK: make([]float32, cl*cw), WQ: make([]float32, 2*cl*dk), U: make([]float32, cl*dv),
+		Kd: make([]float32, cl*dk), KT: make([]float32, dk*cw),
+		L: make([]float32, cl*cw), T: make([]float32, cl*cw), TB: make([]float32, cl*cw),
 	}
 }
 
-// deltaChunks recycles chunk buffers (about 350 KiB each at d 128) between
+// deltaChunks recycles chunk buffers (about 400 KiB each at d 128) between
 // calls.
 var deltaChunks sync.Pool
 
@@ -62,106 +69,100 @@ func getDeltaChunk(cl, dk, dv int) *deltaChunk {
 }
 
 // prepare computes the state-free products of value head h's chunk of m
-// rows from row c0.
+// rows from row c0. The micro-kernels read q, k and v where they lie.
 func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
-	dk, dv := in.dk, in.dv
+	dk, dv, cw := in.dk, in.dv, ch.cw
 	ch.c0, ch.m = c0, m
 	kh := h / (in.hv / in.hk)
 	ld := in.hk * dk // stride between tokens in q and k
 	qs, ks := in.q[(c0*in.hk+kh)*dk:], in.k[(c0*in.hk+kh)*dk:]
-	gam := ch.gam[:m]
+	vs := in.x[c0*in.width+2*in.hk*dk+h*dv:]
+	gam, ngam, e, bv, bg := ch.gam[:m], ch.ngam[:m], ch.e[:m], ch.bv[:m], ch.bg[:m]
 	var acc float32
 	for r := range gam {
 		acc += in.g[(c0+r)*in.hv+h]
-		gam[r] = acc
+		gam[r], ngam[r] = acc, -acc
+		bv[r] = in.beta[(c0+r)*in.hv+h]
 	}
-	L, QK, T := ch.L, ch.QK, ch.T
+	// K·Kᵀ and Q·Kᵀ, each row block up to its last row.
+	KT := ch.KT
+	transpose(KT, cw, ks, ld, m, dk)
+	if m < cw {
+		for p := range dk {
+			clear(KT[p*cw+m : (p+1)*cw])
+		}
+	}
+	L, QK, T, TB := ch.L, ch.QK, ch.T, ch.TB
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNT(r1-r0, r1, dk, ks[r0*ld:], ld, ks, ld, L[r0*cl:], cl, false)
-		gemmNT(r1-r0, r1, dk, qs[r0*ld:], ld, ks, ld, QK[r0*cl:], cl, false)
+		w := (r1 + nr - 1) / nr * nr
+		gemmS(r1-r0, w, dk, ks[r0*ld:], ld, 1, KT, cw, L[r0*cw:], cw, false)
+		gemmS(r1-r0, w, dk, qs[r0*ld:], ld, 1, KT, cw, QK[r0*cw:], cw, false)
 	}
+	// The decays exp(γ_r−γ_s), s ≤ r, a row at a time: QK masked and
+	// decayed, L's strict lower triangle decayed and scaled by −β_r (the
+	// solve below takes −L).
 	for r := 0; r < m; r++ {
-		br := in.beta[(c0+r)*in.hv+h]
-		for s := 0; s < r; s++ {
-			d := float32(math.Exp(float64(gam[r] - gam[s])))
-			L[r*cl+s] = br * L[r*cl+s] * d
-			QK[r*cl+s] *= d
-		}
-		clear(QK[r*cl+r+1 : r*cl+m])
+		d := e[:r+1]
+		expShift(d, ngam[:r+1], ngam[r])
+		lr, qr := L[r*cw:r*cw+r], QK[r*cw:r*cw+m]
+		mulVec(lr, lr, d[:r])
+		scaleVec(lr, lr, -bv[r])
+		mulVec(qr[:r+1], qr[:r+1], d)
+		clear(qr[r+1:])
 	}
-	// T = (I+L)⁻¹ by rows: T_r = e_r − Σ_{s<r} L_rs T_s.
+	// T = (I+L)⁻¹ by rows: T_r = e_r − Σ_{s<r} L_rs T_s. The sums run on
+	// to a multiple of 8 columns (the vector kernel's width), where every
+	// T_s is zero.
 	for r := 0; r < m; r++ {
-		tr := T[r*cl : r*cl+m]
+		tr := T[r*cw : r*cw+m]
 		clear(tr)
-		for s := 0; s < r; s++ {
-			ch.cf[s] = -L[r*cl+s]
-		}
-		mulAddRows(tr[:r], T, cl, ch.cf[:r])
+		mulAddRows(T[r*cw:r*cw+min((r+7)&^7, cw)], T, cw, L[r*cw:r*cw+r])
 		tr[r] = 1
 	}
-	// W = T·(−diag(βΓ)·K), U = T·(diag(β)·V).
-	X := ch.X
-	for s := 0; s < m; s++ {
-		a := -in.beta[(c0+s)*in.hv+h] * float32(math.Exp(float64(gam[s])))
-		k := ks[s*ld : s*ld+dk]
-		for i, v := range k {
-			X[s*dk+i] = a * v
-		}
+	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read in
+	// place: T's columns scaled, lower triangle only.
+	expVec(e, gam)
+	mulVec(bg, bv, e)
+	scaleVec(bg, bg, -1)
+	for r := 0; r < m; r++ {
+		tr := T[r*cw : r*cw+r+1]
+		mulVec(L[r*cw:r*cw+r+1], tr, bg)
+		mulVec(TB[r*cw:r*cw+r+1], tr, bv)
+		clear(L[r*cw+r+1 : r*cw+m])
+		clear(TB[r*cw+r+1 : r*cw+m])
 	}
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dk, r1, T[r0*cl:], cl, X, dk, ch.WQ[r0*dk:], dk, false)
+		gemmS(r1-r0, dk, r1, L[r0*cw:], cw, 1, ks, ld, ch.WQ[r0*dk:], dk, false)
+		gemmS(r1-r0, dv, r1, TB[r0*cw:], cw, 1, vs, in.width, ch.U[r0*dv:], dv, false)
 	}
 	for r := 0; r < m; r++ {
-		a := float32(math.Exp(float64(gam[r])))
-		q := qs[r*ld : r*ld+dk]
-		for i, v := range q {
-			ch.WQ[(m+r)*dk+i] = a * v
-		}
+		scaleVec(ch.WQ[(m+r)*dk:(m+r+1)*dk], qs[r*ld:r*ld+dk], e[r])
 	}
+	// exp(γ_m−γ_s)·k_s for the state update.
+	expShift(e, ngam, ngam[m-1])
 	for s := 0; s < m; s++ {
-		a := in.beta[(c0+s)*in.hv+h]
-		v := in.vRow(c0+s, h)
-		for j, x := range v {
-			X[s*dv+j] = a * x
-		}
-	}
-	for r0 := 0; r0 < m; r0 += deltaTri {
-		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dv, r1, T[r0*cl:], cl, X, dv, ch.UO[r0*dv:], dv, false)
-	}
-	clear(ch.UO[m*dv : 2*m*dv])
-	// (exp(γ_m−γ_s)·k_s)ᵀ for the state update.
-	for s := 0; s < m; s++ {
-		a := float32(math.Exp(float64(gam[m-1] - gam[s])))
-		k := ks[s*ld : s*ld+dk]
-		for i, v := range k {
-			ch.KdT[i*cl+s] = a * v
-		}
+		scaleVec(ch.Kd[s*dk:(s+1)*dk], ks[s*ld:s*ld+dk], e[s])
 	}
 }
 
 // step advances value head h's state S [dk, dv] over the prepared chunk
 // and writes the chunk's outputs into out [n, hv·dv].
 func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32) {
-	dk, dv, m, c0 := in.dk, in.dv, ch.m, ch.c0
+	dk, dv, m, c0, cw := in.dk, in.dv, ch.m, ch.c0, ch.cw
 	ldo := in.hv * dv
-	U, O := ch.UO[:m*dv], ch.UO[m*dv:2*m*dv]
-	// [V_new; O] = [U; 0] + [W; diag(Γ)·Q]·S in one product.
-	gemmNN(2*m, dv, dk, ch.WQ, dk, S, dv, ch.UO, dv, true)
+	U, O := ch.U[:m*dv], out[c0*ldo+h*dv:]
+	// V_new = U + W·S; O = diag(Γ)·Q·S + QK·V_new, in place in out.
+	gemmS(m, dv, dk, ch.WQ, dk, 1, S, dv, U, dv, true)
+	gemmS(m, dv, dk, ch.WQ[m*dk:], dk, 1, S, dv, O, ldo, false)
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmNN(r1-r0, dv, r1, ch.QK[r0*cl:], cl, U, dv, O[r0*dv:], dv, true)
+		gemmS(r1-r0, dv, r1, ch.QK[r0*cw:], cw, 1, U, dv, O[r0*ldo:], ldo, true)
 	}
-	for r := 0; r < m; r++ {
-		copy(out[(c0+r)*ldo+h*dv:(c0+r)*ldo+(h+1)*dv], O[r*dv:(r+1)*dv])
-	}
-	gm := float32(math.Exp(float64(ch.gam[m-1])))
-	for i := range S {
-		S[i] *= gm
-	}
-	gemmNN(dk, dv, m, ch.KdT, cl, U, dv, S, dv, true)
+	// S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new, Kd read transposed.
+	scaleVec(S, S, float32(math.Exp(float64(ch.gam[m-1]))))
+	gemmS(dk, dv, m, ch.Kd, 1, dk, U, dv, S, dv, true)
 }
 
 // deltaJob is one value head of one segment: rows [s0, s0+l), the state it

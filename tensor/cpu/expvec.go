@@ -115,15 +115,47 @@ func sumVec(x []float32) float32 {
 	return s
 }
 
-// scaleVec multiplies x by a.
-func scaleVec(x []float32, a float32) {
+// scaleVec sets dst[i] = a·src[i] (dst may be src).
+func scaleVec(dst, src []float32, a float32) {
+	n := len(src)
+	dst = dst[:n]
+	n8 := 0
+	if useAVX2 {
+		if n8 = n &^ 7; n8 > 0 {
+			scaleAVX2(&dst[0], &src[0], n8, a)
+		}
+	}
+	for i := n8; i < n; i++ {
+		dst[i] = a * src[i]
+	}
+}
+
+// mulVec sets dst[i] = x[i]·y[i] (dst may be x or y).
+func mulVec(dst, x, y []float32) {
+	n := len(x)
+	dst, y = dst[:n], y[:n]
+	n8 := 0
+	if useAVX2 {
+		if n8 = n &^ 7; n8 > 0 {
+			mulAVX2(&dst[0], &x[0], &y[0], n8)
+		}
+	}
+	for i := n8; i < n; i++ {
+		dst[i] = x[i] * y[i]
+	}
+}
+
+// sumSq returns the sum of the squares of x, in sumVec's order.
+func sumSq(x []float32) float32 {
+	var s float32
 	n8 := 0
 	if useAVX2 {
 		if n8 = len(x) &^ 7; n8 > 0 {
-			scaleAVX2(&x[0], n8, a)
+			s = sumSqAVX2(&x[0], n8)
 		}
 	}
-	for i := n8; i < len(x); i++ {
-		x[i] *= a
+	for _, v := range x[n8:] {
+		s += v * v
 	}
+	return s
 }

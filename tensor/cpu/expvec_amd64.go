@@ -42,7 +42,18 @@ func maxAVX2(x *float32, n int) float32
 //go:noescape
 func sumAVX2(x *float32, n int) float32
 
-// scaleAVX2 multiplies x[:n] by a.
+// scaleAVX2 sets dst[i] = a·src[i].
 //
 //go:noescape
-func scaleAVX2(x *float32, n int, a float32)
+func scaleAVX2(dst, src *float32, n int, a float32)
+
+// mulAVX2 sets dst[i] = x[i]·y[i].
+//
+//go:noescape
+func mulAVX2(dst, x, y *float32, n int)
+
+// sumSqAVX2 returns the sum of the squares of x[:n] in sumAVX2's order, each
+// square fused into its lane's sum.
+//
+//go:noescape
+func sumSqAVX2(x *float32, n int) float32

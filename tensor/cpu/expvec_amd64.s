@@ -221,18 +221,64 @@ done:
 	VZEROUPPER
 	RET
 
-// func scaleAVX2(x *float32, n int, a float32)
-TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
-	MOVQ         x+0(FP), SI
-	MOVQ         n+8(FP), CX
-	VBROADCASTSS a+16(FP), Y1
+// func scaleAVX2(dst, src *float32, n int, a float32)
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y1
 	XORQ         AX, AX
 
 loop:
 	VMULPS  (SI)(AX*4), Y1, Y0
-	VMOVUPS Y0, (SI)(AX*4)
+	VMOVUPS Y0, (DI)(AX*4)
 	ADDQ    $8, AX
 	CMPQ    AX, CX
 	JLT     loop
+	VZEROUPPER
+	RET
+
+// func mulAVX2(dst, x, y *float32, n int)
+TEXT ·mulAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     loop
+	VZEROUPPER
+	RET
+
+// func sumSqAVX2(x *float32, n int) float32
+TEXT ·sumSqAVX2(SB), NOSPLIT, $0-20
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	VMOVUPS (SI), Y0
+	VMULPS  Y0, Y0, Y0
+	MOVQ    $8, AX
+
+loop:
+	CMPQ        AX, CX
+	JGE         done
+	VMOVUPS     (SI)(AX*4), Y1
+	VFMADD231PS Y1, Y1, Y0
+	ADDQ        $8, AX
+	JMP         loop
+
+done:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X0
+	VMOVSS       X0, ret+16(FP)
 	VZEROUPPER
 	RET

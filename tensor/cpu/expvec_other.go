@@ -25,6 +25,12 @@ func maxAVX2(x *float32, n int) float32 { panic("cpu: maxAVX2 has no assembly on
 
 func sumAVX2(x *float32, n int) float32 { panic("cpu: sumAVX2 has no assembly on this architecture") }
 
-func scaleAVX2(x *float32, n int, a float32) {
+func scaleAVX2(dst, src *float32, n int, a float32) {
 	panic("cpu: scaleAVX2 has no assembly on this architecture")
+}
+
+func mulAVX2(dst, x, y *float32, n int) { panic("cpu: mulAVX2 has no assembly on this architecture") }
+
+func sumSqAVX2(x *float32, n int) float32 {
+	panic("cpu: sumSqAVX2 has no assembly on this architecture")
 }

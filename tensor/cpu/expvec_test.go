@@ -147,7 +147,8 @@ func TestMulAdd(t *testing.T) {
 	}
 }
 
-// TestSoftmaxVecs checks expShift, maxVec, sumVec and scaleVec against
+// TestSoftmaxVecs checks expShift, maxVec, sumVec, scaleVec, mulVec and
+// sumSq against
 // scalar Go at every length up to 40, and expShift's bits against expVec
 // of the shifted values.
 func TestSoftmaxVecs(t *testing.T) {
@@ -181,11 +182,21 @@ func TestSoftmaxVecs(t *testing.T) {
 			t.Fatalf("n %d: sumVec = %v, want %v", n, got, s)
 		}
 		y := append([]float32(nil), x...)
-		scaleVec(y, shift)
+		scaleVec(y, y, shift)
+		z := make([]float32, n)
+		mulVec(z, x, y)
+		var ss float64
 		for i := range y {
 			if y[i] != x[i]*shift {
 				t.Fatalf("n %d: scaleVec[%d] = %v, want %v", n, i, y[i], x[i]*shift)
 			}
+			if z[i] != x[i]*y[i] {
+				t.Fatalf("n %d: mulVec[%d] = %v, want %v", n, i, z[i], x[i]*y[i])
+			}
+			ss += float64(x[i]) * float64(x[i])
+		}
+		if got := sumSq(x); math.Abs(float64(got)-ss) > 1e-6*ss {
+			t.Fatalf("n %d: sumSq = %v, want %v", n, got, ss)
 		}
 	}
 }

@@ -187,3 +187,10 @@ func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) 
 //
 //go:noescape
 func widenBF16T8(dst *float32, src *uint16, lds int, blocks int)
+
+// transpose8 transposes eight float32 rows (src, row stride lds) into eight
+// columns of dst (row stride ldd), 8·blocks values of p:
+// dst[p*ldd+r] = src[r*lds+p] for r < 8, p < 8·blocks. It needs AVX2.
+//
+//go:noescape
+func transpose8(dst *float32, ldd int, src *float32, lds int, blocks int)

@@ -18,3 +18,7 @@ func tileAsmS(k gemmKernel, rows, kc int, a []float32, rs, cs int, b []float32, 
 func widenBF16T8(dst *float32, src *uint16, lds int, blocks int) {
 	panic("cpu: no assembly widening on this architecture")
 }
+
+func transpose8(dst *float32, ldd int, src *float32, lds int, blocks int) {
+	panic("cpu: no assembly transpose on this architecture")
+}

@@ -95,17 +95,26 @@ func gemmNN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32
 
 // transpose sets dst[p*ldd+j] to src[j*lds+p] for j < n, p < k.
 func transpose(dst []float32, ldd int, src []float32, lds, n, k int) {
-	const blk = 8
-	for j0 := 0; j0 < n; j0 += blk {
-		j1 := min(j0+blk, n)
-		for p0 := 0; p0 < k; p0 += blk {
-			p1 := min(p0+blk, k)
-			for j := j0; j < j1; j++ {
-				row := src[j*lds+p0 : j*lds+p1]
-				for p, v := range row {
-					dst[(p0+p)*ldd+j] = v
-				}
+	if n <= 0 || k <= 0 {
+		return
+	}
+	_, _ = dst[(k-1)*ldd+n-1], src[(n-1)*lds+k-1]
+	j0, k8 := 0, 0
+	if useAVX2 {
+		// Eight rows of src at a time, eight values of each at a time.
+		if k8 = k &^ 7; k8 > 0 {
+			for ; j0+8 <= n; j0 += 8 {
+				transpose8(&dst[j0], ldd, &src[j0*lds], lds, k8/8)
 			}
+		}
+	}
+	for j := 0; j < n; j++ {
+		p0 := k8
+		if j >= j0 {
+			p0 = 0
+		}
+		for p, v := range src[j*lds+p0 : j*lds+k] {
+			dst[(p0+p)*ldd+j] = v
 		}
 	}
 }

@@ -59,6 +59,7 @@ func main() {
 		}, "VXORPS")
 	}
 	widenT(w)
+	transposeT(w)
 	if err := os.WriteFile("gemm_amd64.s", []byte(s.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -249,6 +250,59 @@ func widenT(w func(string, ...any)) {
 	}
 	w("\tADDQ $16, SI")
 	w("\tADDQ $1024, DI")
+	w("\tDECQ CX")
+	w("\tJNZ loop")
+	w("\tVZEROUPPER")
+	w("\tRET")
+}
+
+// transposeT writes transpose8: eight float32 rows transposed into eight
+// columns, eight values of p at a time (an 8×8 transpose in registers, as
+// in widenBF16T8).
+func transposeT(w func(string, ...any)) {
+	w("")
+	w("// func transpose8(dst *float32, ldd int, src *float32, lds int, blocks int)")
+	w("TEXT ·transpose8(SB), NOSPLIT, $0-40")
+	w("\tMOVQ dst+0(FP), DI")
+	w("\tMOVQ ldd+8(FP), R8")
+	w("\tSHLQ $2, R8")
+	w("\tMOVQ src+16(FP), SI")
+	w("\tMOVQ lds+24(FP), BX")
+	w("\tSHLQ $2, BX")
+	w("\tMOVQ blocks+32(FP), CX")
+	w("\tLEAQ (BX)(BX*2), R11")
+	w("\tLEAQ (R8)(R8*2), R9")
+	w("")
+	w("loop:")
+	w("\tLEAQ (SI)(BX*4), R12")
+	for i := range 8 {
+		base := "SI"
+		if i >= 4 {
+			base = "R12"
+		}
+		w("\tVMOVUPS %s, Y%d", [4]string{"(" + base + ")", "(" + base + ")(BX*1)", "(" + base + ")(BX*2)", "(" + base + ")(R11*1)"}[i%4], i)
+	}
+	for i := range 4 {
+		w("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		w("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	for h := range 2 {
+		t := 8 + 4*h
+		w("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", t+2, t, 4*h)
+		w("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", t+2, t, 4*h+1)
+		w("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", t+3, t+1, 4*h+2)
+		w("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", t+3, t+1, 4*h+3)
+	}
+	// Column p of the block is row p of dst: ldd values apart.
+	w("\tLEAQ (DI)(R8*4), R10")
+	for i := range 4 {
+		w("\tVPERM2F128 $0x20, Y%d, Y%d, Y8", 4+i, i)
+		w("\tVPERM2F128 $0x31, Y%d, Y%d, Y9", 4+i, i)
+		w("\tVMOVUPS Y8, %s", [4]string{"(DI)", "(DI)(R8*1)", "(DI)(R8*2)", "(DI)(R9*1)"}[i])
+		w("\tVMOVUPS Y9, %s", [4]string{"(R10)", "(R10)(R8*1)", "(R10)(R8*2)", "(R10)(R9*1)"}[i])
+	}
+	w("\tADDQ $32, SI")
+	w("\tLEAQ (R10)(R8*4), DI")
 	w("\tDECQ CX")
 	w("\tJNZ loop")
 	w("\tVZEROUPPER")
