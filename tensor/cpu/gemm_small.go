@@ -13,6 +13,10 @@ package cpu
 // alone: never on m, n, or the other rows, and they match MatMul's for the
 // same row and column.
 
+// kcSmall is the run of K a micro-kernel call of gemmS takes: 128 values
+// of a 32-column panel are 16 KiB.
+const kcSmall = 128
+
 // gemmS sets c[i*ldc+j] (adds to it when add is set) to Σ_p A(i,p)·b[p*ldb+j]
 // for i < m, j < n, where A(i,p) = a[i*rs+p*cs]: a row-major matrix (rs its
 // row stride, cs = 1) or the transpose of one (rs = 1, cs its row stride).
@@ -34,8 +38,14 @@ func gemmS(m, n, k int, a []float32, rs, cs int, b []float32, ldb int, c []float
 	for j0 := 0; j0 < n; j0 += nr {
 		cols := min(nr, n-j0)
 		if cols == nr {
-			for i0 := 0; i0 < m; i0 += mr {
-				kern.tileS(min(mr, m-i0), k, a[i0*rs:], rs, cs, b[j0:], ldb, c[i0*ldc+j0:], ldc, add)
+			// A run of K at a time, so that the panel's run and a row
+			// block's stay in L1 together; each later run continues the
+			// chains from C.
+			for pc := 0; pc < k; pc += kcSmall {
+				kc := min(kcSmall, k-pc)
+				for i0 := 0; i0 < m; i0 += mr {
+					kern.tileS(min(mr, m-i0), kc, a[i0*rs+pc*cs:], rs, cs, b[pc*ldb+j0:], ldb, c[i0*ldc+j0:], ldc, add || pc > 0)
+				}
 			}
 			continue
 		}
