@@ -66,6 +66,7 @@ type attnScratch struct {
 	rows, d int       // the sizes it was made for
 	q, o, s []float32 // queries, running outputs [rows, d]; scores and weights [rows, attnKeyBlock]
 	m, l    []float32 // running maximum and sum per query vector
+	alpha   []float32 // a block's rescaling of each query vector's sums
 	keep    []int     // keys each query vector takes from the current block
 }
 
@@ -187,7 +188,7 @@ func getAttnScratch(rows, d int) *attnScratch {
 	}
 	return &attnScratch{rows: rows, d: d,
 		q: make([]float32, rows*d), o: make([]float32, rows*d), s: make([]float32, rows*attnKeyBlock),
-		m: make([]float32, rows), l: make([]float32, rows), keep: make([]int, rows),
+		m: make([]float32, rows), l: make([]float32, rows), alpha: make([]float32, rows), keep: make([]int, rows),
 	}
 }
 
@@ -199,10 +200,7 @@ func (w *attnScratch) run(qs, out []float32, sg *attnSeg, pre, own *attnKeys, jb
 	// Query vector i·group+g is row r0+i's head kh·group+g, scaled.
 	for i := jb.r0; i < jb.r1; i++ {
 		t := sg.start + i
-		q := w.q[(i-jb.r0)*group*d : (i-jb.r0+1)*group*d]
-		for x, v := range qs[t*qw+jb.kh*group*d : t*qw+(jb.kh+1)*group*d] {
-			q[x] = v * c.Scale
-		}
+		scaleVec(w.q[(i-jb.r0)*group*d:(i-jb.r0+1)*group*d], qs[t*qw+jb.kh*group*d:t*qw+(jb.kh+1)*group*d], c.Scale)
 	}
 	m, l, o := w.m[:rows], w.l[:rows], w.o[:rows*d]
 	for i := range m {
@@ -231,11 +229,7 @@ func (w *attnScratch) run(qs, out []float32, sg *attnSeg, pre, own *attnKeys, jb
 	}
 	for i := 0; i < rows; i++ {
 		t, h := sg.start+jb.r0+i/group, jb.kh*group+i%group
-		dst := out[t*qw+h*d : t*qw+(h+1)*d]
-		inv := 1 / l[i]
-		for x, v := range o[i*d : (i+1)*d] {
-			dst[x] = v * inv
-		}
+		scaleVec(out[t*qw+h*d:t*qw+(h+1)*d], o[i*d:(i+1)*d], 1/l[i])
 	}
 }
 
@@ -249,20 +243,30 @@ func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.Atten
 	// The scores of whole panels of keys: the transposed block is zero past
 	// kn, and the columns past kn are not read.
 	gemmS(rows, (kn+nr-1)/nr*nr, d, w.q, d, 1, keys.kt[keys.ktOff(kh, k0, d):], kbw, s, kbw, false)
+	// The new maxima, then every row's α = exp(m − m') at once.
+	alpha := w.alpha[:rows]
 	for i := 0; i < rows; i++ {
 		nk := w.keep[i]
-		si := s[i*kbw : i*kbw+nk]
 		clear(s[i*kbw+nk : i*kbw+kn])
+		mx := w.m[i]
+		if nk > 0 {
+			mx = max(mx, maxVec(s[i*kbw:i*kbw+nk]))
+		}
+		alpha[i] = w.m[i] - mx
+		w.m[i] = mx
+	}
+	expVec(alpha, alpha)
+	for i := 0; i < rows; i++ {
+		nk := w.keep[i]
 		if nk == 0 {
 			continue
 		}
-		mx := max(w.m[i], maxVec(si))
-		alpha := float32(math.Exp(float64(w.m[i] - mx)))
-		expShift(si, si, mx)
-		w.m[i], w.l[i] = mx, w.l[i]*alpha+sumVec(si)
-		if alpha != 1 {
+		si := s[i*kbw : i*kbw+nk]
+		expShift(si, si, w.m[i])
+		w.l[i] = w.l[i]*alpha[i] + sumVec(si)
+		if alpha[i] != 1 {
 			oi := w.o[i*d : (i+1)*d]
-			scaleVec(oi, oi, alpha)
+			scaleVec(oi, oi, alpha[i])
 		}
 	}
 	// o += p·v for every query vector at once: the weights past a vector's
