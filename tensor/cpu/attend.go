@@ -67,6 +67,7 @@ type attnScratch struct {
 	q, o, s []float32 // queries, running outputs [rows, d]; scores and weights [rows, attnKeyBlock]
 	m, l    []float32 // running maximum and sum per query vector
 	alpha   []float32 // a block's rescaling of each query vector's sums
+	sums    []float32 // a block's sum of weights per query vector
 	keep    []int     // keys each query vector takes from the current block
 }
 
@@ -188,7 +189,7 @@ func getAttnScratch(rows, d int) *attnScratch {
 	}
 	return &attnScratch{rows: rows, d: d,
 		q: make([]float32, rows*d), o: make([]float32, rows*d), s: make([]float32, rows*attnKeyBlock),
-		m: make([]float32, rows), l: make([]float32, rows), alpha: make([]float32, rows), keep: make([]int, rows),
+		m: make([]float32, rows), l: make([]float32, rows), alpha: make([]float32, rows), sums: make([]float32, rows), keep: make([]int, rows),
 	}
 }
 
@@ -243,27 +244,26 @@ func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.Atten
 	// The scores of whole panels of keys: the transposed block is zero past
 	// kn, and the columns past kn are not read.
 	gemmS(rows, (kn+nr-1)/nr*nr, d, w.q, d, 1, keys.kt[keys.ktOff(kh, k0, d):], kbw, s, kbw, false)
-	// The new maxima, then every row's α = exp(m − m') at once.
-	alpha := w.alpha[:rows]
+	// Each row's new maximum and weights, then every row's α = exp(m − m')
+	// at once.
+	alpha, sums := w.alpha[:rows], w.sums[:rows]
 	for i := 0; i < rows; i++ {
 		nk := w.keep[i]
 		clear(s[i*kbw+nk : i*kbw+kn])
-		mx := w.m[i]
-		if nk > 0 {
-			mx = max(mx, maxVec(s[i*kbw:i*kbw+nk]))
+		if nk == 0 {
+			alpha[i] = 0
+			continue
 		}
-		alpha[i] = w.m[i] - mx
+		mx, sum := softmaxShift(s[i*kbw:i*kbw+nk], w.m[i])
+		alpha[i], sums[i] = w.m[i]-mx, sum
 		w.m[i] = mx
 	}
 	expVec(alpha, alpha)
 	for i := 0; i < rows; i++ {
-		nk := w.keep[i]
-		if nk == 0 {
+		if w.keep[i] == 0 {
 			continue
 		}
-		si := s[i*kbw : i*kbw+nk]
-		expShift(si, si, w.m[i])
-		w.l[i] = w.l[i]*alpha[i] + sumVec(si)
+		w.l[i] = w.l[i]*alpha[i] + sums[i]
 		if alpha[i] != 1 {
 			oi := w.o[i*d : (i+1)*d]
 			scaleVec(oi, oi, alpha[i])

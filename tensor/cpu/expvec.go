@@ -69,6 +69,12 @@ func expShift(dst, src []float32, shift float32) {
 		}
 		return
 	}
+	if useAVX512 {
+		if n > 0 {
+			expShift512(&dst[0], &src[0], n, shift)
+		}
+		return
+	}
 	n8 := n &^ 7
 	if n8 > 0 {
 		expShiftAVX2(&dst[0], &src[0], n8, shift)
@@ -79,6 +85,18 @@ func expShift(dst, src []float32, shift float32) {
 		expShiftAVX2(&buf[0], &buf[0], 8, shift)
 		copy(dst[n8:], buf[:n-n8])
 	}
+}
+
+// softmaxShift sets mx to the largest of m and the values of x, each x[i]
+// to e^(x[i]−mx) as expShift does, and returns mx and the sum of the new
+// x, in an order fixed by len(x) alone. x must not be empty.
+func softmaxShift(x []float32, m float32) (mx, sum float32) {
+	if useAVX512 {
+		return softmax512(&x[0], len(x), m)
+	}
+	mx = max(m, maxVec(x))
+	expShift(x, x, mx)
+	return mx, sumVec(x)
 }
 
 // maxVec returns the largest of x, or −Inf when x is empty.

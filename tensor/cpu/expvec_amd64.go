@@ -57,3 +57,19 @@ func mulAVX2(dst, x, y *float32, n int)
 //
 //go:noescape
 func sumSqAVX2(x *float32, n int) float32
+
+// useAVX512 reports whether the AVX-512 forms below run (tests switch it).
+var useAVX512 = hasAVX512 && useAVX2
+
+// expShift512 is expShiftAVX2 with AVX-512 for any positive n: the same
+// bits.
+//
+//go:noescape
+func expShift512(dst, src *float32, n int, shift float32)
+
+// softmax512 sets mx to the largest of m and x[:n] (n positive), x[i] to
+// e^(x[i]−mx) as expShift512 does, and sum to their sum: sixteen lane sums
+// (lane i taking the values at i, i+16, …), then added pairwise.
+//
+//go:noescape
+func softmax512(x *float32, n int, m float32) (mx, sum float32)

@@ -282,3 +282,169 @@ done:
 	VMOVSS       X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// The AVX-512 forms: sixteen lanes, a masked last block, the constants in
+// registers. EXP16 is EXP8's arithmetic lane for lane (the same bits).
+
+// LOADCONSTS512 puts log2(e), ln 2 (high, low), the six coefficients and 1
+// into Z6–Z15, 88 and −87 into Z16 and Z17, the exponent bias into Z18 and
+// +Inf into Z19.
+#define LOADCONSTS512 \
+	VBROADCASTSS expc<>+0(SB), Z6 \
+	VBROADCASTSS expc<>+4(SB), Z7 \
+	VBROADCASTSS expc<>+8(SB), Z8 \
+	VBROADCASTSS expc<>+12(SB), Z9 \
+	VBROADCASTSS expc<>+16(SB), Z10 \
+	VBROADCASTSS expc<>+20(SB), Z11 \
+	VBROADCASTSS expc<>+24(SB), Z12 \
+	VBROADCASTSS expc<>+28(SB), Z13 \
+	VBROADCASTSS expc<>+32(SB), Z14 \
+	VBROADCASTSS expc<>+36(SB), Z15 \
+	VBROADCASTSS expc<>+40(SB), Z16 \
+	VBROADCASTSS expc<>+44(SB), Z17 \
+	VPBROADCASTD expc<>+48(SB), Z18 \
+	VBROADCASTSS expc<>+52(SB), Z19
+
+// EXP16 sets Z3 to e^Z0 lane by lane, as EXP8. It uses Z1, Z2, Z4 and
+// K2–K4.
+#define EXP16 \
+	VMINPS       Z16, Z0, Z1 \
+	VMAXPS       Z17, Z1, Z1 \
+	VMULPS       Z6, Z1, Z2 \
+	VRNDSCALEPS  $0, Z2, Z2 \
+	VFNMADD231PS Z7, Z2, Z1 \
+	VFNMADD231PS Z8, Z2, Z1 \
+	VMOVAPS      Z9, Z3 \
+	VFMADD213PS  Z10, Z1, Z3 \
+	VFMADD213PS  Z11, Z1, Z3 \
+	VFMADD213PS  Z12, Z1, Z3 \
+	VFMADD213PS  Z13, Z1, Z3 \
+	VFMADD213PS  Z14, Z1, Z3 \
+	VMULPS       Z1, Z1, Z4 \
+	VFMADD213PS  Z1, Z4, Z3 \
+	VADDPS       Z15, Z3, Z3 \
+	VCVTPS2DQ    Z2, Z2 \
+	VPADDD       Z18, Z2, Z2 \
+	VPSLLD       $23, Z2, Z2 \
+	VMULPS       Z2, Z3, Z3 \
+	VCMPPS       $1, Z17, Z0, K2 \
+	VPXORD       Z3, Z3, K2, Z3 \
+	VCMPPS       $1, Z0, Z16, K3 \
+	VMOVAPS      Z19, K3, Z3 \
+	VCMPPS       $3, Z0, Z0, K4 \
+	VMOVAPS      Z0, K4, Z3
+
+// TAILMASK sets K1 to the low CX mod 16 lanes and CX to the multiple of 16
+// below it. It uses AX and DX.
+#define TAILMASK \
+	MOVQ  CX, DX \
+	ANDQ  $15, DX \
+	SUBQ  DX, CX \
+	MOVL  $1, AX \
+	SHLXL DX, AX, AX \
+	DECL  AX \
+	KMOVW AX, K1
+
+// func expShift512(dst, src *float32, n int, shift float32)
+TEXT ·expShift512(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	LOADCONSTS512
+	VBROADCASTSS shift+24(FP), Z20
+	TAILMASK
+	XORQ         BX, BX
+
+loop:
+	CMPQ    BX, CX
+	JGE     tail
+	VMOVUPS (SI)(BX*4), Z0
+	VSUBPS  Z20, Z0, Z0
+	EXP16
+	VMOVUPS Z3, (DI)(BX*4)
+	ADDQ    $16, BX
+	JMP     loop
+
+tail:
+	KORTESTW K1, K1
+	JZ       done
+	VMOVUPS.Z (SI)(BX*4), K1, Z0
+	VSUBPS    Z20, Z0, Z0
+	EXP16
+	VMOVUPS   Z3, K1, (DI)(BX*4)
+
+done:
+	VZEROUPPER
+	RET
+
+// func softmax512(x *float32, n int, m float32) (mx, sum float32)
+TEXT ·softmax512(SB), NOSPLIT, $0-32
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	LOADCONSTS512
+	TAILMASK
+	VBROADCASTSS m+16(FP), Z20
+	XORQ         BX, BX
+
+max:
+	CMPQ    BX, CX
+	JGE     maxtail
+	VMAXPS  (SI)(BX*4), Z20, Z20
+	ADDQ    $16, BX
+	JMP     max
+
+maxtail:
+	KORTESTW  K1, K1
+	JZ        maxdone
+	VMOVAPS   Z20, Z0
+	VMOVUPS   (SI)(BX*4), K1, Z0
+	VMAXPS    Z0, Z20, Z20
+
+maxdone:
+	VMOVAPS       Z20, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VMOVSS        X0, mx+24(FP)
+	VBROADCASTSS  X0, Z20
+	VPXORD        Z21, Z21, Z21
+	XORQ          BX, BX
+
+exp:
+	CMPQ    BX, CX
+	JGE     exptail
+	VMOVUPS (SI)(BX*4), Z0
+	VSUBPS  Z20, Z0, Z0
+	EXP16
+	VMOVUPS Z3, (SI)(BX*4)
+	VADDPS  Z3, Z21, Z21
+	ADDQ    $16, BX
+	JMP     exp
+
+exptail:
+	KORTESTW  K1, K1
+	JZ        sum
+	VMOVUPS.Z (SI)(BX*4), K1, Z0
+	VSUBPS    Z20, Z0, Z0
+	EXP16
+	VMOVUPS   Z3, K1, (SI)(BX*4)
+	VADDPS    Z3, Z21, K1, Z21
+
+sum:
+	VMOVAPS       Z21, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, sum+28(FP)
+	VZEROUPPER
+	RET

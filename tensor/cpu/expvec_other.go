@@ -34,3 +34,14 @@ func mulAVX2(dst, x, y *float32, n int) { panic("cpu: mulAVX2 has no assembly on
 func sumSqAVX2(x *float32, n int) float32 {
 	panic("cpu: sumSqAVX2 has no assembly on this architecture")
 }
+
+// useAVX512 is false: no AVX-512 forms off amd64.
+const useAVX512 = false
+
+func expShift512(dst, src *float32, n int, shift float32) {
+	panic("cpu: expShift512 has no assembly on this architecture")
+}
+
+func softmax512(x *float32, n int, m float32) (mx, sum float32) {
+	panic("cpu: softmax512 has no assembly on this architecture")
+}

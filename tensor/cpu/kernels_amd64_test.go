@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kevgo/kev/tensor"
@@ -11,9 +12,9 @@ import (
 
 // plainGo runs f with every assembly kernel switched off.
 func plainGo(f func()) {
-	fast, mm := useAVX2, gemmKern
-	useAVX2, gemmKern = false, kernGo
-	defer func() { useAVX2, gemmKern = fast, mm }()
+	fast, wide, mm := useAVX2, useAVX512, gemmKern
+	useAVX2, useAVX512, gemmKern = false, false, kernGo
+	defer func() { useAVX2, useAVX512, gemmKern = fast, wide, mm }()
 	f()
 }
 
@@ -102,6 +103,54 @@ func TestDeltaRuleKernelsAgree(t *testing.T) {
 				if !near(p[0][i], float64(p[1][i]), scale, 1e-5) {
 					t.Fatalf("chunk %d %s[%d]: assembly %v, Go %v (max |Go| %v)", chunk, name, i, p[0][i], p[1][i], scale)
 				}
+			}
+		}
+	}
+}
+
+// TestExp512 checks that the AVX-512 exponentials give the AVX2 ones' bits
+// at every length up to 40 and over the whole input range, and that
+// softmaxShift's maximum and sum agree between the two.
+func TestExp512(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("the processor lacks AVX-512")
+	}
+	r := rand.New(rand.NewPCG(13, 14))
+	xs := expInputs(r)
+	for n := 1; n <= 40; n++ {
+		xs = append(xs, expInputs(r)[:n]...)
+	}
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, -0.0}
+	for off := 0; off < len(xs); {
+		n := min(1+r.IntN(40), len(xs)-off)
+		x := append(xs[off:off+n:off+n], special[:r.IntN(len(special)+1)]...)
+		off += n
+		shift := float32(r.NormFloat64())
+		wide, narrow := make([]float32, len(x)), make([]float32, len(x))
+		expShift(wide, x, shift)
+		useAVX512 = false
+		expShift(narrow, x, shift)
+		useAVX512 = true
+		for i := range wide {
+			if math.Float32bits(wide[i]) != math.Float32bits(narrow[i]) {
+				t.Fatalf("exp(%v−%v): AVX-512 %v, AVX2 %v", x[i], shift, wide[i], narrow[i])
+			}
+		}
+		if slices.ContainsFunc(x, func(v float32) bool { return v != v || math.IsInf(float64(v), 0) }) {
+			continue
+		}
+		a, b := append([]float32(nil), x...), append([]float32(nil), x...)
+		m := float32(r.NormFloat64() * 50)
+		mw, sw := softmaxShift(a, m)
+		useAVX512 = false
+		mn, sn := softmaxShift(b, m)
+		useAVX512 = true
+		if mw != mn || math.Abs(float64(sw-sn)) > 1e-6*float64(sn)+1e-30 {
+			t.Fatalf("softmaxShift: AVX-512 (%v, %v), AVX2 (%v, %v)", mw, sw, mn, sn)
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("softmaxShift[%d]: AVX-512 %v, AVX2 %v", i, a[i], b[i])
 			}
 		}
 	}
