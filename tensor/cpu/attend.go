@@ -75,7 +75,7 @@ type attnScratch struct {
 // row t sees the prefix keys, then its own rows up to t.
 func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
 	d, group, kvw := c.HeadDim, c.Heads/c.KVHeads, c.KVHeads*c.HeadDim
-	out := newF32(n, c.Heads*d)
+	out := newF32Full(n, c.Heads*d)
 	// The runs of keys, each transposed once however many segments read it.
 	type keyID struct {
 		p *float32
@@ -151,8 +151,8 @@ func (b *Backend) packKeys(runs []*attnKeys, c tensor.AttentionConfig) {
 	var pieces []piece
 	for _, r := range runs {
 		nb := (r.n + kbw - 1) / kbw
-		r.kt = allocF32(c.KVHeads * nb * d * kbw) // zeroed: the columns past n stay zero
-		r.vh = allocF32(c.KVHeads * r.n * d)
+		r.kt = allocF32(c.KVHeads * nb * d * kbw)    // zeroed: the columns past n stay zero
+		r.vh, _ = allocF32Dirty(c.KVHeads * r.n * d) // written in full below
 		for kh := 0; kh < c.KVHeads; kh++ {
 			for k0 := 0; k0 < r.n; k0 += kbw {
 				pieces = append(pieces, piece{r, kh, k0})

@@ -235,7 +235,7 @@ func (b *Backend) GatedDeltaRuleSegments(qkv, g, beta tensor.Tensor, states []te
 			finals[s.Index] = make([]float32, size)
 		}
 	}
-	out := newF32(in.n, hv*dv)
+	out := newF32Full(in.n, hv*dv)
 	head := func(st []float32, h int) []float32 {
 		if st == nil {
 			return nil

@@ -35,7 +35,8 @@ func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.
 		return nil, err
 	}
 	xs, gs, bs := xt.float32s(), gt.float32s(), bt.float32s()
-	qn, kn := allocF32(n*hk*dk), allocF32(n*hk*dk) // handed back by free
+	qn, _ := allocF32Dirty(n * hk * dk) // written in full below; handed back by free
+	kn, _ := allocF32Dirty(n * hk * dk)
 	qscale := float32(1 / math.Sqrt(float64(dk)))
 	b.parallel(n, 16, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
@@ -87,7 +88,7 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 	if err != nil {
 		return nil, nil, err
 	}
-	out := newF32(n, hv*dv)
+	out := newF32Full(n, hv*dv)
 	var final *Tensor
 	if len(starts) == 1 {
 		final = newF32(hv, dk, dv)
