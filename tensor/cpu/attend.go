@@ -14,7 +14,10 @@ import (
 // and weighted value sum per row:
 //
 //	m' = max(m, max_j s_j), α = exp(m − m'), p_j = exp(s_j − m'),
-//	l' = α·l + Σ_j p_j, o' = α·o + Σ_j p_j v_j, and at the end o/l.
+//	l' = α·l + Σ_j p_j, o' = α·o + Σ_j p_j v_j, and at the end o/l,
+//
+// where m' stays m unless the block's largest score exceeds m by more than
+// attnSlack (the weights may then exceed 1 a little; o/l is the same).
 //
 // Key blocks sit at fixed positions — the prefix in blocks of attnKeyBlock
 // from its first key, then the segment's own rows in blocks of attnKeyBlock
@@ -29,6 +32,12 @@ import (
 // attnKeyBlock is the number of keys a block holds, a multiple of nr: 128
 // keys of d 256 are 128 KiB of keys and 128 KiB of values, in L2.
 const attnKeyBlock = 128
+
+// attnSlack is how far a block's largest score may exceed a row's running
+// maximum before the maximum moves (and the row's sums are rescaled): a
+// weight is then at most e^8 ≈ 3000, far inside float32's range, and most
+// blocks after the first few leave the sums as they are.
+const attnSlack = 8
 
 // attnRows is about how many query vectors (query rows × heads of a group) a
 // job takes at once (a variable so that tests can change the blocking).
@@ -254,7 +263,7 @@ func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.Atten
 			alpha[i] = 0
 			continue
 		}
-		mx, sum := softmaxShift(s[i*kbw:i*kbw+nk], w.m[i])
+		mx, sum := softmaxShift(s[i*kbw:i*kbw+nk], w.m[i], attnSlack)
 		alpha[i], sums[i] = w.m[i]-mx, sum
 		w.m[i] = mx
 	}

@@ -87,14 +87,18 @@ func expShift(dst, src []float32, shift float32) {
 	}
 }
 
-// softmaxShift sets mx to the largest of m and the values of x, each x[i]
-// to e^(x[i]−mx) as expShift does, and returns mx and the sum of the new
-// x, in an order fixed by len(x) alone. x must not be empty.
-func softmaxShift(x []float32, m float32) (mx, sum float32) {
+// softmaxShift sets each x[i] to e^(x[i]−mx) as expShift does and returns
+// mx and the sum of the new x, in an order fixed by len(x) alone. mx is m
+// unless some x[i] exceeds m+slack, then the largest x[i]: with slack ≥ 0
+// a weight is at most e^slack. x must not be empty.
+func softmaxShift(x []float32, m, slack float32) (mx, sum float32) {
 	if useAVX512 {
-		return softmax512(&x[0], len(x), m)
+		return softmax512(&x[0], len(x), m, slack)
 	}
-	mx = max(m, maxVec(x))
+	mx = m
+	if v := maxVec(x); v > m+slack {
+		mx = v
+	}
 	expShift(x, x, mx)
 	return mx, sumVec(x)
 }

@@ -67,9 +67,10 @@ var useAVX512 = hasAVX512 && useAVX2
 //go:noescape
 func expShift512(dst, src *float32, n int, shift float32)
 
-// softmax512 sets mx to the largest of m and x[:n] (n positive), x[i] to
-// e^(x[i]−mx) as expShift512 does, and sum to their sum: sixteen lane sums
-// (lane i taking the values at i, i+16, …), then added pairwise.
+// softmax512 sets mx to m, or to the largest of m and x[:n] (n positive)
+// where that exceeds m+slack, x[i] to e^(x[i]−mx) as expShift512 does, and
+// sum to their sum: sixteen lane sums (lane i taking the values at i, i+16,
+// …), then added pairwise.
 //
 //go:noescape
-func softmax512(x *float32, n int, m float32) (mx, sum float32)
+func softmax512(x *float32, n int, m, slack float32) (mx, sum float32)

@@ -377,7 +377,7 @@ done:
 	VZEROUPPER
 	RET
 
-// func softmax512(x *float32, n int, m float32) (mx, sum float32)
+// func softmax512(x *float32, n int, m, slack float32) (mx, sum float32)
 TEXT ·softmax512(SB), NOSPLIT, $0-32
 	MOVQ         x+0(FP), SI
 	MOVQ         n+8(FP), CX
@@ -410,6 +410,13 @@ maxdone:
 	VMAXPS        X1, X0, X0
 	VPERMILPS     $0xb1, X0, X1
 	VMAXPS        X1, X0, X0
+	VMOVSS        m+16(FP), X1
+	VADDSS        slack+20(FP), X1, X2
+	VUCOMISS      X2, X0
+	JA            shift
+	VMOVAPS       X1, X0
+
+shift:
 	VMOVSS        X0, mx+24(FP)
 	VBROADCASTSS  X0, Z20
 	VPXORD        Z21, Z21, Z21

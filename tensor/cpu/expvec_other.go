@@ -42,6 +42,6 @@ func expShift512(dst, src *float32, n int, shift float32) {
 	panic("cpu: expShift512 has no assembly on this architecture")
 }
 
-func softmax512(x *float32, n int, m float32) (mx, sum float32) {
+func softmax512(x *float32, n int, m, slack float32) (mx, sum float32) {
 	panic("cpu: softmax512 has no assembly on this architecture")
 }

@@ -141,10 +141,17 @@ func TestExp512(t *testing.T) {
 		}
 		a, b := append([]float32(nil), x...), append([]float32(nil), x...)
 		m := float32(r.NormFloat64() * 50)
-		mw, sw := softmaxShift(a, m)
+		if r.IntN(4) == 0 {
+			m = float32(math.Inf(-1))
+		}
+		slack := float32(r.IntN(3) * 4)
+		mw, sw := softmaxShift(a, m, slack)
 		useAVX512 = false
-		mn, sn := softmaxShift(b, m)
+		mn, sn := softmaxShift(b, m, slack)
 		useAVX512 = true
+		if want := max(m, maxVec(x)); want > m+slack && mw != want || want <= m+slack && mw != m {
+			t.Fatalf("softmaxShift(m %v, slack %v): shift %v, largest %v", m, slack, mw, want)
+		}
 		if mw != mn || math.Abs(float64(sw-sn)) > 1e-6*float64(sn)+1e-30 {
 			t.Fatalf("softmaxShift: AVX-512 (%v, %v), AVX2 (%v, %v)", mw, sw, mn, sn)
 		}
