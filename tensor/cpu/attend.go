@@ -17,7 +17,8 @@ import (
 //	l' = α·l + Σ_j p_j, o' = α·o + Σ_j p_j v_j, and at the end o/l,
 //
 // where m' stays m unless the block's largest score exceeds m by more than
-// attnSlack (the weights may then exceed 1 a little; o/l is the same).
+// attnSlack (a weight may then reach e^attnSlack instead of 1; o/l is the
+// same).
 //
 // Key blocks sit at fixed positions — the prefix in blocks of attnKeyBlock
 // from its first key, then the segment's own rows in blocks of attnKeyBlock
@@ -87,8 +88,8 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 	out := newF32Full(n, c.Heads*d)
 	// The runs of keys, each transposed once however many segments read it.
 	type keyID struct {
-		p *float32
-		n int
+		k, v *float32
+		n    int
 	}
 	var runs []*attnKeys
 	ids := map[keyID]*attnKeys{}
@@ -96,7 +97,7 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 		if rows == 0 {
 			return nil
 		}
-		id := keyID{&k[0], rows}
+		id := keyID{&k[0], &v[0], rows}
 		if r := ids[id]; r != nil {
 			return r
 		}
