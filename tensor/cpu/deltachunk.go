@@ -147,22 +147,31 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	}
 }
 
-// step advances value head h's state S [dk, dv] over the prepared chunk
-// and writes the chunk's outputs into out [n, hv·dv].
-func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32) {
+// step advances columns [j0, j1) of value head h's state S [dk, dv] over
+// the prepared chunk and writes those columns of the chunk's outputs into
+// out [n, hv·dv]. Columns of the state evolve apart: steps over disjoint
+// columns of the same chunk may run at once.
+func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32, j0, j1 int) {
 	dk, dv, m, c0, cw := in.dk, in.dv, ch.m, ch.c0, ch.cw
-	ldo := in.hv * dv
-	U, O := ch.U[:m*dv], out[c0*ldo+h*dv:]
+	ldo, w := in.hv*dv, j1-j0
+	U, O, Sj := ch.U[j0:m*dv], out[c0*ldo+h*dv+j0:], S[j0:]
 	// V_new = U + W·S; O = diag(Γ)·Q·S + QK·V_new, in place in out.
-	gemmS(m, dv, dk, ch.WQ, dk, 1, S, dv, U, dv, true)
-	gemmS(m, dv, dk, ch.WQ[m*dk:], dk, 1, S, dv, O, ldo, false)
+	gemmS(m, w, dk, ch.WQ, dk, 1, Sj, dv, U, dv, true)
+	gemmS(m, w, dk, ch.WQ[m*dk:], dk, 1, Sj, dv, O, ldo, false)
 	for r0 := 0; r0 < m; r0 += deltaTri {
 		r1 := min(r0+deltaTri, m)
-		gemmS(r1-r0, dv, r1, ch.QK[r0*cw:], cw, 1, U, dv, O[r0*ldo:], ldo, true)
+		gemmS(r1-r0, w, r1, ch.QK[r0*cw:], cw, 1, U, dv, O[r0*ldo:], ldo, true)
 	}
 	// S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new, Kd read transposed.
-	scaleVec(S, S, float32(math.Exp(float64(ch.gam[m-1]))))
-	gemmS(dk, dv, m, ch.Kd, 1, dk, U, dv, S, dv, true)
+	gm := float32(math.Exp(float64(ch.gam[m-1])))
+	if w == dv {
+		scaleVec(S, S, gm)
+	} else {
+		for i := range dk {
+			scaleVec(Sj[i*dv:i*dv+w], Sj[i*dv:i*dv+w], gm)
+		}
+	}
+	gemmS(dk, w, m, ch.Kd, 1, dk, U, dv, Sj, dv, true)
 }
 
 // deltaJob is one value head of one segment: rows [s0, s0+l), the state it
@@ -180,7 +189,8 @@ func deltaWindow(jobs, threads int) int { return max(1, (2*threads+jobs-1)/jobs)
 // jobs as goroutines (or the recurrent form) each job runs whole on one
 // goroutine; with fewer, rounds prepare a window of each job's chunks in
 // parallel over (job, chunk), then advance the states over them in
-// parallel over jobs. Both give the same bits.
+// parallel over (job, block of the state's columns). Both give the same
+// bits.
 func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float32) {
 	if len(jobs) == 0 {
 		return
@@ -218,7 +228,7 @@ func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float3
 				} else {
 					for c0 := jb.s0; c0 < jb.s0+jb.l; c0 += cl {
 						ch.prepare(in, jb.h, c0, min(cl, jb.s0+jb.l-c0), cl)
-						ch.step(in, S, jb.h, cl, out)
+						ch.step(in, S, jb.h, cl, out, 0, dv)
 					}
 				}
 				if jb.to != nil {
@@ -231,10 +241,18 @@ func (b *Backend) runDelta(in *deltaInput, jobs []deltaJob, cl int, out []float3
 	b.splitDelta(in, jobs, cl, out)
 }
 
-// splitDelta is runDelta's form for fewer jobs than goroutines.
+// splitDelta is runDelta's form for fewer jobs than goroutines: rounds
+// prepare a window of each job's chunks in parallel over (job, chunk), then
+// advance the states over them in parallel over (job, block of columns).
 func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []float32) {
 	dk, dv := in.dk, in.dv
-	win := deltaWindow(len(jobs), max(b.Threads, 1))
+	threads := max(b.Threads, 1)
+	win := deltaWindow(len(jobs), threads)
+	// The state passes split each job's columns into ncb blocks of cbw (a
+	// multiple of nr), enough for every goroutine where the columns allow.
+	ncb := min((dv+nr-1)/nr, (threads+len(jobs)-1)/len(jobs))
+	cbw := ((dv+ncb-1)/ncb + nr - 1) / nr * nr
+	ncb = (dv + cbw - 1) / cbw
 	states := make([][]float32, len(jobs))
 	chunks := make([]*deltaChunk, len(jobs)*win)
 	defer func() {
@@ -276,11 +294,12 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 				chunks[slot].prepare(in, jb.h, c0, min(cl, jb.s0+jb.l-c0), cl)
 			}
 		})
-		b.each(len(jobs), func() func(int) {
-			return func(i int) {
+		b.each(len(jobs)*ncb, func() func(int) {
+			return func(u int) {
+				i, j0 := u/ncb, u%ncb*cbw
 				jb := jobs[i]
 				for k := w0; k < w0+win && k*cl < jb.l; k++ {
-					chunks[i*win+k-w0].step(in, states[i], jb.h, cl, out)
+					chunks[i*win+k-w0].step(in, states[i], jb.h, cl, out, j0, min(j0+cbw, dv))
 				}
 			}
 		})

@@ -132,3 +132,18 @@ func TestDeltaRuleChunksInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaRuleColumnBlocks checks that the split form's state passes over
+// blocks of the state's columns (two or four blocks of a value head here)
+// give the bits of whole heads on one goroutine.
+func TestDeltaRuleColumnBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	c := tensor.DeltaConfig{KeyHeads: 1, ValueHeads: 2, KeyDim: 64, ValueDim: 128, Chunk: 64}
+	d := newDeltaCase(r, c, []tensor.Segment{{Len: 150, From: tensor.FromPrefix, Keep: true}})
+	wantOut, wantKept := d.run(t, &Backend{Threads: 1})
+	for _, threads := range []int{3, 8} {
+		o, k := d.run(t, &Backend{Threads: threads})
+		sameBits(t, "outputs", o, wantOut)
+		sameBits(t, "states", k, wantKept)
+	}
+}
