@@ -39,10 +39,15 @@ func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.
 	kn, _ := allocF32Dirty(n * hk * dk)
 	qscale := float32(1 / math.Sqrt(float64(dk)))
 	b.parallel(n, 16, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
+		// Sixteen rows at a time, head by head: their inputs stay in cache
+		// while each head's outputs are written in one run.
+		for t0 := lo; t0 < hi; t0 += 16 {
 			for h := 0; h < hk; h++ {
-				l2Scale(qn[(t*hk+h)*dk:(t*hk+h+1)*dk], xs[t*width+h*dk:t*width+(h+1)*dk], qscale)
-				l2Scale(kn[(t*hk+h)*dk:(t*hk+h+1)*dk], xs[t*width+hk*dk+h*dk:t*width+hk*dk+(h+1)*dk], 1)
+				for t := t0; t < min(t0+16, hi); t++ {
+					o := (h*n + t) * dk
+					l2Scale(qn[o:o+dk], xs[t*width+h*dk:t*width+(h+1)*dk], qscale)
+					l2Scale(kn[o:o+dk], xs[t*width+hk*dk+h*dk:t*width+hk*dk+(h+1)*dk], 1)
+				}
 			}
 		}
 	})
@@ -117,19 +122,19 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 // deltaInput holds one call's prepared inputs.
 type deltaInput struct {
 	n, hk, hv, dk, dv, width int
-	q, k                     []float32 // [n, hk, dk], q already scaled
+	q, k                     []float32 // [hk, n, dk]: a head's rows together; q already scaled
 	x                        []float32 // raw qkv rows; v at column 2·hk·dk
 	g, beta                  []float32 // [n, hv]
 }
 
 func (in *deltaInput) qRow(t, h int) []float32 {
 	kh := h / (in.hv / in.hk)
-	return in.q[(t*in.hk+kh)*in.dk : (t*in.hk+kh+1)*in.dk]
+	return in.q[(kh*in.n+t)*in.dk : (kh*in.n+t+1)*in.dk]
 }
 
 func (in *deltaInput) kRow(t, h int) []float32 {
 	kh := h / (in.hv / in.hk)
-	return in.k[(t*in.hk+kh)*in.dk : (t*in.hk+kh+1)*in.dk]
+	return in.k[(kh*in.n+t)*in.dk : (kh*in.n+t+1)*in.dk]
 }
 
 func (in *deltaInput) vRow(t, h int) []float32 {

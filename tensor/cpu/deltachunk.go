@@ -74,8 +74,8 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	dk, dv, cw := in.dk, in.dv, ch.cw
 	ch.c0, ch.m = c0, m
 	kh := h / (in.hv / in.hk)
-	ld := in.hk * dk // stride between tokens in q and k
-	qs, ks := in.q[(c0*in.hk+kh)*dk:], in.k[(c0*in.hk+kh)*dk:]
+	ld := dk // stride between tokens in q and k
+	qs, ks := in.q[(kh*in.n+c0)*dk:], in.k[(kh*in.n+c0)*dk:]
 	vs := in.x[c0*in.width+2*in.hk*dk+h*dv:]
 	gam, ngam, e, bv, bg := ch.gam[:m], ch.ngam[:m], ch.e[:m], ch.bv[:m], ch.bg[:m]
 	var acc float32

@@ -167,7 +167,8 @@ func mulVec(dst, x, y []float32) {
 	}
 }
 
-// sumSq returns the sum of the squares of x, in sumVec's order.
+// sumSq returns the sum of the squares of x, in an order fixed by len(x)
+// alone.
 func sumSq(x []float32) float32 {
 	var s float32
 	n8 := 0

@@ -52,8 +52,9 @@ func scaleAVX2(dst, src *float32, n int, a float32)
 //go:noescape
 func mulAVX2(dst, x, y *float32, n int)
 
-// sumSqAVX2 returns the sum of the squares of x[:n] in sumAVX2's order, each
-// square fused into its lane's sum.
+// sumSqAVX2 returns the sum of the squares of x[:n], each fused into one of
+// four running sums of eight lanes (the i-th eight values into sum i mod
+// 4), then the sums added pairwise.
 //
 //go:noescape
 func sumSqAVX2(x *float32, n int) float32

@@ -258,21 +258,49 @@ loop:
 
 // func sumSqAVX2(x *float32, n int) float32
 TEXT ·sumSqAVX2(SB), NOSPLIT, $0-20
-	MOVQ    x+0(FP), SI
-	MOVQ    n+8(FP), CX
-	VMOVUPS (SI), Y0
-	VMULPS  Y0, Y0, Y0
-	MOVQ    $8, AX
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   AX, AX
 
-loop:
+loop32:
+	LEAQ        32(AX), DX
+	CMPQ        DX, CX
+	JGT         tail
+	VMOVUPS     (SI)(AX*4), Y4
+	VFMADD231PS Y4, Y4, Y0
+	VMOVUPS     32(SI)(AX*4), Y5
+	VFMADD231PS Y5, Y5, Y1
+	VMOVUPS     64(SI)(AX*4), Y6
+	VFMADD231PS Y6, Y6, Y2
+	VMOVUPS     96(SI)(AX*4), Y7
+	VFMADD231PS Y7, Y7, Y3
+	MOVQ        DX, AX
+	JMP         loop32
+
+tail:
 	CMPQ        AX, CX
 	JGE         done
-	VMOVUPS     (SI)(AX*4), Y1
-	VFMADD231PS Y1, Y1, Y0
+	VMOVUPS     (SI)(AX*4), Y4
+	VFMADD231PS Y4, Y4, Y0
 	ADDQ        $8, AX
-	JMP         loop
+	CMPQ        AX, CX
+	JGE         done
+	VMOVUPS     (SI)(AX*4), Y5
+	VFMADD231PS Y5, Y5, Y1
+	ADDQ        $8, AX
+	CMPQ        AX, CX
+	JGE         done
+	VMOVUPS     (SI)(AX*4), Y6
+	VFMADD231PS Y6, Y6, Y2
 
 done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS       X1, X0, X0
 	VPERMILPS    $0x4e, X0, X1
