@@ -73,7 +73,7 @@ type attnJob struct {
 
 // attnScratch is one goroutine's buffers.
 type attnScratch struct {
-	rows, d int       // the sizes it was made for
+	rows, d int       // the sizes it was made for (at most rows vectors a job)
 	q, o, s []float32 // queries, running outputs [rows, d]; scores and weights [rows, attnKeyBlock]
 	m, l    []float32 // running maximum and sum per query vector
 	alpha   []float32 // a block's rescaling of each query vector's sums
@@ -118,7 +118,19 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 			recycle(r.vh)
 		}
 	}()
-	qb := max(1, attnRows/group) // query rows a job
+	// Query rows a job: attnRows vectors, or fewer (down to one micro-kernel
+	// tile) where that leaves too few jobs for the goroutines.
+	qb, threads := max(1, attnRows/group), max(b.Threads, 1)
+	count := func(qb int) int {
+		jobs := 0
+		for _, s := range segs {
+			jobs += (s.n + qb - 1) / qb * c.KVHeads
+		}
+		return jobs
+	}
+	for qb*group > 12 && count(qb) < 4*threads {
+		qb = (qb + 1) / 2
+	}
 	var jobs []attnJob
 	for i, s := range segs {
 		for r0 := 0; r0 < s.n; r0 += qb {
@@ -191,10 +203,10 @@ func (r *attnKeys) ktOff(kh, k0, d int) int {
 // attnScratches recycles goroutine buffers between calls.
 var attnScratches sync.Pool
 
-// getAttnScratch returns buffers for rows query vectors of d, recycled when
-// at hand.
+// getAttnScratch returns buffers for at least rows query vectors of d,
+// recycled when at hand.
 func getAttnScratch(rows, d int) *attnScratch {
-	if w, ok := attnScratches.Get().(*attnScratch); ok && w.rows == rows && w.d == d {
+	if w, ok := attnScratches.Get().(*attnScratch); ok && w.rows >= rows && w.d == d {
 		return w
 	}
 	return &attnScratch{rows: rows, d: d,

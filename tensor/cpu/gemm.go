@@ -9,8 +9,9 @@ import (
 	"github.com/kevgo/kev/tensor"
 )
 
-// The packed GEMM behind MatMul, gemmNT and gemmNN, in the manner of
-// GotoBLAS and BLIS: C [m, n] = A [m, k] · B where B is read as nr-column
+// The packed GEMM behind MatMul, in the manner of GotoBLAS and BLIS (the
+// small products of gemm_small.go run the same micro-kernels on operands
+// read in place): C [m, n] = A [m, k] · B where B is read as nr-column
 // panels (each k×nr, row p holding B's nr values at p contiguously) and A
 // as mr-row blocks (each kc×mr, row p holding the block's mr values at p).
 // A register-blocked micro-kernel multiplies one mr-row block of A by one
