@@ -14,7 +14,9 @@ func l2Scale(dst, v []float32, scale float32) {
 }
 
 // deltaOperands validates a delta rule call's config and row operands and
-// prepares its inputs: normalised q (scaled) and k per token and key head.
+// prepares its inputs; for the recurrent form (Chunk 0), the normalised q
+// (scaled) and k of every token and key head. The chunked form normalises
+// a chunk's rows as it prepares the chunk.
 func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.DeltaConfig) (*deltaInput, error) {
 	if c.KeyHeads <= 0 || c.ValueHeads <= 0 || c.KeyDim <= 0 || c.ValueDim <= 0 || c.ValueHeads%c.KeyHeads != 0 || c.Chunk < 0 {
 		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
@@ -34,24 +36,35 @@ func (b *Backend) deltaOperands(op string, qkv, g, beta tensor.Tensor, c tensor.
 	if err != nil {
 		return nil, err
 	}
-	xs, gs, bs := xt.float32s(), gt.float32s(), bt.float32s()
-	qn, _ := allocF32Dirty(n * hk * dk) // written in full below; handed back by free
-	kn, _ := allocF32Dirty(n * hk * dk)
-	qscale := float32(1 / math.Sqrt(float64(dk)))
+	in := &deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, x: xt.float32s(), width: width, g: gt.float32s(), beta: bt.float32s(),
+		qscale: float32(1 / math.Sqrt(float64(dk)))}
+	if c.Chunk > 0 {
+		return in, nil
+	}
+	in.q, _ = allocF32Dirty(n * hk * dk) // written in full below; handed back by free
+	in.k, _ = allocF32Dirty(n * hk * dk)
 	b.parallel(n, 16, func(lo, hi int) {
 		// Sixteen rows at a time, head by head: their inputs stay in cache
 		// while each head's outputs are written in one run.
 		for t0 := lo; t0 < hi; t0 += 16 {
 			for h := 0; h < hk; h++ {
-				for t := t0; t < min(t0+16, hi); t++ {
-					o := (h*n + t) * dk
-					l2Scale(qn[o:o+dk], xs[t*width+h*dk:t*width+(h+1)*dk], qscale)
-					l2Scale(kn[o:o+dk], xs[t*width+hk*dk+h*dk:t*width+hk*dk+(h+1)*dk], 1)
-				}
+				o := (h*n + t0) * dk
+				in.normalise(in.q[o:], in.k[o:], h, t0, min(16, hi-t0))
 			}
 		}
 	})
-	return &deltaInput{n: n, hk: hk, hv: hv, dk: dk, dv: dv, q: qn, k: kn, x: xs, width: width, g: gs, beta: bs}, nil
+	return in, nil
+}
+
+// normalise writes the normalised query (scaled) and key rows [t0, t0+m)
+// of key head kh into q and k, [m, dk] each.
+func (in *deltaInput) normalise(q, k []float32, kh, t0, m int) {
+	dk := in.dk
+	for r := range m {
+		row := in.x[(t0+r)*in.width:]
+		l2Scale(q[r*dk:(r+1)*dk], row[kh*dk:(kh+1)*dk], in.qscale)
+		l2Scale(k[r*dk:(r+1)*dk], row[(in.hk+kh)*dk:(in.hk+kh+1)*dk], 1)
+	}
 }
 
 // free hands the normalised q and k back for reuse.
@@ -122,7 +135,8 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 // deltaInput holds one call's prepared inputs.
 type deltaInput struct {
 	n, hk, hv, dk, dv, width int
-	q, k                     []float32 // [hk, n, dk]: a head's rows together; q already scaled
+	q, k                     []float32 // [hk, n, dk]: a head's rows together; q already scaled (recurrent form only)
+	qscale                   float32   // q's scale, 1/√dk
 	x                        []float32 // raw qkv rows; v at column 2·hk·dk
 	g, beta                  []float32 // [n, hv]
 }

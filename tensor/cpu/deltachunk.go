@@ -38,6 +38,7 @@ type deltaChunk struct {
 	QK         []float32 // [cl, cw] (q_r·k_s)·exp(γ_r−γ_s) for s ≤ r, zero above
 	WQ         []float32 // [2cl, dk] rows < m: W = −T·diag(βΓ)·K; rows m…2m−1: diag(Γ)·Q
 	U          []float32 // [cl, dv] U = T·diag(β)·V, then V_new
+	Q, K       []float32 // [cl, dk] the chunk's normalised queries (scaled) and keys
 	Kd         []float32 // [cl, dk] exp(γ_m−γ_s)·k_s
 	KT         []float32 // [dk, cw] the chunk's keys transposed, zero past m
 	L, T, TB   []float32 // [cl, cw] scratch
@@ -51,7 +52,7 @@ func newDeltaChunk(cl, dk, dv int) *deltaChunk {
 		gam: make([]float32, cl), ngam: make([]float32, cl), e: make([]float32, cl),
 		bv: make([]float32, cl), bg: make([]float32, cl),
 		QK: make([]float32, cl*cw), WQ: make([]float32, 2*cl*dk), U: make([]float32, cl*dv),
-		Kd: make([]float32, cl*dk), KT: make([]float32, dk*cw),
+		Q: make([]float32, cl*dk), K: make([]float32, cl*dk), Kd: make([]float32, cl*dk), KT: make([]float32, dk*cw),
 		L: make([]float32, cl*cw), T: make([]float32, cl*cw), TB: make([]float32, cl*cw),
 	}
 }
@@ -69,13 +70,25 @@ func getDeltaChunk(cl, dk, dv int) *deltaChunk {
 }
 
 // prepare computes the state-free products of value head h's chunk of m
-// rows from row c0. The micro-kernels read q, k and v where they lie.
+// rows from row c0: it normalises the chunk's queries and keys, and the
+// micro-kernels read them and v where they lie.
 func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	dk, dv, cw := in.dk, in.dv, ch.cw
 	ch.c0, ch.m = c0, m
 	kh := h / (in.hv / in.hk)
 	ld := dk // stride between tokens in q and k
-	qs, ks := in.q[(kh*in.n+c0)*dk:], in.k[(kh*in.n+c0)*dk:]
+	// The next chunk's rows lie a page apart each, past the reach of the
+	// hardware's prefetching: ask for its queries, keys and values a part
+	// at a time while this chunk computes.
+	fetch := func(part int) {}
+	if n1 := min(cl, in.n-c0-m); n1 > 0 {
+		row := in.x[(c0+m)*in.width:]
+		offs, lens := [3]int{kh * dk, (in.hk + kh) * dk, 2*in.hk*dk + h*dv}, [3]int{dk, dk, dv}
+		fetch = func(part int) { prefetchRows(&row[offs[part]], in.width, n1, lens[part]) }
+	}
+	fetch(0)
+	qs, ks := ch.Q, ch.K
+	in.normalise(qs, ks, kh, c0, m)
 	vs := in.x[c0*in.width+2*in.hk*dk+h*dv:]
 	gam, ngam, e, bv, bg := ch.gam[:m], ch.ngam[:m], ch.e[:m], ch.bv[:m], ch.bg[:m]
 	var acc float32
@@ -99,6 +112,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 		gemmS(r1-r0, w, dk, ks[r0*ld:], ld, 1, KT, cw, L[r0*cw:], cw, false)
 		gemmS(r1-r0, w, dk, qs[r0*ld:], ld, 1, KT, cw, QK[r0*cw:], cw, false)
 	}
+	fetch(1)
 	// The decays exp(γ_r−γ_s), s ≤ r, a row at a time: QK masked and
 	// decayed, L's strict lower triangle decayed and scaled by −β_r (the
 	// solve below takes −L).
@@ -120,6 +134,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 		mulAddRows(T[r*cw:r*cw+min((r+7)&^7, cw)], T, cw, L[r*cw:r*cw+r])
 		tr[r] = 1
 	}
+	fetch(2)
 	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read in
 	// place: T's columns scaled, lower triangle only.
 	expVec(e, gam)

@@ -10,3 +10,9 @@ var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //
 //go:noescape
 func axpyRows(y *float32, x *float32, ldx int, c *float32, rows int, n int)
+
+// prefetchRows asks for rows (positive) rows of n (positive) float32s from
+// p, stride apart, to be brought into the L2 cache; it reads nothing.
+//
+//go:noescape
+func prefetchRows(p *float32, stride, rows, n int)

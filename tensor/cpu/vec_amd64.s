@@ -75,3 +75,25 @@ row8:
 doneaxpy:
 	VZEROUPPER
 	RET
+
+// func prefetchRows(p *float32, stride, rows, n int)
+TEXT ·prefetchRows(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), DX
+	SHLQ $2, DX
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), BX
+	SHLQ $2, BX
+
+row:
+	XORQ AX, AX
+
+line:
+	PREFETCHT1 (SI)(AX*1)
+	ADDQ       $64, AX
+	CMPQ       AX, BX
+	JLT        line
+	ADDQ       DX, SI
+	DECQ       CX
+	JNZ        row
+	RET

@@ -9,3 +9,6 @@ const useAVX2 = false
 func axpyRows(y *float32, x *float32, ldx int, c *float32, rows int, n int) {
 	panic("cpu: axpyRows has no assembly on this architecture")
 }
+
+// prefetchRows has no portable form; it does nothing here.
+func prefetchRows(p *float32, stride, rows, n int) {}
