@@ -34,6 +34,10 @@ func gemmS(m, n, k int, a []float32, rs, cs int, b []float32, ldb int, c []float
 	}
 	kern := gemmKern
 	mr := kern.mr()
+	// As few row blocks as the kernel allows, of even sizes: a short last
+	// block runs slower (8 rows of 32 columns run as fast as 12, 4 rows
+	// about 15% slower).
+	tiles := (m + mr - 1) / mr
 	var s *gemmScratch
 	for j0 := 0; j0 < n; j0 += nr {
 		cols := min(nr, n-j0)
@@ -43,8 +47,9 @@ func gemmS(m, n, k int, a []float32, rs, cs int, b []float32, ldb int, c []float
 			// chains from C.
 			for pc := 0; pc < k; pc += kcSmall {
 				kc := min(kcSmall, k-pc)
-				for i0 := 0; i0 < m; i0 += mr {
-					kern.tileS(min(mr, m-i0), kc, a[i0*rs+pc*cs:], rs, cs, b[pc*ldb+j0:], ldb, c[i0*ldc+j0:], ldc, add || pc > 0)
+				for t := range tiles {
+					i0, i1 := t*m/tiles, (t+1)*m/tiles
+					kern.tileS(i1-i0, kc, a[i0*rs+pc*cs:], rs, cs, b[pc*ldb+j0:], ldb, c[i0*ldc+j0:], ldc, add || pc > 0)
 				}
 			}
 			continue
