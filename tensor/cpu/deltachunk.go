@@ -125,14 +125,24 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 		mulVec(qr[:r+1], qr[:r+1], d)
 		clear(qr[r+1:])
 	}
-	// T = (I+L)⁻¹ by rows: T_r = e_r − Σ_{s<r} L_rs T_s. The sums run on
-	// to a multiple of 8 columns (the vector kernel's width), where every
-	// T_s is zero.
-	for r := 0; r < m; r++ {
-		tr := T[r*cw : r*cw+m]
-		clear(tr)
-		mulAddRows(T[r*cw:r*cw+min((r+7)&^7, cw)], T, cw, L[r*cw:r*cw+r])
-		tr[r] = 1
+	// T = (I+L)⁻¹ by rows: T_r = e_r − Σ_{s<r} L_rs T_s, in blocks of
+	// deltaTri rows: the terms of the rows above a block in one product,
+	// then the block's own rows one by one (the same chain of fused
+	// multiply-adds over s). The sums run on past a row's last nonzero
+	// column, to whole panels and to a multiple of 8 columns (the vector
+	// kernel's width), where every T_s is zero.
+	for r0 := 0; r0 < m; r0 += deltaTri {
+		r1 := min(r0+deltaTri, m)
+		w := 0
+		if r0 > 0 {
+			w = (r0 + nr - 1) / nr * nr
+			gemmS(r1-r0, w, r0, L[r0*cw:], cw, 1, T, cw, T[r0*cw:], cw, false)
+		}
+		for r := r0; r < r1; r++ {
+			clear(T[r*cw+min(w, m) : r*cw+m])
+			mulAddRows(T[r*cw:r*cw+min((r+7)&^7, cw)], T[r0*cw:], cw, L[r*cw+r0:r*cw+r])
+			T[r*cw+r] = 1
+		}
 	}
 	fetch(2)
 	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read in
