@@ -12,13 +12,13 @@ import (
 // (β_r k_r·k_s)·exp(γ_r−γ_s) and T = (I+L)⁻¹ (unit lower triangular):
 //
 //	W = −T·diag(βΓ)·K, U = T·diag(β)·V        (independent of the state)
-//	[V_new; O₀] = [U; 0] + [W; diag(Γ)·Q]·S     (the new values δ; one product)
+//	V_new = U + W·S, O₀ = diag(Γ)·Q·S          (the new values δ)
 //	O = O₀ + (QKᵀ ⊙ decay, s ≤ r)·V_new
 //	S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new
 //
-// Every product is gemmNT or gemmNN on the chunk's rows alone, so a
-// segment's bits depend on that segment alone: the same alone or beside
-// others, whatever the thread count.
+// Every product is a gemmS on the chunk's rows alone, so a segment's bits
+// depend on that segment alone: the same alone or beside others, whatever
+// the thread count. Each column of the state evolves apart from the others.
 
 // deltaTri is the row block of the triangular products: a block of rows
 // takes the columns (or the reduction) up to its last row, about half of
@@ -145,8 +145,8 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 		}
 	}
 	fetch(2)
-	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read in
-	// place: T's columns scaled, lower triangle only.
+	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read where
+	// they lie: T's columns scaled, lower triangle only.
 	expVec(e, gam)
 	mulVec(bg, bv, e)
 	scaleVec(bg, bg, -1)
