@@ -162,3 +162,32 @@ func TestExp512(t *testing.T) {
 		}
 	}
 }
+
+// TestTranspose checks transpose, with and without the assembly kernel, at
+// shapes around its blocks of eight.
+func TestTranspose(t *testing.T) {
+	r := rand.New(rand.NewPCG(rand.Uint64(), 30))
+	for _, n := range []int{1, 7, 8, 9, 16, 23} {
+		for _, k := range []int{1, 5, 8, 15, 64, 130} {
+			lds, ldd := k+r.IntN(3), n+r.IntN(3)
+			src := randFloats(r, (n-1)*lds+k)
+			for _, asm := range []bool{false, true} {
+				if asm && !useAVX2 {
+					continue
+				}
+				dst := make([]float32, (k-1)*ldd+n)
+				fast := useAVX2
+				useAVX2 = asm
+				transpose(dst, ldd, src, lds, n, k)
+				useAVX2 = fast
+				for j := range n {
+					for p := range k {
+						if dst[p*ldd+j] != src[j*lds+p] {
+							t.Fatalf("n %d k %d asm %v: dst[%d,%d] = %v, want %v", n, k, asm, p, j, dst[p*ldd+j], src[j*lds+p])
+						}
+					}
+				}
+			}
+		}
+	}
+}
