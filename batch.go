@@ -25,9 +25,13 @@ type call struct {
 	rowTokens int             // tokens of all the rows
 	done      chan result     // buffered: the model goroutine never waits for the caller
 	cancelled atomic.Bool     // the caller stopped waiting
+	part      bool            // one part of a Separate or Permute request (see smallFirst)
 
 	charged int  // tokens charged to the engine's queue for it (the engine's mu)
 	pending bool // counted in the engine's pending states (the engine's mu)
+	// overtaken is the tokens of the batches taken ahead of it, since it last ran, by requests that the batcher let
+	// go first because it could have preempted their pass (the engine's mu; see smallFirst).
+	overtaken int
 	// ahead and waited are the batcher's record of how long it waited, in tokens (the engine's mu): ahead is
 	// engine.takenTokens less the running batch's tokens when it was queued, waited the tokens of the batches
 	// taken after that point and before its first (the batch running when it arrived included).
@@ -62,10 +66,21 @@ func (c *call) rowsTokens(from, to int) int {
 	return n
 }
 
-// chunk is a request's part of a batch: its rows from..to-1 (all of them, or a slice).
+// chunk is a request's part of a batch: its rows from..to-1 (all of them, or a slice), and the tokens the batcher
+// counted for it (the rows', and its state's when that runs).
 type chunk struct {
 	c        *call
 	from, to int
+	tokens   int
+}
+
+// batchTokens returns the tokens the batcher counted for a batch.
+func batchTokens(batch []chunk) int {
+	n := 0
+	for _, ch := range batch {
+		n += ch.tokens
+	}
+	return n
 }
 
 // result is what the model goroutine hands back for one call.
@@ -91,8 +106,10 @@ func isOOM(err error) bool {
 
 // runBatch answers a batch through the prefix cache. Requests whose last rows ran are resolved, with their
 // probabilities and the model time of every batch they ran in; a request with rows left keeps its state and goes
-// back to the end of the queue. When the batch fails, every request of it gets the error.
+// back to the end of the queue. When the batch fails, every request of it gets the error. It also runs the batches
+// that preempt one of its passes (see yield), inside that pass.
 func (e *engine) runBatch(batch []chunk) {
+	tokens := batchTokens(batch)
 	// Only requests starting in this batch go through the cache: one lookup, one hit or miss each.
 	var fresh []int
 	var states [][]int
@@ -133,7 +150,7 @@ func (e *engine) runBatch(batch []chunk) {
 		for _, ch := range batch {
 			e.finish(ch.c)
 		}
-		e.runningTokens = 0
+		e.runningTokens -= tokens
 		e.mu.Unlock()
 		e.sweep(created)
 		for _, ch := range batch {
@@ -176,8 +193,10 @@ func (e *engine) runBatch(batch []chunk) {
 	if sliced {
 		e.slices++
 	}
-	e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
-	e.runningTokens = 0
+	if !e.nested { // gathering follows the loop's batches, not those that ran inside one of their passes
+		e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
+	}
+	e.runningTokens -= tokens
 	var waited []int
 	for _, c := range done {
 		waited = append(waited, c.waited)
@@ -196,9 +215,11 @@ func (e *engine) runBatch(batch []chunk) {
 	for i, c := range done {
 		c.done <- result{probs: c.probs, latency: c.latency, hit: c.hit, waited: waited[i]}
 	}
-	e.mu.Lock()
-	e.lastEnd = time.Now() // the answers are out: gather's window starts
-	e.mu.Unlock()
+	if !e.nested {
+		e.mu.Lock()
+		e.lastEnd = time.Now() // the answers are out: gather's window starts
+		e.mu.Unlock()
+	}
 }
 
 // finish uncharges a request that leaves the engine, answered or failed (the engine's mu held), and unpins its
@@ -242,6 +263,18 @@ type passPlan struct {
 	rows   []rowRef  // one per batch.Rows entry
 	news   []*newRef // one per batch.New entry
 	chunks []int     // the chunks whose new states or rows it runs, in order, perhaps repeated
+}
+
+// tokens returns the tokens the pass runs: its new states' and its rows'.
+func (ps *passPlan) tokens() int {
+	n := 0
+	for _, ns := range ps.batch.New {
+		n += len(ns.IDs)
+	}
+	for _, r := range ps.batch.Rows {
+		n += len(r.IDs)
+	}
+	return n
 }
 
 // planPasses splits a batch into passes of at most budget tokens (new state tokens plus row tokens; a pass takes
@@ -331,7 +364,8 @@ func msec(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // row of a pass in one call, the probabilities written to each request; then the prefixes for the cache (a hit's
 // own, the kept new states). Every State a pass returns is appended to created. It returns, per chunk whose
 // request has rows left, the state those rows continue. pt collects the time queuing the passes and the pointer
-// head's.
+// head's. Short batches may preempt its passes between two layers (see yield); they do not touch the states it
+// reads.
 func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.State], created *[]*layers.State, pt *passTimes) (keep []*layers.State, stopped bool, err error) {
 	passes, news := planPasses(batch, slots, e.passTokens)
 	// later[k]: the chunks that passes k… work for. A live chunk's rows, and the new states they continue, all
@@ -348,8 +382,29 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 		}
 		later[k] = slices.Clone(acc)
 	}
+	// The states the batch reads that are not its own passes' (cached prefixes it hit, states its requests kept
+	// from earlier batches): a batch that preempts a pass must not free them, even when it evicts them.
+	var pins []*layers.State
+	if e.preempt && !e.nested {
+		for i, ch := range batch {
+			if ch.c.state != nil {
+				pins = append(pins, ch.c.state)
+			}
+			if s := slots[i]; s != nil && s.Hit {
+				pins = append(pins, s.Cached)
+			}
+		}
+	}
 	for k, ps := range passes {
-		ps.batch.Stop = e.stopper(later[k])
+		var run *passRun
+		if e.preempt && !e.nested {
+			run = &passRun{tokens: ps.tokens(), pins: pins}
+			run.size = run.tokens
+			if !slices.ContainsFunc(ps.chunks, func(i int) bool { return !batch[i].c.part }) {
+				run.size *= preemptRatio // parts only: weighed as smallFirst weighs them
+			}
+		}
+		ps.batch.Stop = e.stopper(later[k], run)
 		for k, rr := range ps.rows {
 			if rr.after != nil {
 				ps.batch.Rows[k].Cached = rr.after.st
@@ -442,10 +497,14 @@ func (e *engine) point(out *layers.Output, ps *passPlan, batch []chunk) error {
 }
 
 // sweep frees every state that neither the cache nor a started request holds: those made in this batch and not
-// kept, those evicted, and those of requests that have finished.
+// kept, those evicted, and those of requests that have finished. Inside a preempted pass, the states that pass's
+// batch reads (pinned) are kept too: its own sweep frees them once it is done with them.
 func (e *engine) sweep(created []*layers.State) {
 	keep := map[*layers.State]bool{}
 	for _, s := range e.cache.Entries() {
+		keep[s] = true
+	}
+	for _, s := range e.pinned {
 		keep[s] = true
 	}
 	for c := range e.started {

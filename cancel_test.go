@@ -29,6 +29,7 @@ func TestCancelFreesEngine(t *testing.T) {
 	want := probs(t, loadGolden(t, s, Options{PrefixCache: -1}), small)
 	p := loadGolden(t, s, Options{PrefixCache: -1, MaxBatch: 1}) // the big request's batch is its own
 	e := p.engines[0]
+	e.preempt = false // the small request waits behind the big pass, as on a GPU, rather than run inside it
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	returned := make(chan error, 1)
@@ -237,6 +238,7 @@ func TestCancelLaterPasses(t *testing.T) {
 	p := loadGolden(t, s, Options{PrefixCache: -1})
 	e := p.engines[0]
 	e.passTokens = passTokens
+	e.preempt = false // one batch of both, as on a GPU (the live request is short enough to go first on its own)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var started atomic.Int64 // passes begun (layer 0 asked)

@@ -21,6 +21,12 @@ import (
 // a slice of its rows, then goes back to the end of the queue with its state kept for the rest. A slice is as many
 // tokens as the biggest whole request of its batch, or an equal part of sliceTokens when no request runs whole:
 // the big request shares the model fairly by tokens with what arrives while it runs.
+//
+// A pass is the smallest part of a request the batcher can split off (one question row can be a long one: a choice
+// of hundreds of options), so on a backend that runs the operations of a pass one by one (the CPU) a request much
+// shorter than a pass does not wait for it: it runs between two of the pass's layers, in a batch of its own (see
+// yield), and a batch does not put it beside a request whose pass it could preempt so (see smallFirst). The model
+// alone then takes about one layer of the long pass longer to answer it.
 type engine struct {
 	index   int
 	device  Device
@@ -66,6 +72,17 @@ type engine struct {
 	lastGatherWindow            time.Duration
 	takenTokens, runningTokens  int
 
+	// Preemption (see yield and smallFirst): preempt says whether short batches may run between the layers of a
+	// longer pass (not on a backend that runs a pass as one unit, a tensor.Runner); preemptions counts the batches
+	// that did (the engine's mu), deferrals the requests a batch left for a later one so that shorter ones would not
+	// wait inside their pass (the engine's mu). Model goroutine only: nested is set while a preempting batch runs,
+	// pinned holds the states the preempted pass's batch reads.
+	preempt     bool
+	preemptions int
+	deferrals   int
+	nested      bool
+	pinned      []*layers.State
+
 	// Cancellation (see stopper): abort stops the running pass and fails what is queued (Shutdown's context
 	// ended); layersRun and passesStopped count the layers passes ran and the passes stopped because every request
 	// they worked for had gone; onLayer, a test hook, runs before each layer.
@@ -94,6 +111,8 @@ func newEngine(index int, device Device, backend tensor.Backend, model *layers.M
 		held:       map[*layers.State]bool{},
 		started:    map[*call]bool{},
 	}
+	_, runner := backend.(tensor.Runner) // the CUDA backend: a pass is queued on the device, perhaps as one graph
+	e.preempt = !runner
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -197,6 +216,9 @@ func (e *engine) take() []chunk {
 			continue
 		}
 		shares, whole := allot(rem, e.sliceTokens)
+		if e.preempt {
+			e.deferLong(cands, shares)
+		}
 		var batch []chunk
 		left := e.queue[:0:0]
 		for i, c := range cands {
@@ -213,15 +235,14 @@ func (e *engine) take() []chunk {
 					to++
 				}
 			}
-			batch = append(batch, chunk{c: c, from: c.next, to: to})
+			batch = append(batch, chunk{c: c, from: c.next, to: to, tokens: shares[i]})
 		}
 		e.queue = append(left, e.queue[n:]...)
-		tokens := 0
-		for i, ch := range batch {
+		tokens := batchTokens(batch)
+		for _, ch := range batch {
 			if ch.from == 0 {
 				ch.c.waited = e.takenTokens - ch.c.ahead
 			}
-			tokens += shares[i]
 		}
 		e.takenTokens += tokens
 		e.runningTokens = tokens
@@ -310,6 +331,171 @@ func allot(rem []int, budget int) (shares []int, whole []bool) {
 	return shares, whole
 }
 
+// preemptRatio is how much bigger than a batch a pass must be for the batch to preempt it (see yield), and how much
+// bigger than a request another request of a batch must be for the request to go first (see smallFirst): sizes in
+// tokens, where a part of a Separate or Permute request counts preemptRatio times its tokens.
+const preemptRatio = 4
+
+// deferLong (the engine's mu held) applies smallFirst to a batch's candidates and their shares (allot's): the
+// shares of those left for a later batch become 0, and each of them counts the batch's tokens as overtaking it.
+// A request is left only while the batches that overtook it since it last ran hold fewer tokens than its share:
+// then it runs, beside whatever is queued. A part of a Separate or Permute request weighs preemptRatio times its
+// share: it is bulk work of one client, who has the model for many passes in a row, so another client's request
+// up to its size goes first rather than share its pass (on a CPU a pass costs about the sum of its requests').
+func (e *engine) deferLong(cands []*call, shares []int) {
+	room := make([]int, len(cands))
+	sizes := make([]int, len(cands))
+	for i, c := range cands {
+		room[i] = shares[i] - c.overtaken
+		sizes[i] = shares[i]
+		if c.part {
+			sizes[i] *= preemptRatio
+		}
+	}
+	in := smallFirst(sizes, room)
+	tokens := 0
+	for i := range cands {
+		if in[i] {
+			tokens += shares[i]
+		}
+	}
+	for i, c := range cands {
+		switch {
+		case in[i]:
+			c.overtaken = 0
+		case shares[i] > 0:
+			c.overtaken += tokens
+			shares[i] = 0
+			e.deferrals++
+		}
+	}
+}
+
+// smallFirst returns which of a batch's requests, by their sizes in it (their shares, weighed; 0: not in it), run
+// in the batch when the replica's passes may be preempted. A request at most 1/preemptRatio the size of the
+// biggest could preempt that one's pass; rather than wait inside that pass, the small ones run in a batch of
+// their own first, and the bigger ones wait for the next batch, when every one of them has room left (tokens that
+// may still overtake it). Among those that run, it applies again, so that a batch holds requests within
+// preemptRatio of each other.
+func smallFirst(sizes, room []int) []bool {
+	in := make([]bool, len(sizes))
+	for i, s := range sizes {
+		in[i] = s > 0
+	}
+	for {
+		big := 0
+		for i, s := range sizes {
+			if in[i] {
+				big = max(big, s)
+			}
+		}
+		small, movable := false, true
+		for i, s := range sizes {
+			switch {
+			case !in[i]:
+			case s*preemptRatio <= big:
+				small = true
+			case room[i] <= 0:
+				movable = false
+			}
+		}
+		if !small || !movable {
+			return in
+		}
+		for i, s := range sizes {
+			if in[i] && s*preemptRatio > big {
+				in[i] = false
+			}
+		}
+	}
+}
+
+// passRun is a pass that short batches may preempt between two of its layers (see yield): its tokens, its size (its
+// tokens, weighed as smallFirst weighs requests: preemptRatio times when it runs only parts of Separate or Permute
+// requests), the tokens of the batches that preempted it so far, and the states its batch reads that it did not
+// make (see sweep).
+type passRun struct {
+	tokens, size, overtaken int
+	pins                    []*layers.State
+}
+
+// yield (model goroutine, before a layer of run's pass) runs a batch of the requests queued that are short beside
+// the pass: whole requests in queue order (takeShort), together at most 1/preemptRatio of the pass's size, as one
+// batch nested in the pass, so that a request that arrives while a long pass runs waits for one of its layers, not
+// all of them. The batches that preempt one pass hold at most its tokens in all (the pass keeps at least half of
+// the model however many short requests arrive), and they are not preempted in turn. The pass's results are the
+// same bits, as every batch's are beside any other. It reports whether a batch ran.
+func (e *engine) yield(run *passRun) bool {
+	if !e.preempt || e.nested {
+		return false
+	}
+	batch := e.takeShort(min(run.size/preemptRatio, run.tokens-run.overtaken))
+	if batch == nil {
+		return false
+	}
+	run.overtaken += batchTokens(batch)
+	e.nested, e.pinned = true, run.pins
+	defer func() { e.nested, e.pinned = false, nil }()
+	e.mu.Lock()
+	e.preemptions++
+	e.mu.Unlock()
+	e.runBatch(batch)
+	return true
+}
+
+// takeShort (model goroutine) takes the batch that preempts a pass: from the queue, in order, whole requests while
+// their tokens left sum to at most limit and the batch holds at most maxBatch; the others keep their places. It
+// returns nil when none fits (or Shutdown's context has ended: the pass stops, and take fails the queue).
+func (e *engine) takeShort(limit int) []chunk {
+	if limit <= 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.abort.Load() {
+		return nil
+	}
+	var batch []chunk
+	var taken []int // their places in the queue
+	tokens := 0
+	for i, c := range e.queue {
+		if len(batch) == e.maxBatch {
+			break
+		}
+		// A row holds a token at least; a caller that has gone is left for take to drop.
+		if len(c.rows)-c.next > limit-tokens || c.gone() {
+			continue
+		}
+		if r := e.remaining(c); tokens+r <= limit {
+			batch = append(batch, chunk{c: c, from: c.next, to: len(c.rows), tokens: r})
+			taken = append(taken, i)
+			tokens += r
+		}
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	left, next := e.queue[:0], 0
+	for i, c := range e.queue {
+		if next < len(taken) && taken[next] == i {
+			next++
+			continue
+		}
+		left = append(left, c)
+	}
+	clear(e.queue[len(left):])
+	e.queue = left
+	for _, ch := range batch {
+		if ch.from == 0 {
+			ch.c.waited = e.takenTokens - ch.c.ahead
+		}
+		ch.c.overtaken = 0
+	}
+	e.takenTokens += tokens
+	e.runningTokens += tokens
+	return batch
+}
+
 // drop forgets a queued request whose caller has gone (the engine's mu held): it uncharges it and unpins its
 // state (the next sweep frees it).
 func (e *engine) drop(c *call) {
@@ -319,21 +505,27 @@ func (e *engine) drop(c *call) {
 // stopper returns the Batch.Stop of a pass that works for the requests of chunks (its own and those of the batch's
 // passes after it): the pass stops at its next layer once every one of them has gone (its caller stopped
 // waiting), or when Shutdown's context has ended, so that the model is free for what waits instead of running out
-// passes nobody will read.
-func (e *engine) stopper(chunks []chunk) func(layer int) bool {
+// passes nobody will read. Before a layer it goes on to, a short batch may preempt the pass (yield; run is nil
+// where none may).
+func (e *engine) stopper(chunks []chunk, run *passRun) func(layer int) bool {
+	over := func() bool {
+		if e.abort.Load() {
+			return true
+		}
+		for _, ch := range chunks {
+			if !ch.c.gone() {
+				return false
+			}
+		}
+		return true
+	}
 	return func(layer int) bool {
 		if e.onLayer != nil {
 			e.onLayer(layer)
 		}
-		stop := e.abort.Load()
-		if !stop {
-			stop = true
-			for _, ch := range chunks {
-				if !ch.c.gone() {
-					stop = false
-					break
-				}
-			}
+		stop := over()
+		if !stop && run != nil && e.yield(run) {
+			stop = over() // they may have gone while the short batch ran
 		}
 		if stop {
 			e.passesStopped.Add(1)

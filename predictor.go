@@ -692,6 +692,7 @@ func (p *Predictor) submitOnce(ctx context.Context, req *systemone.Request) (*sy
 	}
 	defer release()
 	c := newCall(ctx, enc)
+	c.part = req.Part()
 	if err := p.dispatch(c); err != nil {
 		return nil, nil, result{}, err
 	}

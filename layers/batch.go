@@ -22,7 +22,10 @@ type Batch struct {
 	// Stop, when not nil, is called before each decoder layer of the
 	// batch's passes with the layer's index; when it returns true the pass
 	// stops there and Forward returns ErrStopped (a caller whose requests
-	// have all gone frees the model at the next layer).
+	// have all gone frees the model at the next layer). Stop may run another
+	// batch through Forward before it returns (a short batch that preempts
+	// a long pass between two of its layers): the pass resumes where it was,
+	// with the same results.
 	Stop func(layer int) bool
 }
 
@@ -102,8 +105,9 @@ func (m *Model) Forward(bt *Batch) (*Output, error) {
 	if len(bt.New) == 0 && len(bt.Rows) == 0 {
 		return &Output{b: m.b}, nil
 	}
+	prev := m.stop // a Forward called from the Stop of another's pass
 	m.stop = bt.Stop
-	defer func() { m.stop = nil }()
+	defer func() { m.stop = prev }()
 	if bb, ok := m.b.(tensor.Batched); ok {
 		return m.forwardBatched(bb, bt)
 	}

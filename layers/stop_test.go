@@ -71,3 +71,68 @@ func TestForwardStop(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardInsideStop runs a second batch from the Stop of a first one's
+// pass, between two of its layers, as a short batch that preempts a long pass
+// does: both give the hidden states they give alone, bit for bit, the inner
+// batch's Stop is asked for its own layers only, and the outer pass goes on
+// asking its own Stop after the inner one returned.
+func TestForwardInsideStop(t *testing.T) {
+	r := newRand(t)
+	c := smallConfig()
+	w := randomWeights(r, c, true)
+	for _, bc := range []struct {
+		name string
+		b    tensor.Backend
+	}{{"batched", cpu.New()}, {"fallback", plain{cpu.New()}}} {
+		t.Run(bc.name, func(t *testing.T) {
+			m, err := New(bc.b, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outer := batchCase(r, c.VocabSize, cachedStates(t, m, r))
+			inner := batchCase(r, c.VocabSize, cachedStates(t, m, r))
+			hidden := func(bt *Batch) []float32 {
+				t.Helper()
+				out, err := m.Forward(bt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer out.Free()
+				for _, s := range out.States {
+					s.Free()
+				}
+				var all []float32
+				for _, h := range out.Hidden {
+					all = append(all, host(t, bc.b, h)...)
+				}
+				return all
+			}
+			wantOuter, wantInner := hidden(outer), hidden(inner)
+
+			var outerAsked, innerAsked []int
+			var gotInner []float32
+			inner.Stop = func(layer int) bool {
+				innerAsked = append(innerAsked, layer)
+				return false
+			}
+			outer.Stop = func(layer int) bool {
+				outerAsked = append(outerAsked, layer)
+				if layer == 1 && gotInner == nil {
+					gotInner = hidden(inner)
+				}
+				return false
+			}
+			if got := hidden(outer); !equal(got, wantOuter) {
+				t.Error("the outer batch's hidden states differ from its own alone")
+			}
+			if !equal(gotInner, wantInner) {
+				t.Error("the inner batch's hidden states differ from its own alone")
+			}
+			if len(outerAsked) == 0 || len(outerAsked)%c.NumLayers != 0 || len(innerAsked)%c.NumLayers != 0 ||
+				!slices.Contains(outerAsked, c.NumLayers-1) {
+				t.Errorf("outer Stop asked at %v, inner at %v: want whole passes each", outerAsked, innerAsked)
+			}
+		})
+	}
+}

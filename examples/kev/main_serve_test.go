@@ -91,13 +91,76 @@ func TestServeConfig(t *testing.T) {
 		h.DrainGrace != server.DefaultDrainGrace {
 		t.Errorf("server limits by default: %+v", h)
 	}
-	for _, bad := range [][]string{{"KEV_BODY_TIMEOUT", "soon"}, {"KEV_MAX_CONNS", "many"}} {
+	for _, bad := range [][]string{{"KEV_BODY_TIMEOUT", "soon"}, {"KEV_MAX_CONNS", "many"}, {"KEV_FIRST_BYTE_TIMEOUT", "5"},
+		{"KEV_MIN_BODY_RATE", "fast"}, {"KEV_BODY_RATE_GRACE", "later"}, {"KEV_CLIENT_SHARE", "1"}, {"KEV_CLIENT_SHARE", "-0.5"},
+		{"KEV_CLIENT_SHARE", "half"}} {
 		if _, err := serveConfigFrom(nil, env(bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
 		}
 	}
+	for _, share := range []string{"1", "1.5", "-0.1"} {
+		var ue *usageError
+		if _, err := serveConfigFrom([]string{"-client-share", share}, env()); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-client-share") {
+			t.Errorf("-client-share %s: %v", share, err)
+		}
+	}
 	if _, err := serveConfigFrom([]string{"extra"}, env()); err == nil {
 		t.Error("a stray argument was accepted")
+	}
+}
+
+// TestServeConnectionFlags checks the flags of the server's remaining limits — a new connection's first byte, the
+// minimum body rate and its grace, one client's share — and their variables: the defaults are server.Options',
+// the flags reach the Options over the environment, and 0 turns a limit off (the minimum rate's grace: the rate
+// applies from a body's first byte; the share is off by default).
+func TestServeConnectionFlags(t *testing.T) {
+	setInteractive(t, false)
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	cfg, err := serveConfigFrom(nil, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.FirstByteTimeout != server.DefaultFirstByteTimeout || h.MinBodyRate != server.DefaultMinBodyRate ||
+		h.BodyRateGrace != server.DefaultBodyRateGrace || h.ClientShare != 0 {
+		t.Errorf("defaults: first byte %v, body rate %d after %v, client share %v", h.FirstByteTimeout, h.MinBodyRate, h.BodyRateGrace, h.ClientShare)
+	}
+	cfg, err = serveConfigFrom(nil, env("KEV_FIRST_BYTE_TIMEOUT", "2s", "KEV_MIN_BODY_RATE", "1024",
+		"KEV_BODY_RATE_GRACE", "3s", "KEV_CLIENT_SHARE", "0.25"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.FirstByteTimeout != 2*time.Second || h.MinBodyRate != 1024 || h.BodyRateGrace != 3*time.Second || h.ClientShare != 0.25 {
+		t.Errorf("from the environment: first byte %v, body rate %d after %v, client share %v", h.FirstByteTimeout, h.MinBodyRate, h.BodyRateGrace, h.ClientShare)
+	}
+	cfg, err = serveConfigFrom([]string{"-first-byte-timeout", "1500ms", "-min-body-rate", "4096", "-body-rate-grace", "10s", "-client-share", "0.5"},
+		env("KEV_FIRST_BYTE_TIMEOUT", "2s", "KEV_MIN_BODY_RATE", "1024", "KEV_BODY_RATE_GRACE", "3s", "KEV_CLIENT_SHARE", "0.25"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.FirstByteTimeout != 1500*time.Millisecond || h.MinBodyRate != 4096 || h.BodyRateGrace != 10*time.Second || h.ClientShare != 0.5 {
+		t.Errorf("flags over the environment: first byte %v, body rate %d after %v, client share %v", h.FirstByteTimeout, h.MinBodyRate, h.BodyRateGrace, h.ClientShare)
+	}
+	cfg, err = serveConfigFrom([]string{"-first-byte-timeout", "0", "-min-body-rate", "0", "-body-rate-grace", "0", "-client-share", "0"},
+		env("KEV_CLIENT_SHARE", "0.25"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.hopts; h.FirstByteTimeout >= 0 || h.MinBodyRate >= 0 || h.BodyRateGrace >= 0 || h.ClientShare != 0 {
+		t.Errorf("0 for none: first byte %v, body rate %d after %v, client share %v; want negative (none) and 0",
+			h.FirstByteTimeout, h.MinBodyRate, h.BodyRateGrace, h.ClientShare)
+	}
+	code, _, help := runCmd(t, "", "serve", "-h")
+	for _, s := range []string{"-first-byte-timeout duration", "(default 5s)", "-min-body-rate int", "(default 16384)",
+		"-body-rate-grace duration", "-client-share float"} {
+		if code != 0 || !strings.Contains(help, s) {
+			t.Errorf("serve -h (exit %d) lacks %q", code, s)
+		}
 	}
 }
 

@@ -48,12 +48,16 @@ var serveEnv = []struct{ name, meaning string }{
 	{"KEV_LORA_SCALE", "> 0: scales the LoRA adapter (default 1)"},
 	{"KEV_MAX_QUESTIONS", "> 0: refuse (422) a request with more questions; 0, the default: no limit, as Kev"},
 	{"KEV_BODY_TIMEOUT", "as -body-timeout (default 60s; 0: none)"},
-	{"KEV_HEADER_TIMEOUT", "as -header-timeout (default 30s; 0: none)"},
+	{"KEV_MIN_BODY_RATE", "as -min-body-rate (default 16384 bytes a second; 0: none)"},
+	{"KEV_BODY_RATE_GRACE", "as -body-rate-grace (default 5s; 0: the rate applies from the first byte)"},
+	{"KEV_FIRST_BYTE_TIMEOUT", "as -first-byte-timeout (default 5s; 0: none)"},
+	{"KEV_HEADER_TIMEOUT", "as -header-timeout (default 10s; 0: none)"},
 	{"KEV_IDLE_TIMEOUT", "as -idle-timeout (default 75s; 0: none)"},
 	{"KEV_MAX_HEADER_BYTES", "as -max-header-bytes (default 65536)"},
 	{"KEV_MAX_CONNS", "as -max-conns (default 1024; 0: none)"},
 	{"KEV_MAX_INFLIGHT_BYTES", "as -max-inflight-bytes (default 128 MiB; 0: none)"},
 	{"KEV_MAX_INFLIGHT_TOKENS", "as -max-inflight-tokens (default 4194304; 0: none)"},
+	{"KEV_CLIENT_SHARE", "as -client-share (default 0: none)"},
 	{"KEV_DRAIN_GRACE", "as -drain-grace (default 5s, none in a terminal; 0: none)"},
 	{"KEV_CUDA_GRAPHS", "with -device cuda: on, or how many pass graphs to keep, replays passes as CUDA graphs (default off)"},
 	{"KEV_LOG_FORMAT", "as -log-format"},
@@ -148,6 +152,9 @@ Flags:
 	if limits.err != nil {
 		return cfg, limits.err
 	}
+	if s := cfg.hopts.ClientShare; s < 0 || s >= 1 {
+		return cfg, usagef("-client-share %v: want a number from 0 (none) up to, not including, 1", s)
+	}
 	graceSet := getenv("KEV_DRAIN_GRACE") != ""
 	fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "drain-grace" })
 	if !graceSet && interactive() {
@@ -183,10 +190,17 @@ Flags:
 }
 
 // limitFlags registers the HTTP server's limits, each defaulting to its KEV_* variable, else the server's
-// default. 0 or a negative value turns a limit off (but for -max-header-bytes).
+// default. 0 or a negative value turns a limit off (but for -max-header-bytes; -body-rate-grace 0 applies the
+// minimum rate from a body's first byte; -client-share 0 is the default, none).
 func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
 	fs.DurationVar(&o.BodyTimeout, "body-timeout", env.duration("KEV_BODY_TIMEOUT", server.DefaultBodyTimeout),
 		"longest time to receive a request body; slower clients get 408 (KEV_BODY_TIMEOUT)")
+	fs.Int64Var(&o.MinBodyRate, "min-body-rate", int64(env.signed("KEV_MIN_BODY_RATE", server.DefaultMinBodyRate)),
+		"slowest a request body may arrive, in bytes a second, once -body-rate-grace has passed; a body behind that pace gets 408 and its connection is closed (KEV_MIN_BODY_RATE)")
+	fs.DurationVar(&o.BodyRateGrace, "body-rate-grace", env.duration("KEV_BODY_RATE_GRACE", server.DefaultBodyRateGrace),
+		"how long a request body may take, from the end of its header, before -min-body-rate applies (KEV_BODY_RATE_GRACE)")
+	fs.DurationVar(&o.FirstByteTimeout, "first-byte-timeout", env.duration("KEV_FIRST_BYTE_TIMEOUT", server.DefaultFirstByteTimeout),
+		"close a new connection that sends nothing for this long (KEV_FIRST_BYTE_TIMEOUT)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", env.duration("KEV_IDLE_TIMEOUT", server.DefaultIdleTimeout),
 		"close keep-alive connections idle this long (KEV_IDLE_TIMEOUT)")
 	fs.DurationVar(&o.ReadHeaderTimeout, "header-timeout", env.duration("KEV_HEADER_TIMEOUT", server.DefaultReadHeaderTimeout),
@@ -199,6 +213,8 @@ func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
 		"most request-body bytes read and answered at once; more get 503 with Retry-After (KEV_MAX_INFLIGHT_BYTES)")
 	fs.IntVar(&o.MaxInflightTokens, "max-inflight-tokens", env.signed("KEV_MAX_INFLIGHT_TOKENS", server.DefaultMaxInflightTokens),
 		"most encoded tokens queued for or inside the model at once; more get 503 with Retry-After (KEV_MAX_INFLIGHT_TOKENS)")
+	fs.Float64Var(&o.ClientShare, "client-share", env.share("KEV_CLIENT_SHARE"),
+		"the most of -max-inflight-bytes and of -max-inflight-tokens that the requests of one client address may hold at once, a fraction below 1 (0: none); past it the client gets 429 with Retry-After. Keep it 0 behind a reverse proxy, where every request has the proxy's address (KEV_CLIENT_SHARE)")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", env.duration("KEV_DRAIN_GRACE", server.DefaultDrainGrace),
 		"at SIGINT/SIGTERM, how long the listener stays open answering 503 (and /readyz 503) before it closes (KEV_DRAIN_GRACE)")
 }
@@ -206,7 +222,8 @@ func limitFlags(fs *flag.FlagSet, env *envReader, o *server.Options) {
 // zeroMeansNone turns the limits given as 0 into "none" (negative): the flags show their real defaults, so a 0
 // there asks for no limit, where server.Options' 0 would mean the default.
 func zeroMeansNone(o *server.Options) {
-	for _, d := range []*time.Duration{&o.BodyTimeout, &o.IdleTimeout, &o.ReadHeaderTimeout, &o.DrainGrace} {
+	for _, d := range []*time.Duration{&o.BodyTimeout, &o.IdleTimeout, &o.ReadHeaderTimeout, &o.DrainGrace,
+		&o.FirstByteTimeout, &o.BodyRateGrace} {
 		if *d == 0 {
 			*d = -1
 		}
@@ -216,8 +233,10 @@ func zeroMeansNone(o *server.Options) {
 			*n = -1
 		}
 	}
-	if o.MaxInflightBytes == 0 {
-		o.MaxInflightBytes = -1
+	for _, n := range []*int64{&o.MaxInflightBytes, &o.MinBodyRate} {
+		if *n == 0 {
+			*n = -1
+		}
 	}
 }
 
@@ -284,6 +303,20 @@ func (e *envReader) bool(name string) bool {
 		e.fail(name, v, "1 or 0")
 		return false
 	}
+}
+
+// share reads a fraction from 0 up to, not including, 1; 0 when unset.
+func (e *envReader) share(name string) float64 {
+	v := e.getenv(name)
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || f >= 1 {
+		e.fail(name, v, "a number from 0 up to, not including, 1")
+		return 0
+	}
+	return f
 }
 
 func (e *envReader) float(name string) float64 {

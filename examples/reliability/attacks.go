@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,18 +46,23 @@ func postTimed(client *http.Client, url, body string) (int, string, time.Duratio
 	return resp.StatusCode, string(b), time.Since(start), nil
 }
 
-// besides runs attack while timing the small request alone (before) and beside it, and prints both.
+// besides times the small request alone (the median of 21, warm) and then beside attack: sent over and over
+// while the attack runs, each after a random pause of up to 5 ms so that it arrives at every point of the
+// attack's batches, and prints the median, 90th percentile and worst of those answers.
 func besides(base string, attack func() (int, string, time.Duration, error)) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	var alone time.Duration
-	for range 3 { // the best of three, warm
+	for range 3 { // warm up
+		if _, _, _, err := postTimed(client, base+"/v1/systemone", smallBody); err != nil {
+			return err
+		}
+	}
+	var alone []time.Duration
+	for range 21 {
 		_, _, d, err := postTimed(client, base+"/v1/systemone", smallBody)
 		if err != nil {
 			return err
 		}
-		if alone == 0 || d < alone {
-			alone = d
-		}
+		alone = append(alone, d)
 	}
 	runtime.GC()
 	_, peak0 := rss()
@@ -68,19 +75,47 @@ func besides(base string, attack func() (int, string, time.Duration, error)) err
 	res := make(chan result, 1)
 	go func() { s, b, d, err := attack(); res <- result{s, b, d, err} }()
 	time.Sleep(200 * time.Millisecond) // the attack reaches the server first
-	status, _, beside, err := postTimed(client, base+"/v1/systemone", smallBody)
-	if err != nil {
-		return err
+	var beside []time.Duration
+	statuses := map[int]int{}
+	var r result
+	for done := false; !done; {
+		status, _, d, err := postTimed(client, base+"/v1/systemone", smallBody)
+		if err != nil {
+			return err
+		}
+		statuses[status]++
+		select {
+		case r = <-res:
+			done = true // answered after the attack: not beside it
+		default:
+			beside = append(beside, d)
+			time.Sleep(time.Duration(rand.Int64N(int64(5 * time.Millisecond))))
+		}
 	}
-	r := <-res
 	if r.err != nil {
 		return r.err
 	}
 	_, peak := rss()
 	fmt.Printf("  attack: %d after %.2f s, peak RSS +%d MiB: %s\n", r.status, r.d.Seconds(), (peak-peak0)>>20, r.body)
-	fmt.Printf("  small request: %.1f ms alone, %.1f ms beside the attack (%d)\n",
-		float64(alone.Microseconds())/1000, float64(beside.Microseconds())/1000, status)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	a := quantiles(alone)
+	fmt.Printf("  small request alone: median %s (of %d)\n", ms(a[0]), len(alone))
+	if len(beside) == 0 {
+		fmt.Printf("  small request beside the attack: none sent before it ended\n")
+		return nil
+	}
+	b := quantiles(beside)
+	fmt.Printf("  small request beside the attack: median %s, p90 %s, worst %s (%d sent, statuses %v); median %.1f× alone\n",
+		ms(b[0]), ms(b[1]), ms(b[2]), len(beside), statuses, float64(b[0])/float64(a[0]))
 	return nil
+}
+
+// quantiles returns the median, the 90th percentile and the maximum of ds.
+func quantiles(ds []time.Duration) [3]time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return [3]time.Duration{at(0.5), at(0.9), s[len(s)-1]}
 }
 
 // serveFor starts a server for p with opts until the returned stop is called.

@@ -23,6 +23,7 @@ type partsModel struct {
 	peak     int
 	admitted []int
 	shared   map[*sharedState]bool
+	unmarked int // requests that do not report themselves as parts
 	calls    atomic.Int64
 }
 
@@ -46,6 +47,9 @@ func (m *partsModel) do(ctx context.Context, req *Request) (*Response, error) {
 	if err == nil {
 		m.admitted = append(m.admitted, enc.InputTokens())
 		m.shared[req.shared] = true
+		if !req.Part() {
+			m.unmarked++
+		}
 	}
 	m.mu.Unlock()
 	if err != nil {
@@ -120,7 +124,8 @@ func manyQuestions(n int, state string) *Request {
 
 // TestSeparateSharesTheState (separate): 1,000 questions render and tokenise the state once, not once a question
 // (1,000 questions used to take 116 s and 1.99 GB); the parts reach the model PartsInFlight at a time, each
-// admitted by its own tokens; the merged answers are those of each question asked alone.
+// admitted by its own tokens and marked a part (Request.Part); the merged answers are those of each question asked
+// alone.
 func TestSeparateSharesTheState(t *testing.T) {
 	state := strings.Repeat("The order shipped late. ", 40)
 	req := manyQuestions(1000, state)
@@ -129,8 +134,11 @@ func TestSeparateSharesTheState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.shared) != 1 {
-		t.Fatalf("parts shared %d states, want one", len(m.shared))
+	if len(m.shared) != 1 || m.unmarked != 0 {
+		t.Fatalf("parts shared %d states, %d were not marked parts; want one, none", len(m.shared), m.unmarked)
+	}
+	if req.Part() || NewRequest("s").Part() {
+		t.Error("a request of a client reports itself as a part")
 	}
 	for s := range m.shared {
 		if s == nil || s.render != 1 || s.encode != 1 {
@@ -163,7 +171,7 @@ func TestSeparateSharesTheState(t *testing.T) {
 }
 
 // TestPermuteSharesTheState (permute): n_perm runs of a 255-option question render and tokenise the state once and
-// reach the model PartsInFlight at a time.
+// reach the model PartsInFlight at a time, marked parts.
 func TestPermuteSharesTheState(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(`{"state":"` + strings.Repeat("word ", 2000) + `","questions":{"q":{"type":"choice","criteria":{`)
@@ -183,8 +191,8 @@ func TestPermuteSharesTheState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Runs) != 64 || m.calls.Load() != 64 {
-		t.Fatalf("%d runs, %d calls", len(out.Runs), m.calls.Load())
+	if len(out.Runs) != 64 || m.calls.Load() != 64 || m.unmarked != 0 {
+		t.Fatalf("%d runs, %d calls, %d not marked parts", len(out.Runs), m.calls.Load(), m.unmarked)
 	}
 	for s := range m.shared {
 		if len(m.shared) != 1 || s.render != 1 || s.encode != 1 {

@@ -127,6 +127,10 @@ func NewRequest(state string, questions ...QuestionEntry) *Request {
 	return &Request{Model: DefaultModel, State: pyjson.String(state), Questions: questions}
 }
 
+// Part reports whether r is one part of a Separate or Permute request: one of many requests on the same state that
+// the server sends for one client, one after the other. A batcher may let other clients' requests go first.
+func (r *Request) Part() bool { return r.shared != nil }
+
 // ModelName returns r.Model, or DefaultModel when it is empty.
 func (r *Request) ModelName() string {
 	if r.Model == "" {
