@@ -3,7 +3,9 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +19,17 @@ import (
 // busy machine disturbs less.
 
 const benchState, benchQuestions, benchRows = 2200, 6, 40
+
+// benchDecay is the largest per-token log decay −g of the delta-rule
+// benchmarks (KEV_BENCH_DECAY sets it): at a few units a chunk's
+// cumulative decays pass float32's smallest normal numbers, as fast-
+// forgetting heads of real models do.
+var benchDecay = func() float32 {
+	if v, err := strconv.ParseFloat(os.Getenv("KEV_BENCH_DECAY"), 32); err == nil {
+		return float32(v)
+	}
+	return 0.3
+}()
 
 func benchUp(b *testing.B, be *Backend, shape []int, d []float32) tensor.Tensor {
 	x, err := be.FromFloat32(shape, d)
@@ -76,7 +89,7 @@ func benchDelta(b *testing.B, cached bool, segs, rows int) {
 	n, width := segs*rows, 2*c.KeyHeads*c.KeyDim+c.ValueHeads*c.ValueDim
 	gs, bs := make([]float32, n*c.ValueHeads), make([]float32, n*c.ValueHeads)
 	for i := range gs {
-		gs[i] = -0.3 * r.Float32()
+		gs[i] = -benchDecay * r.Float32()
 		bs[i] = 0.1 + 0.8*r.Float32()
 	}
 	qkv := benchUp(b, be, []int{n, width}, randFloats(r, n*width))

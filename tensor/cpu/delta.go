@@ -162,7 +162,7 @@ func (in *deltaInput) recurrent(S []float32, h, s0, l int, out []float32) {
 	dk, dv := in.dk, in.dv
 	r := make([]float32, dv)
 	for t := s0; t < s0+l; t++ {
-		a := float32(math.Exp(float64(in.g[t*in.hv+h])))
+		a := decay(in.g[t*in.hv+h])
 		bt := in.beta[t*in.hv+h]
 		k, q, v := in.kRow(t, h), in.qRow(t, h), in.vRow(t, h)
 		for i := range S {

@@ -119,6 +119,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	for r := 0; r < m; r++ {
 		d := e[:r+1]
 		expShift(d, ngam[:r+1], ngam[r])
+		flushDecays(d)
 		lr, qr := L[r*cw:r*cw+r], QK[r*cw:r*cw+m]
 		mulVec(lr, lr, d[:r])
 		scaleVec(lr, lr, -bv[r])
@@ -148,6 +149,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read where
 	// they lie: T's columns scaled, lower triangle only.
 	expVec(e, gam)
+	flushDecays(e)
 	mulVec(bg, bv, e)
 	scaleVec(bg, bg, -1)
 	for r := 0; r < m; r++ {
@@ -167,6 +169,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	}
 	// exp(γ_m−γ_s)·k_s for the state update.
 	expShift(e, ngam, ngam[m-1])
+	flushDecays(e)
 	for s := 0; s < m; s++ {
 		scaleVec(ch.Kd[s*dk:(s+1)*dk], ks[s*ld:s*ld+dk], e[s])
 	}
@@ -188,7 +191,7 @@ func (ch *deltaChunk) step(in *deltaInput, S []float32, h, cl int, out []float32
 		gemmS(r1-r0, w, r1, ch.QK[r0*cw:], cw, 1, U, dv, O[r0*ldo:], ldo, true)
 	}
 	// S' = Γ_m·S + (diag(exp(γ_m−γ))·K)ᵀ·V_new, Kd read transposed.
-	gm := float32(math.Exp(float64(ch.gam[m-1])))
+	gm := decay(ch.gam[m-1])
 	if w == dv {
 		scaleVec(S, S, gm)
 	} else {
@@ -334,4 +337,29 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 			copy(jb.to, states[i])
 		}
 	}
+}
+
+// minDecay is the smallest decay the delta rule keeps: smaller ones are 0.
+// A term decayed by less than 2⁻⁴⁰ lies 16 binary orders below float32's
+// resolution of the undecayed terms it joins, and its products with keys,
+// gates and values would otherwise run into subnormal numbers, which Intel
+// processors compute about a hundred times slower (the fast-forgetting
+// heads of a model reach them within one 64-token chunk).
+const minDecay = 0x1p-40
+
+// flushDecays sets the decays in d below minDecay to 0.
+func flushDecays(d []float32) {
+	for i, v := range d {
+		if v < minDecay {
+			d[i] = 0
+		}
+	}
+}
+
+// decay returns e^g, or 0 below minDecay.
+func decay(g float32) float32 {
+	if a := float32(math.Exp(float64(g))); a >= minDecay {
+		return a
+	}
+	return 0
 }

@@ -609,8 +609,10 @@ func (g *gemmArgs) serial() {
 }
 
 // sharedA is the most values of packed A a threaded product packs once,
-// before its jobs, for all of them to read.
-const sharedA = 1 << 22
+// before its jobs, for all of them to read (64 MiB: a 2,400-row state at
+// K = 3,584; past it, each job packs its own rows, again for every run of
+// panels it takes). A variable for the tests.
+var sharedA = 1 << 24
 
 // aPool recycles the buffers of A packed for a threaded product.
 var aPool sync.Pool

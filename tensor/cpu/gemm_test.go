@@ -346,6 +346,8 @@ func TestMatMulBatchInvariantBits(t *testing.T) {
 func TestMatMulLargeThreads(t *testing.T) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), 25))
 	b1, b4 := &Backend{Threads: 1}, &Backend{Threads: 4}
+	defer func(v int) { sharedA = v }(sharedA)
+	sharedA = 1 << 18
 	for _, sh := range [][3]int{{500, 300, 520}, {500, 70, 1030}, {40, 200, 700}, {300, 40, sharedA/300 + 5}} {
 		x, w := mmInputs(t, b1, r, sh[0], sh[1], sh[2], tensor.F32)
 		y1, _ := b1.MatMul(x, w)
