@@ -659,20 +659,43 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		})
 		return
 	}
-	rb := (g.m + mcBlock - 1) / mcBlock
-	pj := 16
-	for pj > 1 && rb*((np+pj-1)/pj) < 8*threads { // jobs enough that the last ones are short
-		pj /= 2
-	}
+	mb, pj := jobGrid(g.m, np, g.k, threads)
+	rb := (g.m + mb - 1) / mb
 	chunks := (np + pj - 1) / pj
 	run(chunks*rb, func(lo, hi int) {
 		s := scratchPool.Get().(*gemmScratch)
 		for j := lo; j < hi; j++ {
 			ch, r := j/rb, j%rb
-			g.block(r*mcBlock, min((r+1)*mcBlock, g.m), ch*pj, min((ch+1)*pj, np), s, apk)
+			g.block(r*mb, min((r+1)*mb, g.m), ch*pj, min((ch+1)*pj, np), s, apk)
 		}
 		scratchPool.Put(s)
 	})
+}
+
+// jobGrid picks the jobs of a product of m rows by np panels over K = k: mb
+// rows (240, 120 or 60: multiples of every kernel's rows) by pj panels (16
+// down to 1). A job reads its rows of A and its panels from the shared
+// cache once, so the product moves chunks·(m·k) + rowBlocks·(np·nr·k)
+// values: the grid that moves least among those with at least four jobs a
+// thread (the last ones short, whichever thread is slow), or the one with
+// the most jobs where none has. A narrow weight (N = 1,024) then takes a few
+// wide jobs instead of one panel each re-reading all of A.
+func jobGrid(m, np, k, threads int) (mb, pj int) {
+	bestJobs, bestCost := 0, 0
+	for _, b := range []int{mcBlock, mcBlock / 2, mcBlock / 4} {
+		for _, p := range []int{16, 8, 4, 2, 1} {
+			rb, ch := (m+b-1)/b, (np+p-1)/p
+			jobs, cost := rb*ch, ch*m*k+rb*np*nr*k
+			enough, bestEnough := jobs >= 4*threads, bestJobs >= 4*threads
+			better := bestJobs == 0 ||
+				enough && (!bestEnough || cost < bestCost) ||
+				!enough && !bestEnough && (jobs > bestJobs || jobs == bestJobs && cost < bestCost)
+			if better {
+				mb, pj, bestJobs, bestCost = b, p, jobs, cost
+			}
+		}
+	}
+	return mb, pj
 }
 
 // gemmStatic makes runGEMM hand each thread one contiguous run of its jobs
