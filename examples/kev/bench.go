@@ -46,7 +46,7 @@ const sweepTicketBase = 1_000_000
 //	{"command": "kev bench", "run": checkpoint, "base": base, "device": "cpu"|"cuda", "dtype": "float32"|"bfloat16",
 //	 "backend": "go", "go": version, "gomaxprocs": n,
 //	 "host_cpu": {"model": /proc/cpuinfo's model name, "logical_cpus": n, "gomaxprocs": n, "features": ["avx2", ...],
-//	              "kernel": the CPU backend's matrix kernel, null while it names none},
+//	              "kernel": the CPU backend's matrix kernels, "fp32 avx512, bf16 amx"},
 //	 "temperature": t, "load_seconds": s,
 //	 "memory": {"kind": "device"|"go_heap", "resident_bytes": n, "resident_gb": x, "free_bytes": n,
 //	            "weight_bytes": n, "process_rss_bytes": n},      after load (device: the backend's pool; cpu: heap in use)

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/cpu"
+
+	kevcpu "github.com/kevgo/kev/tensor/cpu"
 )
 
 // hostCPU is where kev bench ran and how: the report's "host_cpu" object.
@@ -17,12 +19,11 @@ type hostCPU struct {
 	LogicalCPUs int      `json:"logical_cpus"` // runtime.NumCPU: the CPUs the process may run on (taskset narrows it)
 	GOMAXPROCS  int      `json:"gomaxprocs"`
 	Features    []string `json:"features"` // the vector extensions of the processor that CPU kernels may use
-	Kernel      *string  `json:"kernel"`   // the CPU backend's matrix kernel in use; null while the backend names none
+	Kernel      *string  `json:"kernel"`   // the CPU backend's matrix kernels (cpu.Kernels): "fp32 avx512, bf16 amx"
 }
 
-// cpuKernel names the CPU backend's matrix kernel in use, "" when it is not known. Package tensor/cpu does not
-// name its kernels yet; when it does, return that name here.
-var cpuKernel = func() string { return "" }
+// cpuKernel names the CPU backend's matrix kernels, "" when they are not known.
+var cpuKernel = kevcpu.Kernels
 
 // readHostCPU describes the host processor.
 func readHostCPU() hostCPU {

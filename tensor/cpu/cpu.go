@@ -269,3 +269,8 @@ func segments(op string, lens []int, n int) ([]int, []int, error) {
 	}
 	return starts, lens, nil
 }
+
+// Kernels names the matrix kernels MatMul runs on this processor: the
+// float32 micro-kernel (avx512, avx2 or go) and the one for BF16 weights
+// (amx, avx512bf16 or widen), as "fp32 avx512, bf16 amx".
+func Kernels() string { return "fp32 " + gemmKern.String() + ", bf16 " + bf16Use.String() }
