@@ -143,6 +143,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 			clear(T[r*cw+min(w, m) : r*cw+m])
 			mulAddRows(T[r*cw:r*cw+min((r+7)&^7, cw)], T[r0*cw:], cw, L[r*cw+r0:r*cw+r])
 			T[r*cw+r] = 1
+			flushTiny(T[r*cw : r*cw+r])
 		}
 	}
 	fetch(2)
@@ -351,6 +352,18 @@ const minDecay = 0x1p-40
 func flushDecays(d []float32) {
 	for i, v := range d {
 		if v < minDecay {
+			d[i] = 0
+		}
+	}
+}
+
+// flushTiny sets the values in d of magnitude below minDecay to 0: the
+// entries of T = (I+L)⁻¹ are sums of chains of decayed terms, each the
+// decay between its row and column, whose products with decays and keys
+// would otherwise run into subnormal numbers as the decays' own do.
+func flushTiny(d []float32) {
+	for i, v := range d {
+		if v < minDecay && v > -minDecay {
 			d[i] = 0
 		}
 	}
