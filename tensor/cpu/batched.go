@@ -16,7 +16,7 @@ var _ tensor.Batched = (*Backend)(nil)
 // of rows and channels; each output sums its taps oldest first.
 func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hists [][]float32) *Tensor {
 	const rowBlock, chBlock = 8, 1024
-	y := newF32(n, ch)
+	y := newF32Full(n, ch) // each job clears its own rows: no serial clear of the whole result
 	wt := make([]float32, kw*ch) // wt[j*ch+c] = ws[c*kw+j]: each tap's weights in a row
 	for c := 0; c < ch; c++ {
 		for j := 0; j < kw; j++ {
@@ -38,6 +38,7 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 				s := rowSeg[t]
 				s0 := starts[s]
 				yr := y.f32[t*ch+c0 : t*ch+c1]
+				clear(yr)
 				for j := 0; j < kw; j++ {
 					src := t - s0 - (kw - 1) + j // index within the segment
 					var xr []float32

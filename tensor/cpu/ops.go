@@ -508,7 +508,7 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 		return nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: fmt.Sprintf("[d_v] dividing %d", width)}
 	}
 	os, zs, ws := ot.float32s(), zt.float32s(), wt.float32s()
-	out := newF32(n, width)
+	out := newF32Full(n, width)
 	b.parallel(n*width/dv, 1, func(lo, hi int) {
 		sz := make([]float32, dv)
 		for v := lo; v < hi; v++ {
