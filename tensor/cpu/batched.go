@@ -16,7 +16,7 @@ var _ tensor.Batched = (*Backend)(nil)
 // of rows and channels; each output sums its taps oldest first.
 func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hists [][]float32) *Tensor {
 	const rowBlock, chBlock = 8, 1024
-	y := newF32Full(n, ch) // each job clears its own rows: no serial clear of the whole result
+	y := newF32Full(n, ch)       // each job clears its own rows: no serial clear of the whole result
 	wt := make([]float32, kw*ch) // wt[j*ch+c] = ws[c*kw+j]: each tap's weights in a row
 	for c := 0; c < ch; c++ {
 		for j := 0; j < kw; j++ {
