@@ -277,12 +277,12 @@ func (w *attnScratch) block(keys *attnKeys, kh, k0, kn, rows int, c tensor.Atten
 			continue
 		}
 		mx, sum := softmaxShift(s[i*kbw:i*kbw+nk], w.m[i], attnSlack)
-		flushDecays(s[i*kbw : i*kbw+nk]) // weights below 2⁻⁴⁰ of the largest (≥ 1) so far: 0
+		flushTiny(s[i*kbw : i*kbw+nk]) // weights below 2⁻⁴⁰ of the largest (≥ 1) so far: 0
 		alpha[i], sums[i] = w.m[i]-mx, sum
 		w.m[i] = mx
 	}
 	expVec(alpha, alpha)
-	flushDecays(alpha)
+	flushTiny(alpha)
 	for i := 0; i < rows; i++ {
 		if w.keep[i] == 0 {
 			continue

@@ -119,7 +119,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	for r := 0; r < m; r++ {
 		d := e[:r+1]
 		expShift(d, ngam[:r+1], ngam[r])
-		flushDecays(d)
+		flushTiny(d)
 		lr, qr := L[r*cw:r*cw+r], QK[r*cw:r*cw+m]
 		mulVec(lr, lr, d[:r])
 		scaleVec(lr, lr, -bv[r])
@@ -150,7 +150,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	// W = (T·diag(−βΓ))·K and U = (T·diag(β))·V, with K and V read where
 	// they lie: T's columns scaled, lower triangle only.
 	expVec(e, gam)
-	flushDecays(e)
+	flushTiny(e)
 	mulVec(bg, bv, e)
 	scaleVec(bg, bg, -1)
 	for r := 0; r < m; r++ {
@@ -170,7 +170,7 @@ func (ch *deltaChunk) prepare(in *deltaInput, h, c0, m, cl int) {
 	}
 	// exp(γ_m−γ_s)·k_s for the state update.
 	expShift(e, ngam, ngam[m-1])
-	flushDecays(e)
+	flushTiny(e)
 	for s := 0; s < m; s++ {
 		scaleVec(ch.Kd[s*dk:(s+1)*dk], ks[s*ld:s*ld+dk], e[s])
 	}
@@ -348,19 +348,9 @@ func (b *Backend) splitDelta(in *deltaInput, jobs []deltaJob, cl int, out []floa
 // heads of a model reach them within one 64-token chunk).
 const minDecay = 0x1p-40
 
-// flushDecays sets the decays in d below minDecay to 0.
-func flushDecays(d []float32) {
-	for i, v := range d {
-		if v < minDecay {
-			d[i] = 0
-		}
-	}
-}
-
 // flushTiny sets the values in d of magnitude below minDecay to 0: the
-// entries of T = (I+L)⁻¹ are sums of chains of decayed terms, each the
-// decay between its row and column, whose products with decays and keys
-// would otherwise run into subnormal numbers as the decays' own do.
+// decays themselves, and the entries of T = (I+L)⁻¹, sums of chains of
+// decayed terms each as small as the decay between its row and column.
 func flushTiny(d []float32) {
 	for i, v := range d {
 		if v < minDecay && v > -minDecay {

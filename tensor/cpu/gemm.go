@@ -631,19 +631,9 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		g.serial()
 		return
 	}
-	mr := g.kern.mr()
-	nb := (g.m + mr - 1) / mr
-	var apk []float32
-	if nb*mr*g.k <= sharedA {
-		if p, ok := aPool.Get().(*[]float32); ok && cap(*p) >= nb*mr*g.k {
-			apk = (*p)[:nb*mr*g.k]
-		} else {
-			apk = make([]float32, nb*mr*g.k)
-		}
+	apk := b.packShared(g)
+	if apk != nil {
 		defer aPool.Put(&apk)
-		b.parallel(nb, 1, func(lo, hi int) {
-			packAFull(apk[lo*mr*g.k:], g.a, g.lda, lo*mr, min(hi*mr, g.m), g.k, mr)
-		})
 	}
 	np := (g.n + nr - 1) / nr
 	run := b.jobs
@@ -670,6 +660,29 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		}
 		scratchPool.Put(s)
 	})
+}
+
+// packShared packs all of A for a threaded product's jobs, once, on the
+// backend's threads, where it fits in sharedA values (i0 of a job then a
+// multiple of mr); else it returns nil and each job packs its own rows. The
+// caller hands the buffer back to aPool.
+func (b *Backend) packShared(g *gemmArgs) []float32 {
+	mr := g.kern.mr()
+	nb := (g.m + mr - 1) / mr
+	n := nb * mr * g.k
+	if n > sharedA {
+		return nil
+	}
+	var apk []float32
+	if p, ok := aPool.Get().(*[]float32); ok && cap(*p) >= n {
+		apk = (*p)[:n]
+	} else {
+		apk = make([]float32, n)
+	}
+	b.parallel(nb, 1, func(lo, hi int) {
+		packAFull(apk[lo*mr*g.k:], g.a, g.lda, lo*mr, min(hi*mr, g.m), g.k, mr)
+	})
+	return apk
 }
 
 // jobGrid picks the jobs of a product of m rows by np panels over K = k: mb
@@ -714,13 +727,19 @@ func (b *Backend) kernel() gemmKernel {
 // matmulF32 sets ys [m, n] to xs [m, k] · wᵀ for an F32 weight: an uploaded
 // one from its cached panels, any other packed panel by panel.
 func (b *Backend) matmulF32(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
+	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: b.f32Source(wt, n, k), c: ys, ldc: n, kern: b.kernel()})
+}
+
+// f32Source returns where the panels of an F32 weight [n, k] come from: an
+// uploaded one's cached panels, any other packed panel by panel.
+func (b *Backend) f32Source(wt *Tensor, n, k int) bSource {
 	src := bSource{n: n, k: k}
 	if wt.uploaded {
 		src.pk = b.packedWeight(wt)
 	} else {
 		src.b, src.ldb, src.trans = wt.f32, k, true
 	}
-	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
+	return src
 }
 
 // matmul16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 or F16 weight,
@@ -737,31 +756,17 @@ func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) 
 // own buffer and writes their SwiGLU alone, so the product [m, 2h] never
 // goes to memory. The products are the GEMM's, bit for bit.
 func (b *Backend) swiGLUF32(xs []float32, wt *Tensor, m, h, k int, out []float32) {
-	src := bSource{n: 2 * h, k: k}
-	if wt.uploaded {
-		src.pk = b.packedWeight(wt)
-	} else {
-		src.b, src.ldb, src.trans = wt.f32, k, true
-	}
-	g := &gemmArgs{m: m, n: 2 * h, k: k, a: xs, lda: k, b: src, kern: b.kernel()}
+	g := &gemmArgs{m: m, n: 2 * h, k: k, a: xs, lda: k, b: b.f32Source(wt, 2*h, k), kern: b.kernel()}
 	threads := max(b.Threads, 1)
-	mr := g.kern.mr()
 	var apk []float32
 	if threads > 1 {
-		if nb := (m + mr - 1) / mr; nb*mr*k <= sharedA {
-			apk = make([]float32, nb*mr*k)
-			b.parallel(nb, 1, func(lo, hi int) {
-				packAFull(apk[lo*mr*k:], xs, k, lo*mr, min(hi*mr, m), k, mr)
-			})
+		if apk = b.packShared(g); apk != nil {
+			defer aPool.Put(&apk)
 		}
 	}
 	np := h / nr // gate panels; up panel q+np pairs with gate panel q
-	rows := min(m, mcBlock)
+	rows, pj := jobGrid(m, np, k, threads)
 	rb := (m + rows - 1) / rows
-	pj := 8
-	for pj > 1 && rb*((np+pj-1)/pj) < 8*threads {
-		pj /= 2
-	}
 	chunks := (np + pj - 1) / pj
 	b.jobs(chunks*rb, func(lo, hi int) {
 		s := scratchPool.Get().(*gemmScratch)
