@@ -142,13 +142,8 @@ func (l *Layer) OutProj() tensor.Tensor { return l.out }
 // it (tensor.Backend.MatMulAddRMSNorm).
 func (l *Layer) ForwardGated(u tensor.Tensor, state *State, lens []int) (n tensor.Tensor, next *State, err error) {
 	b, c := l.b, l.cfg
-	proj, err := b.MatMul(u, l.inProj)
-	if err != nil {
-		return nil, nil, err
-	}
 	conv := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
-	parts, err := b.SplitCols(proj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
-	b.Free(proj)
+	parts, err := b.MatMulSplit(u, l.inProj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -222,13 +217,8 @@ func (l *Layer) ForwardSegmentsGated(u tensor.Tensor, states []*State, segs []te
 		}
 		convStates[i], recStates[i] = s.Conv, s.Rec
 	}
-	proj, err := b.MatMul(u, l.inProj)
-	if err != nil {
-		return nil, nil, err
-	}
 	conv := 2*c.KeyHeads*c.KeyDim + c.ValueHeads*c.ValueDim
-	parts, err := b.SplitCols(proj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
-	b.Free(proj)
+	parts, err := b.MatMulSplit(u, l.inProj, conv, c.ValueHeads*c.ValueDim, c.ValueHeads, c.ValueHeads)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -138,30 +138,38 @@ func (a *Attention) attendFrom(bb tensor.Batched, q, k, v tensor.Tensor, kPrefix
 	return bb.AttentionSegments(q, kr, vr, kps, vps, rows, a.attn)
 }
 
+// projectBiased returns the query, key and value blocks of u·qkvᵀ + bias.
+func (a *Attention) projectBiased(u tensor.Tensor, qw, kvw int) ([]tensor.Tensor, error) {
+	b := a.b
+	proj, err := b.MatMul(u, a.qkv)
+	if err != nil {
+		return nil, err
+	}
+	biased, err := b.AddBias(proj, a.qkvBias)
+	b.Free(proj)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(biased)
+	return b.SplitCols(biased, qw, kvw, kvw)
+}
+
 // mix projects u, prepares queries and keys, runs attend, gates its output
 // and projects it back; it returns the output, keys and values. The output is
 // MatMul(pre, wo) when wo is not nil (the projection left to the caller, to
 // fuse it with what follows), else pre itself (an output bias: projected here).
 func (a *Attention) mix(u tensor.Tensor, positions []int32, from int, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (pre, wo, k, v tensor.Tensor, err error) {
 	b := a.b
-	proj, err := b.MatMul(u, a.qkv)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if a.qkvBias != nil {
-		biased, err := b.AddBias(proj, a.qkvBias)
-		b.Free(proj)
-		if err != nil {
-			return nil, nil, nil, nil, err
-		}
-		proj = biased
-	}
 	qw, kvw := a.rope.Heads*a.rope.HeadDim, a.rope.KVHeads*a.rope.HeadDim
 	if a.rope.Gated {
 		qw *= 2
 	}
-	parts, err := b.SplitCols(proj, qw, kvw, kvw)
-	b.Free(proj)
+	var parts []tensor.Tensor
+	if a.qkvBias == nil {
+		parts, err = b.MatMulSplit(u, a.qkv, qw, kvw, kvw)
+	} else {
+		parts, err = a.projectBiased(u, qw, kvw)
+	}
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

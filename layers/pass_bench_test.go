@@ -18,7 +18,8 @@ import (
 // BenchmarkPass08B runs whole passes of a random Qwen3.5-0.8B-shaped model
 // (bf16 weights, 24 layers; 4 with -short) on the CPU backend: a new
 // 2,200-token state with 6 questions of 40 rows, the same questions on that
-// state cached, and 6 questions on a new 40-token state (280 rows). It logs
+// state cached, 2 questions of 29 rows on a cached 31-token state (the
+// 2-question ticket), and 6 questions on a new 40-token state (280 rows). It logs
 // each operation's share of the wall time, and reports the process's CPU
 // time a pass (cpu-ms/pass), which a busy machine disturbs less. With
 // KEV_PASS_DTYPE=fp32 the weights are widened to float32 first, as kev
@@ -83,6 +84,15 @@ func BenchmarkPass08B(b *testing.B) {
 		m.b.Free(h)
 		defer st.Free()
 		run(b, &Batch{Rows: questions(st)})
+	})
+	b.Run("cached58", func(b *testing.B) { // the 2-question short ticket, its state cached
+		st, h, err := m.Prefill(randomIDs(r, 31, c.VocabSize))
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.b.Free(h)
+		defer st.Free()
+		run(b, &Batch{Rows: []Row{{IDs: randomIDs(r, 29, c.VocabSize), Cached: st}, {IDs: randomIDs(r, 29, c.VocabSize), Cached: st}}})
 	})
 	b.Run("short280", func(b *testing.B) {
 		run(b, &Batch{New: []NewState{{IDs: randomIDs(r, 40, c.VocabSize)}}, Rows: questions(nil)})
@@ -169,6 +179,11 @@ func (t *timed) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 func (t *timed) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 	defer t.add("MatMulSwiGLU", time.Now())
 	return t.Backend.MatMulSwiGLU(x, w)
+}
+
+func (t *timed) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
+	defer t.add("MatMulSplit", time.Now())
+	return t.Backend.MatMulSplit(x, w, widths...)
 }
 
 func (t *timed) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {

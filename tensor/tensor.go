@@ -181,6 +181,10 @@ type Backend interface {
 	// MatMulSwiGLU returns SwiGLU(MatMul(x, w)) for w [2I, K] = [w_g; w_u]:
 	// the same values, in one kernel where the backend can fuse them.
 	MatMulSwiGLU(x, w Tensor) (Tensor, error)
+	// MatMulSplit returns SplitCols(MatMul(x, w), widths...) for w [Σwidths,
+	// K]: the same bits, without the whole product where the backend can
+	// write each block's columns in place.
+	MatMulSplit(x, w Tensor, widths ...int) ([]Tensor, error)
 	// SigmoidGate returns x ⊙ sigmoid(gate); x, gate [M, n].
 	SigmoidGate(x, gate Tensor) (Tensor, error)
 	// AddBias returns x + bias with bias [n] added to every row of x [M, n]

@@ -71,6 +71,7 @@ func RunAll(t *testing.T, b tensor.Backend, tol Tolerance) {
 		{"AddRMSNorm", s.testAddRMSNorm},
 		{"SwiGLU", s.testSwiGLU},
 		{"MatMulSwiGLU", s.testMatMulSwiGLU},
+		{"MatMulSplit", s.testMatMulSplit},
 		{"MatMulAddRMSNorm", s.testMatMulAddRMSNorm},
 		{"SigmoidGate", s.testSigmoidGate},
 		{"AddBias", s.testAddBias},

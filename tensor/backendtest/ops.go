@@ -240,6 +240,72 @@ func (s *suite) testMatMulSwiGLU(t *testing.T) {
 	}
 }
 
+// testMatMulSplit checks that MatMulSplit gives exactly the bits of MatMul then SplitCols, for F32, F16 and BF16
+// weights, at blocks that start and end on 32-column panels, blocks that start inside one (a gated DeltaNet's
+// [conv | z | b | a] with 16 heads), empty blocks, and rows past one 240-row block; then that it refuses widths
+// that do not add up to the weight's rows or are negative.
+func (s *suite) testMatMulSplit(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for _, c := range []struct {
+			m, k   int
+			widths []int
+		}{
+			{1, 16, []int{32, 64}},
+			{3, 7, []int{5, 0, 9, 1}},
+			{40, 64, []int{192, 64, 16, 16}},
+			{70, 40, []int{96, 32, 3, 3}},
+			{250, 24, []int{64, 33, 31, 64, 1}},
+			{300, 48, []int{0, 160}},
+		} {
+			n := 0
+			for _, v := range c.widths {
+				n += v
+			}
+			name := fmt.Sprintf("%v/%dx%d/%v", dt, c.m, c.k, c.widths)
+			x := s.up(t, []int{c.m, c.k}, s.random(c.m*c.k, 1))
+			w, _ := s.upAs(t, dt, []int{n, c.k}, s.random(n*c.k, 1/float64(c.k)))
+			y, err := s.b.MatMul(x, w)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			want, err := s.b.SplitCols(y, c.widths...)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			got, err := s.b.MatMulSplit(x, w, c.widths...)
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			if len(got) != len(c.widths) {
+				t.Fatalf("%s: %d blocks, want %d", name, len(got), len(c.widths))
+			}
+			for i := range got {
+				if sh := got[i].Shape(); len(sh) != 2 || sh[0] != c.m || sh[1] != c.widths[i] {
+					t.Fatalf("%s: block %d shape %v, want [%d %d]", name, i, sh, c.m, c.widths[i])
+				}
+				a, b := s.down(t, got[i]), s.down(t, want[i])
+				for j := range a {
+					if math.Float32bits(a[j]) != math.Float32bits(b[j]) {
+						t.Errorf("%s: block %d element %d: MatMulSplit %v, MatMul then SplitCols %v", name, i, j, a[j], b[j])
+						break
+					}
+				}
+			}
+			s.b.Free(x, w, y)
+			s.b.Free(want...)
+			s.b.Free(got...)
+		}
+	}
+	x := s.up(t, []int{2, 4}, s.random(8, 1))
+	w := s.up(t, []int{6, 4}, s.random(24, 1))
+	defer s.b.Free(x, w)
+	for _, widths := range [][]int{{2, 3}, {4, 4}, {7, -1}, nil} {
+		if _, err := s.b.MatMulSplit(x, w, widths...); err == nil {
+			t.Errorf("MatMulSplit of a [6, 4] weight into widths %v: no error", widths)
+		}
+	}
+}
+
 // testMatMulAddRMSNorm checks that the fused operation gives exactly the bits of MatMul then AddRMSNorm (sum and
 // normed), for F32 and BF16 weights, at shapes a GPU runs split-K at few rows (N small against K) and shapes it
 // does not. (With bf16 activations the CUDA backend fuses them; its own tests check that path.)

@@ -499,6 +499,9 @@ type gemmArgs struct {
 	// cr and cq place C in c: output (i, q·nr+j) is c[(i−cr)·ldc+(q−cq)·nr+j]
 	// (zero for a whole C; a job's own buffer of its rows and panels else).
 	cr, cq int
+	// q0 is the first panel computed: the product covers output columns
+	// q0·nr … n−1 of x·wᵀ (zero for all of them; MatMulSplit's blocks else).
+	q0 int
 }
 
 // wholeA is the most values of A a job packs over all of K at once.
@@ -603,7 +606,7 @@ func (g *gemmArgs) serial() {
 	s := scratchPool.Get().(*gemmScratch)
 	np := (g.n + nr - 1) / nr
 	for i0 := 0; i0 < g.m; i0 += mcBlock {
-		g.block(i0, min(i0+mcBlock, g.m), 0, np, s, nil)
+		g.block(i0, min(i0+mcBlock, g.m), g.q0, np, s, nil)
 	}
 	scratchPool.Put(s)
 }
@@ -627,7 +630,7 @@ var aPool sync.Pool
 // read it from there.
 func (b *Backend) runGEMM(g *gemmArgs) {
 	threads := max(b.Threads, 1)
-	if threads == 1 || g.m*g.n*g.k < 1<<17 || g.k == 0 {
+	if threads == 1 || g.m*(g.n-g.q0*nr)*g.k < 1<<17 || g.k == 0 {
 		g.serial()
 		return
 	}
@@ -635,7 +638,7 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 	if apk != nil {
 		defer aPool.Put(&apk)
 	}
-	np := (g.n + nr - 1) / nr
+	q0, np := g.q0, (g.n+nr-1)/nr-g.q0 // the panels computed: q0 … q0+np−1
 	run := b.jobs
 	if gemmStatic {
 		run = func(n int, f func(lo, hi int)) { b.parallel(n, 1, f) }
@@ -644,7 +647,7 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		pj := max(1, np/(4*threads))
 		run((np+pj-1)/pj, func(lo, hi int) {
 			s := scratchPool.Get().(*gemmScratch)
-			g.block(0, g.m, lo*pj, min(hi*pj, np), s, apk)
+			g.block(0, g.m, q0+lo*pj, q0+min(hi*pj, np), s, apk)
 			scratchPool.Put(s)
 		})
 		return
@@ -656,7 +659,7 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		s := scratchPool.Get().(*gemmScratch)
 		for j := lo; j < hi; j++ {
 			ch, r := j/rb, j%rb
-			g.block(r*mb, min((r+1)*mb, g.m), ch*pj, min((ch+1)*pj, np), s, apk)
+			g.block(r*mb, min((r+1)*mb, g.m), q0+ch*pj, q0+min((ch+1)*pj, np), s, apk)
 		}
 		scratchPool.Put(s)
 	})

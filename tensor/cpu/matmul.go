@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/kevgo/kev/tensor"
+import (
+	"fmt"
+
+	"github.com/kevgo/kev/tensor"
+)
 
 // MatMul returns x·wᵀ for x [M, K] and w [N, K] of any storage type. With a
 // BF16 weight it computes in bf16 (matmulBF16, bf16.go): x rounded to bf16,
@@ -51,4 +55,79 @@ func dot(a, b []float32) float32 {
 		s += v * b[i]
 	}
 	return s
+}
+
+// MatMulSplit returns SplitCols(MatMul(x, w), widths...), bit for bit. With
+// an F32 or F16 weight each block is its own product over the weight's
+// panels that hold its columns, written straight into the block (a block
+// that starts inside a panel goes through a buffer of its panels), so the
+// whole [M, N] product is never written and read back. A BF16 weight takes
+// MatMul then SplitCols.
+func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
+	xt, err := matrix("MatMulSplit", "x", x, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	if xt.dtype != tensor.F32 {
+		return nil, &tensor.ShapeError{Op: "MatMulSplit", Arg: "x", Shape: xt.shape, Want: "an F32 matrix"}
+	}
+	m, k := xt.shape[0], xt.shape[1]
+	wt, err := matrix("MatMulSplit", "w", w, -1, k)
+	if err != nil {
+		return nil, err
+	}
+	n, sum := wt.shape[0], 0
+	for i, v := range widths {
+		if v < 0 {
+			return nil, fmt.Errorf("cpu: MatMulSplit: widths[%d] = %d is negative", i, v)
+		}
+		sum += v
+	}
+	if sum != n {
+		return nil, &tensor.ShapeError{Op: "MatMulSplit", Arg: "w", Shape: wt.shape, Want: tensor.Dims(sum, k)}
+	}
+	if wt.dtype == tensor.BF16 || m == 0 || k == 0 {
+		y, err := b.MatMul(x, w)
+		if err != nil {
+			return nil, err
+		}
+		defer b.Free(y)
+		return b.SplitCols(y, widths...)
+	}
+	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
+	if wt.dtype == tensor.F32 {
+		src = b.f32Source(wt, n, k)
+	}
+	outs := make([]tensor.Tensor, len(widths))
+	off := 0
+	for i, wd := range widths {
+		out := newF32Full(m, wd)
+		outs[i] = out
+		if wd > 0 {
+			b.productCols(xt.float32s(), src, m, k, off, wd, out.f32)
+		}
+		off += wd
+	}
+	return outs, nil
+}
+
+// productCols sets ys [m, w] to columns [off, off+w) of xs [m, k] · srcᵀ.
+func (b *Backend) productCols(xs []float32, src bSource, m, k, off, w int, ys []float32) {
+	q0, q1 := off/nr, (off+w+nr-1)/nr
+	g := &gemmArgs{m: m, n: off + w, k: k, a: xs, lda: k, b: src, c: ys, ldc: w, kern: b.kernel(), cq: q0, q0: q0}
+	if off%nr == 0 {
+		b.runGEMM(g)
+		return
+	}
+	width := (q1 - q0) * nr
+	buf, _ := allocF32Dirty(m * width)
+	defer recycle(buf)
+	g.c, g.ldc = buf, width
+	b.runGEMM(g)
+	s := off % nr
+	b.parallel(m, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			copy(ys[r*w:(r+1)*w], buf[r*width+s:])
+		}
+	})
 }

@@ -301,6 +301,16 @@ func (b *Backend) matmulOperands(op string, x, w tensor.Tensor) (xt, wt *Tensor,
 	return xt, wt, nil
 }
 
+// MatMulSplit returns SplitCols(MatMul(x, w), widths...): the two operations.
+func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
+	y, err := b.MatMul(x, w)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Free(y)
+	return b.SplitCols(y, widths...)
+}
+
 // MatMulSwiGLU returns SwiGLU(MatMul(x, w)): on Hopper, for bf16 operands whose GEMM plan is a one-split tile
 // plan, one kernel whose epilogue applies SwiGLU to the gate and up sums of the same columns (the bits of the two
 // operations apart, without writing [g | u]); otherwise the two operations.
