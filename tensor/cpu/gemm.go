@@ -502,6 +502,9 @@ type gemmArgs struct {
 	// q0 is the first panel computed: the product covers output columns
 	// q0·nr … n−1 of x·wᵀ (zero for all of them; MatMulSplit's blocks else).
 	q0 int
+	// apk, when set, is all of A packed by packShared for this kernel,
+	// shared by the products of one A (MatMulSplit's blocks).
+	apk []float32
 }
 
 // wholeA is the most values of A a job packs over all of K at once.
@@ -634,9 +637,11 @@ func (b *Backend) runGEMM(g *gemmArgs) {
 		g.serial()
 		return
 	}
-	apk := b.packShared(g)
-	if apk != nil {
-		defer aPool.Put(&apk)
+	apk := g.apk
+	if apk == nil {
+		if apk = b.packShared(g); apk != nil {
+			defer aPool.Put(&apk)
+		}
 	}
 	q0, np := g.q0, (g.n+nr-1)/nr-g.q0 // the panels computed: q0 … q0+np−1
 	run := b.jobs

@@ -538,7 +538,7 @@ func BenchmarkGEMM(bn *testing.B) {
 	}
 	withKernel(kern, func() {
 		for _, nk := range [][2]int{{8192, 1024}, {1024, 2048}, {7168, 1024}, {1024, 3584}} {
-			for _, m := range []int{1, 40, 240, 2392} {
+			for _, m := range []int{1, 40, 58, 240, 2392} {
 				n, k := nk[0], nk[1]
 				bn.Run(fmt.Sprintf("N%d_K%d/M%d", n, k, m), func(bn *testing.B) {
 					b := &Backend{Threads: threads}

@@ -98,23 +98,32 @@ func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tenso
 	if wt.dtype == tensor.F32 {
 		src = b.f32Source(wt, n, k)
 	}
+	whole := gemmArgs{m: m, n: n, k: k, a: xt.float32s(), lda: k, b: src, kern: b.kernel()}
+	if b.Threads > 1 { // A packed once for every block's product
+		if whole.apk = b.packShared(&whole); whole.apk != nil {
+			defer aPool.Put(&whole.apk)
+		}
+	}
 	outs := make([]tensor.Tensor, len(widths))
 	off := 0
 	for i, wd := range widths {
 		out := newF32Full(m, wd)
 		outs[i] = out
 		if wd > 0 {
-			b.productCols(xt.float32s(), src, m, k, off, wd, out.f32)
+			g := whole
+			b.productCols(&g, off, wd, out.f32)
 		}
 		off += wd
 	}
 	return outs, nil
 }
 
-// productCols sets ys [m, w] to columns [off, off+w) of xs [m, k] · srcᵀ.
-func (b *Backend) productCols(xs []float32, src bSource, m, k, off, w int, ys []float32) {
+// productCols sets ys [m, w] to columns [off, off+w) of the product g (its
+// c, ldc, n, q0 and cq set here).
+func (b *Backend) productCols(g *gemmArgs, off, w int, ys []float32) {
+	m := g.m
 	q0, q1 := off/nr, (off+w+nr-1)/nr
-	g := &gemmArgs{m: m, n: off + w, k: k, a: xs, lda: k, b: src, c: ys, ldc: w, kern: b.kernel(), cq: q0, q0: q0}
+	g.n, g.c, g.ldc, g.cq, g.q0 = off+w, ys, w, q0, q0
 	if off%nr == 0 {
 		b.runGEMM(g)
 		return
