@@ -372,6 +372,27 @@ type Batched interface {
 	Pointers(h Tensor, p *PointerHead, qs []PointerQuery) ([][]float32, error)
 }
 
+// Chunked is implemented by backends whose batched operations give every row
+// the same bits whichever rows share its call (the CPU backend's), so that a
+// pass may run each layer in pieces of its rows, a long segment split across
+// pieces, with the bits of the whole pass. A later part of a split segment
+// continues the convolution history and delta rule state that its earlier
+// part kept (Segment.Keep, then FromPrefix), which gives the same bits where
+// the split falls on a multiple of the delta rule's chunk from the segment's
+// first row; its attention needs the earlier rows' keys, which
+// AttentionTails takes.
+type Chunked interface {
+	Batched
+	// AttentionTails is AttentionSegments where the first skip[i] rows of
+	// segment i have no query (they ran in an earlier call): k and v hold
+	// every row of every segment (Len rows each, in order), q and the result
+	// only the rows after the skipped ones, Σ(Len − skip[i]) in all. Each
+	// query row sees what it sees in AttentionSegments, with the same bits.
+	AttentionTails(q, k, v Tensor, kPrefixes, vPrefixes []Tensor, segs []Segment, skip []int, c AttentionConfig) (Tensor, error)
+	// ConcatRows returns matrices of equal widths stacked by rows, in order.
+	ConcatRows(xs ...Tensor) (Tensor, error)
+}
+
 // Trimmer is implemented by backends that keep freed memory pooled for
 // reuse: Trim returns what the pool holds beyond the live tensors to the
 // device. Callers call it when they go idle.

@@ -44,12 +44,16 @@ const attnSlack = 8
 // job takes at once (a variable so that tests can change the blocking).
 var attnRows = 96
 
-// attnSeg is one segment of an attention call: its rows and the prefix keys
-// and values ([p, KV·D]) it sees before them.
+// attnSeg is one segment of an attention call: its query rows [start,
+// start+n) of q and of the output, its own keys and values, rows [kstart,
+// kstart+skip+n) of k and v, and the prefix keys and values ([p, KV·D]) it
+// sees before them. Its first skip own rows have no query (they ran in an
+// earlier call, see AttentionTails): query i is the segment's row skip+i.
 type attnSeg struct {
-	start, n int
-	kp, vp   []float32
-	p        int
+	start, n     int
+	kstart, skip int
+	kp, vp       []float32
+	p            int
 }
 
 // attnKeys is a run of n keys and values ([n, KV·D]) that segments attend
@@ -108,7 +112,8 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 	}
 	own, pre := make([]*attnKeys, len(segs)), make([]*attnKeys, len(segs))
 	for i, s := range segs {
-		own[i] = run(ks[s.start*kvw:(s.start+s.n)*kvw], vs[s.start*kvw:(s.start+s.n)*kvw], s.n)
+		k0, k1 := s.kstart*kvw, (s.kstart+s.skip+s.n)*kvw
+		own[i] = run(ks[k0:k1], vs[k0:k1], s.skip+s.n)
 		pre[i] = run(s.kp, s.vp, s.p)
 	}
 	b.packKeys(runs, c)
@@ -136,7 +141,7 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 		for r0 := 0; r0 < s.n; r0 += qb {
 			r1 := min(r0+qb, s.n)
 			for kh := 0; kh < c.KVHeads; kh++ {
-				jobs = append(jobs, attnJob{seg: i, kh: kh, r0: r0, r1: r1, cost: (r1 - r0) * (s.p + r1)})
+				jobs = append(jobs, attnJob{seg: i, kh: kh, r0: r0, r1: r1, cost: (r1 - r0) * (s.p + s.skip + r1)})
 			}
 		}
 	}
@@ -242,11 +247,13 @@ func (w *attnScratch) run(qs, out []float32, sg *attnSeg, pre, own *attnKeys, jb
 			w.block(pre, jb.kh, k0, kn, rows, c)
 		}
 	}
-	// The segment's own rows: row i sees rows 0..i.
-	for k0 := 0; k0 < jb.r1; k0 += attnKeyBlock {
-		kn := min(attnKeyBlock, jb.r1-k0)
+	// The segment's own rows: its row r sees rows 0..r, in the blocks that
+	// start at its first row whether or not that row has a query here.
+	r0, r1 := sg.skip+jb.r0, sg.skip+jb.r1
+	for k0 := 0; k0 < r1; k0 += attnKeyBlock {
+		kn := min(attnKeyBlock, r1-k0)
 		for i := range keep {
-			keep[i] = min(max(jb.r0+i/group-k0+1, 0), kn)
+			keep[i] = min(max(r0+i/group-k0+1, 0), kn)
 		}
 		w.block(own, jb.kh, k0, kn, rows, c)
 	}
