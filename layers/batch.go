@@ -27,6 +27,19 @@ type Batch struct {
 	// a long pass between two of its layers): the pass resumes where it was,
 	// with the same results.
 	Stop func(layer int) bool
+	// Chunk, when positive and the backend implements tensor.Chunked, runs
+	// a pass of more than Chunk tokens through each layer in pieces of about
+	// Chunk tokens, one after the other: whole segments, and parts of a
+	// longer one split at multiples of the delta rule's chunk from its first
+	// row. Every result has the same bits as the pass run whole (no
+	// operation's result for a row depends on the rows beside it), while
+	// Pause gets a say between two pieces. Not with Model.Observe set.
+	Chunk int
+	// Pause, when not nil, is called between two pieces of a layer (see
+	// Chunk) with the layer's index. Like Stop it may run another batch
+	// through Forward before it returns, and when it returns true the pass
+	// stops there and Forward returns ErrStopped.
+	Pause func(layer int) bool
 }
 
 // ErrStopped is returned by Forward when Batch.Stop stopped its pass.
@@ -105,9 +118,9 @@ func (m *Model) Forward(bt *Batch) (*Output, error) {
 	if len(bt.New) == 0 && len(bt.Rows) == 0 {
 		return &Output{b: m.b}, nil
 	}
-	prev := m.stop // a Forward called from the Stop of another's pass
-	m.stop = bt.Stop
-	defer func() { m.stop = prev }()
+	prevStop, prevPause := m.stop, m.pause // a Forward called from the Stop or Pause of another's pass
+	m.stop, m.pause = bt.Stop, bt.Pause
+	defer func() { m.stop, m.pause = prevStop, prevPause }()
 	if bb, ok := m.b.(tensor.Batched); ok {
 		return m.forwardBatched(bb, bt)
 	}
@@ -170,6 +183,15 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 		for r := range out.At {
 			out.At[r].Off -= from
 		}
+	}
+	if plan := m.plan(bt.Chunk, segs, len(ids), from); plan != nil {
+		h, err := m.passPieces(plan, ids, positions, segs, prefixes, out.States, from)
+		if err != nil {
+			drop()
+			return nil, err
+		}
+		out.Hidden = []tensor.Tensor{h}
+		return out, nil
 	}
 	h, err := m.pass(ids, from, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {
