@@ -27,14 +27,16 @@ type Batch struct {
 	// a long pass between two of its layers): the pass resumes where it was,
 	// with the same results.
 	Stop func(layer int) bool
-	// Chunk, when positive and the backend implements tensor.Chunked, runs
-	// a pass of more than Chunk tokens through each layer in pieces of about
-	// Chunk tokens, one after the other: whole segments, and parts of a
-	// longer one split at multiples of the delta rule's chunk from its first
-	// row. Every result has the same bits as the pass run whole (no
-	// operation's result for a row depends on the rows beside it), while
-	// Pause gets a say between two pieces. Not with Model.Observe set.
-	Chunk int
+	// Chunk, when not nil and the backend implements tensor.Chunked, is
+	// asked before each decoder layer of the batch's passes (after Stop)
+	// how many tokens a piece of the layer holds: a pass of more tokens runs
+	// the layer in pieces of about that many, one after the other (whole
+	// segments, and parts of a longer one split at multiples of the delta
+	// rule's chunk from its first row; 0: the layer runs whole), so that
+	// Pause gets a say between two of them. Every result has the same bits
+	// whatever the pieces (no operation's result for a row depends on the
+	// rows beside it). Not with Model.Observe set.
+	Chunk func(layer int) int
 	// Pause, when not nil, is called between two pieces of a layer (see
 	// Chunk) with the layer's index. Like Stop it may run another batch
 	// through Forward before it returns, and when it returns true the pass
@@ -184,8 +186,8 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 			out.At[r].Off -= from
 		}
 	}
-	if plan := m.plan(bt.Chunk, segs, len(ids), from); plan != nil {
-		h, err := m.passPieces(plan, ids, positions, segs, prefixes, out.States, from)
+	if _, ok := bb.(tensor.Chunked); ok && bt.Chunk != nil && m.Observe == nil {
+		h, err := m.passPieces(bt.Chunk, ids, positions, segs, prefixes, out.States, from)
 		if err != nil {
 			drop()
 			return nil, err

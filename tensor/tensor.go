@@ -379,16 +379,17 @@ type Batched interface {
 // continues the convolution history and delta rule state that its earlier
 // part kept (Segment.Keep, then FromPrefix), which gives the same bits where
 // the split falls on a multiple of the delta rule's chunk from the segment's
-// first row; its attention needs the earlier rows' keys, which
-// AttentionTails takes.
+// first row; attention runs a piece's queries against every key of the
+// layer (AttentionRows).
 type Chunked interface {
 	Batched
-	// AttentionTails is AttentionSegments where the first skip[i] rows of
-	// segment i have no query (they ran in an earlier call): k and v hold
-	// every row of every segment (Len rows each, in order), q and the result
-	// only the rows after the skipped ones, Σ(Len − skip[i]) in all. Each
-	// query row sees what it sees in AttentionSegments, with the same bits.
-	AttentionTails(q, k, v Tensor, kPrefixes, vPrefixes []Tensor, segs []Segment, skip []int, c AttentionConfig) (Tensor, error)
+	// AttentionRows is AttentionSegments for some of its query rows:
+	// segment i's rows lo[i]…hi[i]−1 (none when lo[i] = hi[i]), which q
+	// holds in order, Σ(hi[i] − lo[i]) rows; k and v hold every row of every
+	// segment, as for AttentionSegments. Each query row has the bits
+	// AttentionSegments gives it. The backend may keep what it prepares from
+	// k and v until k is freed, for the next call on them.
+	AttentionRows(q, k, v Tensor, kPrefixes, vPrefixes []Tensor, segs []Segment, lo, hi []int, c AttentionConfig) (Tensor, error)
 	// ConcatRows returns matrices of equal widths stacked by rows, in order.
 	ConcatRows(xs ...Tensor) (Tensor, error)
 }

@@ -10,12 +10,13 @@ import (
 // operations (see MatMul, attend, runDelta), so a pass may run in pieces.
 var _ tensor.Chunked = (*Backend)(nil)
 
-// AttentionTails is AttentionSegments whose segments' first rows have no
-// query: segment i's queries are its rows skip[i]…, and its own keys every
-// row, transposed in the blocks that AttentionSegments lays out from its
-// first row.
-func (b *Backend) AttentionTails(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, skip []int, c tensor.AttentionConfig) (tensor.Tensor, error) {
-	const op = "AttentionTails"
+// AttentionRows is AttentionSegments for some rows of its segments: segment
+// i's queries are its rows lo[i]…hi[i]−1, and its own keys every row,
+// transposed in the blocks that AttentionSegments lays out from its first
+// row. The transposed keys stay with k for the next call on it (the pieces of
+// a pass), until k is freed.
+func (b *Backend) AttentionRows(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, lo, hi []int, c tensor.AttentionConfig) (tensor.Tensor, error) {
+	const op = "AttentionRows"
 	if c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, c)
 	}
@@ -29,8 +30,8 @@ func (b *Backend) AttentionTails(q, k, v tensor.Tensor, kPrefixes, vPrefixes []t
 	if err != nil {
 		return nil, err
 	}
-	if len(skip) != len(segs) {
-		return nil, fmt.Errorf("cpu: %s: %d skips for %d segments", op, len(skip), len(segs))
+	if len(lo) != len(segs) || len(hi) != len(segs) {
+		return nil, fmt.Errorf("cpu: %s: %d and %d row ranges for %d segments", op, len(lo), len(hi), len(segs))
 	}
 	if len(kPrefixes) != len(vPrefixes) {
 		return nil, fmt.Errorf("cpu: %s: %d key prefixes, %d value prefixes", op, len(kPrefixes), len(vPrefixes))
@@ -40,11 +41,11 @@ func (b *Backend) AttentionTails(q, k, v tensor.Tensor, kPrefixes, vPrefixes []t
 		return nil, err
 	}
 	queries := 0
-	for i, s := range skip {
-		if s < 0 || s > ls[i] {
-			return nil, fmt.Errorf("cpu: %s: skip[%d] = %d outside the segment's %d rows", op, i, s, ls[i])
+	for i := range segs {
+		if lo[i] < 0 || hi[i] < lo[i] || hi[i] > ls[i] {
+			return nil, fmt.Errorf("cpu: %s: rows [%d, %d) of segment %d, which has %d", op, lo[i], hi[i], i, ls[i])
 		}
-		queries += ls[i] - s
+		queries += hi[i] - lo[i]
 	}
 	qt, err := matrix(op, "q", q, queries, c.Heads*c.HeadDim)
 	if err != nil {
@@ -66,7 +67,7 @@ func (b *Backend) AttentionTails(q, k, v tensor.Tensor, kPrefixes, vPrefixes []t
 	as := make([]attnSeg, len(segs))
 	row := 0
 	for i, s := range segs {
-		as[i] = attnSeg{start: row, n: ls[i] - skip[i], kstart: starts[i], skip: skip[i]}
+		as[i] = attnSeg{start: row, n: hi[i] - lo[i], kstart: starts[i], keys: ls[i], skip: lo[i]}
 		row += as[i].n
 		switch s.From {
 		case tensor.FromPrefix:
@@ -78,7 +79,7 @@ func (b *Backend) AttentionTails(q, k, v tensor.Tensor, kPrefixes, vPrefixes []t
 			as[i].p = ls[j]
 		}
 	}
-	return b.attend(qt.float32s(), ks, vs, queries, as, c), nil
+	return b.attend(qt.float32s(), ks, vs, queries, as, c, kt), nil
 }
 
 // ConcatRows stacks float32 matrices of equal widths by rows.
