@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -476,6 +477,7 @@ func (e *engine) yield(run *passRun) bool {
 	e.preemptions++
 	e.mu.Unlock()
 	e.runBatch(batch)
+	runtime.Gosched() // the goroutines of the requests it answered run now, not when the pass next waits
 	return true
 }
 

@@ -180,14 +180,19 @@ func (m *Model) passPieces(chunk func(layer int) int, ids, positions []int32, se
 		if m.stop != nil && m.stop(i) {
 			return nil, ErrStopped
 		}
-		plan := m.planLayer(i, chunk(i), segs, seen, len(ids), from)
+		size := chunk(i)
+		plan := m.planLayer(i, size, segs, seen, len(ids), from)
 		if plan == nil {
 			return nil, fmt.Errorf("layers: a pass in pieces: no pieces for layer %d", i)
 		}
+		pause := m.pause
+		if size <= 0 {
+			pause = nil // a layer run whole (its last piece apart) has nothing to pause for
+		}
 		if a := m.layers[i].attn; a != nil {
-			hs, us, err = m.attentionPieces(cb, a, i, plan, have, hs, us, positions, segs, prefixes, states, from)
+			hs, us, err = m.attentionPieces(cb, a, i, plan, have, hs, us, positions, segs, prefixes, states, from, pause)
 		} else {
-			hs, us, err = m.deltaPieces(cb, i, plan, have, hs, us, segs, prefixes, states, from)
+			hs, us, err = m.deltaPieces(cb, i, plan, have, hs, us, segs, prefixes, states, from, pause)
 		}
 		if err != nil {
 			return nil, err
@@ -216,7 +221,7 @@ func (m *Model) passPieces(chunk func(layer int) int, ids, positions []int32, se
 // are projected for every row at once (a product by rows), then each piece's
 // queries see every key of the layer (AttentionRows). It frees what it is
 // given, also on an error.
-func (m *Model) attentionPieces(cb tensor.Chunked, a *Attention, i int, plan, have []piece, hs, us []tensor.Tensor, positions []int32, segs []tensor.Segment, prefixes, states []*State, from int) (_, _ []tensor.Tensor, err error) {
+func (m *Model) attentionPieces(cb tensor.Chunked, a *Attention, i int, plan, have []piece, hs, us []tensor.Tensor, positions []int32, segs []tensor.Segment, prefixes, states []*State, from int, pause func(layer int) bool) (_, _ []tensor.Tensor, err error) {
 	b := m.b
 	defer func() {
 		if err != nil {
@@ -264,7 +269,7 @@ func (m *Model) attentionPieces(cb tensor.Chunked, a *Attention, i int, plan, ha
 		return cb.SliceRows(*x, pc.lo, pc.hi)
 	}
 	for p, pc := range plan {
-		if p > 0 && m.pause != nil && m.pause(i) {
+		if p > 0 && pause != nil && pause(i) {
 			return nil, nil, ErrStopped
 		}
 		if i == len(m.layers)-1 && pc.hi <= from { // the new states' rows leave the last layer here (see pass)
@@ -317,7 +322,7 @@ func (m *Model) attentionPieces(cb tensor.Chunked, a *Attention, i int, plan, ha
 // deltaPieces runs Gated DeltaNet layer i in the pieces of plan as
 // attentionPieces runs an attention layer: each piece's rows continue the
 // states the layer's earlier pieces left (see layerRun).
-func (m *Model) deltaPieces(cb tensor.Chunked, i int, plan, have []piece, hs, us []tensor.Tensor, segs []tensor.Segment, prefixes, states []*State, from int) (_, _ []tensor.Tensor, err error) {
+func (m *Model) deltaPieces(cb tensor.Chunked, i int, plan, have []piece, hs, us []tensor.Tensor, segs []tensor.Segment, prefixes, states []*State, from int, pause func(layer int) bool) (_, _ []tensor.Tensor, err error) {
 	b := m.b
 	defer func() {
 		if err != nil {
@@ -338,7 +343,7 @@ func (m *Model) deltaPieces(cb tensor.Chunked, i int, plan, have []piece, hs, us
 	defer lr.free()
 	d := m.layers[i].delta
 	for p, pc := range plan {
-		if p > 0 && m.pause != nil && m.pause(i) {
+		if p > 0 && pause != nil && pause(i) {
 			return nil, nil, ErrStopped
 		}
 		// The new states' rows leave the last layer after its mixer (see pass).
