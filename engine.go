@@ -25,9 +25,10 @@ import (
 //
 // A pass is the smallest part of a request the batcher can split off (one question row can be a long one: a choice
 // of hundreds of options), so on a backend that runs the operations of a pass one by one (the CPU) a request much
-// shorter than a pass does not wait for it: it runs between two of the pass's layers, in a batch of its own (see
-// yield), and a batch does not put it beside a request whose pass it could preempt so (see smallFirst). The model
-// alone then takes about one layer of the long pass longer to answer it.
+// shorter than a pass does not wait for it: it runs between two of the pass's layers, or two pieces of a layer
+// while short requests come (see chunk), in a batch of its own (see yield), and a batch does not put it beside a
+// request whose pass it could preempt so (see smallFirst). The model alone then takes about one piece of the long
+// pass longer to answer it.
 type engine struct {
 	index   int
 	device  Device

@@ -37,10 +37,10 @@ type Batch struct {
 	// whatever the pieces (no operation's result for a row depends on the
 	// rows beside it). Not with Model.Observe set.
 	Chunk func(layer int) int
-	// Pause, when not nil, is called between two pieces of a layer (see
-	// Chunk) with the layer's index. Like Stop it may run another batch
-	// through Forward before it returns, and when it returns true the pass
-	// stops there and Forward returns ErrStopped.
+	// Pause, when not nil, is called between two pieces of a layer that
+	// Chunk split (Chunk positive for it), with the layer's index. Like Stop
+	// it may run another batch through Forward before it returns, and when
+	// it returns true the pass stops there and Forward returns ErrStopped.
 	Pause func(layer int) bool
 }
 
