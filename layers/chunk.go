@@ -19,8 +19,8 @@ import (
 // row, and a piece boundary inside a segment falls on one of them, where the
 // earlier part's fp32 state is the state the whole segment's next chunk
 // would start from; and attention lays out a segment's keys in blocks from
-// its first row and merges them in order, which AttentionTails does with the
-// earlier rows' keys whichever rows have queries.
+// its first row and merges them in order whichever rows have queries
+// (AttentionRows: a piece's queries against every key of the layer).
 
 // piece is rows [lo, hi) of a pass that go through a layer together: the
 // parts of the pass's segments they hold, in order.
