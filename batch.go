@@ -405,6 +405,9 @@ func (e *engine) runPasses(batch []chunk, slots []*prefixcache.Slot[*layers.Stat
 			}
 		}
 		ps.batch.Stop = e.stopper(later[k], run)
+		if run != nil {
+			ps.batch.Chunk, ps.batch.Pause = e.chunk, e.pauser(later[k], run)
+		}
 		for k, rr := range ps.rows {
 			if rr.after != nil {
 				ps.batch.Rows[k].Cached = rr.after.st

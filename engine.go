@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,10 @@ import (
 //
 // A pass is the smallest part of a request the batcher can split off (one question row can be a long one: a choice
 // of hundreds of options), so on a backend that runs the operations of a pass one by one (the CPU) a request much
-// shorter than a pass does not wait for it: it runs between two of the pass's layers, in a batch of its own (see
-// yield), and a batch does not put it beside a request whose pass it could preempt so (see smallFirst). The model
-// alone then takes about one layer of the long pass longer to answer it.
+// shorter than a pass does not wait for it: it runs between two of the pass's layers, or two pieces of a layer
+// while short requests come (see chunk), in a batch of its own (see yield), and a batch does not put it beside a
+// request whose pass it could preempt so (see smallFirst). The model alone then takes about one piece of the long
+// pass longer to answer it.
 type engine struct {
 	index   int
 	device  Device
@@ -82,6 +84,16 @@ type engine struct {
 	deferrals   int
 	nested      bool
 	pinned      []*layers.State
+	// A pass that may be preempted runs each layer of more than chunkTokens tokens in pieces of about that many
+	// (layers.Batch.Chunk) while short requests come: from a preemption until chunkIdle has passed without one
+	// (negative: always). Short batches may then run between two pieces as between two layers (see yield). pauses
+	// counts the points between two pieces that passes reached, onPause (a test hook) runs at each. Model
+	// goroutine only, but for pauses.
+	chunkTokens int
+	chunkIdle   time.Duration
+	lastShort   time.Time // the last preemption
+	pauses      atomic.Int64
+	onPause     func(layer int)
 
 	// Cancellation (see stopper): abort stops the running pass and fails what is queued (Shutdown's context
 	// ended); layersRun and passesStopped count the layers passes ran and the passes stopped because every request
@@ -113,6 +125,9 @@ func newEngine(index int, device Device, backend tensor.Backend, model *layers.M
 	}
 	_, runner := backend.(tensor.Runner) // the CUDA backend: a pass is queued on the device, perhaps as one graph
 	e.preempt = !runner
+	if e.preempt && model != nil {
+		e.chunkTokens, e.chunkIdle = chunkTokensPerLayer*model.Config.NumLayers, defaultChunkIdle
+	}
 	e.cond = sync.NewCond(&e.mu)
 	return e
 }
@@ -331,6 +346,28 @@ func allot(rem []int, budget int) (shares []int, whole []bool) {
 	return shares, whole
 }
 
+// chunkTokensPerLayer sets the pieces of a pass that may be preempted: a layer of a longer pass runs in pieces of
+// about chunkTokensPerLayer tokens for each of the model's layers, which cost about as much through one layer as a
+// request of chunkTokensPerLayer tokens through all of them. A short request then waits for about its own time for
+// the piece under way, not for a whole layer of a long row (a choice of 255 options is a row of 1,424 tokens).
+const chunkTokensPerLayer = 32
+
+// defaultChunkIdle is how long after a preemption a replica runs the layers of long passes in pieces (see
+// engine.chunk).
+const defaultChunkIdle = time.Second
+
+// chunk is the layers.Batch.Chunk of a pass that may be preempted: pieces of chunkTokens tokens while short
+// requests come, those that preempted a pass within chunkIdle, else whole layers. Each operation costs a little
+// however few rows it takes (on the bundled tiny checkpoint a pass of a 1,424-token row takes about 1.7 times as
+// long in pieces of 128 tokens), so a long pass that nothing waits beside runs its layers whole; the first short
+// request to come then waits for a layer, and those after it for a piece.
+func (e *engine) chunk(int) int {
+	if e.chunkIdle < 0 || (!e.lastShort.IsZero() && time.Since(e.lastShort) < e.chunkIdle) {
+		return e.chunkTokens
+	}
+	return 0
+}
+
 // preemptRatio is how much bigger than a batch a pass must be for the batch to preempt it (see yield), and how much
 // bigger than a request another request of a batch must be for the request to go first (see smallFirst): sizes in
 // tokens, where a part of a Separate or Permute request counts preemptRatio times its tokens.
@@ -434,12 +471,14 @@ func (e *engine) yield(run *passRun) bool {
 		return false
 	}
 	run.overtaken += batchTokens(batch)
+	e.lastShort = time.Now()
 	e.nested, e.pinned = true, run.pins
 	defer func() { e.nested, e.pinned = false, nil }()
 	e.mu.Lock()
 	e.preemptions++
 	e.mu.Unlock()
 	e.runBatch(batch)
+	runtime.Gosched() // the goroutines of the requests it answered run now, not when the pass next waits
 	return true
 }
 
@@ -508,6 +547,36 @@ func (e *engine) drop(c *call) {
 // passes nobody will read. Before a layer it goes on to, a short batch may preempt the pass (yield; run is nil
 // where none may).
 func (e *engine) stopper(chunks []chunk, run *passRun) func(layer int) bool {
+	check := e.checker(chunks, run)
+	return func(layer int) bool {
+		if e.onLayer != nil {
+			e.onLayer(layer)
+		}
+		if check() {
+			return true
+		}
+		e.layersRun.Add(1)
+		return false
+	}
+}
+
+// pauser returns the Batch.Pause of a pass run in pieces (see chunkTokens), which stopper's pass would get: between
+// two pieces of a layer the pass stops when every request it works for has gone, and a short batch may preempt it.
+func (e *engine) pauser(chunks []chunk, run *passRun) func(layer int) bool {
+	check := e.checker(chunks, run)
+	return func(layer int) bool {
+		e.pauses.Add(1)
+		if e.onPause != nil {
+			e.onPause(layer)
+		}
+		return check()
+	}
+}
+
+// checker returns what stopper and pauser check at each point of a pass: whether the pass stops there (every
+// request of chunks has gone, or Shutdown's context has ended), after letting a short batch preempt it (yield)
+// when it goes on.
+func (e *engine) checker(chunks []chunk, run *passRun) func() bool {
 	over := func() bool {
 		if e.abort.Load() {
 			return true
@@ -519,20 +588,15 @@ func (e *engine) stopper(chunks []chunk, run *passRun) func(layer int) bool {
 		}
 		return true
 	}
-	return func(layer int) bool {
-		if e.onLayer != nil {
-			e.onLayer(layer)
-		}
+	return func() bool {
 		stop := over()
 		if !stop && run != nil && e.yield(run) {
 			stop = over() // they may have gone while the short batch ran
 		}
 		if stop {
 			e.passesStopped.Add(1)
-			return true
 		}
-		e.layersRun.Add(1)
-		return false
+		return stop
 	}
 }
 

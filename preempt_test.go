@@ -2,10 +2,13 @@ package kev
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/kevgo/kev/internal/pyjson"
 	"github.com/kevgo/kev/internal/systemone"
 )
 
@@ -399,5 +402,104 @@ func TestPreemptPart(t *testing.T) {
 	}
 	if !slices.Equal(answeredAt, want) || e.preemptions != 1 {
 		t.Errorf("requests answered before each layer of the part's pass: %v, %d preemptions; want %v, 1", answeredAt, e.preemptions, want)
+	}
+}
+
+// longChoice returns a request of one choice question of n options (one question row of about 5n tokens) on
+// req's state.
+func longChoice(req *systemone.Request, n int) *systemone.Request {
+	q := systemone.Question{Type: systemone.TypeChoice, Instructions: pyjson.String("Which one?")}
+	for i := range n {
+		q.Options = append(q.Options, systemone.Option{Name: fmt.Sprintf("o%d", i)})
+	}
+	return &systemone.Request{Model: req.Model, State: req.State, Questions: []systemone.QuestionEntry{{ID: "q", Question: q}}}
+}
+
+// TestPreemptPiece queues a short request while the first layer of a long question row's pass runs in pieces (as
+// they do while short requests come): it runs in a batch nested between two pieces of that layer, before the
+// layer's next piece, not at the next layer. By the replica's own record: the points between pieces the long pass
+// reached, with the requests answered by then, and one preemption. Every answer is, bit for bit, the request's own
+// alone, where the long row runs whole.
+func TestPreemptPiece(t *testing.T) {
+	s := goldenSets(t)[0]
+	reqs := goldenRequests(t, s)
+	short, long := reqs[5], longChoice(reqs[5], 120)
+	alone := loadGolden(t, s, Options{PrefixCache: -1})
+	wantShort, wantLong := probs(t, alone, short), probs(t, alone, long)
+	if n := alone.engines[0].pauses.Load(); n != 0 {
+		t.Fatalf("%d points between pieces alone, want none: a pass runs its layers whole when no short request comes", n)
+	}
+
+	p := loadGolden(t, s, Options{PrefixCache: -1})
+	e := p.engines[0]
+	e.chunkIdle = -1 // pieces always
+	if longTokens := encodedTokens(t, p, long); longTokens < 4*e.chunkTokens {
+		t.Fatalf("a %d-token request beside %d-token pieces: make it longer", longTokens, e.chunkTokens)
+	}
+	type event struct {
+		layer, piece int // the long pass reached the point before this piece of this layer
+		answered     int // requests answered by then
+	}
+	var events []event // model goroutine
+	piece := 0
+	var gotShort [][]float32
+	var wg sync.WaitGroup
+	e.onLayer = func(int) {
+		if !e.nested {
+			piece = 0
+		}
+	}
+	e.onPause = func(layer int) {
+		if e.nested {
+			return
+		}
+		piece++
+		e.mu.Lock()
+		events = append(events, event{layer, piece, e.requests})
+		e.mu.Unlock()
+		if layer == 0 && piece == 1 {
+			wg.Go(func() { gotShort = probs(t, p, short) })
+			waitAccepted(t, p, 2) // queued before the pass goes on: the yield after this hook takes it
+		}
+	}
+	gotLong := probs(t, p, long)
+	wg.Wait()
+	e.onLayer, e.onPause = nil, nil
+
+	if len(events) < 2 || events[0] != (event{0, 1, 0}) || events[1] != (event{0, 2, 1}) {
+		t.Errorf("the long pass's first points between pieces, with the requests answered by then: %v, want {0 1 0} {0 2 1} first", events)
+	}
+	for _, ev := range events {
+		if ev.layer > 0 && ev.answered != 1 {
+			t.Errorf("at piece %d of layer %d, %d requests answered, want 1", ev.piece, ev.layer, ev.answered)
+		}
+	}
+	if e.preemptions != 1 {
+		t.Errorf("%d preemptions, want 1", e.preemptions)
+	}
+	if !equalProbs(gotLong, wantLong) || !equalProbs(gotShort, wantShort) {
+		t.Error("probabilities differ from the requests' own alone")
+	}
+}
+
+// TestChunkIdle checks when a replica runs a pass's layers in pieces: only while short requests come (a
+// preemption within chunkIdle), or always with chunkIdle negative.
+func TestChunkIdle(t *testing.T) {
+	e := &engine{chunkTokens: 128, chunkIdle: time.Second}
+	for _, c := range []struct {
+		name      string
+		idle      time.Duration
+		lastShort time.Time
+		want      int
+	}{
+		{"no preemption yet", time.Second, time.Time{}, 0},
+		{"a preemption just now", time.Second, time.Now(), 128},
+		{"a preemption long ago", time.Second, time.Now().Add(-time.Hour), 0},
+		{"always", -1, time.Time{}, 128},
+	} {
+		e.chunkIdle, e.lastShort = c.idle, c.lastShort
+		if got := e.chunk(0); got != c.want {
+			t.Errorf("%s: pieces of %d tokens, want %d", c.name, got, c.want)
+		}
 	}
 }

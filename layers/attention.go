@@ -160,24 +160,8 @@ func (a *Attention) projectBiased(u tensor.Tensor, qw, kvw int) ([]tensor.Tensor
 // fuse it with what follows), else pre itself (an output bias: projected here).
 func (a *Attention) mix(u tensor.Tensor, positions []int32, from int, attend func(q, k, v tensor.Tensor) (tensor.Tensor, error)) (pre, wo, k, v tensor.Tensor, err error) {
 	b := a.b
-	qw, kvw := a.rope.Heads*a.rope.HeadDim, a.rope.KVHeads*a.rope.HeadDim
-	if a.rope.Gated {
-		qw *= 2
-	}
-	var parts []tensor.Tensor
-	if a.qkvBias == nil {
-		parts, err = b.MatMulSplit(u, a.qkv, qw, kvw, kvw)
-	} else {
-		parts, err = a.projectBiased(u, qw, kvw)
-	}
+	q, k, v, gate, err := a.project(u, positions)
 	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	qg, kRaw, v := parts[0], parts[1], parts[2]
-	q, k, gate, err := b.QKNormRope(qg, kRaw, a.qNorm, a.kNorm, positions, a.rope)
-	b.Free(qg, kRaw)
-	if err != nil {
-		b.Free(v)
 		return nil, nil, nil, nil, err
 	}
 	if from > 0 { // the rows mixed: from… (see forwardSegments)
@@ -192,17 +176,54 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, from int, attend fun
 		b.Free(k, v, gate)
 		return nil, nil, nil, nil, err
 	}
+	if pre, wo, err = a.output(att, gate); err != nil {
+		b.Free(k, v)
+		return nil, nil, nil, nil, err
+	}
+	return pre, wo, k, v, nil
+}
+
+// project returns u's queries and keys (normed, rotated), values and gate
+// (nil for ungated attention).
+func (a *Attention) project(u tensor.Tensor, positions []int32) (q, k, v, gate tensor.Tensor, err error) {
+	b := a.b
+	qw, kvw := a.rope.Heads*a.rope.HeadDim, a.rope.KVHeads*a.rope.HeadDim
+	if a.rope.Gated {
+		qw *= 2
+	}
+	var parts []tensor.Tensor
+	if a.qkvBias == nil {
+		parts, err = b.MatMulSplit(u, a.qkv, qw, kvw, kvw)
+	} else {
+		parts, err = a.projectBiased(u, qw, kvw)
+	}
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	qg, kRaw, v := parts[0], parts[1], parts[2]
+	q, k, gate, err = b.QKNormRope(qg, kRaw, a.qNorm, a.kNorm, positions, a.rope)
+	b.Free(qg, kRaw)
+	if err != nil {
+		b.Free(v)
+		return nil, nil, nil, nil, err
+	}
+	return q, k, v, gate, nil
+}
+
+// output gates attention's output att (gate nil: ungated) and returns it as
+// pre and wo (see mix). It frees att and gate, also on an error.
+func (a *Attention) output(att, gate tensor.Tensor) (pre, wo tensor.Tensor, err error) {
+	b := a.b
 	if gate != nil {
 		gated, err := b.SigmoidGate(att, gate)
 		b.Free(att, gate)
 		if err != nil {
-			b.Free(k, v)
-			return nil, nil, nil, nil, err
+			return nil, nil, err
 		}
 		att = gated
 	}
 	if a.oBias == nil {
-		return att, a.o, k, v, nil
+		return att, a.o, nil
 	}
 	out, err := b.MatMul(att, a.o)
 	b.Free(att)
@@ -212,10 +233,9 @@ func (a *Attention) mix(u tensor.Tensor, positions []int32, from int, attend fun
 		out, err = biased, berr
 	}
 	if err != nil {
-		b.Free(k, v)
-		return nil, nil, nil, nil, err
+		return nil, nil, err
 	}
-	return out, nil, k, v, nil
+	return out, nil, nil
 }
 
 // rowsFrom returns rows from… of q and of gate (nil stays nil), freeing q

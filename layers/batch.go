@@ -27,6 +27,21 @@ type Batch struct {
 	// a long pass between two of its layers): the pass resumes where it was,
 	// with the same results.
 	Stop func(layer int) bool
+	// Chunk, when not nil and the backend implements tensor.Chunked, is
+	// asked before each decoder layer of the batch's passes (after Stop)
+	// how many tokens a piece of the layer holds: a pass of more tokens runs
+	// the layer in pieces of about that many, one after the other (whole
+	// segments, and parts of a longer one split at multiples of the delta
+	// rule's chunk from its first row; 0: the layer runs whole), so that
+	// Pause gets a say between two of them. Every result has the same bits
+	// whatever the pieces (no operation's result for a row depends on the
+	// rows beside it). Not with Model.Observe set.
+	Chunk func(layer int) int
+	// Pause, when not nil, is called between two pieces of a layer that
+	// Chunk split (Chunk positive for it), with the layer's index. Like Stop
+	// it may run another batch through Forward before it returns, and when
+	// it returns true the pass stops there and Forward returns ErrStopped.
+	Pause func(layer int) bool
 }
 
 // ErrStopped is returned by Forward when Batch.Stop stopped its pass.
@@ -105,9 +120,9 @@ func (m *Model) Forward(bt *Batch) (*Output, error) {
 	if len(bt.New) == 0 && len(bt.Rows) == 0 {
 		return &Output{b: m.b}, nil
 	}
-	prev := m.stop // a Forward called from the Stop of another's pass
-	m.stop = bt.Stop
-	defer func() { m.stop = prev }()
+	prevStop, prevPause := m.stop, m.pause // a Forward called from the Stop or Pause of another's pass
+	m.stop, m.pause = bt.Stop, bt.Pause
+	defer func() { m.stop, m.pause = prevStop, prevPause }()
 	if bb, ok := m.b.(tensor.Batched); ok {
 		return m.forwardBatched(bb, bt)
 	}
@@ -170,6 +185,15 @@ func (m *Model) forwardBatched(bb tensor.Batched, bt *Batch) (*Output, error) {
 		for r := range out.At {
 			out.At[r].Off -= from
 		}
+	}
+	if _, ok := bb.(tensor.Chunked); ok && bt.Chunk != nil && m.Observe == nil {
+		h, err := m.passPieces(bt.Chunk, ids, positions, segs, prefixes, out.States, from)
+		if err != nil {
+			drop()
+			return nil, err
+		}
+		out.Hidden = []tensor.Tensor{h}
+		return out, nil
 	}
 	h, err := m.pass(ids, from, func(i int, l *decoder, u tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
 		if l.attn != nil {

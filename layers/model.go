@@ -41,6 +41,7 @@ type Model struct {
 	Observe func(point int, h tensor.Tensor)
 
 	stop    func(layer int) bool // the running Forward's Batch.Stop
+	pause   func(layer int) bool // the running Forward's Batch.Pause
 	b       tensor.Backend
 	eps     float32
 	plusOne bool          // RMSNorm gains are (1 + w) (Qwen3.5), else w
@@ -319,29 +320,7 @@ func (m *Model) pass(ids []int32, from int, mix mixer) (tensor.Tensor, error) {
 			}
 			from = 0
 		}
-		var h2, v tensor.Tensor
-		if wo != nil {
-			h2, v, err = b.MatMulAddRMSNorm(pre, wo, h, l.postNorm, m.eps, m.plusOne)
-		} else {
-			h2, v, err = b.AddRMSNorm(pre, h, l.postNorm, m.eps, m.plusOne)
-		}
-		b.Free(pre, h)
-		if err != nil {
-			return nil, err
-		}
-		act, err := b.MatMulSwiGLU(v, l.gateUp)
-		b.Free(v)
-		if err != nil {
-			b.Free(h2)
-			return nil, err
-		}
-		gain := m.norm
-		if i+1 < len(m.layers) {
-			gain = m.layers[i+1].inNorm
-		}
-		h, u, err = b.MatMulAddRMSNorm(act, l.down, h2, gain, m.eps, m.plusOne)
-		b.Free(act, h2)
-		if err != nil {
+		if h, u, err = m.mlp(i, pre, wo, h); err != nil {
 			return nil, err
 		}
 		m.observe(i+1, h)
@@ -352,6 +331,42 @@ func (m *Model) pass(ids []int32, from int, mix mixer) (tensor.Tensor, error) {
 		u, _, err = m.trimRows(u, nil, from)
 	}
 	return u, err
+}
+
+// mlp runs the rest of decoder layer i after its mixer's output (pre, wo:
+// see mixer) on the residual stream h: the mixer's projection, the residual
+// add and norm, and the MLP. It returns the residual stream after the layer
+// and its norm for the next layer (the final norm after the last), and frees
+// pre and h, also on an error.
+func (m *Model) mlp(i int, pre, wo, h tensor.Tensor) (tensor.Tensor, tensor.Tensor, error) {
+	b, l := m.b, m.layers[i]
+	var h2, v tensor.Tensor
+	var err error
+	if wo != nil {
+		h2, v, err = b.MatMulAddRMSNorm(pre, wo, h, l.postNorm, m.eps, m.plusOne)
+	} else {
+		h2, v, err = b.AddRMSNorm(pre, h, l.postNorm, m.eps, m.plusOne)
+	}
+	b.Free(pre, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	act, err := b.MatMulSwiGLU(v, l.gateUp)
+	b.Free(v)
+	if err != nil {
+		b.Free(h2)
+		return nil, nil, err
+	}
+	gain := m.norm
+	if i+1 < len(m.layers) {
+		gain = m.layers[i+1].inNorm
+	}
+	h, u, err := b.MatMulAddRMSNorm(act, l.down, h2, gain, m.eps, m.plusOne)
+	b.Free(act, h2)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, u, nil
 }
 
 // cutAt is the row from which pass runs layer i's rows past its mixer: from

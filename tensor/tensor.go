@@ -376,6 +376,28 @@ type Batched interface {
 	Pointers(h Tensor, p *PointerHead, qs []PointerQuery) ([][]float32, error)
 }
 
+// Chunked is implemented by backends whose batched operations give every row
+// the same bits whichever rows share its call (the CPU backend's), so that a
+// pass may run each layer in pieces of its rows, a long segment split across
+// pieces, with the bits of the whole pass. A later part of a split segment
+// continues the convolution history and delta rule state that its earlier
+// part kept (Segment.Keep, then FromPrefix), which gives the same bits where
+// the split falls on a multiple of the delta rule's chunk from the segment's
+// first row; attention runs a piece's queries against every key of the
+// layer (AttentionRows).
+type Chunked interface {
+	Batched
+	// AttentionRows is AttentionSegments for some of its query rows:
+	// segment i's rows lo[i]…hi[i]−1 (none when lo[i] = hi[i]), which q
+	// holds in order, Σ(hi[i] − lo[i]) rows; k and v hold every row of every
+	// segment, as for AttentionSegments. Each query row has the bits
+	// AttentionSegments gives it. The backend may keep what it prepares from
+	// k and v until k is freed, for the next call on them.
+	AttentionRows(q, k, v Tensor, kPrefixes, vPrefixes []Tensor, segs []Segment, lo, hi []int, c AttentionConfig) (Tensor, error)
+	// ConcatRows returns matrices of equal widths stacked by rows, in order.
+	ConcatRows(xs ...Tensor) (Tensor, error)
+}
+
 // Trimmer is implemented by backends that keep freed memory pooled for
 // reuse: Trim returns what the pool holds beyond the live tensors to the
 // device. Callers call it when they go idle.

@@ -44,12 +44,17 @@ const attnSlack = 8
 // job takes at once (a variable so that tests can change the blocking).
 var attnRows = 96
 
-// attnSeg is one segment of an attention call: its rows and the prefix keys
-// and values ([p, KV·D]) it sees before them.
+// attnSeg is one segment of an attention call: its query rows [start,
+// start+n) of q and of the output, its own keys and values, rows [kstart,
+// kstart+keys) of k and v, and the prefix keys and values ([p, KV·D]) it
+// sees before them. Query i is the segment's row skip+i (AttentionRows runs
+// some of a segment's rows: skip+n ≤ keys); its own keys are laid out in
+// blocks from the segment's first row, whichever rows have queries.
 type attnSeg struct {
-	start, n int
-	kp, vp   []float32
-	p        int
+	start, n           int
+	kstart, keys, skip int
+	kp, vp             []float32
+	p                  int
 }
 
 // attnKeys is a run of n keys and values ([n, KV·D]) that segments attend
@@ -81,18 +86,37 @@ type attnScratch struct {
 	keep    []int     // keys each query vector takes from the current block
 }
 
+// keyID names a run of keys and values by where they lie.
+type keyID struct {
+	k, v *float32
+	n    int
+}
+
+// recycle hands a run's transposed keys and values back for reuse.
+func (r *attnKeys) recycle() {
+	recycle(r.kt)
+	recycle(r.vh)
+	r.kt, r.vh = nil, nil
+}
+
 // attend runs causal grouped-query attention over segments. A segment's
-// row t sees the prefix keys, then its own rows up to t.
-func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig) *Tensor {
+// row t sees the prefix keys, then its own rows up to t. With keep set, the
+// runs of keys it transposes stay with keep for later calls (and those keep
+// holds already are used), else they are recycled when it returns.
+func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.AttentionConfig, keep *Tensor) *Tensor {
 	d, group, kvw := c.HeadDim, c.Heads/c.KVHeads, c.KVHeads*c.HeadDim
 	out := newF32Full(n, c.Heads*d)
 	// The runs of keys, each transposed once however many segments read it.
-	type keyID struct {
-		k, v *float32
-		n    int
-	}
-	var runs []*attnKeys
+	var runs []*attnKeys // new in this call
 	ids := map[keyID]*attnKeys{}
+	if keep != nil {
+		keep.mu.Lock()
+		defer keep.mu.Unlock()
+		if keep.keyRuns == nil {
+			keep.keyRuns = map[keyID]*attnKeys{}
+		}
+		ids = keep.keyRuns
+	}
 	run := func(k, v []float32, rows int) *attnKeys {
 		if rows == 0 {
 			return nil
@@ -108,16 +132,21 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 	}
 	own, pre := make([]*attnKeys, len(segs)), make([]*attnKeys, len(segs))
 	for i, s := range segs {
-		own[i] = run(ks[s.start*kvw:(s.start+s.n)*kvw], vs[s.start*kvw:(s.start+s.n)*kvw], s.n)
+		if s.n == 0 {
+			continue // no queries: its keys are not read
+		}
+		k0, k1 := s.kstart*kvw, (s.kstart+s.keys)*kvw
+		own[i] = run(ks[k0:k1], vs[k0:k1], s.keys)
 		pre[i] = run(s.kp, s.vp, s.p)
 	}
 	b.packKeys(runs, c)
-	defer func() {
-		for _, r := range runs {
-			recycle(r.kt)
-			recycle(r.vh)
-		}
-	}()
+	if keep == nil {
+		defer func() {
+			for _, r := range runs {
+				r.recycle()
+			}
+		}()
+	}
 	// Query rows a job: attnRows vectors, or fewer (down to one micro-kernel
 	// tile) where that leaves too few jobs for the goroutines.
 	qb, threads := max(1, attnRows/group), max(b.Threads, 1)
@@ -136,7 +165,7 @@ func (b *Backend) attend(qs, ks, vs []float32, n int, segs []attnSeg, c tensor.A
 		for r0 := 0; r0 < s.n; r0 += qb {
 			r1 := min(r0+qb, s.n)
 			for kh := 0; kh < c.KVHeads; kh++ {
-				jobs = append(jobs, attnJob{seg: i, kh: kh, r0: r0, r1: r1, cost: (r1 - r0) * (s.p + r1)})
+				jobs = append(jobs, attnJob{seg: i, kh: kh, r0: r0, r1: r1, cost: (r1 - r0) * (s.p + s.skip + r1)})
 			}
 		}
 	}
@@ -242,11 +271,13 @@ func (w *attnScratch) run(qs, out []float32, sg *attnSeg, pre, own *attnKeys, jb
 			w.block(pre, jb.kh, k0, kn, rows, c)
 		}
 	}
-	// The segment's own rows: row i sees rows 0..i.
-	for k0 := 0; k0 < jb.r1; k0 += attnKeyBlock {
-		kn := min(attnKeyBlock, jb.r1-k0)
+	// The segment's own rows: its row r sees rows 0..r, in the blocks that
+	// start at its first row whether or not that row has a query here.
+	r0, r1 := sg.skip+jb.r0, sg.skip+jb.r1
+	for k0 := 0; k0 < r1; k0 += attnKeyBlock {
+		kn := min(attnKeyBlock, r1-k0)
 		for i := range keep {
-			keep[i] = min(max(jb.r0+i/group-k0+1, 0), kn)
+			keep[i] = min(max(r0+i/group-k0+1, 0), kn)
 		}
 		w.block(own, jb.kh, k0, kn, rows, c)
 	}

@@ -137,7 +137,7 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 	ks, vs := kt.float32s(), vt.float32s()
 	as := make([]attnSeg, len(segs))
 	for i, s := range segs {
-		as[i] = attnSeg{start: starts[i], n: ls[i]}
+		as[i] = attnSeg{start: starts[i], n: ls[i], kstart: starts[i], keys: ls[i]}
 		switch s.From {
 		case tensor.FromPrefix:
 			as[i].kp, as[i].vp = kps[s.Index], vps[s.Index]
@@ -148,7 +148,7 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 			as[i].p = ls[j]
 		}
 	}
-	return b.attend(qt.float32s(), ks, vs, n, as, c), nil
+	return b.attend(qt.float32s(), ks, vs, n, as, c, nil), nil
 }
 
 // CausalConv1dSiLUSegments is the depthwise causal convolution with SiLU

@@ -70,6 +70,10 @@ type Tensor struct {
 	mu         sync.RWMutex
 	packed     atomic.Pointer[panels]
 	packedBF16 atomic.Pointer[bf16Panels]
+
+	// keyRuns keeps the keys and values that attention calls on this tensor
+	// as k transposed, for the next such call (AttentionRows; mu guards it).
+	keyRuns map[keyID]*attnKeys
 }
 
 // Shape returns the tensor's dimensions.
@@ -177,7 +181,10 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 				recycle(c.f32)
 			}
 			c.mu.Lock()
-			c.f32, c.bits, c.freed = nil, nil, true
+			for _, r := range c.keyRuns {
+				r.recycle()
+			}
+			c.f32, c.bits, c.freed, c.keyRuns = nil, nil, true, nil
 			c.packed.Store(nil)
 			c.packedBF16.Store(nil)
 			c.mu.Unlock()

@@ -398,9 +398,9 @@ func (b *Backend) Attention(q, k, v, kPrefix, vPrefix tensor.Tensor, lens []int,
 	}
 	segs := make([]attnSeg, len(starts))
 	for i, s0 := range starts {
-		segs[i] = attnSeg{start: s0, n: ls[i], kp: kp, vp: vp, p: p}
+		segs[i] = attnSeg{start: s0, n: ls[i], kstart: s0, keys: ls[i], kp: kp, vp: vp, p: p}
 	}
-	return b.attend(qt.float32s(), kt.float32s(), vt.float32s(), n, segs, c), nil
+	return b.attend(qt.float32s(), kt.float32s(), vt.float32s(), n, segs, c, nil), nil
 }
 
 // CausalConv1dSiLU is the depthwise causal convolution with SiLU.
