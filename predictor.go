@@ -123,6 +123,7 @@ type Info struct {
 	TruncateStates bool    // long states are cut instead of refused
 	ReleaseDate    string  // YYYY-MM-DD: the hub's last-modified date of the revision when known, else head.pt's mtime
 	WeightBytes    int64   // bytes of model and head weights one replica's backend holds
+	Hardware       string  // what the replicas run on, as their backends name it: "NVIDIA H100 80GB HBM3 (sm_90, …)", "CPU: fp32 avx512, …" (distinct names joined by "; ")
 }
 
 // Stats are a predictor's counters, as Kev's model card reports them: over all replicas, and per replica.
@@ -306,7 +307,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 			Run: cmp.Or(opts.Name, checkpointName), Base: head.Base, BaseRevision: head.BaseRevision, LoRA: head.LoRA,
 			Device: opts.Device, Replicas: len(replicas), Backend: "go", DType: dtName, Temperature: temp,
 			MaxStateTokens: systemone.MaxStateTokens, TruncateStates: opts.TruncateStates,
-			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes,
+			ReleaseDate: releaseDate(runSnap, headPath), WeightBytes: weightBytes, Hardware: describe(backends),
 		},
 		opts: opts, log: log, tok: tok,
 	}
@@ -557,6 +558,17 @@ func releaseDate(snap *hub.Snapshot, headPath string) string {
 
 // Info describes the loaded checkpoint.
 func (p *Predictor) Info() Info { return p.info }
+
+// describe joins the distinct hardware names of the backends (tensor.Describer), in order.
+func describe(backends []tensor.Backend) string {
+	var names []string
+	for _, b := range backends {
+		if d, ok := b.(tensor.Describer); ok && !slices.Contains(names, d.Describe()) {
+			names = append(names, d.Describe())
+		}
+	}
+	return strings.Join(names, "; ")
+}
 
 // Stats returns the prefix caches' and the batchers' counters, summed over the replicas and per replica.
 func (p *Predictor) Stats() Stats {

@@ -590,9 +590,12 @@ func TestInfo(t *testing.T) {
 	got := p.Info()
 	want := Info{Run: s.kev, Base: "Qwen/Qwen3.5-Tiny-A-Base", LoRA: 8, Device: "cpu", Replicas: 1, Backend: "go", DType: "float32",
 		Temperature: 2.41, MaxStateTokens: 65536, ReleaseDate: fi.ModTime().Format("2006-01-02")}
-	want.BaseRevision, want.WeightBytes = got.BaseRevision, got.WeightBytes
+	want.BaseRevision, want.WeightBytes, want.Hardware = got.BaseRevision, got.WeightBytes, got.Hardware
 	if got != want {
 		t.Errorf("Info\n got %+v\nwant %+v", got, want)
+	}
+	if !strings.HasPrefix(got.Hardware, "CPU: fp32 ") || !strings.Contains(got.Hardware, " threads") {
+		t.Errorf("Hardware %q, want the CPU backend's kernels and threads", got.Hardware)
 	}
 	if len(got.BaseRevision) != 40 || got.WeightBytes < 100_000 {
 		t.Errorf("base revision %q, weight bytes %d", got.BaseRevision, got.WeightBytes)

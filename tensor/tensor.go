@@ -376,6 +376,13 @@ type Batched interface {
 	Pointers(h Tensor, p *PointerHead, qs []PointerQuery) ([][]float32, error)
 }
 
+// Describer is implemented by backends that can name the hardware they run
+// on, so that a benchmark's report says where it ran: the GPU's model name
+// and capability, or the processor's kernels.
+type Describer interface {
+	Describe() string
+}
+
 // Chunked is implemented by backends whose batched operations give every row
 // the same bits whichever rows share its call (the CPU backend's), so that a
 // pass may run each layer in pieces of its rows, a long segment split across

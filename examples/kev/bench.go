@@ -168,6 +168,7 @@ func benchCommand(args []string) error {
 	rep.set("device", info.Device)
 	rep.set("dtype", info.DType)
 	rep.set("backend", info.Backend)
+	rep.set("hardware", info.Hardware)
 	rep.set("go", runtime.Version())
 	rep.set("gomaxprocs", runtime.GOMAXPROCS(0))
 	hc := readHostCPU()
@@ -178,8 +179,8 @@ func benchCommand(args []string) error {
 	rep.set("memory", mem)
 	host := hostMemory(peakAnon)
 	rep.set("host_memory", host)
-	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s) in %.1f s; %s; host %s\n", run, info.DType, info.Device,
-		time.Since(loadStart).Seconds(), mem.describe(), host.describe())
+	fmt.Fprintf(stderr, "kev bench: loaded %s (%s on %s: %s) in %.1f s; %s; host %s\n", run, info.DType, info.Device,
+		info.Hardware, time.Since(loadStart).Seconds(), mem.describe(), host.describe())
 	fmt.Fprintf(stderr, "kev bench: host %q, %d logical CPUs, GOMAXPROCS %d, features %s\n", hc.Model, hc.LogicalCPUs,
 		hc.GOMAXPROCS, strings.Join(hc.Features, " "))
 	rep.set("runs", cfg.runs)

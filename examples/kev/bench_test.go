@@ -21,6 +21,7 @@ var benchCases = filepath.Join("testdata", "bench-cases.json")
 // benchReport is the part of kev bench's report the tests read.
 type benchReport struct {
 	Run, Device, DType string
+	Hardware           string    `json:"hardware"`
 	Memory             memReport `json:"memory"`
 	Runs               int       `json:"runs"`
 	Warmup             int       `json:"warmup"`
@@ -95,6 +96,9 @@ func TestBench(t *testing.T) {
 	}
 	if string(rep.Graphs) != "null" {
 		t.Errorf("graphs %s on the cpu, want null", rep.Graphs)
+	}
+	if !strings.HasPrefix(rep.Hardware, "CPU: fp32 ") {
+		t.Errorf("hardware %q, want the CPU backend's kernels", rep.Hardware)
 	}
 
 	p, err := kev.Load(context.Background(), repoTinyA("kev"), kev.Options{Base: repoTinyA("base")})

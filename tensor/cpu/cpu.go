@@ -281,3 +281,13 @@ func segments(op string, lens []int, n int) ([]int, []int, error) {
 // float32 micro-kernel (avx512, avx2 or go) and the one for BF16 weights
 // (amx, avx512bf16 or widen), as "fp32 avx512, bf16 amx".
 func Kernels() string { return "fp32 " + gemmKern.String() + ", bf16 " + bf16Use.String() }
+
+// Describe names the kernels this backend runs and its threads, e.g. "CPU:
+// fp32 avx512, bf16 amx, 16 threads".
+func (b *Backend) Describe() string {
+	k := Kernels()
+	if b.generic {
+		k = "fp32 go, bf16 widen"
+	}
+	return fmt.Sprintf("CPU: %s, %d threads", k, max(b.Threads, 1))
+}

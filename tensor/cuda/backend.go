@@ -69,6 +69,12 @@ func (b *Backend) Name() string { return Name }
 // Device returns the GPU the backend runs on.
 func (b *Backend) Device() *Device { return b.dev }
 
+// Describe names the GPU, e.g. "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)".
+func (b *Backend) Describe() string {
+	in := b.dev.Info()
+	return fmt.Sprintf("%s (sm_%d%d, %d SMs, %.1f GiB)", in.Name, in.Major, in.Minor, in.SMs, float64(in.Memory)/(1<<30))
+}
+
 // Run runs f on the goroutine that owns the device (tensor.Runner): the operations f calls skip the hand-over.
 // Wrap a whole model pass in it. f must not wait for other goroutines that use the backend (they wait for f) nor
 // call runtime.Goexit; a panic in f comes back as an error.
