@@ -79,11 +79,53 @@ func (b *Backend) matmulBF16(xs []float32, wt *Tensor, m, n, k int, ys []float32
 	}
 	switch kern {
 	case bf16AVX512:
-		b.matmulDPBF16(xs, wt.bf16Panels(b), m, ys)
+		b.matmulDPBF16(xs, wt.bf16Panels(b), m, wholeOut(ys, n))
 	case bf16AMX:
-		b.matmulAMX(xs, wt.bf16Panels(b), m, ys)
+		b.matmulAMX(xs, wt.bf16Panels(b), m, wholeOut(ys, n))
 	default:
 		b.matmulBF16Widen(xs, wt, m, n, k, ys)
+	}
+}
+
+// colOut is where the bf16 kernels put a product's columns: in blocks, block
+// b holding columns offs[b] … offs[b+1]−1 as dst[b] [m, offs[b+1]−offs[b]]
+// (MatMulSplit's), or in one block, the whole product (wholeOut).
+type colOut struct {
+	offs []int
+	dst  [][]float32
+}
+
+// wholeOut is the product ys [m, n] as one block.
+func wholeOut(ys []float32, n int) colOut { return colOut{offs: []int{0, n}, dst: [][]float32{ys}} }
+
+// block returns the block holding column j.
+func (o *colOut) block(j int) int {
+	b := 0
+	for o.offs[b+1] <= j {
+		b++
+	}
+	return b
+}
+
+// span returns where columns j … j+cols−1 of row i start and the row
+// stride, when one block holds them all.
+func (o *colOut) span(i, j, cols int) (dst []float32, ld int, ok bool) {
+	b := o.block(j)
+	if j+cols > o.offs[b+1] {
+		return nil, 0, false
+	}
+	ld = o.offs[b+1] - o.offs[b]
+	return o.dst[b][i*ld+j-o.offs[b]:], ld, true
+}
+
+// put sets columns j … j+len(v)−1 of row i to v.
+func (o *colOut) put(i, j int, v []float32) {
+	for len(v) > 0 {
+		b := o.block(j)
+		w := o.offs[b+1] - o.offs[b]
+		k := min(len(v), o.offs[b+1]-j)
+		copy(o.dst[b][i*w+j-o.offs[b]:], v[:k])
+		v, j = v[k:], j+k
 	}
 }
 
@@ -284,7 +326,7 @@ const bf16ChunkBytes = 256 << 10
 // chunks of its row blocks (about bf16ChunkBytes of packed x), and within a
 // chunk every one of its panels against every block. A block that fills its 12 or 4 rows and 32 columns
 // writes to ys directly, others through a buffer.
-func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32) {
+func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, out colOut) {
 	n, k, kh := p.n, p.k, p.kh
 	blocks, mp := dpbf16Blocks(m)
 	xp := b.packXDP(xs, m, k, kh, blocks, mp)
@@ -310,12 +352,14 @@ func (b *Backend) matmulDPBF16(xs []float32, p *bf16Panels, m int, ys []float32)
 						kern = dpbf16x4
 					}
 					if cols == bf16PanelCols && bl.i0+bl.h <= m {
-						kern(x, &w[0], kh, &ys[bl.i0*n+j0], n)
-						continue
+						if d, ld, ok := out.span(bl.i0, j0, cols); ok {
+							kern(x, &w[0], kh, &d[0], ld)
+							continue
+						}
 					}
 					kern(x, &w[0], kh, &tmp[0], bf16PanelCols)
 					for r := 0; r < bl.h && bl.i0+r < m; r++ {
-						copy(ys[(bl.i0+r)*n+j0:(bl.i0+r)*n+j0+cols], tmp[r*bf16PanelCols:])
+						out.put(bl.i0+r, j0, tmp[r*bf16PanelCols:r*bf16PanelCols+cols])
 					}
 				}
 			}
@@ -375,7 +419,7 @@ const amxChunkBytes = 1 << 20
 // the 32-row blocks (splitBF16), and each runs over chunks of blocks, every
 // panel of its own against every block of the chunk; each call's 32×32
 // block goes through a buffer into ys.
-func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
+func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, out colOut) {
 	n, k, kh := p.n, p.k, p.kh
 	mp := (m + amxRows - 1) / amxRows * amxRows
 	// Rows of x lie 64 bytes further apart than their kh pairs: at a
@@ -404,7 +448,7 @@ func (b *Backend) matmulAMX(xs []float32, p *bf16Panels, m int, ys []float32) {
 				for i0 := c0; i0 < c1; i0 += amxRows {
 					amxBlock(&cfg[0], &xa[i0*ldx], 4*ldx, &w[0], kh/16, &tmp[0])
 					for r := 0; r < amxRows && i0+r < m; r++ {
-						copy(ys[(i0+r)*n+j0:(i0+r)*n+j0+cols], tmp[r*bf16PanelCols:])
+						out.put(i0+r, j0, tmp[r*bf16PanelCols:r*bf16PanelCols+cols])
 					}
 				}
 			}

@@ -94,9 +94,9 @@ func runBF16(b *Backend, kern bf16Kernel, xs []float32, ws []uint16, m, n, k int
 	}
 	switch kern {
 	case bf16AVX512:
-		b.matmulDPBF16(xs, b.packBF16(ws, n, k), m, ys)
+		b.matmulDPBF16(xs, b.packBF16(ws, n, k), m, wholeOut(ys, n))
 	case bf16AMX:
-		b.matmulAMX(xs, b.packBF16(ws, n, k), m, ys)
+		b.matmulAMX(xs, b.packBF16(ws, n, k), m, wholeOut(ys, n))
 	default:
 		w := &Tensor{shape: []int{n, k}, dtype: tensor.BF16, bits: ws}
 		b.matmulBF16Widen(xs, w, m, n, k, ys)
@@ -441,10 +441,64 @@ func TestAMXBlocking(t *testing.T) {
 				ys[i] = float32(math.NaN())
 			}
 			b := &Backend{Threads: threads}
-			b.matmulAMX(xs, b.packBF16(ws, n, k), m, ys)
+			b.matmulAMX(xs, b.packBF16(ws, n, k), m, wholeOut(ys, n))
 			for i := range ys {
 				if d := math.Abs(float64(ys[i]) - float64(want[i])); !(d <= 1e-5*scale[i]) {
 					t.Fatalf("%dx%dx%d threads %d: y[%d] = %v, reference %v", m, n, k, threads, i, ys[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulSplitBF16 checks MatMulSplit against MatMul then SplitCols, bit
+// for bit, with each bf16 kernel that puts a panel's columns in the blocks
+// holding them: VDPBF16PS where the processor has it, and the AMX blocking
+// with the Go model of its kernel in place of the tile instructions.
+func TestMatMulSplitBF16(t *testing.T) {
+	defer func(k bf16Kernel, f func(*byte, *uint32, int, *uint32, int, *float32)) { bf16Use, amxBlock = k, f }(bf16Use, amxBlock)
+	kernels := []bf16Kernel{bf16AMX}
+	if hasDPBF16 {
+		kernels = append(kernels, bf16AVX512)
+	}
+	amxBlock = amxModel(t)
+	r := rand.New(rand.NewPCG(18, 19))
+	for _, kern := range kernels {
+		bf16Use = kern
+		for _, c := range []struct {
+			m, k   int
+			widths []int
+		}{
+			{1, 8, []int{32, 32}},
+			{13, 40, []int{64, 0, 16, 16}},
+			{40, 70, []int{100, 28, 3, 1}},
+			{130, 64, []int{33, 31, 64}},
+		} {
+			n := 0
+			for _, v := range c.widths {
+				n += v
+			}
+			xs, ws := bf16Case(r, c.m, n, c.k)
+			for _, threads := range []int{1, 3} {
+				b := &Backend{Threads: threads}
+				x, _ := b.FromFloat32([]int{c.m, c.k}, xs)
+				w, _ := b.FromBits(tensor.BF16, []int{n, c.k}, ws)
+				y, err := b.MatMul(x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := b.SplitCols(y, c.widths...)
+				got, err := b.MatMulSplit(x, w, c.widths...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					g, wv := got[i].(*Tensor).f32, want[i].(*Tensor).f32
+					for j := range wv {
+						if math.Float32bits(g[j]) != math.Float32bits(wv[j]) {
+							t.Fatalf("%v %dx%d %v threads %d: block %d element %d = %v, MatMul then SplitCols %v", kern, c.m, c.k, c.widths, threads, i, j, g[j], wv[j])
+						}
+					}
 				}
 			}
 		}

@@ -60,9 +60,10 @@ func dot(a, b []float32) float32 {
 // MatMulSplit returns SplitCols(MatMul(x, w), widths...), bit for bit. With
 // an F32 or F16 weight each block is its own product over the weight's
 // panels that hold its columns, written straight into the block (a block
-// that starts inside a panel goes through a buffer of its panels), so the
-// whole [M, N] product is never written and read back. A BF16 weight takes
-// MatMul then SplitCols.
+// that starts inside a panel goes through a buffer of its panels); a BF16
+// weight's kernels put each panel's columns in the blocks that hold them. So
+// the whole [M, N] product is never written and read back. The widening
+// bf16 kernel takes MatMul then SplitCols.
 func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
 	xt, err := matrix("MatMulSplit", "x", x, -1, -1)
 	if err != nil {
@@ -85,6 +86,20 @@ func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tenso
 	}
 	if sum != n {
 		return nil, &tensor.ShapeError{Op: "MatMulSplit", Arg: "w", Shape: wt.shape, Want: tensor.Dims(sum, k)}
+	}
+	if wt.dtype == tensor.BF16 && m > 0 && k > 0 && !b.generic && bf16Use != bf16Widen {
+		out := colOut{offs: make([]int, len(widths)+1), dst: make([][]float32, len(widths))}
+		outs := make([]tensor.Tensor, len(widths))
+		for i, wd := range widths {
+			t := newF32Full(m, wd)
+			outs[i], out.dst[i], out.offs[i+1] = t, t.f32, out.offs[i]+wd
+		}
+		if bf16Use == bf16AMX {
+			b.matmulAMX(xt.float32s(), wt.bf16Panels(b), m, out)
+		} else {
+			b.matmulDPBF16(xt.float32s(), wt.bf16Panels(b), m, out)
+		}
+		return outs, nil
 	}
 	if wt.dtype == tensor.BF16 || m == 0 || k == 0 {
 		y, err := b.MatMul(x, w)
