@@ -18,19 +18,11 @@ import (
 // first use and kept packed; 16-bit weights are widened exactly, block by
 // block, on each call.
 func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
-	xt, err := matrix("MatMul", "x", x, -1, -1)
+	xt, wt, err := productOperands("MatMul", x, w)
 	if err != nil {
 		return nil, err
 	}
-	if xt.dtype != tensor.F32 {
-		return nil, &tensor.ShapeError{Op: "MatMul", Arg: "x", Shape: xt.shape, Want: "an F32 matrix"}
-	}
-	m, k := xt.shape[0], xt.shape[1]
-	wt, err := matrix("MatMul", "w", w, -1, k)
-	if err != nil {
-		return nil, err
-	}
-	n := wt.shape[0]
+	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
 	if m == 0 || n == 0 || k == 0 {
 		return newF32(m, n), nil
 	}
@@ -45,6 +37,21 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 		b.matmul16(xs, wt, m, n, k, out.f32)
 	}
 	return out, nil
+}
+
+// productOperands checks the operands of a product x·wᵀ for op: x an F32
+// matrix [M, K], w a matrix [N, K] of any storage type.
+func productOperands(op string, x, w tensor.Tensor) (xt, wt *Tensor, err error) {
+	if xt, err = matrix(op, "x", x, -1, -1); err != nil {
+		return nil, nil, err
+	}
+	if xt.dtype != tensor.F32 {
+		return nil, nil, &tensor.ShapeError{Op: op, Arg: "x", Shape: xt.shape, Want: "an F32 matrix"}
+	}
+	if wt, err = matrix(op, "w", w, -1, xt.shape[1]); err != nil {
+		return nil, nil, err
+	}
+	return xt, wt, nil
 }
 
 // dot returns a·b in index order.
@@ -65,19 +72,11 @@ func dot(a, b []float32) float32 {
 // the whole [M, N] product is never written and read back. The widening
 // bf16 kernel takes MatMul then SplitCols.
 func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tensor, error) {
-	xt, err := matrix("MatMulSplit", "x", x, -1, -1)
+	xt, wt, err := productOperands("MatMulSplit", x, w)
 	if err != nil {
 		return nil, err
 	}
-	if xt.dtype != tensor.F32 {
-		return nil, &tensor.ShapeError{Op: "MatMulSplit", Arg: "x", Shape: xt.shape, Want: "an F32 matrix"}
-	}
-	m, k := xt.shape[0], xt.shape[1]
-	wt, err := matrix("MatMulSplit", "w", w, -1, k)
-	if err != nil {
-		return nil, err
-	}
-	n, sum := wt.shape[0], 0
+	m, k, n, sum := xt.shape[0], xt.shape[1], wt.shape[0], 0
 	for i, v := range widths {
 		if v < 0 {
 			return nil, fmt.Errorf("cpu: MatMulSplit: widths[%d] = %d is negative", i, v)
