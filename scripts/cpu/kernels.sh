@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU kernels beside PyTorch's on the host: the multiply-add ceiling at each thread count, the GEMMs at 1, 4 and
 # 16 threads (ours with jobs claimed as threads come free, and with one contiguous run a thread; PyTorch's at the same
-# shapes), the long-state operations, and one whole 24-layer Kev-0.8B-shaped pass with each operation's share.
+# shapes), the long-state operations, and whole 24-layer Kev-0.8B-shaped passes with each operation's share.
 #
 # Build on the Go machine, from the repository root:
 #   go test -c -ldflags='-s -w' -o bin/cpu.test ./tensor/cpu && go test -c -ldflags='-s -w' -o bin/layers.test ./layers
@@ -9,7 +9,8 @@
 #   OUT=dir bash scripts/cpu/kernels.sh
 # Environment: OUT (default .out), THREADS (the thread counts, default "1 4 16"), BENCHTIME (-test.benchtime of the
 # GEMMs, default 10x), PASS (1: the whole-pass breakdown, default 1).
-# Files in $OUT: kernels.log (everything), torch_gemm.jsonl.
+# Files in $OUT: kernels.log (everything), torch_gemm.jsonl, pass4.prof (the 4-thread 2-question pass: go tool pprof
+# bin/layers.test pass4.prof).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -31,7 +32,7 @@ cpus() { echo "0-$(($1 - 1))"; }
   for t in $THREADS; do
     echo "== GEMM fp32, $t threads, jobs claimed"
     GOMAXPROCS=$t KEV_GEMM_THREADS=$t taskset -c "$(cpus "$t")" bin/cpu.test -test.run '^$' \
-      -test.bench 'BenchmarkGEMM$/.*/M(40|240|2392)$' -test.benchtime "$BENCHTIME" || status=1
+      -test.bench 'BenchmarkGEMM$/.*/M(40|58|240|2392)$' -test.benchtime "$BENCHTIME" || status=1
   done
   echo "== GEMM fp32, 16 threads, one contiguous run a thread"
   KEV_GEMM_SCHED=static KEV_GEMM_THREADS=16 bin/cpu.test -test.run '^$' -test.bench 'BenchmarkGEMM$/.*/M(240|2392)$' \
@@ -51,6 +52,9 @@ cpus() { echo "0-$(($1 - 1))"; }
       KEV_PASS_DTYPE=$dt bin/layers.test -test.run '^$' -test.bench 'BenchmarkPass08B/(new2200|short280)' \
         -test.benchtime 3x || status=1
     done
+    echo "== the 2-question cached ticket (58 rows), fp32 weights, 4 threads; CPU profile in pass4.prof"
+    KEV_PASS_DTYPE=fp32 GOMAXPROCS=4 taskset -c "$(cpus 4)" bin/layers.test -test.run '^$' \
+      -test.bench 'BenchmarkPass08B/cached58' -test.benchtime 10x -test.cpu 4 -test.cpuprofile "$OUT/pass4.prof" || status=1
   fi
 } 2>&1 | tee "$log"
 exit $status
