@@ -34,20 +34,42 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 		for job := lo; job < hi; job++ {
 			r0, c0 := job/cbs*rowBlock, job%cbs*chBlock
 			c1 := min(c0+chBlock, ch)
+			var taps [4][]float32
 			for t := r0; t < min(r0+rowBlock, n); t++ {
 				s := rowSeg[t]
 				s0 := starts[s]
 				yr := y.f32[t*ch+c0 : t*ch+c1]
+				xr := func(j int) []float32 { // tap j's inputs: row t−(kw−1)+j of the segment or its history
+					src := t - s0 - (kw - 1) + j // index within the segment
+					if src >= 0 {
+						return xs[(s0+src)*ch+c0 : (s0+src)*ch+c1]
+					}
+					return hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
+				}
+				if n8 := (c1 - c0) &^ 7; convFused && useAVX2 && kw == 4 && n8 > 0 {
+					// The same arithmetic as below, in one pass: the first n8 channels.
+					for j := range taps {
+						taps[j] = xr(j)
+					}
+					convSiLU4AVX2(&yr[0], &taps[0][0], &taps[1][0], &taps[2][0], &taps[3][0],
+						&wt[c0], &wt[ch+c0], &wt[2*ch+c0], &wt[3*ch+c0], n8)
+					if n8 == c1-c0 {
+						continue
+					}
+					var buf [8]float32 // the tail as mulAdd and siluVec compute it
+					for i := n8; i < c1-c0; i++ {
+						for j := range taps {
+							p := wt[j*ch+c0+i] * taps[j][i]
+							buf[i-n8] += p
+						}
+					}
+					siluAVX2(&buf[0], &buf[0], 8)
+					copy(yr[n8:], buf[:])
+					continue
+				}
 				clear(yr)
 				for j := 0; j < kw; j++ {
-					src := t - s0 - (kw - 1) + j // index within the segment
-					var xr []float32
-					if src >= 0 {
-						xr = xs[(s0+src)*ch+c0 : (s0+src)*ch+c1]
-					} else {
-						xr = hists[s][(kw-1+src)*ch+c0 : (kw-1+src)*ch+c1]
-					}
-					mulAdd(yr, wt[j*ch+c0:j*ch+c1], xr)
+					mulAdd(yr, wt[j*ch+c0:j*ch+c1], xr(j))
 				}
 				siluVec(yr, yr)
 			}
@@ -55,6 +77,10 @@ func (b *Backend) convolve(xs, ws []float32, n, ch, kw int, starts, ls []int, hi
 	})
 	return y
 }
+
+// convFused selects convSiLU4AVX2 for four-tap convolutions (the tests turn
+// it off to compare its bits with the passes it fuses).
+var convFused = true
 
 // lastInputs returns the last K−1 rows of [hist; x] for a history
 // [K−1, C] and rows x [*, C].

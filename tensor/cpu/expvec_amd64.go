@@ -25,6 +25,14 @@ func sigmoidAVX2(dst, src *float32, n int)
 //go:noescape
 func mulAddAVX2(y, w, x *float32, n int)
 
+// convSiLU4AVX2 sets y[i] = silu(((((0 + w0[i]·x0[i]) + w1[i]·x1[i]) +
+// w2[i]·x2[i]) + w3[i]·x3[i])) for i < n (a multiple of 8), each product
+// rounded before its sum and the SiLU siluAVX2's: the bits of clearing y,
+// four mulAdd passes and siluVec, in one pass.
+//
+//go:noescape
+func convSiLU4AVX2(y, x0, x1, x2, x3, w0, w1, w2, w3 *float32, n int)
+
 // expShiftAVX2 sets dst[i] = e^(src[i]−shift).
 //
 //go:noescape

@@ -17,6 +17,10 @@ func mulAddAVX2(y, w, x *float32, n int) {
 	panic("cpu: mulAddAVX2 has no assembly on this architecture")
 }
 
+func convSiLU4AVX2(y, x0, x1, x2, x3, w0, w1, w2, w3 *float32, n int) {
+	panic("cpu: convSiLU4AVX2 has no assembly on this architecture")
+}
+
 func expShiftAVX2(dst, src *float32, n int, shift float32) {
 	panic("cpu: expShiftAVX2 has no assembly on this architecture")
 }
