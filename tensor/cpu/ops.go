@@ -67,10 +67,7 @@ func (b *Backend) SplitCols(x tensor.Tensor, widths ...int) ([]tensor.Tensor, er
 
 // rmsRow writes x/sqrt(mean(x²)+eps)·g into y, with g = 1+gain or gain.
 func rmsRow(y, x, gain []float32, eps float32, plusOne bool) {
-	var ss float32
-	for _, v := range x {
-		ss += v * v
-	}
+	ss := sumSq(x)
 	r := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
 	gain = gain[:len(x)]
 	y = y[:len(x)]
