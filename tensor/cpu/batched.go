@@ -132,6 +132,40 @@ func checkSegments(op string, segs []tensor.Segment, n, nPrefix int) ([]int, []i
 	return starts, ls, nil
 }
 
+// prefixRows checks the prefix keys and values of a segmented attention
+// call ([P_i, kvw] each, the values as many rows as the keys) and returns
+// their float32s.
+func prefixRows(op string, kPrefixes, vPrefixes []tensor.Tensor, kvw int) (kps, vps [][]float32, err error) {
+	kps, vps = make([][]float32, len(kPrefixes)), make([][]float32, len(kPrefixes))
+	for i := range kPrefixes {
+		kpt, err := matrix(op, fmt.Sprintf("kPrefixes[%d]", i), kPrefixes[i], -1, kvw)
+		if err != nil {
+			return nil, nil, err
+		}
+		vpt, err := matrix(op, fmt.Sprintf("vPrefixes[%d]", i), vPrefixes[i], kpt.shape[0], kvw)
+		if err != nil {
+			return nil, nil, err
+		}
+		kps[i], vps[i] = kpt.float32s(), vpt.float32s()
+	}
+	return kps, vps, nil
+}
+
+// prefix sets the keys and values the segment sees before its own rows: a
+// prefix of kps and vps, another segment's rows of ks and vs (starts and
+// ls place the segments), or none.
+func (a *attnSeg) prefix(s tensor.Segment, kps, vps [][]float32, ks, vs []float32, starts, ls []int, kvw int) {
+	switch s.From {
+	case tensor.FromPrefix:
+		a.kp, a.vp = kps[s.Index], vps[s.Index]
+		a.p = len(kps[s.Index]) / kvw
+	case tensor.FromSegment:
+		j := s.Index
+		a.kp, a.vp = ks[starts[j]*kvw:(starts[j]+ls[j])*kvw], vs[starts[j]*kvw:(starts[j]+ls[j])*kvw]
+		a.p = ls[j]
+	}
+}
+
 // AttentionSegments is causal grouped-query attention whose segments each
 // continue their own prefix.
 func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes []tensor.Tensor, segs []tensor.Segment, c tensor.AttentionConfig) (tensor.Tensor, error) {
@@ -148,31 +182,15 @@ func (b *Backend) AttentionSegments(q, k, v tensor.Tensor, kPrefixes, vPrefixes 
 	if err != nil {
 		return nil, err
 	}
-	kps, vps := make([][]float32, len(kPrefixes)), make([][]float32, len(kPrefixes))
-	for i := range kPrefixes {
-		kpt, err := matrix(op, fmt.Sprintf("kPrefixes[%d]", i), kPrefixes[i], -1, kvw)
-		if err != nil {
-			return nil, err
-		}
-		vpt, err := matrix(op, fmt.Sprintf("vPrefixes[%d]", i), vPrefixes[i], kpt.shape[0], kvw)
-		if err != nil {
-			return nil, err
-		}
-		kps[i], vps[i] = kpt.float32s(), vpt.float32s()
+	kps, vps, err := prefixRows(op, kPrefixes, vPrefixes, kvw)
+	if err != nil {
+		return nil, err
 	}
 	ks, vs := kt.float32s(), vt.float32s()
 	as := make([]attnSeg, len(segs))
 	for i, s := range segs {
 		as[i] = attnSeg{start: starts[i], n: ls[i], kstart: starts[i], keys: ls[i]}
-		switch s.From {
-		case tensor.FromPrefix:
-			as[i].kp, as[i].vp = kps[s.Index], vps[s.Index]
-			as[i].p = len(kps[s.Index]) / kvw
-		case tensor.FromSegment:
-			j := s.Index
-			as[i].kp, as[i].vp = ks[starts[j]*kvw:(starts[j]+ls[j])*kvw], vs[starts[j]*kvw:(starts[j]+ls[j])*kvw]
-			as[i].p = ls[j]
-		}
+		as[i].prefix(s, kps, vps, ks, vs, starts, ls, kvw)
 	}
 	return b.attend(qt.float32s(), ks, vs, n, as, c, nil), nil
 }

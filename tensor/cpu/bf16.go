@@ -73,18 +73,27 @@ func pickBF16Kernel(name string) bf16Kernel {
 
 // matmulBF16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 weight, in bf16.
 func (b *Backend) matmulBF16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
-	kern := bf16Use
-	if b.generic {
-		kern = bf16Widen
+	if b.panelledBF16() {
+		b.matmulPanelsBF16(xs, wt, m, wholeOut(ys, n))
+		return
 	}
-	switch kern {
-	case bf16AVX512:
-		b.matmulDPBF16(xs, wt.bf16Panels(b), m, wholeOut(ys, n))
-	case bf16AMX:
-		b.matmulAMX(xs, wt.bf16Panels(b), m, wholeOut(ys, n))
-	default:
-		b.matmulBF16Widen(xs, wt, m, n, k, ys)
+	b.matmulBF16Widen(xs, wt, m, n, k, ys)
+}
+
+// panelledBF16 reports whether the backend runs bf16 products on the
+// weights' bf16 panels (VDPBF16PS or AMX), not the widening kernel.
+func (b *Backend) panelledBF16() bool {
+	return !b.generic && (bf16Use == bf16AVX512 || bf16Use == bf16AMX)
+}
+
+// matmulPanelsBF16 puts xs [m, k] · wᵀ for a BF16 weight in out with the
+// kernel on the weight's panels; panelledBF16 must hold.
+func (b *Backend) matmulPanelsBF16(xs []float32, wt *Tensor, m int, out colOut) {
+	if bf16Use == bf16AMX {
+		b.matmulAMX(xs, wt.bf16Panels(b), m, out)
+		return
 	}
+	b.matmulDPBF16(xs, wt.bf16Panels(b), m, out)
 }
 
 // colOut is where the bf16 kernels put a product's columns: in blocks, block

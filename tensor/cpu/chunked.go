@@ -51,17 +51,9 @@ func (b *Backend) AttentionRows(q, k, v tensor.Tensor, kPrefixes, vPrefixes []te
 	if err != nil {
 		return nil, err
 	}
-	kps, vps := make([][]float32, len(kPrefixes)), make([][]float32, len(kPrefixes))
-	for i := range kPrefixes {
-		kpt, err := matrix(op, fmt.Sprintf("kPrefixes[%d]", i), kPrefixes[i], -1, kvw)
-		if err != nil {
-			return nil, err
-		}
-		vpt, err := matrix(op, fmt.Sprintf("vPrefixes[%d]", i), vPrefixes[i], kpt.shape[0], kvw)
-		if err != nil {
-			return nil, err
-		}
-		kps[i], vps[i] = kpt.float32s(), vpt.float32s()
+	kps, vps, err := prefixRows(op, kPrefixes, vPrefixes, kvw)
+	if err != nil {
+		return nil, err
 	}
 	ks, vs := kt.float32s(), vt.float32s()
 	as := make([]attnSeg, len(segs))
@@ -69,15 +61,7 @@ func (b *Backend) AttentionRows(q, k, v tensor.Tensor, kPrefixes, vPrefixes []te
 	for i, s := range segs {
 		as[i] = attnSeg{start: row, n: hi[i] - lo[i], kstart: starts[i], keys: ls[i], skip: lo[i]}
 		row += as[i].n
-		switch s.From {
-		case tensor.FromPrefix:
-			as[i].kp, as[i].vp = kps[s.Index], vps[s.Index]
-			as[i].p = len(kps[s.Index]) / kvw
-		case tensor.FromSegment:
-			j := s.Index
-			as[i].kp, as[i].vp = ks[starts[j]*kvw:(starts[j]+ls[j])*kvw], vs[starts[j]*kvw:(starts[j]+ls[j])*kvw]
-			as[i].p = ls[j]
-		}
+		as[i].prefix(s, kps, vps, ks, vs, starts, ls, kvw)
 	}
 	return b.attend(qt.float32s(), ks, vs, queries, as, c, kt), nil
 }

@@ -753,8 +753,17 @@ func (b *Backend) f32Source(wt *Tensor, n, k int) bSource {
 // matmul16 sets ys [m, n] to xs [m, k] · wᵀ for a BF16 or F16 weight,
 // widened exactly into float32 panels block by block.
 func (b *Backend) matmul16(xs []float32, wt *Tensor, m, n, k int, ys []float32) {
-	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
-	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: src, c: ys, ldc: n, kern: b.kernel()})
+	b.runGEMM(&gemmArgs{m: m, n: n, k: k, a: xs, lda: k, b: b.weightSource(wt, n, k), c: ys, ldc: n, kern: b.kernel()})
+}
+
+// weightSource returns where the float32 panels of a weight [n, k] come
+// from: an F32 weight's as f32Source says, a 16-bit one's widened exactly,
+// block by block.
+func (b *Backend) weightSource(wt *Tensor, n, k int) bSource {
+	if wt.dtype == tensor.F32 {
+		return b.f32Source(wt, n, k)
+	}
+	return bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
 }
 
 // swiGLUF32 sets out [m, h] to silu(x·Wgᵀ)·(x·Wuᵀ) for an F32 weight

@@ -86,18 +86,14 @@ func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tenso
 	if sum != n {
 		return nil, &tensor.ShapeError{Op: "MatMulSplit", Arg: "w", Shape: wt.shape, Want: tensor.Dims(sum, k)}
 	}
-	if wt.dtype == tensor.BF16 && m > 0 && k > 0 && !b.generic && bf16Use != bf16Widen {
+	if wt.dtype == tensor.BF16 && m > 0 && k > 0 && b.panelledBF16() {
 		out := colOut{offs: make([]int, len(widths)+1), dst: make([][]float32, len(widths))}
 		outs := make([]tensor.Tensor, len(widths))
 		for i, wd := range widths {
 			t := newF32Full(m, wd)
 			outs[i], out.dst[i], out.offs[i+1] = t, t.f32, out.offs[i]+wd
 		}
-		if bf16Use == bf16AMX {
-			b.matmulAMX(xt.float32s(), wt.bf16Panels(b), m, out)
-		} else {
-			b.matmulDPBF16(xt.float32s(), wt.bf16Panels(b), m, out)
-		}
+		b.matmulPanelsBF16(xt.float32s(), wt, m, out)
 		return outs, nil
 	}
 	if wt.dtype == tensor.BF16 || m == 0 || k == 0 {
@@ -108,11 +104,7 @@ func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tenso
 		defer b.Free(y)
 		return b.SplitCols(y, widths...)
 	}
-	src := bSource{w16: wt.halfBits(), dt: wt.dtype, n: n, k: k}
-	if wt.dtype == tensor.F32 {
-		src = b.f32Source(wt, n, k)
-	}
-	whole := gemmArgs{m: m, n: n, k: k, a: xt.float32s(), lda: k, b: src, kern: b.kernel()}
+	whole := gemmArgs{m: m, n: n, k: k, a: xt.float32s(), lda: k, b: b.weightSource(wt, n, k), kern: b.kernel()}
 	if b.Threads > 1 { // A packed once for every block's product
 		if whole.apk = b.packShared(&whole); whole.apk != nil {
 			defer aPool.Put(&whole.apk)
