@@ -14,8 +14,11 @@ const MaxTokenBytes = 128
 // Render budgets (RecordOptions): a text rendered past its budget is certainly over its token limit, so rendering
 // stops there, however large the JSON would render.
 const (
-	// DefaultMaxStateBytes is the state's render budget: MaxStateTokens tokens of MaxTokenBytes (8 MiB).
+	// DefaultMaxStateBytes is the state's render budget: MaxStateTokens tokens of MaxTokenBytes (8 MiB), or, for a
+	// state whose own text is larger, stateSpread times that text up to MaxStateSpreadBytes (see stateBudget).
 	DefaultMaxStateBytes = MaxStateTokens * MaxTokenBytes
+	// MaxStateSpreadBytes bounds the render budget of a large state (32 MiB: the HTTP server's largest body).
+	MaxStateSpreadBytes = 32 << 20
 	// DefaultMaxQuestionBytes is one question's render budget (its instructions and options together):
 	// MaxRowTokens tokens of MaxTokenBytes (9 MiB).
 	DefaultMaxQuestionBytes = MaxRowTokens * MaxTokenBytes
@@ -227,8 +230,9 @@ type RecordOptions struct {
 	// KEV_DATE_FACTS=1 does.
 	DateFacts bool
 
-	// MaxStateBytes is the state's render budget (0: DefaultMaxStateBytes, < 0: none): a state whose text passes
-	// it is over MaxStateTokens whatever it says, so only that much is rendered and the record says StateCut.
+	// MaxStateBytes is the state's render budget (0: DefaultMaxStateBytes, or stateSpread times the state's own
+	// bytes up to MaxStateSpreadBytes where that is more; < 0: none): a state whose text passes it is over
+	// MaxStateTokens whatever it says, so only that much is rendered and the record says StateCut.
 	MaxStateBytes int
 	// MaxQuestionBytes is one question's render budget, its instructions and option texts together (0:
 	// DefaultMaxQuestionBytes, < 0: none); past it the question is marked Cut.
@@ -252,6 +256,47 @@ func (e *RenderTooLargeError) Error() string {
 
 // Detail returns the 422 detail: Error.
 func (e *RenderTooLargeError) Detail() string { return e.Error() }
+
+// stateSpread is how many times its own bytes (sourceBytes) a state may render to within its default budget: a
+// document of text, lists and a few levels of objects renders to about its own size, so every such state is rendered
+// whole and refused with Kev's own count of its tokens, while a state whose nesting multiplies its text (a render
+// bomb: 990 levels around an array) is still cut where a small multiple of its size runs out.
+const stateSpread = 4
+
+// stateBudget returns the default render budget of state v: DefaultMaxStateBytes, or stateSpread times the state's
+// own bytes where that is more, up to MaxStateSpreadBytes.
+func stateBudget(v pyjson.Value) int {
+	return max(DefaultMaxStateBytes, min(MaxStateSpreadBytes, stateSpread*sourceBytes(v, MaxStateSpreadBytes)))
+}
+
+// sourceBytes returns the bytes of v's keys and scalars' texts, with two for each member and element (the ": " or
+// "- " and the line's end), stopping once the count passes limit.
+func sourceBytes(v pyjson.Value, limit int) int {
+	n := 0
+	var walk func(v pyjson.Value)
+	walk = func(v pyjson.Value) {
+		if n > limit {
+			return
+		}
+		switch v.Kind() {
+		case pyjson.KindNull:
+		case pyjson.KindArray:
+			for _, x := range v.Elems() {
+				n += 2
+				walk(x)
+			}
+		case pyjson.KindObject:
+			for _, m := range v.Members() {
+				n += len(m.Key) + 2
+				walk(m.Value)
+			}
+		default:
+			n += len(v.Str())
+		}
+	}
+	walk(v)
+	return n
+}
 
 // budget returns o's budget b: def for 0, none (-1) for b < 0.
 func budget(b, def int) int {
@@ -301,6 +346,9 @@ func ToRecord(req *Request, opts RecordOptions) (*Record, error) {
 		return nil, err
 	}
 	maxState := budget(opts.MaxStateBytes, DefaultMaxStateBytes)
+	if opts.MaxStateBytes == 0 {
+		maxState = stateBudget(req.State)
+	}
 	maxQ := budget(opts.MaxQuestionBytes, DefaultMaxQuestionBytes)
 	t := &texts{total: budget(opts.MaxBytes, DefaultMaxRenderBytes)}
 	rec := &Record{Questions: make([]RecordQuestion, len(req.Questions)), shared: req.shared}

@@ -260,3 +260,68 @@ func TestRequestTooLong(t *testing.T) {
 		t.Errorf("at the limit: %v", err)
 	}
 }
+
+// wordTokenizer is one token a space-separated word, fast enough for states of tens of megabytes.
+type wordTokenizer struct{ *fakeTokenizer }
+
+func (w wordTokenizer) Encode(text string) []int {
+	ids := make([]int, 0, strings.Count(text, " ")+1)
+	for range strings.Fields(text) {
+		ids = append(ids, 7)
+	}
+	return ids
+}
+
+// TestLargeStateCounted: a state of plain text past DefaultMaxStateBytes but within stateSpread times its own bytes
+// renders whole, and its refusal carries Kev's count of its tokens; past MaxStateSpreadBytes, or a state whose
+// nesting multiplies its text past stateSpread times its bytes, is cut at its budget as before.
+func TestLargeStateCounted(t *testing.T) {
+	words := DefaultMaxStateBytes/5 + 100_000 // "word " a word: past 8 MiB
+	cases := []struct {
+		name      string
+		state     string // JSON
+		wantBytes int    // the budget the state is cut at; 0: rendered whole
+		wantToks  int    // the count refused with, when not cut
+	}{
+		{"text past 8 MiB", `"` + strings.Repeat("word ", words) + `"`, 0, words},
+		{"a list of lines", `[` + strings.TrimSuffix(strings.Repeat(`"word word word",`, words/3), ",") + `]`, 0, 4 * (words / 3)},
+		{"text past 32 MiB", `"` + strings.Repeat("word ", MaxStateSpreadBytes/5+1000) + `"`, MaxStateSpreadBytes, 0},
+		{"nested 990 deep", string(nestBomb(990, 100_000)), DefaultMaxStateBytes, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(`{"state":` + tc.state + `,"questions":{"q":{"type":"noul"}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := ToRecord(req, RecordOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantBytes > 0 {
+				if !rec.StateCut || rec.StateBytes != tc.wantBytes {
+					t.Fatalf("state cut %v at %d bytes, want cut at %d", rec.StateCut, rec.StateBytes, tc.wantBytes)
+				}
+			} else if rec.StateCut || len(rec.State) < DefaultMaxStateBytes {
+				t.Fatalf("state cut %v, %d bytes rendered: want it whole, past %d", rec.StateCut, len(rec.State), DefaultMaxStateBytes)
+			}
+			_, err = Encode(wordTokenizer{newFakeTokenizer()}, rec, EncodeOptions{})
+			var se *StateTooLongError
+			if !errors.As(err, &se) {
+				t.Fatalf("Encode: %v, want a StateTooLongError", err)
+			}
+			if tc.wantBytes > 0 {
+				if se.Bytes != tc.wantBytes || se.Tokens != 0 {
+					t.Errorf("refused with %d tokens, %d bytes; want the %d-byte budget", se.Tokens, se.Bytes, tc.wantBytes)
+				}
+				return
+			}
+			if se.Bytes != 0 || se.Tokens != tc.wantToks+1 { // <state> included
+				t.Errorf("refused with %d tokens, %d bytes; want Kev's count %d", se.Tokens, se.Bytes, tc.wantToks+1)
+			}
+			if want := "state is " + commaInt(tc.wantToks+1) + " tokens, over the 65,536-token limit"; !strings.HasPrefix(se.Error(), want) {
+				t.Errorf("%q, want it to start %q", se.Error(), want)
+			}
+		})
+	}
+}
