@@ -1,11 +1,12 @@
 // FP8 (E4M3) products for Hopper (sm_90a): activations quantized per row on the device, weights quantized per output
 // channel on the host (internal/fp8), fp32 accumulation, bf16 results.
 //
-// quant_rows_e4m3 turns a bf16 activation matrix X[M, K] into E4M3 codes Q[M, K] (K contiguous) and one fp32 scale
+// quant_rows_e4m3 turns an activation matrix X[M, K] (bf16 or fp32) into E4M3 codes Q[M, K] (K contiguous) and one fp32 scale
 // per row, S[r] = max|X[r, ·]| / 448 (1 when that is 0), Q = E4M3(X / S) rounded to nearest even with saturation to
 // ±448: internal/fp8.QuantizeActivations, bit for bit.
 //
-// gemm_fp8_wgmma_128xBN computes Y[M, N] = (Xq[M, K] · Wq[N, K]ᵀ) · xs[row] · ws[col] (+ R[M, N]), bf16 Y and R. The
+// gemm_fp8_wgmma_128xBN computes Y[M, N] = (Xq[M, K] · Wq[N, K]ᵀ) · xs[row] · ws[col] (+ R[M, N]), Y and R bf16 (or
+// fp32 when yF32). The
 // structure is gemm_sm90a.cu's wave kernel: tiles of 128 rows × BN columns, warpgroup 0 the producer (one thread
 // issues TMA copies of the X and W tiles into a STAGES-deep ring of mbarrier-guarded stages), warpgroups 1 and 2 the
 // consumers of 64 rows each. A k tile is 128 codes = 128 bytes per row, copied with the 128-byte swizzle, so the
@@ -34,22 +35,34 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
 	return r;
 }
 
-// quant_rows_e4m3: one block (QUANT_THREADS threads) per row r < M of X (bf16, row stride ldx elements, a multiple of
-// 8): S[r] = the row's scale, Q[r·K …] = its codes. K a multiple of 16; X and Q 16-byte aligned. The largest
-// magnitude skips NaN (fmaxf), and the division is IEEE (div.rn.f32), as in internal/fp8.
+// quant_rows_e4m3: one block (QUANT_THREADS threads) per row r < M of X (bf16, or fp32 when xF32; row stride ldx
+// elements, a multiple of 8): S[r] = the row's scale, Q[r·K …] = its codes. K a multiple of 16; X and Q 16-byte
+// aligned. The largest magnitude skips NaN (fmaxf), and the divisions are IEEE (div.rn.f32), as in internal/fp8.
 #define QUANT_THREADS 256
-extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(const __nv_bfloat16 *X, int ldx, uint8_t *Q,
-                                                                             float *S, int M, int K) {
+
+// quant_load8 widens elements 8i … 8i+7 of row x (bf16, or fp32 when xF32) to float.
+__device__ __forceinline__ void quant_load8(const void *x, int xF32, int i, float *f) {
+	if (xF32) {
+		const float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+	} else {
+		unpack8(((const uint4 *)x)[i], f);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(const void *X, int xF32, int ldx,
+                                                                             uint8_t *Q, float *S, int M, int K) {
 	KEV_GRID_DEP();
 	__shared__ float red[QUANT_THREADS / 32];
 	const int row = blockIdx.x;
 	if (row >= M) return;
-	const uint4 *x = (const uint4 *)(X + (size_t)row * ldx);
+	const void *x = xF32 ? (const void *)((const float *)X + (size_t)row * ldx)
+	                     : (const void *)((const __nv_bfloat16 *)X + (size_t)row * ldx);
 	const int n8 = K / 8;
 	float m = 0.f;
 	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
 		float f[8];
-		unpack8(x[i], f);
+		quant_load8(x, xF32, i, f);
 #pragma unroll
 		for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
 	}
@@ -65,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 	uint2 *q = (uint2 *)(Q + (size_t)row * K);
 	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
 		float f[8];
-		unpack8(x[i], f);
+		quant_load8(x, xF32, i, f);
 		uint2 v;
 		v.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
 		v.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
@@ -182,8 +195,8 @@ template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint6
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
 template <int BN, int STAGES>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
-                                         const float *xs, const float *ws, int M, int N, int K, int ldy, int gn,
-                                         int wpre) {
+                                         const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
+                                         int gn, int wpre) {
 	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
 	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -276,21 +289,21 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			// the sum times the product of the scales, each product rounded (no fused add with the residual)
 			const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw.x));
 			const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw.y));
-			gemm_store2(Y, R, ldy, 0, rows[h], col, v0, v1);
+			gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
 		}
 	}
 }
 
 #define FP8_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    const float *xs, const float *ws, int M, int N, int K, int ldy, int gn, int wpre
+	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre
 
 // The FP8 tile kernels: 128×128 (6 stages of 32 KiB) and 128×64 (8 stages of 24 KiB), 384 threads; dynamic shared
 // memory STAGES · (128 + BN) · 128 + 1024 (alignment) + 16 · STAGES (barriers).
 #define FP8_TILE(BN, STAGES)                                                                                      \
 	extern "C" __global__ void __launch_bounds__(384, 1) gemm_fp8_wgmma_128x##BN(FP8_PARAMS) {                  \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, gn, wpre);                              \
+		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                              \
 	}
 FP8_TILE(128, 6)
 FP8_TILE(64, 8)
