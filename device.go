@@ -136,6 +136,12 @@ const (
 	BFloat16 DType = "bfloat16"
 	// Float16 is IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only.
 	Float16 DType = "float16"
+	// FP8 is FP8 E4M3 matrix products (Kev's KEV_DTYPE=fp8): weights quantized when they are loaded (from fp32,
+	// after the LoRA is merged) with one scale per output channel, activations quantized per token by each
+	// product, fp32 sums, bf16 everywhere else. It needs the cuda device on an NVIDIA GPU of compute capability 8.9
+	// or newer; the cpu device refuses it. Load checks the GPUs, then refuses it too for now: the model loader does
+	// not quantize weights yet (the backend's FP8 products are tensor.FP8).
+	FP8 DType = "fp8"
 )
 
 // parseDType maps Options.DType to the weights' type and its canonical name; the default depends on the device.
@@ -158,6 +164,24 @@ func parseDType(s DType, backend string) (qwen35.DType, DType, error) {
 				backend + " backend computes with bf16 weights (use bfloat16)"}
 		}
 		return qwen35.F16, Float16, nil
+	case "fp8", "float8", "e4m3", "float8_e4m3", "float8_e4m3fn":
+		if backend == string(CPU) {
+			return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: "fp8 needs an NVIDIA GPU of compute capability 8.9 " +
+				"or newer (the cuda device); the cpu device computes in float32, bfloat16 or float16"}
+		}
+		return qwen35.F32, FP8, nil // fp32 weights (the LoRA merged in fp32), each rounded once to fp8
 	}
-	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32", "bfloat16" or "float16" ("fp32", "bf16", "fp16")`}
+	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32", "bfloat16", "float16" or "fp8" ("fp32", "bf16", "fp16")`}
+}
+
+// checkFP8 checks that every replica's backend computes with FP8 weights (tensor.CheckFP8: the GPU's compute
+// capability), and then refuses fp8 all the same: the model loader does not quantize weights yet.
+func checkFP8(s DType, backends []tensor.Backend) error {
+	for i, b := range backends {
+		if err := tensor.CheckFP8(b); err != nil {
+			return &OptionError{Field: "DType", Value: string(s), Reason: fmt.Sprintf("replica %d: %v", i, err)}
+		}
+	}
+	return &OptionError{Field: "DType", Value: string(s), Reason: "fp8 weights are not supported by the model loader yet " +
+		"(the GPU has the FP8 products; the weights are not quantized at load)"}
 }

@@ -37,7 +37,7 @@ import (
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
 	Device          Device  // CPU (default), CUDA, "cuda:N", a list "cuda:0,1" or "cuda:all" (a replica per GPU); see Device
-	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere) or Float16 (CPU only); "fp32", "bf16", "fp16" also read
+	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere), Float16 (CPU only) or FP8 (refused for now); "fp32", "bf16", "fp16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept, per replica; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
@@ -239,6 +239,11 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 			closeBackends(backends)
 		}
 	}()
+	if dtName == FP8 {
+		if err := checkFP8(opts.DType, backends); err != nil {
+			return nil, err
+		}
+	}
 
 	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline, false)
 	if err != nil {

@@ -258,6 +258,10 @@ type Backend interface {
 // by both rows' scales (internal/fp8.MatMulFP8), results stored as for BF16
 // weights. Callers detect it with a type assertion, or call FromFloat32FP8.
 type FP8 interface {
+	// CheckFP8 returns nil where the backend computes with F8E4M3
+	// weights, and otherwise a *DTypeError saying why (a GPU without FP8
+	// tensor cores, or without the kernels for them).
+	CheckFP8() error
 	// FromFloat32FP8 quantizes a float32 weight matrix [N, K] to F8E4M3,
 	// one scale per row, and uploads it. A backend that cannot compute
 	// with it where it runs (a GPU without FP8 tensor cores) returns a
@@ -271,7 +275,20 @@ func FromFloat32FP8(b Backend, shape []int, data []float32) (Tensor, error) {
 	if f, ok := b.(FP8); ok {
 		return f.FromFloat32FP8(shape, data)
 	}
-	return nil, &DTypeError{Backend: b.Name(), DType: F8E4M3, Reason: "this backend has no FP8 matrix products; " +
+	return nil, noFP8(b)
+}
+
+// CheckFP8 returns nil where b computes with F8E4M3 weights (FP8.CheckFP8),
+// and otherwise a *DTypeError saying why.
+func CheckFP8(b Backend) error {
+	if f, ok := b.(FP8); ok {
+		return f.CheckFP8()
+	}
+	return noFP8(b)
+}
+
+func noFP8(b Backend) error {
+	return &DTypeError{Backend: b.Name(), DType: F8E4M3, Reason: "this backend has no FP8 matrix products; " +
 		"they need the cuda backend on an NVIDIA GPU of compute capability 8.9 or newer"}
 }
 

@@ -25,7 +25,14 @@ func (s *suite) testFP8(t *testing.T) {
 		t.Errorf("FromBits(F8E4M3): error %v, want a *tensor.DTypeError", err)
 	}
 	_, ok := s.b.(tensor.FP8)
+	check := tensor.CheckFP8(s.b)
+	if check != nil && !errors.As(check, &de) {
+		t.Fatalf("CheckFP8: error %v, want nil or a *tensor.DTypeError", check)
+	}
 	w0, err := tensor.FromFloat32FP8(s.b, []int{8, 16}, s.random(128, 1))
+	if (err == nil) != (check == nil) {
+		t.Fatalf("CheckFP8 says %v, FromFloat32FP8 %v", check, err)
+	}
 	switch {
 	case !ok:
 		if !errors.As(err, &de) {

@@ -41,14 +41,23 @@ func (d *Device) FP8Supported() (bool, string) {
 		d.info.Name, d.info.Major, d.info.Minor)
 }
 
+// CheckFP8 returns nil on a GPU where the FP8 kernels run (compute capability 9.0), and otherwise a
+// *tensor.DTypeError saying why (tensor.FP8).
+func (b *Backend) CheckFP8() error {
+	if ok, why := b.dev.FP8Supported(); !ok {
+		return &tensor.DTypeError{Backend: Name, DType: tensor.F8E4M3, Reason: why}
+	}
+	return nil
+}
+
 // FromFloat32FP8 quantizes a float32 weight matrix [N, K] to E4M3 with one scale per row (internal/fp8.QuantizeRows)
 // on the host and uploads the codes and scales as an F8E4M3 tensor (tensor.FP8). K must be a multiple of 16 (the
 // row stride of the GEMM's tensor maps, in bytes) and N of 8. On a GPU without the FP8 kernels it returns a
 // *tensor.DTypeError saying why; a NaN or infinite weight is an *fp8.NonFiniteError.
 func (b *Backend) FromFloat32FP8(shape []int, data []float32) (tensor.Tensor, error) {
 	const op = "FromFloat32FP8"
-	if ok, why := b.dev.FP8Supported(); !ok {
-		return nil, &tensor.DTypeError{Backend: Name, DType: tensor.F8E4M3, Reason: why}
+	if err := b.CheckFP8(); err != nil {
+		return nil, err
 	}
 	if len(shape) != 2 || shape[0] < 0 || shape[1] < 0 {
 		return nil, &tensor.ShapeError{Op: op, Arg: "shape", Shape: shape, Want: "[N, K]"}
