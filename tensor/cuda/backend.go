@@ -35,8 +35,8 @@ func Count() (int, error) {
 }
 
 // Backend is tensor.Backend on one GPU. Storage: FromHost converts F32 matrices (rank ≥ 2) to BF16 once and keeps
-// BF16 as it is; vectors and everything from FromFloat32 stay F32 (norm gains, A_log, dt_bias, the pointer head).
-// Operation results are BF16 when their main input is BF16 and F32 otherwise, except the recurrent state and the
+// BF16 as it is; vectors and everything from FromFloat32 stay F32 (norm gains, A_log, dt_bias, the pointer head);
+// FromFloat32FP8 makes F8E4M3 weights (tensor.FP8), which only the matrix products take, as w. Operation results are BF16 when their main input is BF16 and F32 otherwise, except the recurrent state and the
 // delta-rule gates, always F32, and Embedding, SplitCols and the convolution state, which keep the input's type.
 // All arithmetic is fp32. Device memory comes from a size-class pool: Free hands it back for the next operation.
 //
