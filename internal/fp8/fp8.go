@@ -13,6 +13,8 @@ package fp8
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // Max is the largest finite E4M3 magnitude.
@@ -148,18 +150,67 @@ func QuantizeRows(w []float32, n, k int) (q []uint8, scale []float32, err error)
 	}
 	q = make([]uint8, len(w))
 	scale = make([]float32, n)
-	for r := 0; r < n; r++ {
+	if err := quantizeRows(q, scale, w, k, 0, n); err != nil {
+		return nil, nil, err
+	}
+	return q, scale, nil
+}
+
+// quantizeRows quantizes rows [lo, hi) of w (k columns) into q and scale, by QuantizeRows' rule; the first
+// non-finite element of those rows, in row-major order, is a *NonFiniteError.
+func quantizeRows(q []uint8, scale, w []float32, k, lo, hi int) error {
+	for r := lo; r < hi; r++ {
 		row := w[r*k : r*k+k]
 		var m uint32 // the largest magnitude's bits: non-negative floats order as their bits do
 		for c, v := range row {
 			a := math.Float32bits(v) &^ (1 << 31)
 			if a >= 0x7f800000 {
-				return nil, nil, &NonFiniteError{Row: r, Col: c, Value: v}
+				return &NonFiniteError{Row: r, Col: c, Value: v}
 			}
 			m = max(m, a)
 		}
 		scale[r] = RowScale(math.Float32frombits(m))
 		quantizeRow(q[r*k:r*k+k], row, scale[r])
+	}
+	return nil
+}
+
+// minParallel is the fewest elements QuantizeRowsParallel gives one goroutine: below it, starting goroutines
+// costs more than it saves.
+const minParallel = 1 << 16
+
+// QuantizeRowsParallel is QuantizeRows with the rows split into contiguous blocks quantized by up to workers
+// goroutines at once (workers ≤ 0: GOMAXPROCS). Every row is quantized by itself, so the codes and scales are
+// QuantizeRows' bit for bit, and so is the error: of several non-finite elements, the first in row-major order
+// is reported.
+func QuantizeRowsParallel(w []float32, n, k, workers int) (q []uint8, scale []float32, err error) {
+	if err := checkShape(n, k, len(w)); err != nil {
+		return nil, nil, err
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	blocks := min(workers, n, max(1, len(w)/minParallel))
+	if blocks <= 1 {
+		return QuantizeRows(w, n, k)
+	}
+	q = make([]uint8, len(w))
+	scale = make([]float32, n)
+	errs := make([]error, blocks)
+	var wg sync.WaitGroup
+	for b := range blocks {
+		lo, hi := b*n/blocks, (b+1)*n/blocks
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[b] = quantizeRows(q, scale, w, k, lo, hi)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs { // the first block's error is the first element's
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	return q, scale, nil
 }

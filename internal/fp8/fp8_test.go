@@ -451,3 +451,68 @@ func BenchmarkQuantizeActivations(b *testing.B) {
 		}
 	}
 }
+
+// TestQuantizeRowsParallel checks that QuantizeRowsParallel's codes, scales and errors are QuantizeRows', bit for
+// bit, however many goroutines split the rows (matrices big enough to be split into that many blocks, and small
+// ones that are not split at all).
+func TestQuantizeRowsParallel(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	nan, inf := float32(math.NaN()), float32(math.Inf(-1))
+	big := randMatrix(r, 1031, 512) // 1031 rows: blocks of unequal sizes
+	twoBad := append([]float32(nil), big...)
+	twoBad[900*512+3] = inf   // a late block's...
+	twoBad[200*512+511] = nan // ...and an earlier one's: the earlier is reported
+	cases := []struct {
+		name    string
+		w       []float32
+		n, k    int
+		workers []int
+	}{
+		{"big", big, 1031, 512, []int{0, 1, 2, 3, 7, 64}},
+		{"small", randMatrix(r, 8, 16), 8, 16, []int{0, 4}},
+		{"one row", randMatrix(r, 1, minParallel*2), 1, minParallel * 2, []int{4}},
+		{"empty", nil, 0, 16, []int{4}},
+		{"two non-finite", twoBad, 1031, 512, []int{2, 7}},
+		{"short data", big[:100], 1031, 512, []int{3}},
+	}
+	for _, c := range cases {
+		wq, ws, werr := QuantizeRows(c.w, c.n, c.k)
+		for _, workers := range c.workers {
+			q, s, err := QuantizeRowsParallel(c.w, c.n, c.k, workers)
+			if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+				t.Errorf("%s, %d workers: error %v, QuantizeRows' %v", c.name, workers, err, werr)
+				continue
+			}
+			if len(q) != len(wq) || len(s) != len(ws) {
+				t.Errorf("%s, %d workers: %d codes and %d scales, QuantizeRows gives %d and %d", c.name, workers, len(q), len(s), len(wq), len(ws))
+				continue
+			}
+			for i := range ws {
+				if math.Float32bits(s[i]) != math.Float32bits(ws[i]) {
+					t.Fatalf("%s, %d workers: scale[%d] = %v, QuantizeRows' %v", c.name, workers, i, s[i], ws[i])
+				}
+			}
+			for i := range wq {
+				if q[i] != wq[i] {
+					t.Fatalf("%s, %d workers: q[%d] = %#02x, QuantizeRows' %#02x", c.name, workers, i, q[i], wq[i])
+				}
+			}
+		}
+	}
+	var e *NonFiniteError
+	if _, _, err := QuantizeRowsParallel(twoBad, 1031, 512, 7); !errors.As(err, &e) || e.Row != 200 || e.Col != 511 {
+		t.Errorf("two non-finite elements: %v, want the first, [200, 511]", err)
+	}
+}
+
+// BenchmarkQuantizeRowsParallel is BenchmarkQuantizeRows on GOMAXPROCS goroutines.
+func BenchmarkQuantizeRowsParallel(b *testing.B) {
+	const n, k = 1024, 2560
+	w := randMatrix(rand.New(rand.NewPCG(1, 2)), n, k)
+	b.SetBytes(4 * n * k)
+	for b.Loop() {
+		if _, _, err := QuantizeRowsParallel(w, n, k, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -50,10 +50,11 @@ func (b *Backend) CheckFP8() error {
 	return nil
 }
 
-// FromFloat32FP8 quantizes a float32 weight matrix [N, K] to E4M3 with one scale per row (internal/fp8.QuantizeRows)
-// on the host and uploads the codes and scales as an F8E4M3 tensor (tensor.FP8). K must be a multiple of 16 (the
-// row stride of the GEMM's tensor maps, in bytes) and N of 8. On a GPU without the FP8 kernels it returns a
-// *tensor.DTypeError saying why; a NaN or infinite weight is an *fp8.NonFiniteError.
+// FromFloat32FP8 quantizes a float32 weight matrix [N, K] to E4M3 with one scale per row on the host
+// (internal/fp8.QuantizeRowsParallel: QuantizeRows' bits, the rows split among GOMAXPROCS goroutines) and uploads
+// the codes and scales as an F8E4M3 tensor (tensor.FP8). K must be a multiple of 16 (the row stride of the GEMM's
+// tensor maps, in bytes) and N of 8: another shape is a *tensor.ShapeError. On a GPU without the FP8 kernels it
+// returns a *tensor.DTypeError saying why; a NaN or infinite weight is an *fp8.NonFiniteError.
 func (b *Backend) FromFloat32FP8(shape []int, data []float32) (tensor.Tensor, error) {
 	const op = "FromFloat32FP8"
 	if err := b.CheckFP8(); err != nil {
@@ -66,7 +67,7 @@ func (b *Backend) FromFloat32FP8(shape []int, data []float32) (tensor.Tensor, er
 	if n%8 != 0 || k%16 != 0 {
 		return nil, &tensor.ShapeError{Op: op, Arg: "shape", Shape: shape, Want: "[N, K] with N a multiple of 8 and K of 16"}
 	}
-	q, s, err := fp8.QuantizeRows(data, n, k)
+	q, s, err := fp8.QuantizeRowsParallel(data, n, k, 0)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", op, err)
 	}
