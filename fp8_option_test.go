@@ -42,7 +42,7 @@ func TestFP8Option(t *testing.T) {
 
 	err := checkFP8(FP8, []tensor.Backend{cpu.New()})
 	var oe *OptionError
-	if !errors.As(err, &oe) || !strings.Contains(oe.Reason, "replica 0") || !strings.Contains(oe.Reason, "8.9 or newer") {
+	if !errors.As(err, &oe) || !strings.Contains(oe.Reason, "replica 0") || !strings.Contains(oe.Reason, "9.0 (Hopper)") {
 		t.Errorf("checkFP8 on the cpu backend: %v, want an *OptionError naming replica 0 and what fp8 needs", err)
 	}
 	if err := checkFP8(FP8, nil); !errors.As(err, &oe) || !strings.Contains(oe.Reason, "not supported by the model loader") {

@@ -265,7 +265,9 @@ type FP8 interface {
 	// FromFloat32FP8 quantizes a float32 weight matrix [N, K] to F8E4M3,
 	// one scale per row, and uploads it. A backend that cannot compute
 	// with it where it runs (a GPU without FP8 tensor cores) returns a
-	// *DTypeError; a NaN or infinite weight is an error naming it.
+	// *DTypeError; a shape its products do not take (the cuda backend's
+	// need N a multiple of 8 and K of 16) a *ShapeError; a NaN or infinite
+	// weight an error naming it.
 	FromFloat32FP8(shape []int, data []float32) (Tensor, error)
 }
 
@@ -289,7 +291,7 @@ func CheckFP8(b Backend) error {
 
 func noFP8(b Backend) error {
 	return &DTypeError{Backend: b.Name(), DType: F8E4M3, Reason: "this backend has no FP8 matrix products; " +
-		"they need the cuda backend on an NVIDIA GPU of compute capability 8.9 or newer"}
+		"they need the cuda backend on an NVIDIA GPU of compute capability 9.0 (Hopper)"}
 }
 
 // DTypeError reports a storage type that a backend does not compute with,

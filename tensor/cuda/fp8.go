@@ -37,7 +37,7 @@ func (d *Device) FP8Supported() (bool, string) {
 		return false, fmt.Sprintf("%s (compute capability %d.%d) has FP8 tensor cores, but the FP8 kernels are built for 9.0 (Hopper) only so far",
 			d.info.Name, d.info.Major, d.info.Minor)
 	}
-	return false, fmt.Sprintf("%s has compute capability %d.%d: FP8 matrix products need an NVIDIA GPU of compute capability 8.9 or newer",
+	return false, fmt.Sprintf("%s has compute capability %d.%d: FP8 matrix products need an NVIDIA GPU of compute capability 9.0 (Hopper)",
 		d.info.Name, d.info.Major, d.info.Minor)
 }
 
