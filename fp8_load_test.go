@@ -168,8 +168,8 @@ func (b *fp8Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps fl
 // checkFP8Golden runs every golden request on a predictor loaded with opts (DType FP8) and compares its
 // probabilities with the PyTorch fp32 reference, or, when against is not nil, with those of a predictor loaded with
 // *against: max |Δp| ≤ bar(set), and the same argmax wherever the other's top two are further apart than twice the
-// question's largest |Δp|. Info must say "fp8", with fewer weight bytes than a bf16 load of the same checkpoint on
-// the CPU. It returns the worst |Δp|.
+// question's largest |Δp|. Info and the model card must say "fp8", with fewer weight bytes than a bf16 load of the
+// same checkpoint on the CPU. It returns the worst |Δp|.
 func checkFP8Golden(t *testing.T, opts Options, against *Options, bar func(set string) float64) float64 {
 	var worst float64
 	questions, flips := 0, 0
@@ -184,6 +184,9 @@ func checkFP8Golden(t *testing.T, opts Options, against *Options, bar func(set s
 			pb := loadGolden(t, s, Options{Device: CPU, DType: BFloat16})
 			if info := p.Info(); info.DType != FP8 || info.WeightBytes >= pb.Info().WeightBytes || info.WeightBytes <= 0 {
 				t.Errorf("Info: dtype %q, %d weight bytes; want \"fp8\" and fewer than bf16's %d", info.DType, info.WeightBytes, pb.Info().WeightBytes)
+			}
+			if card := cardOf(p.Info(), p.Stats()); card.DType != "fp8" {
+				t.Errorf("model card dtype %q, want fp8", card.DType)
 			}
 			var pa *Predictor
 			if against != nil {
