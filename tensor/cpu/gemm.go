@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"sync"
 
@@ -73,6 +74,13 @@ func (k gemmKernel) mr() int {
 // ldc): each c[i*ldc+j] becomes the chain of fused multiply-adds of
 // a[p*mr+i]·b[p*nr+j] over p < kc, from zero or, with load, from its value.
 func (k gemmKernel) tile(rows, kc int, a, b, c []float32, ldc int, load bool) {
+	k.tileAhead(rows, kc, a, b, c, ldc, load, false)
+}
+
+// tileAhead is tile; with ahead, the AVX-512 kernel also prefetches the kc·nr
+// values after b (the panel's next kc rows, where b is a run of a packed
+// panel) into L2 as it runs. The bits are tile's.
+func (k gemmKernel) tileAhead(rows, kc int, a, b, c []float32, ldc int, load, ahead bool) {
 	mr := k.mr()
 	if rows < 1 || rows > mr {
 		panic("cpu: micro-kernel rows out of range")
@@ -86,7 +94,7 @@ func (k gemmKernel) tile(rows, kc int, a, b, c []float32, ldc int, load bool) {
 		}
 		return
 	}
-	tileAsm(k, rows, kc, a, b, c, ldc, load)
+	tileAsm(k, rows, kc, a, b, c, ldc, load, ahead)
 }
 
 // tileS is tile on operands read in place: each c[i*ldc+j] (i < rows ≤ mr,
@@ -541,11 +549,14 @@ func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch, apk []float32) {
 		a = func(pc, kc int) ([]float32, int) { return s.a, kc * mr }
 	}
 	if whole {
+		// A panel's runs of K follow each other in packed weights: each
+		// run's kernels prefetch the next while they work.
+		ahead := prefetchAhead && g.b.pk != nil
 		for q := q0; q < q1; q++ {
 			for pc := 0; pc < g.k; pc += kcBlock {
 				kc := min(kcBlock, g.k-pc)
 				ap, stride := a(pc, kc)
-				g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+				g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s, ahead)
 			}
 		}
 		return
@@ -557,16 +568,17 @@ func (g *gemmArgs) block(i0, i1, q0, q1 int, s *gemmScratch, apk []float32) {
 		}
 		ap, stride := a(pc, kc)
 		for q := q0; q < q1; q++ {
-			g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s)
+			g.tiles(ap, stride, g.b.panel(q, pc, kc, s.b), i0, i1, q, pc, kc, s, false)
 		}
 	}
 }
 
 // tiles runs the micro-kernel over rows [i0, i1) of C in panel q's columns
 // for the kc block at pc: the rows' packed A blocks lie stride values apart
-// from ap on, bp holds the panel's block. A tile past the last column runs
-// on a zero-padded copy.
-func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, kc int, s *gemmScratch) {
+// from ap on, bp holds the panel's block (ahead: a run of packed panels whose
+// next run the kernels prefetch). A tile past the last column runs on a
+// zero-padded copy of C.
+func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, kc int, s *gemmScratch, ahead bool) {
 	mr := g.kern.mr()
 	load := pc > 0 || g.add
 	j0 := q * nr
@@ -577,7 +589,7 @@ func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, 
 		rows := min(mr, i1-r0)
 		cr := (r0 - g.cr) * g.ldc
 		if cols == nr {
-			g.kern.tile(rows, kc, a, bp, c[cr:], g.ldc, load)
+			g.kern.tileAhead(rows, kc, a, bp, c[cr:], g.ldc, load, ahead)
 			continue
 		}
 		t := s.c[:rows*nr]
@@ -586,7 +598,7 @@ func (g *gemmArgs) tiles(ap []float32, stride int, bp []float32, i0, i1, q, pc, 
 				copy(t[i*nr:i*nr+cols], c[cr+i*g.ldc:])
 			}
 		}
-		g.kern.tile(rows, kc, a, bp, t, nr, load)
+		g.kern.tileAhead(rows, kc, a, bp, t, nr, load, ahead)
 		for i := range rows {
 			copy(c[cr+i*g.ldc:cr+i*g.ldc+cols], t[i*nr:])
 		}
@@ -718,6 +730,11 @@ func jobGrid(m, np, k, threads int) (mb, pj int) {
 	}
 	return mb, pj
 }
+
+// prefetchAhead lets the kernels of the whole order (gemmArgs.block)
+// prefetch a packed panel's next run of K (tileAhead); KEV_GEMM_PREFETCH=0
+// turns it off, for benchmarks to compare.
+var prefetchAhead = os.Getenv("KEV_GEMM_PREFETCH") != "0"
 
 // gemmStatic makes runGEMM hand each thread one contiguous run of its jobs
 // instead of letting the threads claim them one at a time (benchmarks

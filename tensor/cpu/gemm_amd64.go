@@ -90,6 +90,48 @@ func kern256r5(kc int, a, b, c *float32, ldc int, load bool)
 //go:noescape
 func kern256r6(kc int, a, b, c *float32, ldc int, load bool)
 
+// kern512p holds the AVX-512 kernels by row count that also prefetch the
+// panel's next kc rows into L2 as they run (gen_gemm_amd64.go's
+// prefetching): the same arithmetic as kern512, so the same bits.
+var kern512p = [...]microKernel{nil, kern512p1, kern512p2, kern512p3, kern512p4, kern512p5, kern512p6,
+	kern512p7, kern512p8, kern512p9, kern512p10, kern512p11, kern512p12}
+
+//go:noescape
+func kern512p1(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p2(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p3(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p4(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p5(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p6(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p7(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p8(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p9(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p10(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p11(kc int, a, b, c *float32, ldc int, load bool)
+
+//go:noescape
+func kern512p12(kc int, a, b, c *float32, ldc int, load bool)
+
 // The micro-kernels on operands read in place: as above, but row i of a
 // starts at a+i·rs and its values lie cs apart (rs = 1, cs = mr is a packed
 // block; rs = lda, cs = 1 a row-major matrix; rs = 1, cs = lda its
@@ -170,9 +212,14 @@ func tileAsmS(k gemmKernel, rows, kc int, a []float32, rs, cs int, b []float32, 
 	f(kc, &a[0], rs, cs, &b[16], ldb, &c[16], ldc, load)
 }
 
-// tileAsm runs the assembly kernel k on rows rows.
-func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) {
+// tileAsm runs the assembly kernel k on rows rows; with ahead, an AVX-512
+// one that prefetches the panel's next kc rows (kern512p).
+func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load, ahead bool) {
 	if k == kernAVX512 {
+		if ahead {
+			kern512p[rows](kc, &a[0], &b[0], &c[0], ldc, load)
+			return
+		}
 		kern512[rows](kc, &a[0], &b[0], &c[0], ldc, load)
 		return
 	}

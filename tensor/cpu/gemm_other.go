@@ -6,7 +6,7 @@ package cpu
 const hasAVX512 = false
 
 // tileAsm is never reached: gemmKern stays kernGo off amd64.
-func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load bool) {
+func tileAsm(k gemmKernel, rows, kc int, a, b, c []float32, ldc int, load, ahead bool) {
 	panic("cpu: no assembly micro-kernels on this architecture")
 }
 

@@ -80,7 +80,8 @@ func TestMicroKernelsBitEqual(t *testing.T) {
 			}
 			mr := kk.k.mr()
 			for _, kc := range []int{1, 2, 7, 64, 256} {
-				for _, load := range []bool{false, true} {
+				for i, load := range []bool{false, true, false, true} {
+					ahead := i >= 2 // the kernels that prefetch the panel's next run
 					a, b := randFloats(r, kc*mr), randFloats(r, kc*nr)
 					ldc := nr + r.IntN(9)
 					c0 := randFloats(r, mr*ldc)
@@ -89,11 +90,11 @@ func TestMicroKernelsBitEqual(t *testing.T) {
 					if kc == 64 {
 						rows = mr
 					}
-					kk.k.tile(rows, kc, a, b, got, ldc, load)
+					kk.k.tileAhead(rows, kc, a, b, got, ldc, load, ahead)
 					tileGo(mr, rows, kc, a, b, want, ldc, load)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("kc %d load %v: c[%d] = %v, Go kernel %v", kc, load, i, got[i], want[i])
+							t.Fatalf("kc %d load %v ahead %v rows %d: c[%d] = %v, Go kernel %v", kc, load, ahead, rows, i, got[i], want[i])
 						}
 					}
 					// The first row against float64: the chain is a real product.
@@ -109,6 +110,23 @@ func TestMicroKernelsBitEqual(t *testing.T) {
 						}
 						if !near(got[j], s, mag, 1e-6) {
 							t.Fatalf("kc %d load %v: c[0,%d] = %v, float64 %v", kc, load, j, got[j], s)
+						}
+					}
+				}
+			}
+			// Every row count, with and without the prefetches, reading a
+			// panel whose next run follows.
+			const kc = 9
+			a, b := randFloats(r, kc*mr), randFloats(r, 2*kc*nr)
+			for rows := 1; rows <= mr; rows++ {
+				for _, ahead := range []bool{false, true} {
+					c0 := randFloats(r, mr*nr)
+					got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+					kk.k.tileAhead(rows, kc, a, b[:kc*nr], got, nr, true, ahead)
+					tileGo(mr, rows, kc, a, b, want, nr, true)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("rows %d ahead %v: c[%d] = %v, Go kernel %v", rows, ahead, i, got[i], want[i])
 						}
 					}
 				}

@@ -30,6 +30,14 @@ func main() {
 			}
 		}, "VPXORD")
 	}
+	for r := 1; r <= 12; r++ {
+		prefetching(w, fmt.Sprintf("kern512p%d", r), r, func(i int) []string {
+			return []string{
+				fmt.Sprintf("VFMADD231PS.BCST %d(SI), Z24, Z%d", 4*i, 2*i),
+				fmt.Sprintf("VFMADD231PS.BCST %d(SI), Z25, Z%d", 4*i, 2*i+1),
+			}
+		})
+	}
 	for r := 1; r <= 6; r++ {
 		kernel(w, fmt.Sprintf("kern256r%d", r), r, "Y", 32, 12, 24, func(i int) []string {
 			t := 14 + i%2
@@ -70,6 +78,21 @@ func main() {
 // wide: accumulators X0…X(2r−1), the panel's row in X(breg) and X(breg+1),
 // aStride bytes from one row of a to the next.
 func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aStride int, fmas func(i int) []string, xor string) {
+	kernelPF(w, name, r, x, vec, breg, aStride, fmas, xor, false)
+}
+
+// prefetching writes an AVX-512 kernel of r rows (as kernel) that also asks
+// for the panel's next kc rows, the 128·kc bytes after its own, into L2 as it
+// goes: two lines an iteration, the same distance ahead. In the order where
+// one block of rows runs a panel's whole K before the next panel (few rows,
+// gemmArgs.block's whole order), that is the block it runs next, or the next
+// panel's first; the row blocks after the first find their prefetches done.
+func prefetching(w func(string, ...any), name string, r int, fmas func(i int) []string) {
+	kernelPF(w, name, r, "Z", 64, 24, 48, fmas, "VPXORD", true)
+}
+
+// kernelPF is kernel, with the next block's prefetches when pf is set.
+func kernelPF(w func(string, ...any), name string, r int, x string, vec, breg, aStride int, fmas func(i int) []string, xor string, pf bool) {
 	w("")
 	w("// func %s(kc int, a, b, c *float32, ldc int, load bool)", name)
 	w("TEXT ·%s(SB), NOSPLIT, $0-41", name)
@@ -80,6 +103,11 @@ func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aSt
 	w("\tMOVQ ldc+32(FP), R8")
 	w("\tSHLQ $2, R8")
 	w("\tMOVBQZX load+40(FP), AX")
+	if pf {
+		w("\tMOVQ CX, R10")
+		w("\tSHLQ $7, R10")
+		w("\tADDQ DX, R10")
+	}
 	w("\tTESTQ AX, AX")
 	w("\tJZ zero")
 	w("\tMOVQ DI, R9")
@@ -100,6 +128,10 @@ func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aSt
 	w("loop:")
 	w("\tVMOVUPS (DX), %s%d", x, breg)
 	w("\tVMOVUPS %d(DX), %s%d", vec, x, breg+1)
+	if pf {
+		w("\tPREFETCHT1 (R10)")
+		w("\tPREFETCHT1 64(R10)")
+	}
 	for i := range r {
 		for _, f := range fmas(i) {
 			w("\t%s", f)
@@ -107,6 +139,9 @@ func kernel(w func(string, ...any), name string, r int, x string, vec, breg, aSt
 	}
 	w("\tADDQ $%d, SI", aStride)
 	w("\tADDQ $128, DX")
+	if pf {
+		w("\tADDQ $128, R10")
+	}
 	w("\tDECQ CX")
 	w("\tJNZ loop")
 	w("")
