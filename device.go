@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kevgo/kev/internal/checkpoint"
 	"github.com/kevgo/kev/internal/qwen35"
 	"github.com/kevgo/kev/tensor"
 )
@@ -136,6 +137,16 @@ const (
 	BFloat16 DType = "bfloat16"
 	// Float16 is IEEE fp16 weights (Kev's KEV_DTYPE=float16), computed in fp32; CPU only.
 	Float16 DType = "float16"
+	// FP8 is FP8 E4M3 matrix products (Kev's KEV_DTYPE=fp8): the weight of every matrix product of the decoder
+	// layers (attention q/k/v/o, Gated DeltaNet in/out projections, MLP gate/up/down) quantized once when it is
+	// loaded, from its fp32 values with the LoRA merged in fp32, with one scale per output channel; activations
+	// quantized per token by each product; fp32 sums; everything else (embedding, norms, conv weights, the pointer
+	// head, the activations between products) as BFloat16 holds it. Nothing quantized is written to disk. It needs
+	// the cuda device on an NVIDIA GPU of compute capability 9.0 (Hopper: the FP8 kernels are built for sm_90a);
+	// Load refuses it with an *OptionError on other GPUs (8.9 included, for now) and on the cpu device. A product
+	// weight whose shape the FP8 kernels do not take (rows not a multiple of 8, columns not of 16) stays bf16, and
+	// Load logs it. Check its accuracy on your own data against bfloat16 (kev eval -compare bfloat16).
+	FP8 DType = "fp8"
 )
 
 // parseDType maps Options.DType to the weights' type and its canonical name; the default depends on the device.
@@ -158,6 +169,50 @@ func parseDType(s DType, backend string) (qwen35.DType, DType, error) {
 				backend + " backend computes with bf16 weights (use bfloat16)"}
 		}
 		return qwen35.F16, Float16, nil
+	case "fp8", "float8", "e4m3", "float8_e4m3", "float8_e4m3fn":
+		if backend == string(CPU) {
+			return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: "fp8 needs an NVIDIA GPU of compute capability 9.0 " +
+				"(Hopper) and the cuda device; the cpu device computes in float32, bfloat16 or float16"}
+		}
+		// bf16 weights but for the product weights, kept fp32 (the LoRA merged in fp32) for the backend to quantize
+		// once (checkpoint.Options.ProductsF32, layers.Options.FP8)
+		return qwen35.BF16, FP8, nil
 	}
-	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32", "bfloat16" or "float16" ("fp32", "bf16", "fp16")`}
+	return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: `want "float32", "bfloat16", "float16" or "fp8" ("fp32", "bf16", "fp16")`}
+}
+
+// checkFP8 checks that every replica's backend computes with FP8 weights (tensor.CheckFP8: the GPU's compute
+// capability), and names the first replica that does not in an *OptionError.
+func checkFP8(s DType, backends []tensor.Backend) error {
+	for i, b := range backends {
+		if err := tensor.CheckFP8(b); err != nil {
+			return &OptionError{Field: "DType", Value: string(s), Reason: fmt.Sprintf("replica %d: %v", i, err)}
+		}
+	}
+	return nil
+}
+
+// fp8WeightBytes is what one replica holds of the weights of an FP8 load of a model with config c, host the bytes of
+// its tensors as the checkpoint builds them (product weights fp32, four bytes an element): each product weight one
+// byte an element and four a row (its scale), or two bytes an element for those kept in bf16 (kept, as
+// layers.Model.KeptBF16 names them: stacked weights' names joined with "+").
+func fp8WeightBytes(c *qwen35.Config, host int64, kept []string) int64 {
+	bf16 := map[string]bool{}
+	for _, k := range kept {
+		for _, n := range strings.Split(k, "+") {
+			bf16[n] = true
+		}
+	}
+	for name, shape := range checkpoint.ExpectedShapes(c) {
+		if !checkpoint.ProductWeight(name) || len(shape) != 2 {
+			continue
+		}
+		n := int64(shape[0]) * int64(shape[1])
+		if bf16[name] {
+			host -= 2 * n
+		} else {
+			host -= 3*n - 4*int64(shape[0])
+		}
+	}
+	return host
 }

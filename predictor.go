@@ -37,7 +37,7 @@ import (
 type Options struct {
 	Base            string  // base model dir or hub name[@rev]; "" = head.pt's base at base_revision
 	Device          Device  // CPU (default), CUDA, "cuda:N", a list "cuda:0,1" or "cuda:all" (a replica per GPU); see Device
-	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere) or Float16 (CPU only); "fp32", "bf16", "fp16" also read
+	DType           DType   // Float32 (CPU default), BFloat16 (default elsewhere), Float16 (CPU only) or FP8 (cuda on compute capability 9.0); "fp32", "bf16", "fp16" also read
 	Temperature     float64 // > 0 overrides head.pt's temperature (KEV_TEMPERATURE)
 	LoRAScale       float64 // 0 means 1 (KEV_LORA_SCALE)
 	PrefixCache     int     // states kept, per replica; 0 → 4; negative disables (KEV_PREFIX_CACHE=0 → pass -1)
@@ -117,7 +117,7 @@ type Info struct {
 	Device         Device  // the device as given in Options ("cpu" when none was)
 	Replicas       int     // copies of the model, one per listed device (Stats.Replicas has each one's counters)
 	Backend        string  // "go"
-	DType          DType   // the parameters' type: Float32, BFloat16 or Float16
+	DType          DType   // the parameters' type: Float32, BFloat16, Float16 or FP8
 	Temperature    float64 // the head temperature in use
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // long states are cut instead of refused
@@ -239,6 +239,12 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 			closeBackends(backends)
 		}
 	}()
+	if dtName == FP8 {
+		if err := checkFP8(opts.DType, backends); err != nil {
+			return nil, err
+		}
+	}
+	fp8 := dtName == FP8
 
 	runDir, runSnap, err := resolveModel(ctx, checkpointName, false, opts.Offline, false)
 	if err != nil {
@@ -264,7 +270,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	if _, err := systemone.LookupDelimiters(tok); err != nil {
 		return nil, &LoadError{File: tokPath, Err: err}
 	}
-	copts := checkpoint.Options{DType: dt}
+	copts := checkpoint.Options{DType: dt, ProductsF32: fp8} // fp8: product weights in fp32, quantized by the backend
 	if opts.LoRAScale != 0 {
 		s := opts.LoRAScale
 		copts.LoRAScale = &s
@@ -299,7 +305,8 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	for _, t := range []*qwen35.Tensor{h.QWeight, h.QBias, h.KWeight, h.KBias} {
 		weightBytes += int64(qwen35Numel(t)) * 4
 	}
-	if opts.PrefixMinTokens == 0 && !ck.Weights.Config.Hybrid() {
+	cfg := ck.Weights.Config // the loads below drop ck.Weights
+	if opts.PrefixMinTokens == 0 && !cfg.Hybrid() {
 		opts.PrefixMinTokens = attentionOnlyPrefixMinTokens
 	}
 	p := &Predictor{
@@ -318,6 +325,7 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	p.engines = make([]*engine, len(replicas))
 	errs := make([]error, len(replicas))
 	warmNs := make([]int64, len(replicas)) // the warm-up pass of each replica (see engine.warmUp)
+	var keptBF16 []string                  // fp8: the product weights replica 0 holds in bf16 (layers.Model.KeptBF16)
 	var wg sync.WaitGroup
 	for i, b := range backends {
 		wg.Add(1)
@@ -334,10 +342,13 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 				}
 				streams[i] = s
 			}
-			model, err := layers.New(b, streams[i].Weights)
+			model, err := layers.NewWith(b, streams[i].Weights, layers.Options{FP8: fp8})
 			if err != nil {
 				errs[i] = loadError(runDir, err)
 				return
+			}
+			if i == 0 {
+				keptBF16 = model.KeptBF16()
 			}
 			pointer, err := layers.NewPointer(b, h.QWeight, h.QBias, h.KWeight, h.KBias, temp)
 			if err != nil {
@@ -385,6 +396,13 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 		return nil, err
 	}
 	progress.finish()
+	if fp8 {
+		p.info.WeightBytes += fp8WeightBytes(&cfg, total, keptBF16) - total
+		if len(keptBF16) > 0 {
+			log.Warn("kev: fp8: product weights kept in bf16: the GPU's FP8 products do not take their shapes",
+				"weights", keptBF16)
+		}
+	}
 	debug.FreeOSMemory()
 	secs := time.Since(start).Seconds()
 	loaded = true

@@ -55,9 +55,28 @@ type Layer struct {
 	out    tensor.Tensor // [d, H_v·d_v]
 }
 
+// Options control how NewWith uploads a layer.
+type Options struct {
+	// Products, when not nil, uploads the layer's two matrix-product weights in place of tensor.FromHostRows: the
+	// input projection (in_proj_qkv, in_proj_z, in_proj_b and in_proj_a, stacked by rows in that order) and the
+	// output projection (out_proj alone). names are the parts' canonical names, parts their host tensors.
+	Products func(names []string, parts []*qwen35.Tensor) (tensor.Tensor, error)
+}
+
 // New uploads the layer whose tensors are named prefix+"in_proj_qkv.weight",
 // prefix+"A_log", ... (prefix like "layers.0.linear_attn.") from w.
 func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
+	return NewWith(b, w, prefix, Options{})
+}
+
+// NewWith is New with the product weights uploaded as opts says.
+func NewWith(b tensor.Backend, w *qwen35.Weights, prefix string, opts Options) (*Layer, error) {
+	products := opts.Products
+	if products == nil {
+		products = func(_ []string, parts []*qwen35.Tensor) (tensor.Tensor, error) {
+			return tensor.FromHostRows(b, parts...)
+		}
+	}
 	c := &w.Config
 	if c.LinearNumKeyHeads <= 0 || c.LinearNumValueHeads <= 0 || c.LinearKeyHeadDim <= 0 || c.LinearValueHeadDim <= 0 ||
 		c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 || c.LinearConvKernel <= 0 || c.HiddenSize <= 0 {
@@ -78,10 +97,11 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	}
 	l := &Layer{Chunk: DefaultChunk, b: b, eps: float32(c.RMSNormEps), cfg: tensor.DeltaConfig{
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: hv, KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim}}
-	if l.inProj, err = tensor.FromHostRows(b, parts[:]...); err != nil {
+	inNames := []string{prefix + "in_proj_qkv.weight", prefix + "in_proj_z.weight", prefix + "in_proj_b.weight", prefix + "in_proj_a.weight"}
+	if l.inProj, err = products(inNames, parts[:]); err != nil {
 		return nil, err
 	}
-	w.Release(prefix+"in_proj_qkv.weight", prefix+"in_proj_z.weight", prefix+"in_proj_b.weight", prefix+"in_proj_a.weight")
+	w.Release(inNames...)
 	cw, err := get("conv1d.weight", conv, 1, c.LinearConvKernel)
 	if err != nil {
 		return nil, err
@@ -109,7 +129,7 @@ func New(b tensor.Backend, w *qwen35.Weights, prefix string) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.out, err = b.FromHost(ow); err != nil {
+	if l.out, err = products([]string{prefix + "out_proj.weight"}, []*qwen35.Tensor{ow}); err != nil {
 		return nil, err
 	}
 	w.Release(prefix + "out_proj.weight")

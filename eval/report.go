@@ -15,7 +15,8 @@ import (
 var typeOrder = []kev.QuestionType{kev.TypeNoul, kev.TypeChoice, kev.TypeScore}
 
 // WriteText writes the report as aligned tables: one row per question id, per type and overall; then the
-// temperature fit and the order sensitivity when they were asked for.
+// temperature fit and the order sensitivity when they were asked for, and the comparison with another run when
+// Compare is set.
 func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "question\ttype\tn\taccuracy\tmacro-F1\tBrier\tlog loss\tECE\tconfidence")
@@ -56,7 +57,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(bw, "rotations: up to %d orders; order sensitivity removed: max |Δp| %.4f, mean %.4f over %d questions, argmax changed with the order on %d; one order alone: accuracy %.4f, log loss %.4f, ECE %.4f\n",
 			r.N, r.MaxDelta, r.MeanDelta, r.Questions, r.Flips, r.Single.Accuracy, r.Single.LogLoss, r.Single.ECE)
 	}
-	return bw.Flush()
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if rep.Compare != nil {
+		return rep.Compare.WriteText(w)
+	}
+	return nil
 }
 
 // SVG layout of one reliability panel.

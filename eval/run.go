@@ -75,6 +75,7 @@ type Report struct {
 	Rotations   *RotationStats               `json:"rotations,omitempty"`   // with Options.Rotations > 1
 	Records     int                          `json:"records"`               // input lines asked
 	Skipped     []Skipped                    `json:"skipped,omitempty"`     // lines the predictor refused
+	Compare     *Comparison                  `json:"compare,omitempty"`     // another run beside this one (Compare), when set
 	Items       []Item                       `json:"-"`                     // every scored question, in input order
 }
 

@@ -36,9 +36,9 @@ func newAttention(l *loader, c *qwen35.Config, prefix string) *Attention {
 		rope: tensor.RopeConfig{Heads: h, KVHeads: kv, HeadDim: hd, RotaryDim: c.RotaryDim(), Theta: c.RopeTheta,
 			Eps: float32(c.RMSNormEps), Gated: c.AttnOutputGate},
 		attn: tensor.AttentionConfig{Heads: h, KVHeads: kv, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))},
-		qkv: l.stacked([]string{prefix + "q_proj.weight", prefix + "k_proj.weight", prefix + "v_proj.weight"},
+		qkv: l.product([]string{prefix + "q_proj.weight", prefix + "k_proj.weight", prefix + "v_proj.weight"},
 			[]int{qRows, kv * hd, kv * hd}, d),
-		o: l.matrix(prefix+"o_proj.weight", d, h*hd),
+		o: l.product([]string{prefix + "o_proj.weight"}, []int{d}, h*hd),
 	}
 	switch {
 	case !c.QKNorm():

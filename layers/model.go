@@ -48,6 +48,7 @@ type Model struct {
 	embed   tensor.Tensor // [V, d]
 	norm    tensor.Tensor // [d] fp32
 	layers  []*decoder
+	kept    []string // Options.FP8: the product weights kept in bf16 (KeptBF16)
 }
 
 // decoder is one decoder layer: mixer then MLP, each behind a (1+w) norm.
@@ -58,14 +59,31 @@ type decoder struct {
 	gateUp, down     tensor.Tensor // [gate_proj; up_proj] [2I, d]; down_proj [d, I]
 }
 
+// Options control how NewWith uploads a model's weights.
+type Options struct {
+	// FP8 uploads the weight of every matrix product of the decoder layers (the attention q_proj, k_proj, v_proj
+	// and o_proj, the Gated DeltaNet in_proj_qkv, in_proj_z, in_proj_b, in_proj_a and out_proj, the MLP
+	// gate_proj, up_proj and down_proj; stacked as New stacks them) as an F8E4M3 weight, quantized once from its
+	// stored values with one scale per row (tensor.FromHostRowsFP8); b must implement tensor.FP8. Everything else
+	// is uploaded as New uploads it. A product weight whose shape the backend's FP8 products do not take (a
+	// *tensor.ShapeError from FromFloat32FP8) is uploaded in bf16 instead, each value rounded once to nearest even
+	// (what a bf16 load holds), and listed by KeptBF16.
+	FP8 bool
+}
+
 // New uploads a model's weights (canonical names, see package qwen35) to b.
 // Matrices keep their stored type; norms, A_log and dt_bias become fp32.
 func New(b tensor.Backend, w *qwen35.Weights) (*Model, error) {
+	return NewWith(b, w, Options{})
+}
+
+// NewWith is New with the weights uploaded as opts says.
+func NewWith(b tensor.Backend, w *qwen35.Weights, opts Options) (*Model, error) {
 	c := w.Config
 	if err := check(&c); err != nil {
 		return nil, err
 	}
-	l := &loader{b: b, w: w}
+	l := &loader{b: b, w: w, fp8: opts.FP8}
 	d := c.HiddenSize
 	m := &Model{Config: c, b: b, eps: float32(c.RMSNormEps), plusOne: c.PlusOneNorm()}
 	m.embed = l.matrix("embed_tokens.weight", c.VocabSize, d)
@@ -75,14 +93,14 @@ func New(b tensor.Backend, w *qwen35.Weights) (*Model, error) {
 		dec := &decoder{
 			inNorm:   l.vector(p+"input_layernorm.weight", d),
 			postNorm: l.vector(p+"post_attention_layernorm.weight", d),
-			gateUp: l.stacked([]string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+			gateUp: l.product([]string{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
 				[]int{c.IntermediateSize, c.IntermediateSize}, d),
-			down: l.matrix(p+"mlp.down_proj.weight", d, c.IntermediateSize),
+			down: l.product([]string{p + "mlp.down_proj.weight"}, []int{d}, c.IntermediateSize),
 		}
 		if lt == qwen35.FullAttention {
 			dec.attn = newAttention(l, &c, p+"self_attn.")
 		} else if l.err == nil {
-			dec.delta, l.err = deltanet.New(b, w, p+"linear_attn.")
+			dec.delta, l.err = deltanet.NewWith(b, w, p+"linear_attn.", deltanet.Options{Products: l.products()})
 		}
 		if l.err != nil {
 			return nil, l.err
@@ -92,8 +110,14 @@ func New(b tensor.Backend, w *qwen35.Weights) (*Model, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
+	m.kept = l.kept
 	return m, nil
 }
+
+// KeptBF16 lists the product weights that a load with Options.FP8 uploaded in bf16 because the backend's FP8
+// products do not take their shape, in load order, each by its canonical name (a stacked weight by its parts'
+// names joined with "+"); nil when there were none or the load was not FP8.
+func (m *Model) KeptBF16() []string { return m.kept }
 
 // check validates the sizes the model relies on.
 func check(c *qwen35.Config) error {

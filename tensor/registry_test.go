@@ -43,8 +43,13 @@ func TestShapeErrorAndNumel(t *testing.T) {
 			t.Errorf("Numel(%v) = %d, want %d", c.shape, got, c.n)
 		}
 	}
-	if F16.String() != "F16" || BF16.String() != "BF16" || F32.String() != "F32" || DType(9).String() != "DType(9)" {
+	if F16.String() != "F16" || BF16.String() != "BF16" || F32.String() != "F32" || F8E4M3.String() != "F8E4M3" ||
+		DType(9).String() != "DType(9)" {
 		t.Error("DType.String")
+	}
+	de := &DTypeError{Backend: "cpu", DType: F8E4M3, Reason: "no FP8 here"}
+	if got, want := de.Error(), "tensor: cpu backend: F8E4M3: no FP8 here"; got != want {
+		t.Errorf("DTypeError = %q, want %q", got, want)
 	}
 }
 

@@ -45,9 +45,16 @@ const (
 	BF16
 	// F16 is IEEE binary16.
 	F16
+	// F8E4M3 is a weight matrix [N, K] quantized to OCP FP8 E4M3
+	// (internal/fp8) with one float32 scale per row: row j stands for its
+	// codes' values times scale j. Only backends that implement FP8 make such
+	// tensors, and their operations take them only as the weight w of the
+	// matrix products (MatMul, MatMulSplit, MatMulSwiGLU,
+	// MatMulAddRMSNorm); ToHost returns the dequantized values.
+	F8E4M3
 )
 
-// String returns "F32", "BF16" or "F16".
+// String returns "F32", "BF16", "F16" or "F8E4M3".
 func (d DType) String() string {
 	switch d {
 	case F32:
@@ -56,6 +63,8 @@ func (d DType) String() string {
 		return "BF16"
 	case F16:
 		return "F16"
+	case F8E4M3:
+		return "F8E4M3"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -240,6 +249,62 @@ type Backend interface {
 	// x_j = Wk·h[opts[j]] + Bk, logit_j = (x_j·x_q)·Scale/Temperature,
 	// softmax over j, all in fp32.
 	Pointer(h Tensor, p *PointerHead, decide int, opts []int) ([]float32, error)
+}
+
+// FP8 is implemented by backends that compute matrix products with F8E4M3
+// weights: w [N, K] quantized per row when it is uploaded
+// (internal/fp8.QuantizeRows), x quantized per row by the product itself
+// (internal/fp8.QuantizeActivations), products summed in float32 and scaled
+// by both rows' scales (internal/fp8.MatMulFP8), results stored as for BF16
+// weights. Callers detect it with a type assertion, or call FromFloat32FP8.
+type FP8 interface {
+	// CheckFP8 returns nil where the backend computes with F8E4M3
+	// weights, and otherwise a *DTypeError saying why (a GPU without FP8
+	// tensor cores, or without the kernels for them).
+	CheckFP8() error
+	// FromFloat32FP8 quantizes a float32 weight matrix [N, K] to F8E4M3,
+	// one scale per row, and uploads it. A backend that cannot compute
+	// with it where it runs (a GPU without FP8 tensor cores) returns a
+	// *DTypeError; a shape its products do not take (the cuda backend's
+	// need N a multiple of 8 and K of 16) a *ShapeError; a NaN or infinite
+	// weight an error naming it.
+	FromFloat32FP8(shape []int, data []float32) (Tensor, error)
+}
+
+// FromFloat32FP8 uploads a float32 weight matrix quantized to F8E4M3 on a
+// backend that implements FP8, and returns a *DTypeError from any other.
+func FromFloat32FP8(b Backend, shape []int, data []float32) (Tensor, error) {
+	if f, ok := b.(FP8); ok {
+		return f.FromFloat32FP8(shape, data)
+	}
+	return nil, noFP8(b)
+}
+
+// CheckFP8 returns nil where b computes with F8E4M3 weights (FP8.CheckFP8),
+// and otherwise a *DTypeError saying why.
+func CheckFP8(b Backend) error {
+	if f, ok := b.(FP8); ok {
+		return f.CheckFP8()
+	}
+	return noFP8(b)
+}
+
+func noFP8(b Backend) error {
+	return &DTypeError{Backend: b.Name(), DType: F8E4M3, Reason: "this backend has no FP8 matrix products; " +
+		"they need the cuda backend on an NVIDIA GPU of compute capability 9.0 (Hopper)"}
+}
+
+// DTypeError reports a storage type that a backend does not compute with,
+// and why.
+type DTypeError struct {
+	Backend string // the backend's name
+	DType   DType
+	Reason  string
+}
+
+// Error names the backend, the type and the reason.
+func (e *DTypeError) Error() string {
+	return fmt.Sprintf("tensor: %s backend: %v: %s", e.Backend, e.DType, e.Reason)
 }
 
 // ShapeError reports an operand whose shape or type does not fit an

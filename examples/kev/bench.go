@@ -43,7 +43,7 @@ const sweepTicketBase = 1_000_000
 // for one configuration. Times are milliseconds, memory bytes unless the key says otherwise; objects keyed by case
 // name keep the cases file's order.
 //
-//	{"command": "kev bench", "run": checkpoint, "base": base, "device": "cpu"|"cuda", "dtype": "float32"|"bfloat16",
+//	{"command": "kev bench", "run": checkpoint, "base": base, "device": "cpu"|"cuda", "dtype": "float32"|"bfloat16"|"float16"|"fp8",
 //	 "backend": "go", "go": version, "gomaxprocs": n,
 //	 "host_cpu": {"model": /proc/cpuinfo's model name, "logical_cpus": n, "gomaxprocs": n, "features": ["avx2", ...],
 //	              "kernel": the CPU backend's matrix kernels, "fp32 avx512, bf16 amx"},

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kevgo/kev"
 	"github.com/kevgo/kev/eval"
 )
 
@@ -22,7 +23,7 @@ func init() {
 }
 
 func evalCommand(args []string) error {
-	fs := newFlags("eval", "[model flags] [-json] [-fit-temperature] [-rotations N] [-o FILE] [-svg FILE] [labelled.jsonl | -]")
+	fs := newFlags("eval", "[model flags] [-json] [-fit-temperature] [-rotations N] [-compare DTYPE] [-o FILE] [-svg FILE] [labelled.jsonl | -]")
 	var mf modelFlags
 	mf.register(fs)
 	asJSON := fs.Bool("json", false, "write the report as one JSON object instead of tables")
@@ -32,6 +33,7 @@ func evalCommand(args []string) error {
 	outPath := fs.String("o", "", "write the report to this file instead of standard output")
 	svgPath := fs.String("svg", "", `reliability diagram (SVG) path; default: beside -o, else beside the input file (FILE.reliability.svg); "none" for none`)
 	concurrency := fs.Int("concurrency", 8, "requests in flight")
+	compare := fs.String("compare", "", "run the file a second time with this weight and compute type (as -dtype: fp32, bf16, fp16, fp8) and set the two runs side by side: accuracy, log loss, Brier, ECE, the largest |Δp| and the argmax agreement between them (the other flags apply to both; the tables and the diagram are the -dtype run's)")
 	input, err := parseInput(fs, args) // flags may come before and after the input path
 	if err != nil {
 		return err
@@ -59,20 +61,39 @@ func evalCommand(args []string) error {
 	opts.Temperature = *temperature
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	m, err := loadModel(ctx, run, opts)
+	// evalWith loads the checkpoint with opts, scores the examples and closes it (so that a second run has the
+	// device to itself).
+	evalWith := func(opts kev.Options) (*eval.Report, kev.DType, error) {
+		m, err := loadModel(ctx, run, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		defer m.Close()
+		reportMemory(m.Info())
+		bar := newProgress(stderr)
+		rep, err := eval.RunExamples(ctx, m.Predictor, examples, eval.Options{
+			Rotations: *rotations, FitTemperature: *fit, Concurrency: *concurrency, Progress: bar.update,
+		})
+		bar.finish()
+		return rep, m.Info().DType, err
+	}
+	var orep *eval.Report // the -compare run, first: a type the device refuses is refused before the long run
+	var odtype kev.DType
+	if *compare != "" {
+		other := opts
+		other.DType = kev.DType(*compare)
+		if orep, odtype, err = evalWith(other); err != nil {
+			return fmt.Errorf("-compare %s: %w", *compare, err)
+		}
+	}
+	rep, dtype, err := evalWith(opts)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	reportMemory(m.Info())
-
-	bar := newProgress(stderr)
-	rep, err := eval.RunExamples(ctx, m.Predictor, examples, eval.Options{
-		Rotations: *rotations, FitTemperature: *fit, Concurrency: *concurrency, Progress: bar.update,
-	})
-	bar.finish()
-	if err != nil {
-		return err
+	if orep != nil {
+		if rep.Compare, err = eval.Compare(rep, orep, string(dtype), string(odtype)); err != nil {
+			return err
+		}
 	}
 
 	out := stdout

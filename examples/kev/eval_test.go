@@ -105,3 +105,67 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("progress at start %q", got)
 	}
 }
+
+// TestEvalCompare runs kev eval -dtype float32 -compare bfloat16 on the bundled checkpoint: its JSON report must be
+// the library's float32 report with eval.Compare of the bfloat16 one beside it, and the table must end with the two
+// runs side by side. A -compare type the device refuses is an error naming the flag.
+func TestEvalCompare(t *testing.T) {
+	root := filepath.Join("..", "..")
+	input := filepath.Join(root, "eval", "testdata", "tickets.jsonl")
+	out := filepath.Join(t.TempDir(), "report.json")
+	code, _, errOut := runCmd(t, "", "eval", "-dtype", "float32", "-compare", "bfloat16", "-json", "-svg", "none", "-o", out, input)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got eval.Report
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	c := got.Compare
+	if c == nil || c.First != "float32" || c.Second != "bfloat16" || c.Questions != got.Overall.N || c.Questions == 0 ||
+		c.MaxDelta <= 0 || c.MaxDelta > 0.05 || c.Agreement < 0 || c.Agreement > 1 {
+		t.Fatalf("compare: %+v, want float32 beside bfloat16 over every question, 0 < max |Δp| ≤ 0.05", c)
+	}
+
+	reports := map[kev.DType]*eval.Report{}
+	for _, dt := range []kev.DType{kev.Float32, kev.BFloat16} {
+		p, err := kev.Load(context.Background(), filepath.Join(root, "testdata", "golden", bundledRun),
+			kev.Options{Base: filepath.Join(root, "testdata", "golden", bundledBase), DType: dt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports[dt], err = eval.Run(context.Background(), p, f, eval.Options{})
+		f.Close()
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := reports[kev.Float32]
+	if want.Compare, err = eval.Compare(want, reports[kev.BFloat16], "float32", "bfloat16"); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON, _ := json.MarshalIndent(want, "", "  ")
+	if string(wantJSON)+"\n" != string(data) {
+		t.Errorf("kev eval -compare wrote\n%s\nthe library reports\n%s", data, wantJSON)
+	}
+
+	code, table, errOut := runCmd(t, "", "eval", "-compare", "bf16", "-svg", "none", input)
+	if code != 0 || !strings.Contains(table, "compare     float32  bfloat16\n") || !strings.Contains(table, "\nlog loss ") ||
+		!strings.Contains(table, "\nBrier ") || !strings.Contains(table, "argmax agreement 20/20") {
+		t.Errorf("exit %d, table\n%s\nstderr %s", code, table, errOut)
+	}
+
+	code, _, errOut = runCmd(t, "", "eval", "-compare", "fp8", "-svg", "none", input)
+	if code != 1 || !strings.Contains(errOut, "-compare fp8") || !strings.Contains(errOut, "compute capability 9.0") {
+		t.Errorf("-compare fp8 on the cpu: exit %d, stderr %s", code, errOut)
+	}
+}

@@ -40,19 +40,19 @@ func TestServeConfig(t *testing.T) {
 
 	cfg, err = serveConfigFrom(nil, env("KEV_ADDR", "0.0.0.0:9000", "KEV_RUN", "org/kev@v1", "KEV_API_KEY", "k",
 		"KEV_PREFIX_CACHE", "0", "KEV_PREFIX_MIN_TOKENS", "16", "KEV_PREFIX_MAX_TOKENS", "4096", "KEV_DATE_FACTS", "1",
-		"KEV_TRUNCATE_STATES", "1", "KEV_TEMPERATURE", "1.5", "KEV_LORA_SCALE", "0.5"))
+		"KEV_TRUNCATE_STATES", "1", "KEV_TEMPERATURE", "1.5", "KEV_LORA_SCALE", "0.5", "KEV_DTYPE", "fp8"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := cfg.opts
 	if cfg.addr != "0.0.0.0:9000" || cfg.run != "org/kev@v1" || cfg.hopts.APIKey != "k" || o.PrefixCache != -1 ||
 		o.PrefixMinTokens != 16 || o.PrefixMaxTokens != 4096 || !o.DateFacts || !o.TruncateStates ||
-		o.Temperature != 1.5 || o.LoRAScale != 0.5 {
+		o.Temperature != 1.5 || o.LoRAScale != 0.5 || o.DType != "fp8" {
 		t.Errorf("from the environment: %+v", cfg)
 	}
 
 	cfg, err = serveConfigFrom([]string{"-addr", "127.0.0.1:0", "-checkpoint", "/x/kev", "-base", "/x/base", "-dtype", "bf16", "-drain", "5s"},
-		env("KEV_ADDR", "0.0.0.0:9000", "KEV_RUN", "org/kev", "KEV_PREFIX_CACHE", "8"))
+		env("KEV_ADDR", "0.0.0.0:9000", "KEV_RUN", "org/kev", "KEV_PREFIX_CACHE", "8", "KEV_DTYPE", "fp8"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ type serveConfig struct {
 var serveEnv = []struct{ name, meaning string }{
 	{"KEV_ADDR", "listen address, as -addr (default 127.0.0.1:8008)"},
 	{"KEV_RUN", "the Kev checkpoint, as -checkpoint"},
+	{"KEV_DTYPE", "weight and compute type, as -dtype: fp32, bf16, fp16 or fp8"},
 	{"KEV_API_KEY", "when set, every model endpoint requires \"Authorization: Bearer <key>\" (401 otherwise)"},
 	{"KEV_PREFIX_CACHE", "states the prefix cache keeps (default 4; 0 disables it)"},
 	{"KEV_PREFIX_MIN_TOKENS", "shortest state the prefix cache keeps, in tokens (default 0)"},
@@ -163,6 +164,9 @@ Flags:
 	zeroMeansNone(&cfg.hopts)
 	if mf.checkpoint == "" {
 		mf.checkpoint = getenv("KEV_RUN")
+	}
+	if mf.dtype == "" {
+		mf.dtype = getenv("KEV_DTYPE")
 	}
 	run, opts := mf.options()
 	cfg.run = run

@@ -432,3 +432,22 @@ func KeepsF32(name string) bool {
 	return strings.HasSuffix(name, ".A_log") || strings.HasSuffix(name, ".dt_bias") ||
 		strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, "_proj.bias")
 }
+
+// productWeights are the layer tensors (the part of a canonical name after "layers.<i>.") that are the weight w
+// of a matrix product: what ProductWeight reports.
+var productWeights = map[string]bool{
+	"self_attn.q_proj.weight": true, "self_attn.k_proj.weight": true, "self_attn.v_proj.weight": true,
+	"self_attn.o_proj.weight":        true,
+	"linear_attn.in_proj_qkv.weight": true, "linear_attn.in_proj_z.weight": true,
+	"linear_attn.in_proj_b.weight": true, "linear_attn.in_proj_a.weight": true, "linear_attn.out_proj.weight": true,
+	"mlp.gate_proj.weight": true, "mlp.up_proj.weight": true, "mlp.down_proj.weight": true,
+}
+
+// ProductWeight reports whether the tensor with canonical name is the weight of one of a decoder layer's matrix
+// products: the attention q_proj (its output gate included), k_proj, v_proj and o_proj, the Gated DeltaNet
+// in_proj_qkv, in_proj_z, in_proj_b, in_proj_a and out_proj, the MLP gate_proj, up_proj and down_proj. The
+// embedding, the norms, the conv weights, A_log, dt_bias and the biases are not.
+func ProductWeight(name string) bool {
+	p, ok := layerPrefix(name)
+	return ok && productWeights[name[len(p):]]
+}

@@ -52,6 +52,19 @@ type Options struct {
 	// Workers is the number of goroutines converting and merging; 0 means
 	// GOMAXPROCS (at least 2).
 	Workers int
+	// ProductsF32 keeps the matrix-product weights (ProductWeight) float32
+	// whatever DType is: the fp32 path's values, the adapter merged in fp32
+	// and never rounded, for a backend that quantizes them itself (FP8
+	// weights). The other tensors are DType as usual.
+	ProductsF32 bool
+}
+
+// dtypeOf is the type the tensor with canonical name is built in.
+func (o *Options) dtypeOf(canon string) qwen35.DType {
+	if KeepsF32(canon) || (o.ProductsF32 && ProductWeight(canon)) {
+		return qwen35.F32
+	}
+	return o.DType
 }
 
 // Checkpoint is a loaded Kev checkpoint.
@@ -207,7 +220,7 @@ func BuildWeights(cfg qwen35.Config, base *safetensors.Checkpoint, adapter *safe
 	var jobs []func() error
 	for _, canon := range sortedNames(want) {
 		t := src[canon]
-		out := newOutput(canon, t, opts.DType)
+		out := newOutput(canon, t, opts.dtypeOf(canon))
 		w.Tensors[canon] = out
 		if p := pairs[canon]; p != nil {
 			m, err := newMerge(t, p, out, float32(s))

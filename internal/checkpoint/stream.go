@@ -55,10 +55,7 @@ func OpenStream(kevDir, baseDir string, opts StreamOptions) (*Checkpoint, error)
 	st.cond = sync.NewCond(&st.mu)
 	for _, canon := range streamOrder(&cfg, want) {
 		t := src[canon]
-		dt := opts.DType
-		if KeepsF32(canon) {
-			dt = qwen35.F32
-		}
+		dt := opts.dtypeOf(canon)
 		it := &item{name: canon, src: t, pair: pairs[canon], dt: dt}
 		it.bytes = int64(t.Len()) * 4
 		if dt != qwen35.F32 {

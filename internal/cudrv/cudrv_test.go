@@ -150,6 +150,16 @@ func TestEncodeTiled2DErrors(t *testing.T) {
 		{"BoxRows, BoxCols", func(t *Tile2D) { t.BoxRows = 257 }},
 		{"BoxRows, BoxCols", func(t *Tile2D) { t.BoxCols = 4 }},
 		{"BoxCols", func(t *Tile2D) { t.BoxCols = 128 }},
+		{"BoxCols", func(t *Tile2D) { t.Bytes, t.BoxCols = true, 256 }},
+		{"BoxRows, BoxCols", func(t *Tile2D) { t.Bytes, t.BoxCols = true, 8 }},
+		{"Stride", func(t *Tile2D) { t.Bytes, t.Stride = true, 2544 }},
+	}
+	okBytes := Tile2D{Addr: 0x10000, Rows: 300, Cols: 2560, Stride: 2560, BoxRows: 128, BoxCols: 128, Swizzle128: true, Bytes: true}
+	if _, err := EncodeTiled2D(okBytes); err != nil {
+		var e *TensorMapError
+		if errors.As(err, &e) {
+			t.Errorf("%+v: %v", okBytes, err)
+		}
 	}
 	for _, c := range cases {
 		d := ok

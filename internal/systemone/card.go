@@ -15,7 +15,7 @@ type ModelCard struct {
 	LoRA           int     // the adapter's rank; 0 for a full-weight checkpoint
 	Device         string  // cpu, cuda
 	Backend        string  // the engine's name
-	DType          string  // parameter dtype without prefix: float32, bfloat16
+	DType          string  // parameter dtype without prefix: float32, bfloat16, float16, fp8
 	Temperature    float64 // the pointer head's temperature
 	MaxStateTokens int     // the state limit, the <state> token included
 	TruncateStates bool    // whether over-long states are cut instead of refused

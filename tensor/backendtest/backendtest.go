@@ -8,6 +8,10 @@
 // Before each operation the suite uploads and frees NaN-filled tensors, so a
 // backend that recycles memory and forgets to write part of an output fails.
 //
+// A backend that implements tensor.FP8 is checked on products with F8E4M3
+// weights; every other backend must refuse the type with a
+// *tensor.DTypeError.
+//
 // A backend that implements tensor.Batched is also checked on its segment
 // operations (prefixes of different lengths, segments continuing prefixes,
 // new segments and each other); the Batched subtests skip other backends.
@@ -83,6 +87,7 @@ func RunAll(t *testing.T, b tensor.Backend, tol Tolerance) {
 		{"GatedRMSNorm", s.testGatedRMSNorm},
 		{"Pointer", s.testPointer},
 		{"Errors", s.testErrors},
+		{"FP8", s.testFP8},
 		{"Batched/AttentionSegments", s.testAttentionSegments},
 		{"Batched/CausalConv1dSiLUSegments", s.testConvSegments},
 		{"Batched/GatedDeltaRuleSegments", s.testDeltaRuleSegments},

@@ -148,6 +148,9 @@ func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error
 
 // FromBits copies 16-bit data (BF16 or F16) into a new tensor.
 func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tensor.Tensor, error) {
+	if dtype == tensor.F8E4M3 {
+		return nil, &tensor.DTypeError{Backend: Name, DType: dtype, Reason: "FP8 weights need the cuda backend on an NVIDIA GPU of compute capability 9.0 (Hopper)"}
+	}
 	if dtype != tensor.BF16 && dtype != tensor.F16 {
 		return nil, fmt.Errorf("cpu: FromBits: dtype %v is not a 16-bit type", dtype)
 	}

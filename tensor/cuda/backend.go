@@ -35,8 +35,8 @@ func Count() (int, error) {
 }
 
 // Backend is tensor.Backend on one GPU. Storage: FromHost converts F32 matrices (rank ≥ 2) to BF16 once and keeps
-// BF16 as it is; vectors and everything from FromFloat32 stay F32 (norm gains, A_log, dt_bias, the pointer head).
-// Operation results are BF16 when their main input is BF16 and F32 otherwise, except the recurrent state and the
+// BF16 as it is; vectors and everything from FromFloat32 stay F32 (norm gains, A_log, dt_bias, the pointer head);
+// FromFloat32FP8 makes F8E4M3 weights (tensor.FP8), which only the matrix products take, as w. Operation results are BF16 when their main input is BF16 and F32 otherwise, except the recurrent state and the
 // delta-rule gates, always F32, and Embedding, SplitCols and the convolution state, which keep the input's type.
 // All arithmetic is fp32. Device memory comes from a size-class pool: Free hands it back for the next operation.
 //
@@ -385,6 +385,9 @@ func (b *Backend) FromFloat32(shape []int, data []float32) (tensor.Tensor, error
 
 // FromBits uploads 16-bit data (BF16 or F16) into a new tensor.
 func (b *Backend) FromBits(dtype tensor.DType, shape []int, data []uint16) (tensor.Tensor, error) {
+	if dtype == tensor.F8E4M3 {
+		return nil, &tensor.DTypeError{Backend: Name, DType: dtype, Reason: "FromBits takes 16-bit data; upload FP8 weights with FromFloat32FP8"}
+	}
 	if dtype != tensor.BF16 && dtype != tensor.F16 {
 		return nil, fmt.Errorf("cuda: FromBits: dtype %v is not a 16-bit type", dtype)
 	}
@@ -403,6 +406,9 @@ func (b *Backend) ToHost(t tensor.Tensor) ([]float32, error) {
 	c, err := b.get("ToHost", "t", t)
 	if err != nil {
 		return nil, err
+	}
+	if c.dtype == tensor.F8E4M3 {
+		return b.toHostFP8(c)
 	}
 	n := tensor.Numel(c.shape)
 	out := make([]float32, n)
@@ -571,6 +577,7 @@ func rowStarts(starts, ls []int32, n int) []int32 {
 var (
 	_ tensor.Backend = (*Backend)(nil)
 	_ tensor.Runner  = (*Backend)(nil)
+	_ tensor.FP8     = (*Backend)(nil)
 )
 
 // GraphCounts returns the device's pass-graph counters, and whether pass graphs are on (see Device.SetGraphs).

@@ -36,7 +36,9 @@
 // that the blocks running together share both operands in L2, and otherwise m-fastest with each n-tile's m-tiles
 // rotated by the round they start in, so that a partial last row of tiles is shared out among the blocks; bf16
 // tiles without a residual store whole 16-byte pieces (a shuffle transpose within each quad of lanes); the MLP's
-// gate/up GEMM applies SwiGLU in its epilogue. Elsewhere an mma.sync kernel. The gated delta rule at d_k = 128
+// gate/up GEMM applies SwiGLU in its epilogue. Elsewhere an mma.sync kernel. FP8 weights (tensor.F8E4M3, from
+// FromFloat32FP8; compute capability 9.0 only so far) run MatMul as two launches (kernels/fp8_sm90a.cu): x quantized
+// per row to E4M3, then a wgmma GEMM of E4M3 tiles whose fp32 sums are scaled by both rows' scales. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

@@ -21,8 +21,11 @@ type Operand struct {
 
 // elemSize returns the bytes per element of dt.
 func elemSize(dt tensor.DType) int64 {
-	if dt == tensor.F32 {
+	switch dt {
+	case tensor.F32:
 		return 4
+	case tensor.F8E4M3:
+		return 1 // the codes; an F8E4M3 tensor's row scales follow them (fp8ScaleOff)
 	}
 	return 2
 }

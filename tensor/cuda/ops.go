@@ -66,6 +66,9 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if wt.dtype == tensor.F8E4M3 {
+		return b.matmulFP8(xt, wt)
+	}
 	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
 	var y *Tensor
 	err = b.run(func(s *scope) error {
@@ -297,6 +300,9 @@ func (b *Backend) matmulOperands(op string, x, w tensor.Tensor) (xt, wt *Tensor,
 	}
 	if wt, err = b.matrix(op, "w", w, -1, xt.shape[1]); err != nil {
 		return nil, nil, err
+	}
+	if xt.dtype == tensor.F8E4M3 {
+		return nil, nil, &tensor.DTypeError{Backend: Name, DType: xt.dtype, Reason: op + ": an F8E4M3 tensor is a weight, not an x"}
 	}
 	return xt, wt, nil
 }

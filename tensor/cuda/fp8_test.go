@@ -1,0 +1,436 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kevgo/kev/internal/fp8"
+	"github.com/kevgo/kev/internal/half"
+	"github.com/kevgo/kev/tensor"
+)
+
+// fp8Shapes are weight shapes (N × K) of Kev-0.8B (gate|up, down, attention output) and Kev-4B (gemmShapes).
+var fp8Shapes = append([][2]int{{7168, 1024}, {1024, 3584}, {1024, 2048}}, gemmShapes...)
+
+// fp8M are the token counts the FP8 tests run: one row, question rows, a long question pass, a prefill.
+var fp8M = []int{1, 40, 240, 2392}
+
+// needFP8 skips the test where the device has no FP8 kernels, after checking that the backend refuses FP8 weights
+// there with a *tensor.DTypeError.
+func needFP8(t *testing.T, b *Backend) {
+	t.Helper()
+	if ok, _ := dev.FP8Supported(); ok {
+		return
+	}
+	_, err := b.FromFloat32FP8([]int{8, 16}, make([]float32, 128))
+	var de *tensor.DTypeError
+	if !errors.As(err, &de) {
+		t.Fatalf("FromFloat32FP8 on a GPU without FP8 kernels: error %v, want a *tensor.DTypeError", err)
+	}
+	t.Skipf("no FP8 here: %v", err)
+}
+
+// fp8Rows returns m × k bf16 values whose rows have magnitudes from 2^−6 to 2^6 (row i: 2^(i mod 13 − 6)), none
+// zero, and their float32 values.
+func fp8Rows(r *rand.Rand, m, k int) ([]uint16, []float32) {
+	bits := make([]uint16, m*k)
+	vals := make([]float32, m*k)
+	for i := 0; i < m; i++ {
+		scale := math.Ldexp(1, i%13-6)
+		copy(bits[i*k:], randBF16(r, k, scale))
+	}
+	for i, b := range bits {
+		vals[i] = half.BF16ToF32(b)
+	}
+	return bits, vals
+}
+
+// fp8Weights returns n × k float32 weights, rows of magnitudes 2^−8 … 2^0 (row j: 2^(−(j mod 9))), none zero.
+func fp8Weights(r *rand.Rand, n, k int) []float32 {
+	w := make([]float32, n*k)
+	for j := 0; j < n; j++ {
+		scale := math.Ldexp(1, -(j % 9))
+		for c := 0; c < k; c++ {
+			for w[j*k+c] == 0 {
+				w[j*k+c] = float32((2*r.Float64() - 1) * scale)
+			}
+		}
+	}
+	return w
+}
+
+// fp8Check compares rows of y (m × n, as float32) with the reference for x's rows rows: internal/fp8.MatMulFP8 of
+// the activations quantized by internal/fp8 and the weights (wq, ws), plus the residual res (m × n) unless it is
+// nil. An element may differ from it by the output's rounding (2^−8 of its magnitude for bf16, 2^−20 for fp32) plus
+// 2^−12 of the sum of its products' magnitudes (the order of the sums, and the tensor cores' FP8 adds within a k
+// tile).
+func fp8Check(t *testing.T, what string, y []float32, n int, x []float32, k int, rows []int, wq []uint8, ws []float32, res []float32, bf16 bool) {
+	t.Helper()
+	xr := make([]float32, 0, len(rows)*k)
+	for _, i := range rows {
+		xr = append(xr, x[i*k:i*k+k]...)
+	}
+	xq, xs, err := fp8.QuantizeActivations(xr, len(rows), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := fp8.MatMulFP8(xq, xs, wq, ws, len(rows), n, k)
+	rel := 0x1p-20
+	if bf16 {
+		rel = 0x1p-8
+	}
+	bad := 0
+	for ri, i := range rows {
+		for j := 0; j < n; j++ {
+			var abs float64
+			for c := 0; c < k; c++ {
+				abs += math.Abs(float64(fp8.ToFloat32(xq[ri*k+c])) * float64(fp8.ToFloat32(wq[j*k+c])))
+			}
+			abs *= float64(xs[ri]) * float64(ws[j])
+			got, want := float64(y[i*n+j]), float64(ref[ri*n+j])
+			if res != nil {
+				want += float64(res[i*n+j])
+			}
+			if d := math.Abs(got - want); !(d <= rel*math.Abs(want)+0x1p-12*abs+1e-30) {
+				if bad++; bad <= 5 {
+					t.Errorf("%s: y[%d, %d] = %g, reference %g (sum of |products| %g)", what, i, j, got, want, abs)
+				}
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("%s: %d elements out of tolerance", what, bad)
+	}
+}
+
+// sampleRows returns up to 12 rows of m spread over it, the first and last included.
+func sampleRows(m int) []int {
+	if m <= 12 {
+		rows := make([]int, m)
+		for i := range rows {
+			rows[i] = i
+		}
+		return rows
+	}
+	rows := make([]int, 12)
+	for i := range rows {
+		rows[i] = i * (m - 1) / 11
+	}
+	return rows
+}
+
+// TestQuantRowsE4M3 checks the device's activation quantizer against internal/fp8.QuantizeActivations bit for bit:
+// codes and scales, for bf16 and fp32 rows of varied magnitude, a zero row, a row too small for its scale
+// (scale 1), and a row stride wider than K.
+func TestQuantRowsE4M3(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	for _, c := range []struct {
+		m, k, ldx int
+		f32       bool
+	}{{40, 2560, 2560, false}, {3, 16, 24, false}, {130, 9216, 9216, false}, {17, 1040, 1048, true}} {
+		t.Run(fmt.Sprintf("M=%d/K=%d/ldx=%d/f32=%v", c.m, c.k, c.ldx, c.f32), func(t *testing.T) {
+			bits, vals := fp8Rows(r, c.m, c.ldx)
+			// row 1: zeros; row 2 (when there is one): subnormal, for fp32 rows below 448·2^−150 (scale 1), for
+			// bf16 rows the smallest bf16 subnormals (a subnormal scale: the divisions must not flush them)
+			for j := 0; j < c.ldx; j++ {
+				bits[c.ldx+j], vals[c.ldx+j] = 0, 0
+				if c.m <= 2 {
+					continue
+				}
+				if c.f32 {
+					vals[2*c.ldx+j] = float32(j%3-1) * 1e-44
+				} else {
+					bits[2*c.ldx+j] = uint16(j%4) | uint16(j&4)<<13
+					vals[2*c.ldx+j] = half.BF16ToF32(bits[2*c.ldx+j])
+				}
+			}
+			x := make([]float32, 0, c.m*c.k) // the rows without their padding
+			for i := 0; i < c.m; i++ {
+				x = append(x, vals[i*c.ldx:i*c.ldx+c.k]...)
+			}
+			wantQ, wantS, err := fp8.QuantizeActivations(x, c.m, c.k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var q []byte
+			var s []float32
+			do(t, func(qu *Queue) error {
+				var xb Buffer
+				dt := tensor.BF16
+				if c.f32 {
+					xb, dt = upload(t, qu, bytesOf32(vals), 0), tensor.F32
+				} else {
+					xb = upload(t, qu, bytesOf16(bits), 0)
+				}
+				qb := poisoned(t, qu, (c.m*c.k+15)&^15)
+				sb := poisoned(t, qu, 4*c.m)
+				if err := qu.QuantRowsE4M3(qb, sb, Operand{xb, dt}, c.m, c.k, c.ldx); err != nil {
+					return err
+				}
+				q = download(t, qu, qb, c.m*c.k)
+				s = from32(download(t, qu, sb, 4*c.m))
+				for _, buf := range []Buffer{xb, qb, sb} {
+					qu.Free(buf)
+				}
+				return nil
+			})
+			for i := range wantS {
+				if math.Float32bits(s[i]) != math.Float32bits(wantS[i]) {
+					t.Errorf("scale[%d] = %g, want %g", i, s[i], wantS[i])
+				}
+			}
+			bad := 0
+			for i := range wantQ {
+				if q[i] != wantQ[i] {
+					if bad++; bad <= 5 {
+						t.Errorf("code [%d, %d] = %#02x, want %#02x (x = %g, scale %g)", i/c.k, i%c.k, q[i], wantQ[i], x[i], wantS[i/c.k])
+					}
+				}
+			}
+			if bad > 5 {
+				t.Errorf("%d codes differ", bad)
+			}
+		})
+	}
+}
+
+// TestMatMulFP8 checks MatMul with FP8 weights against internal/fp8's reference at the Kev-0.8B and Kev-4B weight
+// shapes and 1, 40, 240 and 2,392 rows of bf16 activations (sampled rows of the longer ones: the reference runs on
+// the host), and the weights' ToHost against their dequantized values.
+func TestMatMulFP8(t *testing.T) {
+	b := NewOn(dev)
+	defer b.Trim()
+	needFP8(t, b)
+	r := newRand(t)
+	for _, s := range fp8Shapes {
+		n, k := s[0], s[1]
+		w := fp8Weights(r, n, k)
+		wq, ws, err := fp8.QuantizeRows(w, n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wt, err := b.FromFloat32FP8([]int{n, k}, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1024 && k == 3584 { // one shape's weights back, whole
+			back, err := b.ToHost(wt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := fp8.Dequantize(wq, ws, n, k)
+			for i := range want {
+				if back[i] != want[i] {
+					t.Fatalf("ToHost: element %d = %g, want %g", i, back[i], want[i])
+				}
+			}
+		}
+		for _, m := range fp8M {
+			bits, x := fp8Rows(r, m, k)
+			xt, err := b.FromBits(tensor.BF16, []int{m, k}, bits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			yt, err := b.MatMul(xt, wt)
+			if err != nil {
+				t.Fatalf("N=%d K=%d M=%d: %v", n, k, m, err)
+			}
+			if yt.DType() != tensor.BF16 {
+				t.Fatalf("y is %v, want BF16", yt.DType())
+			}
+			y, err := b.ToHost(yt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp8Check(t, fmt.Sprintf("N=%d K=%d M=%d", n, k, m), y, n, x, k, sampleRows(m), wq, ws, nil, true)
+			b.Free(xt, yt)
+		}
+		b.Free(wt)
+	}
+}
+
+// TestGEMMFP8Tiles runs the FP8 GEMM at both tile widths, with and without a residual and fp32 output, on shapes
+// whose M, N and K end inside a tile (K = 400: a partial last k tile), against the reference.
+func TestGEMMFP8Tiles(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	const m, n, k = 130, 264, 400
+	bits, x := fp8Rows(r, m, k)
+	w := fp8Weights(r, n, k)
+	wq, ws, err := fp8.QuantizeRows(w, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := randBF16(r, m*n, 2)
+	all := make([]int, m)
+	for i := range all {
+		all[i] = i
+	}
+	bitsOf := map[int][]byte{}
+	for _, bn := range []int{64, 128} {
+		for _, f32 := range []bool{false, true} {
+			for _, withR := range []bool{false, true} {
+				name := fmt.Sprintf("bn=%d/f32=%v/res=%v", bn, f32, withR)
+				ysz := 2
+				if f32 {
+					ysz = 4
+				}
+				var out []byte
+				do(t, func(q *Queue) error {
+					xb := upload(t, q, bytesOf16(bits), 0)
+					xq := poisoned(t, q, m*k)
+					xs := poisoned(t, q, 4*m)
+					wb := upload(t, q, wq, 0)
+					wsb := upload(t, q, bytesOf32(ws), 0)
+					y := poisoned(t, q, ysz*m*n)
+					g := GEMMFP8{Y: y, X: xq, XS: xs, W: wb, WS: wsb, M: m, N: n, K: k, F32Out: f32, bn: bn}
+					var rb Buffer
+					if withR {
+						if f32 {
+							rf := make([]float32, len(res))
+							for i, v := range res {
+								rf[i] = half.BF16ToF32(v)
+							}
+							rb = upload(t, q, bytesOf32(rf), 0)
+						} else {
+							rb = upload(t, q, bytesOf16(res), 0)
+						}
+						g.R = rb
+					}
+					if err := q.QuantRowsE4M3(xq, xs, Operand{xb, tensor.BF16}, m, k, k); err != nil {
+						return err
+					}
+					if err := q.GEMMFP8(g); err != nil {
+						return err
+					}
+					out = download(t, q, y, ysz*m*n)
+					for _, buf := range []Buffer{xb, xq, xs, wb, wsb, y, rb} {
+						if buf.Ptr != 0 {
+							q.Free(buf)
+						}
+					}
+					return nil
+				})
+				var y []float32
+				if f32 {
+					y = from32(out)
+				} else {
+					y = make([]float32, m*n)
+					for i, v := range from16(out) {
+						y[i] = half.BF16ToF32(v)
+					}
+				}
+				var rv []float32
+				if withR {
+					rv = make([]float32, len(res))
+					for i, v := range res {
+						rv[i] = half.BF16ToF32(v)
+					}
+				}
+				fp8Check(t, name, y, n, x, k, all, wq, ws, rv, !f32)
+				if !withR && !f32 {
+					bitsOf[bn] = out
+				}
+			}
+		}
+	}
+	same := true
+	for i := range bitsOf[64] {
+		same = same && bitsOf[64][i] == bitsOf[128][i]
+	}
+	t.Logf("tiles 128×64 and 128×128 give the same bits: %v", same)
+}
+
+// TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
+// rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
+// rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
+func TestMatMulFP8BatchInvariant(t *testing.T) {
+	b := NewOn(dev)
+	defer b.Trim()
+	needFP8(t, b)
+	r := newRand(t)
+	const M = 2392
+	for _, s := range [][2]int{{1024, 3584}, {18432, 2560}} {
+		n, k := s[0], s[1]
+		wt, err := b.FromFloat32FP8([]int{n, k}, fp8Weights(r, n, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bits, _ := fp8Rows(r, M, k)
+		run := func(lo, hi int) []float32 {
+			xt, err := b.FromBits(tensor.BF16, []int{hi - lo, k}, bits[lo*k:hi*k])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free(xt)
+			yt, err := b.MatMul(xt, wt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free(yt)
+			y, err := b.ToHost(yt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return y
+		}
+		whole := run(0, M)
+		for _, part := range [][2]int{{0, 1}, {0, 40}, {0, 240}, {1000, 1240}, {M - 1, M}} {
+			y := run(part[0], part[1])
+			for i := range y {
+				row, col := part[0]+i/n, i%n
+				if math.Float32bits(y[i]) != math.Float32bits(whole[row*n+col]) {
+					t.Fatalf("N=%d K=%d: row %d column %d of rows [%d, %d) is %g, %g in the whole batch",
+						n, k, row, col, part[0], part[1], y[i], whole[row*n+col])
+				}
+			}
+		}
+		b.Free(wt)
+	}
+}
+
+// TestFP8Errors checks that FP8 weights are refused where they cannot work, with typed errors: shapes the kernels do
+// not take, non-finite weights, an F8E4M3 x, FromBits.
+func TestFP8Errors(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	var se *tensor.ShapeError
+	if _, err := b.FromFloat32FP8([]int{8, 24}, make([]float32, 8*24)); !errors.As(err, &se) {
+		t.Errorf("K = 24: error %v, want a *tensor.ShapeError", err)
+	}
+	if _, err := b.FromFloat32FP8([]int{12, 16}, make([]float32, 12*16)); !errors.As(err, &se) {
+		t.Errorf("N = 12: error %v, want a *tensor.ShapeError", err)
+	}
+	if _, err := b.FromFloat32FP8([]int{8, 16, 1}, make([]float32, 8*16)); !errors.As(err, &se) {
+		t.Errorf("rank 3: error %v, want a *tensor.ShapeError", err)
+	}
+	w := make([]float32, 8*16)
+	w[5*16+3] = float32(math.Inf(-1))
+	var nf *fp8.NonFiniteError
+	if _, err := b.FromFloat32FP8([]int{8, 16}, w); !errors.As(err, &nf) || nf.Row != 5 || nf.Col != 3 {
+		t.Errorf("an infinite weight: error %v, want an *fp8.NonFiniteError at [5, 3]", err)
+	}
+	wt, err := b.FromFloat32FP8([]int{8, 16}, make([]float32, 8*16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var de *tensor.DTypeError
+	if _, err := b.MatMul(wt, wt); !errors.As(err, &de) {
+		t.Errorf("MatMul with an F8E4M3 x: error %v, want a *tensor.DTypeError", err)
+	}
+	if _, err := b.FromBits(tensor.F8E4M3, []int{8, 16}, make([]uint16, 128)); !errors.As(err, &de) {
+		t.Errorf("FromBits(F8E4M3): error %v, want a *tensor.DTypeError", err)
+	}
+	if _, err := b.RMSNorm(wt, wt, 1e-6, true); err == nil {
+		t.Error("RMSNorm of an F8E4M3 tensor: no error")
+	}
+	b.Free(wt)
+}

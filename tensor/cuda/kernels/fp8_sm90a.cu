@@ -1,0 +1,309 @@
+// FP8 (E4M3) products for Hopper (sm_90a): activations quantized per row on the device, weights quantized per output
+// channel on the host (internal/fp8), fp32 accumulation, bf16 results.
+//
+// quant_rows_e4m3 turns an activation matrix X[M, K] (bf16 or fp32) into E4M3 codes Q[M, K] (K contiguous) and one fp32 scale
+// per row, S[r] = max|X[r, ·]| / 448 (1 when that is 0), Q = E4M3(X / S) rounded to nearest even with saturation to
+// ±448: internal/fp8.QuantizeActivations, bit for bit.
+//
+// gemm_fp8_wgmma_128xBN computes Y[M, N] = (Xq[M, K] · Wq[N, K]ᵀ) · xs[row] · ws[col] (+ R[M, N]), Y and R bf16 (or
+// fp32 when yF32). The
+// structure is gemm_sm90a.cu's wave kernel: tiles of 128 rows × BN columns, warpgroup 0 the producer (one thread
+// issues TMA copies of the X and W tiles into a STAGES-deep ring of mbarrier-guarded stages), warpgroups 1 and 2 the
+// consumers of 64 rows each. A k tile is 128 codes = 128 bytes per row, copied with the 128-byte swizzle, so the
+// shared-memory layout and the wgmma descriptors are byte for byte those of the bf16 kernels' 64-element tiles; a
+// wgmma k step is 32 codes (32 bytes, as bf16's 16 elements). K must be a multiple of 16 (the tensor maps' row
+// stride is K bytes, a multiple of 16); k, rows and columns outside the matrices are zero-filled by the copy engine.
+//
+// Accumulation: each k tile's four products (m64nBNk32) start from zero in the wgmma accumulators, and the tile's sum
+// is then added in fp32 to a second set of registers, in k order. The tensor cores' FP8 sums keep fewer bits than
+// fp32 over long runs of k; adding every 128 codes in fp32 bounds what that loses. Every output element is reduced
+// over all of K by one block in the same order whatever M is (no split-K, tiles fixed by N): a row's bits do not
+// depend on the rows it is stacked with. The scales are applied after the sum: y = tot · (xs[row] · ws[col]).
+//
+// The helpers below the includes are those of gemm_sm90a.cu (which keeps its own copy, so that its PTX does not
+// change).
+#include "common.cuh"
+#include "gemm.cuh"
+#include "wgmma.cuh"
+
+// ---- quantization ----
+
+// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
+	return r;
+}
+
+// quant_rows_e4m3: one block (QUANT_THREADS threads) per row r < M of X (bf16, or fp32 when xF32; row stride ldx
+// elements, a multiple of 8): S[r] = the row's scale, Q[r·K …] = its codes. K a multiple of 16; X and Q 16-byte
+// aligned. The largest magnitude skips NaN (fmaxf), and the divisions are IEEE (div.rn.f32), as in internal/fp8.
+#define QUANT_THREADS 256
+
+// quant_load8 widens elements 8i … 8i+7 of row x (bf16, or fp32 when xF32) to float.
+__device__ __forceinline__ void quant_load8(const void *x, int xF32, int i, float *f) {
+	if (xF32) {
+		const float4 a = ((const float4 *)x)[2 * i], b = ((const float4 *)x)[2 * i + 1];
+		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+	} else {
+		unpack8(((const uint4 *)x)[i], f);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(const void *X, int xF32, int ldx,
+                                                                             uint8_t *Q, float *S, int M, int K) {
+	KEV_GRID_DEP();
+	__shared__ float red[QUANT_THREADS / 32];
+	const int row = blockIdx.x;
+	if (row >= M) return;
+	const void *x = xF32 ? (const void *)((const float *)X + (size_t)row * ldx)
+	                     : (const void *)((const __nv_bfloat16 *)X + (size_t)row * ldx);
+	const int n8 = K / 8;
+	float m = 0.f;
+	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
+		float f[8];
+		quant_load8(x, xF32, i, f);
+#pragma unroll
+		for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
+	}
+	m = wmax(m);
+	if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+	__syncthreads();
+	m = red[0];
+#pragma unroll
+	for (int w = 1; w < QUANT_THREADS / 32; w++) m = fmaxf(m, red[w]);
+	float s = __fdiv_rn(m, 448.f);
+	if (s == 0.f) s = 1.f;
+	if (threadIdx.x == 0) S[row] = s;
+	uint2 *q = (uint2 *)(Q + (size_t)row * K);
+	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
+		float f[8];
+		quant_load8(x, xF32, i, f);
+		uint2 v;
+		v.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
+		v.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
+		q[i] = v;
+	}
+}
+
+// ---- the TMA ring (as gemm_sm90a.cu) ----
+
+// TensorMap is a CUtensorMap passed by value (__grid_constant__).
+struct __align__(64) TensorMap {
+	unsigned long long v[16];
+};
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
+	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+	             "r"(bytes)
+	             : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+	unsigned done;
+	do {
+		asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+		             : "=r"(done)
+		             : "r"(bar), "r"(parity)
+		             : "memory");
+	} while (!done);
+}
+
+// tma_load2d copies the box at (c0 = column, c1 = row) of the tensor map into shared dst, completing on bar.
+__device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, int c0, int c1, uint32_t bar) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+	             "%3}], [%4];\n" ::"r"(dst),
+	             "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+	             : "memory");
+}
+
+// ring_init prepares the STAGES-deep ring's barriers at bars (full[STAGES], then empty[STAGES]): a stage is full when
+// the producer's announced bytes have landed, empty when the two consumer warpgroups (256 threads) have arrived.
+template <int STAGES> __device__ __forceinline__ void ring_init(uint32_t bars) {
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			mbar_init(bars + 8 * s, 1);
+			mbar_init(bars + 8 * (STAGES + s), 256);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+}
+
+// ring_acquire is the producer's step it: it waits until the stage's previous use has been consumed, announces the
+// stage's STAGE_BYTES on its full barrier (returned in full) and returns the stage's shared address.
+template <int STAGES, int STAGE_BYTES>
+__device__ __forceinline__ uint32_t ring_acquire(uint32_t base, uint32_t bars, int it, uint32_t &full) {
+	const int s = it % STAGES;
+	if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+	full = bars + 8 * s;
+	mbar_expect_tx(full, STAGE_BYTES);
+	return base + s * STAGE_BYTES;
+}
+
+// The producer keeps 40 registers; the two consumer warpgroups take 232 (40·128 + 232·256 ≤ 65,536).
+__device__ __forceinline__ void producer_regs() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
+__device__ __forceinline__ void consumer_regs() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
+
+// tile_at places output tile t of an mT × nT grid (BM rows, BN columns) in groups of gn n-tiles, n fastest within a
+// group, then m (gemm_sm90a.cu's order for gn ≥ 1).
+__device__ __forceinline__ void tile_at(int t, int mT, int nT, int gn, int BM, int BN, int &m0, int &n0) {
+	const int per = mT * gn, g = t / per, r = t - g * per;
+	const int nb = g * gn, w = min(gn, nT - nb);
+	m0 = (r / w) * BM;
+	n0 = (nb + r % w) * BN;
+}
+
+// ---- FP8 wgmma ----
+
+// wgmma_fp8_m64n128: d[64×128] = A[64×32] · B[128×32]ᵀ (+ d when acc ≠ 0), both E4M3 K-major in shared memory
+// (descriptors), fp32 d. (FP8 wgmma has no transpose operands: both must be K-major.)
+__device__ __forceinline__ void wgmma_fp8_m64n128(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+// wgmma_fp8_m64n64: d[64×64] = A[64×32] · B[64×32]ᵀ (+ d when acc ≠ 0), as wgmma_fp8_m64n128.
+__device__ __forceinline__ void wgmma_fp8_m64n64(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+
+template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint64_t da, uint64_t db, int acc) {
+	if constexpr (BN == 128) {
+		wgmma_fp8_m64n128(d, da, db, acc);
+	} else {
+		static_assert(BN == 64, "no FP8 wgmma wrapper for this tile width");
+		wgmma_fp8_m64n64(d, da, db, acc);
+	}
+}
+
+// gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
+// places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
+// producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
+template <int BN, int STAGES>
+__device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
+                                         const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
+                                         int gn, int wpre) {
+	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
+	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
+	extern __shared__ unsigned char smem_raw[];
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+
+	const int wg = threadIdx.x >> 7;
+	int m0, n0;
+	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, BN, m0, n0);
+	const int nk = (K + BK - 1) / BK;
+
+	ring_init<STAGES>(bars);
+
+	if (wg == 0) {
+		producer_regs();
+		if (threadIdx.x == 0) {
+			const int pre = wpre ? min(STAGES, nk) : 0;
+			for (int kt = 0; kt < pre; kt++) {
+				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
+				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, kt * BK, n0, bars + 8 * kt);
+			}
+			kev_grid_wait();
+			kev_grid_launch();
+			for (int kt = 0; kt < nk; kt++) {
+				if (kt < pre) {
+					tma_load2d(base + kt * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * kt);
+					continue;
+				}
+				uint32_t full;
+				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
+				tma_load2d(sa, tmX, kt * BK, m0, full);
+				tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+			}
+		} else {
+			kev_grid_wait();
+			kev_grid_launch();
+		}
+		return;
+	}
+	kev_grid_wait();
+	kev_grid_launch();
+	consumer_regs();
+	const int c = wg - 1, t = threadIdx.x - 128;
+	const bool live = m0 + 64 * c < M; // rows of this consumer exist
+	float d[BN / 2], tot[BN / 2];
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
+	for (int kt = 0; kt < nk; kt++) {
+		const int s = kt % STAGES;
+		mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+		if (live) {
+			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+			wgmma_fence();
+#pragma unroll
+			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
+				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+			wgmma_commit();
+			wgmma_wait0();
+			regs_after<BN / 2>(d);
+			if (kt == 0) {
+#pragma unroll
+				for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
+			} else {
+#pragma unroll
+				for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
+			}
+		}
+		mbar_arrive(bars + 8 * (STAGES + s));
+	}
+	if (!live) return;
+
+	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
+	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
+	const int w = (t >> 5) & 3, l = t & 31;
+	int rows[2];
+	float sx[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
+	}
+#pragma unroll
+	for (int j = 0; j < BN / 8; j++) {
+		const int col = n0 + 8 * j + 2 * (l & 3);
+		if (col >= N) continue; // N even: col + 1 < N too
+		const float2 sw = *(const float2 *)(ws + col);
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			if (rows[h] >= M) continue;
+			// the sum times the product of the scales, each product rounded (no fused add with the residual)
+			const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw.x));
+			const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw.y));
+			gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+		}
+	}
+}
+
+#define FP8_PARAMS                                                                                                \
+	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
+	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre
+
+// The FP8 tile kernels: 128×128 (6 stages of 32 KiB) and 128×64 (8 stages of 24 KiB), 384 threads; dynamic shared
+// memory STAGES · (128 + BN) · 128 + 1024 (alignment) + 16 · STAGES (barriers).
+#define FP8_TILE(BN, STAGES)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_fp8_wgmma_128x##BN(FP8_PARAMS) {                  \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                              \
+	}
+FP8_TILE(128, 6)
+FP8_TILE(64, 8)
