@@ -9,7 +9,6 @@ import (
 	_ "github.com/kevgo/kev/tensor/cuda" // registers the "cuda" backend
 )
 
-
 // skipWithoutFP8 skips the test unless GPU 0 computes with FP8 weights (compute capability 9.0), saying why.
 func skipWithoutFP8(t *testing.T) {
 	t.Helper()
