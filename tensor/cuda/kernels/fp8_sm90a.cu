@@ -20,10 +20,10 @@
 // over all of K by one block in the same order whatever M is (no split-K, tiles fixed by N): a row's bits do not
 // depend on the rows it is stacked with. The scales are applied after the sum: y = tot · (xs[row] · ws[col]).
 //
-// The helpers below the includes are those of gemm_sm90a.cu (which keeps its own copy, so that its PTX does not
-// change).
+// The TMA ring, the register hand-over and the tile order are gemm_sm90a.cu's (tma_ring.cuh).
 #include "common.cuh"
 #include "gemm.cuh"
+#include "tma_ring.cuh"
 #include "wgmma.cuh"
 
 // ---- quantization ----
@@ -84,82 +84,6 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 		v.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
 		q[i] = v;
 	}
-}
-
-// ---- the TMA ring (as gemm_sm90a.cu) ----
-
-// TensorMap is a CUtensorMap passed by value (__grid_constant__).
-struct __align__(64) TensorMap {
-	unsigned long long v[16];
-};
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
-	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-	             "r"(bytes)
-	             : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-	asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
-	unsigned done;
-	do {
-		asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-		             : "=r"(done)
-		             : "r"(bar), "r"(parity)
-		             : "memory");
-	} while (!done);
-}
-
-// tma_load2d copies the box at (c0 = column, c1 = row) of the tensor map into shared dst, completing on bar.
-__device__ __forceinline__ void tma_load2d(uint32_t dst, const TensorMap *map, int c0, int c1, uint32_t bar) {
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-	             "%3}], [%4];\n" ::"r"(dst),
-	             "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-	             : "memory");
-}
-
-// ring_init prepares the STAGES-deep ring's barriers at bars (full[STAGES], then empty[STAGES]): a stage is full when
-// the producer's announced bytes have landed, empty when the two consumer warpgroups (256 threads) have arrived.
-template <int STAGES> __device__ __forceinline__ void ring_init(uint32_t bars) {
-	if (threadIdx.x == 0) {
-		for (int s = 0; s < STAGES; s++) {
-			mbar_init(bars + 8 * s, 1);
-			mbar_init(bars + 8 * (STAGES + s), 256);
-		}
-		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-	}
-	__syncthreads();
-}
-
-// ring_acquire is the producer's step it: it waits until the stage's previous use has been consumed, announces the
-// stage's STAGE_BYTES on its full barrier (returned in full) and returns the stage's shared address.
-template <int STAGES, int STAGE_BYTES>
-__device__ __forceinline__ uint32_t ring_acquire(uint32_t base, uint32_t bars, int it, uint32_t &full) {
-	const int s = it % STAGES;
-	if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
-	full = bars + 8 * s;
-	mbar_expect_tx(full, STAGE_BYTES);
-	return base + s * STAGE_BYTES;
-}
-
-// The producer keeps 40 registers; the two consumer warpgroups take 232 (40·128 + 232·256 ≤ 65,536).
-__device__ __forceinline__ void producer_regs() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); }
-__device__ __forceinline__ void consumer_regs() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n"); }
-
-// tile_at places output tile t of an mT × nT grid (BM rows, BN columns) in groups of gn n-tiles, n fastest within a
-// group, then m (gemm_sm90a.cu's order for gn ≥ 1).
-__device__ __forceinline__ void tile_at(int t, int mT, int nT, int gn, int BM, int BN, int &m0, int &n0) {
-	const int per = mT * gn, g = t / per, r = t - g * per;
-	const int nb = g * gn, w = min(gn, nT - nb);
-	m0 = (r / w) * BM;
-	n0 = (nb + r % w) * BN;
 }
 
 // ---- FP8 wgmma ----
@@ -238,7 +162,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	}
 	kev_grid_wait();
 	kev_grid_launch();
-	consumer_regs();
+	consumer_regs<128>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist
 	float d[BN / 2], tot[BN / 2];
