@@ -76,12 +76,7 @@ func (b *fp8Backend) FromFloat32FP8(shape []int, data []float32) (tensor.Tensor,
 		}
 		return b.Backend.FromFloat32(shape, r)
 	}
-	n, k := shape[0], shape[1]
-	q, s, err := fp8.QuantizeRowsParallel(data, n, k, 0)
-	if err != nil {
-		return nil, err
-	}
-	deq, err := fp8.Dequantize(q, s, n, k)
+	deq, err := fp8.RoundRows(data, shape[0], shape[1])
 	if err != nil {
 		return nil, err
 	}

@@ -261,6 +261,18 @@ func Dequantize(q []uint8, scale []float32, n, k int) ([]float32, error) {
 	return out, nil
 }
 
+// RoundRows returns the values weight w [n, k] stands for once quantized
+// per row: Dequantize of QuantizeRowsParallel's codes and scales, with its
+// errors. A backend without FP8 products computes with these to do the FP8
+// weights' arithmetic in float32.
+func RoundRows(w []float32, n, k int) ([]float32, error) {
+	q, s, err := QuantizeRowsParallel(w, n, k, 0)
+	if err != nil {
+		return nil, err
+	}
+	return Dequantize(q, s, n, k)
+}
+
 // MatMulFP8 is the product of quantized matrices that the GPU's FP8 GEMM
 // computes: y [m, n] with y[i, j] = S·(xs[i]·ws[j]), where
 // S = Σ_c ToFloat32(xq[i·k + c])·ToFloat32(wq[j·k + c]) summed in float32 in

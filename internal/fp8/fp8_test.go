@@ -516,3 +516,32 @@ func BenchmarkQuantizeRowsParallel(b *testing.B) {
 		}
 	}
 }
+
+// TestRoundRows: RoundRows is Dequantize of QuantizeRows's codes and scales, bit for bit, and passes on their errors.
+func TestRoundRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const n, k = 9, 48
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(r.NormFloat64()) * float32(i%7+1)
+	}
+	got, err := RoundRows(w, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, s, err := QuantizeRows(w, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Dequantize(q, s, n, k)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("value %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	w[17] = float32(math.Inf(1))
+	var nf *NonFiniteError
+	if _, err := RoundRows(w, n, k); !errors.As(err, &nf) || nf.Row != 0 || nf.Col != 17 {
+		t.Errorf("RoundRows of an infinite weight: %v, want a NonFiniteError at row 0, column 17", err)
+	}
+}
