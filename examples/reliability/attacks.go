@@ -46,9 +46,11 @@ func postTimed(client *http.Client, url, body string) (int, string, time.Duratio
 	return resp.StatusCode, string(b), time.Since(start), nil
 }
 
-// besides times the small request alone (the median of 21, warm) and then beside attack: sent over and over
-// while the attack runs, each after a random pause of up to 5 ms so that it arrives at every point of the
-// attack's batches, and prints the median, 90th percentile and worst of those answers.
+// besides times the small request alone and then beside attack: sent over and over while the attack runs, each
+// after a random pause of up to 5 ms so that it arrives at every point of the attack's batches, and prints the
+// median, 90th percentile and worst of those answers. Its time alone is the median of 41 sent the same way (a
+// request right after another finds the server's threads still awake, one after a pause wakes them: back to back,
+// the time alone read 0.8 to 1.5 ms from one run to the next), before the attack and again after it.
 func besides(base string, attack func() (int, string, time.Duration, error)) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for range 3 { // warm up
@@ -57,12 +59,19 @@ func besides(base string, attack func() (int, string, time.Duration, error)) err
 		}
 	}
 	var alone []time.Duration
-	for range 21 {
-		_, _, d, err := postTimed(client, base+"/v1/systemone", smallBody)
-		if err != nil {
-			return err
+	timeAlone := func() error {
+		for range 41 {
+			time.Sleep(time.Duration(rand.Int64N(int64(5 * time.Millisecond))))
+			_, _, d, err := postTimed(client, base+"/v1/systemone", smallBody)
+			if err != nil {
+				return err
+			}
+			alone = append(alone, d)
 		}
-		alone = append(alone, d)
+		return nil
+	}
+	if err := timeAlone(); err != nil {
+		return err
 	}
 	runtime.GC()
 	_, peak0 := rss()
@@ -97,6 +106,9 @@ func besides(base string, attack func() (int, string, time.Duration, error)) err
 	}
 	_, peak := rss()
 	fmt.Printf("  attack: %d after %.2f s, peak RSS +%d MiB: %s\n", r.status, r.d.Seconds(), (peak-peak0)>>20, r.body)
+	if err := timeAlone(); err != nil {
+		return err
+	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	a := quantiles(alone)
 	fmt.Printf("  small request alone: median %s (of %d)\n", ms(a[0]), len(alone))
