@@ -47,6 +47,16 @@ func Render(v pyjson.Value) string {
 // RenderLimit is Render with a budget: it stops once the text passes max bytes (max < 0: no budget) and returns
 // the first max bytes with over true, having done work and taken memory for no more than that.
 func RenderLimit(v pyjson.Value, max int) (text string, over bool) {
+	switch {
+	case v.IsNull():
+		return "", false
+	case !v.IsContainer(): // a scalar's text is itself: no copy
+		s := v.Str()
+		if max >= 0 && len(s) > max {
+			return s[:max], true
+		}
+		return s, false
+	}
 	r := renderer{limit: max}
 	r.value(v, 0)
 	return r.String(), r.over
