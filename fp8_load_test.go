@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,9 +25,20 @@ import (
 // fp8HybridBar, the attention-only ones to fp8Bar.
 const fp8Bar, fp8HybridBar = 0.05, 0.25
 
+// fp8HybridFlips is how many answers FP8 may flip on the hybrid fixtures where the reference's top two are more than
+// twice FP8's median move apart (checkFP8Golden; none on the attention-only ones): on the CPU it flips three of their
+// 57 questions so (tiny-a full weights "long" q1 and "options" q1, tiny-b "ticket" q2, whose top two are 0.04 to
+// 0.14 apart), a miss of the 0 that a trained model would be held to; the bar keeps it from growing.
+const fp8HybridFlips = 3
+
+// fp8Hybrid reports whether golden set name (goldenSet.name) is a hybrid fixture (Gated DeltaNet and attention).
+func fp8Hybrid(name string) bool {
+	return strings.HasPrefix(name, "tiny-a") || strings.HasPrefix(name, "tiny-b")
+}
+
 // fp8GoldenBar is the bar of golden set name (goldenSet.name) for an FP8 load against fp32.
 func fp8GoldenBar(name string) float64 {
-	if strings.HasPrefix(name, "tiny-a") || strings.HasPrefix(name, "tiny-b") {
+	if fp8Hybrid(name) {
 		return fp8HybridBar
 	}
 	return fp8Bar
@@ -163,11 +175,19 @@ func (b *fp8Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps fl
 // checkFP8Golden runs every golden request on a predictor loaded with opts (DType FP8) and compares its
 // probabilities with the PyTorch fp32 reference, or, when against is not nil, with those of a predictor loaded with
 // *against: max |Δp| ≤ bar(set), and the same argmax wherever the other's top two are further apart than twice the
-// question's largest |Δp|. Info and the model card must say "fp8", with fewer weight bytes than a bf16 load of the
-// same checkpoint on the CPU. It returns the worst |Δp|.
+// median over all questions of a question's largest |Δp| (FP8's usual move: a question's own |Δp| cannot tell, since a
+// flip moves the top two by at least half their gap). Info and the model card must say "fp8", with fewer weight bytes
+// than a bf16 load of the same checkpoint on the CPU. It returns the worst |Δp|.
 func checkFP8Golden(t *testing.T, opts Options, against *Options, bar func(set string) float64) float64 {
 	var worst float64
 	questions, flips := 0, 0
+	var moves []float64 // every question's largest |Δp|
+	type flip struct {
+		at     string  // set, case and question
+		gap    float64 // the reference's top two apart
+		hybrid bool    // in a hybrid fixture (fp8HybridFlips)
+	}
+	var flipped []flip
 	what := "the fp32 reference"
 	if against != nil {
 		what = fmt.Sprintf("%s on %s", against.DType, against.Device)
@@ -213,17 +233,38 @@ func checkFP8Golden(t *testing.T, opts Options, against *Options, bar func(set s
 					}
 					worst, setWorst = math.Max(worst, dq), math.Max(setWorst, dq)
 					questions++
+					moves = append(moves, dq)
 					if topIndex(got[q]) != topIndex(ref) {
 						flips++
-						if gap := topGap(ref); gap > 2*dq {
-							t.Errorf("%s q%d: argmax %d in fp8, %d in %s (top two %.4f apart, |Δp| ≤ %.4f)", c.Name, q, topIndex(got[q]), topIndex(ref), what, gap, dq)
-						}
+						flipped = append(flipped, flip{fmt.Sprintf("%s %s q%d: argmax %d in fp8, %d in %s", s.name, c.Name, q,
+							topIndex(got[q]), topIndex(ref), what), topGap(ref), fp8Hybrid(s.name)})
 					}
 				}
 			}
 		})
 	}
-	t.Logf("fp8 on %s against %s: worst |Δp| %.5f, %d argmax flips (top two closer than 2|Δp|) in %d questions", opts.Device, what, worst, flips, questions)
+	slices.Sort(moves)
+	var median float64
+	if len(moves) > 0 {
+		median = moves[len(moves)/2]
+	}
+	var hybrid []string
+	for _, f := range flipped {
+		switch {
+		case f.gap <= 2*median:
+		case f.hybrid:
+			hybrid = append(hybrid, fmt.Sprintf("%s (top two %.4f apart)", f.at, f.gap))
+		default:
+			t.Errorf("%s: the top two %.4f apart, more than twice FP8's median move %.4f", f.at, f.gap, median)
+		}
+	}
+	if len(hybrid) > fp8HybridFlips {
+		t.Errorf("%d flips on the hybrid fixtures where the top two are more than twice FP8's median move %.4f apart, want at most %d: %s",
+			len(hybrid), median, fp8HybridFlips, strings.Join(hybrid, "; "))
+	} else if len(hybrid) > 0 {
+		t.Logf("flips on the hybrid fixtures where the top two are more than twice FP8's median move %.4f apart: %s", median, strings.Join(hybrid, "; "))
+	}
+	t.Logf("fp8 on %s against %s: worst |Δp| %.5f, median %.5f, %d argmax flips in %d questions", opts.Device, what, worst, median, flips, questions)
 	return worst
 }
 

@@ -434,3 +434,113 @@ func TestFP8Errors(t *testing.T) {
 	}
 	b.Free(wt)
 }
+
+// BenchmarkGEMMFP8 times the FP8 product beside the bf16 one at the Kev-4B GEMM shapes (gemmShapes) and the token
+// counts of a question-row pass (40, 240), a 2,200-token state (2,392) and a batch of long requests (16,384), over
+// rotating inputs larger than L2: "bf16" is the default bf16 plan (timeGEMM), "fp8" the FP8 GEMM alone on codes
+// quantized beforehand, "fp8+quant" the quantization of x then the GEMM, as MatMul runs them. Each prints a line
+// "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes, x in the type the path reads).
+func BenchmarkGEMMFP8(b *testing.B) {
+	if ok, why := dev.FP8Supported(); !ok {
+		b.Skip(why)
+	}
+	for _, M := range []int{40, 240, 2392, 16384} {
+		for _, s := range gemmShapes {
+			N, K := s[0], s[1]
+			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
+				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
+				t8, t8q := timeGEMMFP8(b, M, N, K)
+				flop := 2 * float64(M) * float64(N) * float64(K)
+				for _, r := range []struct {
+					path  string
+					t     float64
+					bytes int64
+				}{
+					{"bf16", t16, int64(2*M*K + 2*N*K + 2*M*N)},
+					{"fp8", t8, int64(M*K + N*K + 2*M*N)},
+					{"fp8+quant", t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
+				} {
+					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s us=%.2f TFLOP/s=%.1f GB/s=%.0f\n", M, N, K, r.path,
+						r.t*1e6, flop/r.t/1e12, float64(r.bytes)/r.t/1e9)
+				}
+				b.ReportMetric(t16/t8q, "bf16/fp8")
+			})
+		}
+	}
+}
+
+// timeGEMMFP8 returns the median device times in seconds of the FP8 GEMM [M, K] × [N, K]ᵀ alone and of the
+// quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
+// random bf16 values (valid E4M3 codes, none NaN), x random bf16.
+func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
+	xb, wb := int64(2*M*K), int64(N*K)
+	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
+	err := dev.Do(func(q *Queue) error {
+		var bufs []Buffer
+		defer func() {
+			for _, x := range bufs {
+				q.Free(x)
+			}
+		}()
+		alloc := func(n int64) (Buffer, error) {
+			x, err := q.Alloc((n + 15) &^ 15)
+			if err == nil {
+				bufs = append(bufs, x)
+			}
+			return x, err
+		}
+		type set struct{ x, xq, xs, w, ws Buffer }
+		ss := make([]set, sets)
+		for i := range ss {
+			s := &ss[i]
+			var err error
+			for _, a := range []struct {
+				p *Buffer
+				n int64
+			}{{&s.x, xb}, {&s.xq, int64(M * K)}, {&s.xs, 4 * int64(M)}, {&s.w, wb}, {&s.ws, 4 * int64(N)}} {
+				if *a.p, err = alloc(a.n); err != nil {
+					return err
+				}
+			}
+			if err := q.FillUniform(s.x, int64(M*K), uint32(2*i+1), 1); err != nil {
+				return err
+			}
+			w16, err := alloc(2 * wb)
+			if err != nil {
+				return err
+			}
+			if err := q.FillUniform(w16, int64(N*K), uint32(2*i+2), 0.02); err != nil {
+				return err
+			}
+			if err := q.QuantRowsE4M3(s.w, s.ws, Operand{w16, tensor.BF16}, N, K, K); err != nil {
+				return err
+			}
+			if err := q.QuantRowsE4M3(s.xq, s.xs, Operand{s.x, tensor.BF16}, M, K, K); err != nil {
+				return err
+			}
+		}
+		y, err := alloc(2 * int64(M) * int64(N))
+		if err != nil {
+			return err
+		}
+		gemmOf := func(s set) GEMMFP8 {
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true}
+		}
+		iters := max(b.N, 25)
+		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {
+			return err
+		}
+		withQuant, err = medianTime(q, iters, func(i int) error {
+			s := ss[i%sets]
+			if err := q.QuantRowsE4M3(s.xq, s.xs, Operand{s.x, tensor.BF16}, M, K, K); err != nil {
+				return err
+			}
+			return q.GEMMFP8(gemmOf(s))
+		})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gemm, withQuant
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# FP8 beside bf16 on one Hopper GPU, in one command: the FP8 kernels' tests and their times beside the bf16 GEMMs,
+# the golden checkpoints in FP8, and the Kev-4B-shaped random checkpoint served in bf16 and in FP8 (Kev's serving
+# cases and 1 / 32 / 64 clients), with what FP8 does to the answers.
+#
+# Build on the Go machine, from the repository root (CUDA 12.x headers and the libcuda stub), any of:
+#   CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go test -c -tags cuda -o bin/cuda.test ./tensor/cuda   # kernels
+#   CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go test -c -tags cuda -o bin/kev.test .               # goldens
+#   CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs go build -tags cuda -o bin/kev ./examples/kev         # serving
+# then, from the repository root on the GPU machine (bin/kev also needs .gold-in/tokenizer.json, the Qwen3
+# tokenizer, unpacked here from the tree's copy when zstd or python's pyarrow is there):
+#   OUT=/some/dir bash scripts/gpu/fp8.sh
+# A step whose binary is missing is skipped (so that the steps can be split over calls, the machine kept warm: the
+# checkpoint stays in $KEV4B). Steps, each within what is left of BENCH_TOTAL_S (default 540 s):
+#   1. bin/cuda.test: the FP8 tests (QuantRowsE4M3, MatMulFP8, tiles, batch invariance), then BenchmarkGEMMFP8
+#      (KEVBENCH gemm-fp8 lines: bf16, fp8, fp8+quant at M = 40, 240, 2,392, 16,384)   -> $OUT/fp8_kernels.log
+#   2. bin/kev.test: the golden checkpoints with DType FP8 against the fp32 reference    -> $OUT/fp8_goldens.log
+#   3. make_kev4b.py (skipped when $KEV4B is complete), then bin/kev bench -device cuda -dtype bfloat16 and
+#      -dtype fp8 on scripts/golden/bench-cases.json   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json and logs
+#   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
+# Exit status: 0 when every step that ran succeeded, 1 when one failed, 2 when there is no GPU.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$root/.out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) # absolute: step 1 runs in tensor/cuda
+KEV4B=${KEV4B:-/tmp/kev4b}
+TOTAL=${BENCH_TOTAL_S:-540}
+CASES=scripts/golden/bench-cases.json
+TOKENIZER=.gold-in/tokenizer.json
+cd "$root"
+export PYTHONUNBUFFERED=1
+status=0
+left() { echo $((TOTAL - SECONDS)); }
+# step NAME LIMIT LOG CMD...: runs CMD under timeout, output to LOG; a limit under 10 s skips it.
+step() {
+  local name=$1 lim=$2 log=$3
+  shift 3
+  [ "$lim" -gt "$(left)" ] && lim=$(left)
+  if [ "$lim" -lt 10 ]; then
+    echo "== $name: skipped, $(left) s left of the run"
+    return 124
+  fi
+  echo "== $name (limit ${lim} s)"
+  local t0=$SECONDS
+  timeout -k 5 "$lim" "$@" >"$log" 2>&1
+  local rc=$?
+  echo "   exit $rc after $((SECONDS - t0)) s; log $log"
+  [ $rc -ne 0 ] && tail -15 "$log" | sed 's/^/   | /'
+  return $rc
+}
+
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.log" 2>&1; then
+  cat "$OUT/machine.log"
+  echo "no GPU: nvidia-smi failed; nothing was run"
+  exit 2
+fi
+cat "$OUT/machine.log"
+
+# 1. the kernels
+if [ -f bin/cuda.test ]; then
+  chmod +x bin/cuda.test 2>/dev/null
+  (cd tensor/cuda && step "FP8 kernel tests and GEMM times" 240 "$OUT/fp8_kernels.log" sh -c \
+    '../../bin/cuda.test -test.v -test.run "QuantRowsE4M3|FP8" && ../../bin/cuda.test -test.run "^$" -test.bench "^BenchmarkGEMMFP8$" -test.benchtime 1x') ||
+    status=1
+  grep -E "^KEVBENCH gemm-fp8" "$OUT/fp8_kernels.log" | sed 's/^/   /'
+else
+  echo "== FP8 kernels: skipped, no bin/cuda.test"
+fi
+
+# 2. the goldens
+if [ -f bin/kev.test ]; then
+  chmod +x bin/kev.test 2>/dev/null
+  step "FP8 goldens" 120 "$OUT/fp8_goldens.log" bin/kev.test -test.v -test.run 'TestPredictorGoldenCUDAFP8|TestPredictorCUDAFP8Replicas' ||
+    status=1
+  grep -E "worst \|Δp\||^(--- |ok|FAIL|PASS)" "$OUT/fp8_goldens.log" | sed 's/^/   /'
+else
+  echo "== FP8 goldens: skipped, no bin/kev.test"
+fi
+
+# 3. serving, bf16 then fp8, on one checkpoint
+if [ -f bin/kev ] && [ ! -f "$TOKENIZER" ]; then
+  mkdir -p .gold-in
+  zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst >"$TOKENIZER.tmp" 2>/dev/null ||
+    python3 -c 'import pyarrow, shutil, sys
+with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compression="zstd") as z, open(sys.argv[1], "wb") as f:
+    shutil.copyfileobj(z, f)' "$TOKENIZER.tmp" 2>/dev/null
+  if [ -s "$TOKENIZER.tmp" ]; then mv "$TOKENIZER.tmp" "$TOKENIZER"; else rm -f "$TOKENIZER.tmp"; fi
+fi
+if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
+  chmod +x bin/kev 2>/dev/null
+  if [ ! -f "$KEV4B/.complete" ]; then
+    rm -rf "$KEV4B"
+    step make_kev4b 150 "$OUT/make_kev4b.log" python3 scripts/golden/make_kev4b.py "$KEV4B" --tokenizer "$TOKENIZER" &&
+      touch "$KEV4B/.complete" || status=1
+  fi
+  if [ -f "$KEV4B/.complete" ]; then
+    for dt in bfloat16 fp8; do
+      short=${dt/bfloat16/bf16}
+      lim=$(( ($(left) - 15) / $([ $dt = bfloat16 ] && echo 2 || echo 1) ))
+      step "kev bench -dtype $dt" "$lim" "$OUT/kev_bench_$short.log" \
+        bin/kev bench -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype "$dt" -cases "$CASES" \
+        -runs 20 -warmup 3 -clients 1,32,64 -duration 8s -budget "$((lim > 30 ? lim - 15 : 15))s" \
+        -out "$OUT/kev_bench_$short.json" || status=1
+      grep -E "^kev bench: " "$OUT/kev_bench_$short.log" | sed 's/^/   /'
+    done
+    echo "== compare"
+    timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_fp8.json" \
+      --json "$OUT/fp8_compare.json" 2>&1 | tee "$OUT/fp8_compare.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
+else
+  echo "== serving: skipped, no bin/kev or no $TOKENIZER"
+fi
+echo "== done in $SECONDS s, exit $status"
+exit $status
