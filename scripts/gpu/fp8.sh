@@ -30,24 +30,8 @@ TOKENIZER=.gold-in/tokenizer.json
 cd "$root"
 export PYTHONUNBUFFERED=1
 status=0
-left() { echo $((TOTAL - SECONDS)); }
-# step NAME LIMIT LOG CMD...: runs CMD under timeout, output to LOG; a limit under 10 s skips it.
-step() {
-  local name=$1 lim=$2 log=$3
-  shift 3
-  [ "$lim" -gt "$(left)" ] && lim=$(left)
-  if [ "$lim" -lt 10 ]; then
-    echo "== $name: skipped, $(left) s left of the run"
-    return 124
-  fi
-  echo "== $name (limit ${lim} s)"
-  local t0=$SECONDS
-  timeout -k 5 "$lim" "$@" >"$log" 2>&1
-  local rc=$?
-  echo "   exit $rc after $((SECONDS - t0)) s; log $log"
-  [ $rc -ne 0 ] && tail -15 "$log" | sed 's/^/   | /'
-  return $rc
-}
+# shellcheck source=steps.sh
+source scripts/gpu/steps.sh # left, step
 
 if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.log" 2>&1; then
   cat "$OUT/machine.log"
