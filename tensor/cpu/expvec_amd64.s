@@ -69,6 +69,14 @@ GLOBL expc<>(SB), RODATA|NOPTR, $56
 	VCMPPS       $3, Y0, Y0, Y5 \
 	VBLENDVPS    Y5, Y0, Y3, Y3
 
+// ONEPLUSEXPNEG sets Y3 to 1 + e^−Y0 lane by lane, the denominator of the
+// sigmoid and of SiLU (Y0 becomes −Y0; EXP8's registers).
+#define ONEPLUSEXPNEG \
+	VXORPS  Y4, Y4, Y4 \
+	VSUBPS  Y0, Y4, Y0 \
+	EXP8 \
+	VADDPS  Y15, Y3, Y3
+
 // func expAVX2(dst, src *float32, n int)
 TEXT ·expAVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
@@ -97,10 +105,7 @@ TEXT ·siluAVX2(SB), NOSPLIT, $0-24
 
 loop:
 	VMOVUPS (SI)(AX*4), Y0
-	VXORPS  Y4, Y4, Y4
-	VSUBPS  Y0, Y4, Y0
-	EXP8
-	VADDPS  Y15, Y3, Y3
+	ONEPLUSEXPNEG
 	VMOVUPS (SI)(AX*4), Y0
 	VDIVPS  Y3, Y0, Y3
 	VMOVUPS Y3, (DI)(AX*4)
@@ -120,10 +125,7 @@ TEXT ·sigmoidAVX2(SB), NOSPLIT, $0-24
 
 loop:
 	VMOVUPS (SI)(AX*4), Y0
-	VXORPS  Y4, Y4, Y4
-	VSUBPS  Y0, Y4, Y0
-	EXP8
-	VADDPS  Y15, Y3, Y3
+	ONEPLUSEXPNEG
 	VDIVPS  Y3, Y15, Y3
 	VMOVUPS Y3, (DI)(AX*4)
 	ADDQ    $8, AX
@@ -514,10 +516,8 @@ loop:
 	VMULPS  (R8)(AX*4), Y0, Y0
 	VADDPS  Y0, Y1, Y1
 	VMOVUPS Y1, (DI)(AX*4)
-	VXORPS  Y4, Y4, Y4
-	VSUBPS  Y1, Y4, Y0
-	EXP8
-	VADDPS  Y15, Y3, Y3
+	VMOVAPS Y1, Y0
+	ONEPLUSEXPNEG
 	VMOVUPS (DI)(AX*4), Y0
 	VDIVPS  Y3, Y0, Y3
 	VMOVUPS Y3, (DI)(AX*4)
