@@ -357,7 +357,7 @@ func ToRecord(req *Request, opts RecordOptions) (*Record, error) {
 	}
 	maxState := budget(opts.MaxStateBytes, DefaultMaxStateBytes)
 	if opts.MaxStateBytes == 0 {
-		maxState = stateBudget(req.State)
+		maxState = req.shared.stateBudget(req.State)
 	}
 	maxQ := budget(opts.MaxQuestionBytes, DefaultMaxQuestionBytes)
 	t := &texts{total: budget(opts.MaxBytes, DefaultMaxRenderBytes)}

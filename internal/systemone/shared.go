@@ -21,6 +21,7 @@ type sharedState struct {
 	mu     sync.Mutex
 	text   *renderedState
 	ids    *encodedState
+	budget int // the state's default render budget (stateBudget), once known; 0 before
 	render int // times the state was rendered (tests)
 	encode int // times it was encoded (tests)
 }
@@ -39,6 +40,19 @@ type encodedState struct {
 	limit int
 	ids   []int
 	n     int
+}
+
+// stateBudget is stateBudget(state), worked out once for all parts.
+func (s *sharedState) stateBudget(state pyjson.Value) int {
+	if s == nil {
+		return stateBudget(state)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.budget == 0 {
+		s.budget = stateBudget(state)
+	}
+	return s.budget
 }
 
 // renderState returns the state's text within max bytes, with date facts when asked, rendered once for all parts.
