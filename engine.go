@@ -41,8 +41,8 @@ type engine struct {
 	files   io.Closer                  // the mapped weights files the backend reads (CPU), closed by close
 
 	maxBatch    int           // requests one batch takes
-	passTokens  int           // token budget of one model pass (RowPassTokens)
-	sliceTokens int           // token budget of one batch (RowPassTokens)
+	passTokens  int           // token budget of one model pass (Options.PassTokens)
+	sliceTokens int           // token budget of one batch (Options.PassTokens)
 	beforeTake  func(int)     // test hook: runs on the model goroutine before it takes a batch
 	trimIdle    time.Duration // idle time after a batch before the backend's pooled memory goes back (< 0: never)
 
@@ -110,11 +110,14 @@ type engine struct {
 }
 
 func newEngine(index int, device Device, backend tensor.Backend, model *layers.Model, pointer *layers.Pointer, opts Options, onBatch *atomic.Pointer[func(int)], log *slog.Logger) *engine {
+	if opts.PassTokens <= 0 {
+		opts.PassTokens = defaultPassTokens
+	}
 	e := &engine{
 		index: index, device: device, log: log, backend: backend, model: model, pointer: pointer,
 		cache:    prefixcache.New[*layers.State](opts.PrefixCache, opts.PrefixMinTokens, opts.PrefixMaxTokens),
 		onBatch:  onBatch,
-		maxBatch: opts.MaxBatch, passTokens: defaultPassTokens, sliceTokens: defaultPassTokens,
+		maxBatch: opts.MaxBatch, passTokens: opts.PassTokens, sliceTokens: opts.PassTokens,
 		trimIdle:  defaultTrimIdle,
 		gatherMax: defaultGatherMax, gatherFrac: defaultGatherFrac,
 		beforeTake: testBeforeTake,

@@ -46,6 +46,7 @@ type Options struct {
 	TruncateStates  bool    // KEV_TRUNCATE_STATES
 	DateFacts       bool    // KEV_DATE_FACTS
 	MaxBatch        int     // requests one batch takes, per replica; 0 → 64
+	PassTokens      int     // tokens one model pass takes, and one batch's budget, per replica; 0 → 16,384, Kev's ROW_PASS_TOKENS (KEV_PASS_TOKENS)
 	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
@@ -63,6 +64,7 @@ const (
 	defaultPrefixCache = 4                       // states the prefix cache keeps
 	defaultMaxBatch    = 64                      // requests one batch takes
 	defaultPassTokens  = systemone.RowPassTokens // tokens of one model pass, and of one batch's share
+	maxPassTokens      = 1 << 18                 // the largest Options.PassTokens: a pass's activations grow with it
 	// attentionOnlyPrefixMinTokens is the shortest state cached on an attention-only (Qwen3, Qwen2.5) base, Kev's
 	// prefix_min_tokens there; hybrid bases cache every state.
 	attentionOnlyPrefixMinTokens = 384
@@ -213,6 +215,12 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = defaultMaxBatch
+	}
+	switch {
+	case opts.PassTokens == 0:
+		opts.PassTokens = defaultPassTokens
+	case opts.PassTokens < 0 || opts.PassTokens > maxPassTokens:
+		return nil, &OptionError{Field: "PassTokens", Value: fmt.Sprint(opts.PassTokens), Reason: fmt.Sprintf("must be 0 (the default, %d) or 1 to %d", defaultPassTokens, maxPassTokens)}
 	}
 	switch {
 	case opts.PrefixCache == 0:

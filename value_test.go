@@ -193,6 +193,8 @@ func TestOptionErrors(t *testing.T) {
 		{Options{Device: ":0"}, "Device"},
 		{Options{Device: "cpu:all,x"}, "Device"},
 		{Options{MaxQuestions: -1}, "MaxQuestions"},
+		{Options{PassTokens: -1}, "PassTokens"},
+		{Options{PassTokens: maxPassTokens + 1}, "PassTokens"},
 		{Options{DType: "fp8"}, "DType"},
 		{Options{DType: "fp16", Device: CUDA}, fp16Field()}, // fp16 compute is CPU only
 		{Options{Temperature: -1}, "Temperature"},
@@ -321,4 +323,21 @@ func fp16Field() string {
 		return "DType"
 	}
 	return "Device"
+}
+
+// TestPassTokensOption checks Options.PassTokens reaches every replica's pass and batch budgets, and that 0 keeps
+// Kev's.
+func TestPassTokensOption(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, systemone.RowPassTokens}, {200, 200}} {
+		p, err := Load(context.Background(), "testdata/golden/tiny-a/kev", Options{Base: "testdata/golden/tiny-a/base", Offline: true, PassTokens: c.in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.engines {
+			if e.passTokens != c.want || e.sliceTokens != c.want {
+				t.Errorf("PassTokens %d: pass %d, batch %d tokens, want %d", c.in, e.passTokens, e.sliceTokens, c.want)
+			}
+		}
+		p.Close()
+	}
 }

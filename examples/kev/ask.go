@@ -26,17 +26,20 @@ func init() {
 type modelFlags struct {
 	checkpoint, base, device, dtype string
 	offline                         bool
+	passTokens                      int
 }
 
 func (m *modelFlags) register(fs interface {
 	StringVar(p *string, name, value, usage string)
 	BoolVar(p *bool, name string, value bool, usage string)
+	IntVar(p *int, name string, value int, usage string)
 }) {
 	fs.StringVar(&m.checkpoint, "checkpoint", "", "Kev checkpoint: a directory or a hub name org/name[@revision] (default: the small random test checkpoint built into the command)")
 	fs.StringVar(&m.base, "base", "", "base model: a directory or a hub name (default: head.pt's base at its revision)")
 	fs.StringVar(&m.device, "device", "cpu", "tensor backend: "+deviceChoices())
 	fs.StringVar(&m.dtype, "dtype", "", "weight and compute type: fp32, bf16 (bf16 products summed in fp32), fp16 (weights only; cpu only) or fp8 (FP8 E4M3 products: cuda on compute capability 9.0; check it with kev eval -compare bf16); default fp32 on cpu, bf16 elsewhere")
 	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only (HF_HUB_OFFLINE=1)")
+	fs.IntVar(&m.passTokens, "pass-tokens", 0, "tokens one model pass takes, and one batch's budget (0: 16,384, Kev's)")
 }
 
 // deviceChoices lists the valid -device values: the backends compiled into this binary, and how to get cuda
@@ -51,7 +54,8 @@ func deviceChoices() string {
 
 // options resolves the flags into Load's arguments; the checkpoint is "" when none was given (the bundled one).
 func (m *modelFlags) options() (string, kev.Options) {
-	return m.checkpoint, kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline}
+	return m.checkpoint, kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline,
+		PassTokens: m.passTokens}
 }
 
 // model is a loaded predictor; Close also removes the bundled checkpoint's temporary copy.

@@ -48,6 +48,7 @@ var serveEnv = []struct{ name, meaning string }{
 	{"KEV_TEMPERATURE", "> 0: overrides head.pt's temperature"},
 	{"KEV_LORA_SCALE", "> 0: scales the LoRA adapter (default 1)"},
 	{"KEV_MAX_QUESTIONS", "> 0: refuse (422) a request with more questions; 0, the default: no limit, as Kev"},
+	{"KEV_PASS_TOKENS", "tokens one model pass takes, and one batch's budget, as -pass-tokens (default 16384)"},
 	{"KEV_BODY_TIMEOUT", "as -body-timeout (default 60s; 0: none)"},
 	{"KEV_MIN_BODY_RATE", "as -min-body-rate (default 16384 bytes a second; 0: none)"},
 	{"KEV_BODY_RATE_GRACE", "as -body-rate-grace (default 5s; 0: the rate applies from the first byte)"},
@@ -184,6 +185,9 @@ Flags:
 	opts.Temperature = env.float("KEV_TEMPERATURE")
 	opts.LoRAScale = env.float("KEV_LORA_SCALE")
 	opts.MaxQuestions, _ = env.int("KEV_MAX_QUESTIONS")
+	if opts.PassTokens == 0 {
+		opts.PassTokens, _ = env.int("KEV_PASS_TOKENS")
+	}
 	if env.err != nil {
 		return cfg, env.err
 	}
