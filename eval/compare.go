@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -21,6 +22,11 @@ type Comparison struct {
 	MeanDelta     float64 `json:"mean_delta"`       // the mean over the questions of each one's largest |Δp|
 	Agree         int     `json:"argmax_agree"`     // questions whose most likely class is the same in both runs
 	Agreement     float64 `json:"argmax_agreement"` // Agree / Questions
+	MedianDelta   float64 `json:"median_delta"`     // the median over the questions of each one's largest |Δp|: the second run's usual move
+	// ClearFlips counts the questions whose most likely class differs although the first run's top two are more
+	// than 2 × MedianDelta apart: answers the second run changed that were not near-ties. A question's own |Δp|
+	// cannot tell, since a flip moves its top two by at least half their gap.
+	ClearFlips int `json:"clear_flips"`
 }
 
 // Compare sets report other, of the run called otherName, beside base, of the run called baseName (the first run),
@@ -40,6 +46,7 @@ func Compare(base, other *Report, baseName, otherName string) (*Comparison, erro
 	}
 	c := &Comparison{First: baseName, Second: otherName, FirstMetrics: base.Overall, SecondMetrics: other.Overall}
 	var sum float64
+	var deltas, flipGaps []float64 // every question's largest |Δp|; each flip's top-two gap in the first run
 	for _, a := range base.Items {
 		b, ok := theirs[key{a.Line, a.Question}]
 		if !ok || len(a.Probs) == 0 || len(b.Probs) == 0 {
@@ -55,9 +62,12 @@ func Compare(base, other *Report, baseName, otherName string) (*Comparison, erro
 		}
 		c.Questions++
 		sum += d
+		deltas = append(deltas, d)
 		c.MaxDelta = math.Max(c.MaxDelta, d)
 		if argmax(a.Probs) == argmax(b.Probs) {
 			c.Agree++
+		} else {
+			flipGaps = append(flipGaps, topTwoGap(a.Probs))
 		}
 	}
 	if c.Questions == 0 {
@@ -65,7 +75,35 @@ func Compare(base, other *Report, baseName, otherName string) (*Comparison, erro
 	}
 	c.MeanDelta = sum / float64(c.Questions)
 	c.Agreement = float64(c.Agree) / float64(c.Questions)
+	slices.Sort(deltas)
+	if n := len(deltas); n%2 == 1 {
+		c.MedianDelta = deltas[n/2]
+	} else {
+		c.MedianDelta = (deltas[n/2-1] + deltas[n/2]) / 2
+	}
+	for _, g := range flipGaps {
+		if g > 2*c.MedianDelta {
+			c.ClearFlips++
+		}
+	}
 	return c, nil
+}
+
+// topTwoGap returns the gap between the two largest of p (0 with fewer than two).
+func topTwoGap(p []float64) float64 {
+	first, second := math.Inf(-1), math.Inf(-1)
+	for _, v := range p {
+		switch {
+		case v > first:
+			first, second = v, first
+		case v > second:
+			second = v
+		}
+	}
+	if len(p) < 2 {
+		return 0
+	}
+	return first - second
 }
 
 // WriteText writes the comparison as a table, one column per run (accuracy, log loss, Brier, ECE, mean top
@@ -87,7 +125,8 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s vs %s over %d questions scored in both: max |Δp| %.4f, mean of each question's max %.4f; argmax agreement %d/%d (%.4f)\n",
-		c.Second, c.First, c.Questions, c.MaxDelta, c.MeanDelta, c.Agree, c.Questions, c.Agreement)
+	_, err := fmt.Fprintf(w, "%s vs %s over %d questions scored in both: max |Δp| %.4f, mean of each question's max %.4f, median %.4f; argmax agreement %d/%d (%.4f); %d of the %d flips where %s's top two are more than twice the median apart\n",
+		c.Second, c.First, c.Questions, c.MaxDelta, c.MeanDelta, c.MedianDelta, c.Agree, c.Questions, c.Agreement,
+		c.ClearFlips, c.Questions-c.Agree, c.First)
 	return err
 }
