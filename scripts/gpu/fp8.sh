@@ -18,6 +18,10 @@
 #   3. make_kev4b.py (skipped when $KEV4B is complete), then bin/kev bench -device cuda -dtype bfloat16 and
 #      -dtype fp8 on scripts/golden/bench-cases.json   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json and logs
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
+#   5. kev eval -dtype fp8 -compare bf16 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
+#      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log
+#   6. for each pass budget in PASS_TOKENS (none by default): 64 clients, both dtypes, 15 s, -pass-tokens
+#      -> $OUT/kev_bench_{bf16,fp8}_ptN.json
 # Exit status: 0 when every step that ran succeeded, 1 when one failed, 2 when there is no GPU.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,6 +29,9 @@ OUT=${OUT:-$root/.out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) # absolute: step 1 runs in tensor/cuda
 KEV4B=${KEV4B:-/tmp/kev4b}
 TOTAL=${BENCH_TOTAL_S:-540}
+EVAL_N=${EVAL_N:-400}        # labelled requests for step 5 (0: none)
+PASS_TOKENS=${PASS_TOKENS:-} # pass budgets for step 6, e.g. "16384 32768" (none by default)
+RESERVE=$(( (EVAL_N > 0 ? 60 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
 cd "$root"
@@ -80,7 +87,7 @@ if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
   if [ -f "$KEV4B/.complete" ]; then
     for dt in bfloat16 fp8; do
       short=${dt/bfloat16/bf16}
-      lim=$(( ($(left) - 15) / $([ $dt = bfloat16 ] && echo 2 || echo 1) ))
+      lim=$(( ($(left) - 15 - RESERVE) / $([ $dt = bfloat16 ] && echo 2 || echo 1) ))
       step "kev bench -dtype $dt" "$lim" "$OUT/kev_bench_$short.log" \
         bin/kev bench -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype "$dt" -cases "$CASES" \
         -runs 20 -warmup 3 -clients 1,32,64 -duration 8s -budget "$((lim > 30 ? lim - 15 : 15))s" \
@@ -91,6 +98,28 @@ if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
     timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_fp8.json" \
       --json "$OUT/fp8_compare.json" 2>&1 | tee "$OUT/fp8_compare.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # 5. many questions: FP8 against bf16 on EVAL_N labelled requests (make_eval_set.py)
+    if [ "$EVAL_N" -gt 0 ]; then
+      python3 scripts/gpu/make_eval_set.py -n "$EVAL_N" >"$OUT/eval_set.jsonl"
+      step "kev eval -dtype fp8 -compare bf16 ($EVAL_N requests)" 120 "$OUT/fp8_eval.log" \
+        bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype fp8 -compare bf16 -concurrency 32 \
+        -svg none -json -o "$OUT/fp8_eval.json" "$OUT/eval_set.jsonl" || status=1
+      python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
+        "$OUT/fp8_eval.json" 2>/dev/null
+      rm -f "$OUT/eval_set.jsonl"
+    fi
+    # 6. 64 clients with other pass budgets (-pass-tokens), both dtypes
+    for pt in $PASS_TOKENS; do
+      for dt in bfloat16 fp8; do
+        short=${dt/bfloat16/bf16}
+        step "kev bench -dtype $dt -pass-tokens $pt, 64 clients" 60 "$OUT/kev_bench_${short}_pt$pt.log" \
+          bin/kev bench -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype "$dt" -cases "$CASES" \
+          -case "6 questions, short state" -runs 3 -warmup 1 -clients 64 -duration 15s -pass-tokens "$pt" \
+          -out "$OUT/kev_bench_${short}_pt$pt.json" || status=1
+        python3 -c 'import json,sys; [print("   ", {k: c[k] for k in ("clients","rps","p50_ms","p99_ms","mean_batch")}) for c in json.load(open(sys.argv[1]))["concurrency"]]' \
+          "$OUT/kev_bench_${short}_pt$pt.json" 2>/dev/null
+      done
+    done
   fi
 else
   echo "== serving: skipped, no bin/kev or no $TOKENIZER"
