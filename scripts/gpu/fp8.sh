@@ -18,7 +18,7 @@
 #   3. make_kev4b.py (skipped when $KEV4B is complete), then bin/kev bench -device cuda -dtype bfloat16 and
 #      -dtype fp8 on scripts/golden/bench-cases.json   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json and logs
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
-#   5. kev eval -dtype fp8 -compare bf16 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
+#   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log
 #   6. for each pass budget in PASS_TOKENS (none by default): 64 clients, both dtypes, 15 s, -pass-tokens
 #      -> $OUT/kev_bench_{bf16,fp8}_ptN.json
@@ -98,11 +98,11 @@ if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
     timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_fp8.json" \
       --json "$OUT/fp8_compare.json" 2>&1 | tee "$OUT/fp8_compare.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    # 5. many questions: FP8 against bf16 on EVAL_N labelled requests (make_eval_set.py)
+    # 5. many questions: FP8 against bf16 (near-ties by bf16's top two) on EVAL_N labelled requests (make_eval_set.py)
     if [ "$EVAL_N" -gt 0 ]; then
       python3 scripts/gpu/make_eval_set.py -n "$EVAL_N" >"$OUT/eval_set.jsonl"
-      step "kev eval -dtype fp8 -compare bf16 ($EVAL_N requests)" 120 "$OUT/fp8_eval.log" \
-        bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype fp8 -compare bf16 -concurrency 32 \
+      step "kev eval -dtype bf16 -compare fp8 ($EVAL_N requests)" 120 "$OUT/fp8_eval.log" \
+        bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype bfloat16 -compare fp8 -concurrency 32 \
         -svg none -json -o "$OUT/fp8_eval.json" "$OUT/eval_set.jsonl" || status=1
       python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
         "$OUT/fp8_eval.json" 2>/dev/null
