@@ -164,9 +164,10 @@ type BatchStats struct {
 
 // GraphStats count the device graphs the replicas' passes replay, summed over the replicas: graphs captured so
 // far, kept now, pass records seen once and waiting to be captured, and captures that failed (those passes run
-// eagerly).
+// eagerly); and the parts of passes (records) launched as graphs (Replays) and issued eagerly (Eager).
 type GraphStats struct {
 	Captured, Kept, Pending, Failed int
+	Replays, Eager                  int
 }
 
 // Predictor answers questions about texts with a loaded Kev checkpoint. It is safe for concurrent use: requests
@@ -615,7 +616,7 @@ func (p *Predictor) Stats() Stats {
 		b.Queued += r.Batches.Queued
 		b.Slices += r.Batches.Slices
 		if g, ok := e.backend.(graphStatser); ok {
-			if c, k, p, f, on := g.GraphStats(); on {
+			if c, k, p, f, rp, ea, on := g.GraphStats(); on {
 				if st.Graphs == nil {
 					st.Graphs = &GraphStats{}
 				}
@@ -623,6 +624,8 @@ func (p *Predictor) Stats() Stats {
 				st.Graphs.Kept += k
 				st.Graphs.Pending += p
 				st.Graphs.Failed += f
+				st.Graphs.Replays += rp
+				st.Graphs.Eager += ea
 			}
 		}
 	}
@@ -632,7 +635,7 @@ func (p *Predictor) Stats() Stats {
 // graphStatser is a backend that replays passes as device graphs (the CUDA backend): its counters, and whether
 // graphs are on.
 type graphStatser interface {
-	GraphStats() (captured, kept, pending, failed int, on bool)
+	GraphStats() (captured, kept, pending, failed, replays, eager int, on bool)
 }
 
 // Ask answers questions about a state, as a System One request with the default model name would. The state is

@@ -60,7 +60,8 @@ const sweepTicketBase = 1_000_000
 //	                   "new_state_example": {"state_text": "Ticket 1. " + state, "state_tokens", "probabilities"}}},
 //	 "concurrency": [{"clients", "duration_s", "requests", "errors", "first_error", "rps", "p50_ms", "p99_ms",
 //	                  "model_p50_ms", "model_p99_ms", "batches", "mean_batch", "prefix_hits", "prefix_misses"}],
-//	 "graphs": null | {"captured", "kept", "pending", "failed"},
+//	 "graphs": null | {"captured", "kept", "pending", "failed", "replays", "eager"} (replays and eager: the parts of passes
+//	           launched as graphs and issued eagerly, load and warm-up included),
 //	 "prefix_cache": {"size", "min_state_tokens", "max_tokens", "hits", "misses", "cached_states", "oom_retries"},
 //	 "batches": {"count", "requests", "queued"},
 //	 "memory_after": {...}, "notes": [...], "interrupted": bool, "seconds": s}
@@ -206,7 +207,7 @@ func benchCommand(args []string) error {
 	st := p.Stats()
 	if st.Graphs != nil {
 		rep.set("graphs", map[string]int{"captured": st.Graphs.Captured, "kept": st.Graphs.Kept,
-			"pending": st.Graphs.Pending, "failed": st.Graphs.Failed})
+			"pending": st.Graphs.Pending, "failed": st.Graphs.Failed, "replays": st.Graphs.Replays, "eager": st.Graphs.Eager})
 	} else {
 		rep.set("graphs", nil)
 	}

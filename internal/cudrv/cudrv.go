@@ -36,6 +36,77 @@ static CUresult kev_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned 
 	cfg.numAttrs = 1;
 	return cuLaunchKernelEx(&cfg, f, n ? params : NULL, NULL);
 }
+
+// kev_graph_chain writes the nodes of g into out in order when g is one chain (a single root, each node with at
+// most one dependent), and their count into *n; CUDA_ERROR_INVALID_VALUE when it is not a chain or has more than
+// cap nodes.
+static CUresult kev_graph_chain(CUgraph g, CUgraphNode *out, size_t cap, size_t *n) {
+	size_t roots = 0;
+	CUresult r = cuGraphGetRootNodes(g, NULL, &roots);
+	if (r != CUDA_SUCCESS) return r;
+	*n = 0;
+	if (roots == 0) return CUDA_SUCCESS;
+	if (roots != 1 || cap == 0) return CUDA_ERROR_INVALID_VALUE;
+	CUgraphNode cur;
+	roots = 1;
+	if ((r = cuGraphGetRootNodes(g, &cur, &roots)) != CUDA_SUCCESS) return r;
+	for (;;) {
+		if (*n == cap) return CUDA_ERROR_INVALID_VALUE;
+		out[(*n)++] = cur;
+		size_t deps = 0;
+		if ((r = cuGraphNodeGetDependentNodes_v2(cur, NULL, NULL, &deps)) != CUDA_SUCCESS) return r;
+		if (deps == 0) return CUDA_SUCCESS;
+		if (deps != 1) return CUDA_ERROR_INVALID_VALUE;
+		CUgraphEdgeData edge;
+		if ((r = cuGraphNodeGetDependentNodes_v2(cur, &cur, &edge, &deps)) != CUDA_SUCCESS) return r;
+	}
+}
+
+// kev_exec_kernel sets kernel node nd of exec e (from its graph) to launch f with the shape and parameters given
+// (built as kev_launch builds them), keeping the node's other fields.
+static CUresult kev_exec_kernel(CUgraphExec e, CUgraphNode nd, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shmem, char *buf, const int32_t *offs, int n) {
+	void *params[64];
+	if (n > 64) return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++) params[i] = buf + offs[i];
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUresult r = cuGraphKernelNodeGetParams(nd, &p);
+	if (r != CUDA_SUCCESS) return r;
+	p.func = f;
+	p.kern = NULL;
+	p.gridDimX = gx; p.gridDimY = gy; p.gridDimZ = gz;
+	p.blockDimX = bx; p.blockDimY = by; p.blockDimZ = bz;
+	p.sharedMemBytes = shmem;
+	p.kernelParams = n ? params : NULL;
+	p.extra = NULL;
+	return cuGraphExecKernelNodeSetParams(e, nd, &p);
+}
+
+// kev_exec_copy sets copy node nd of exec e to copy n bytes from src to dst, keeping its memory types.
+static CUresult kev_exec_copy(CUgraphExec e, CUgraphNode nd, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+	CUDA_MEMCPY3D p;
+	CUcontext ctx;
+	CUresult r = cuCtxGetCurrent(&ctx);
+	if (r != CUDA_SUCCESS) return r;
+	if ((r = cuGraphMemcpyNodeGetParams(nd, &p)) != CUDA_SUCCESS) return r;
+	p.srcDevice = src;
+	p.dstDevice = dst;
+	p.WidthInBytes = n;
+	return cuGraphExecMemcpyNodeSetParams(e, nd, &p, ctx);
+}
+
+// kev_exec_memset sets fill node nd of exec e to fill n elements at dst with v, keeping its element size.
+static CUresult kev_exec_memset(CUgraphExec e, CUgraphNode nd, CUdeviceptr dst, unsigned v, size_t n) {
+	CUDA_MEMSET_NODE_PARAMS p;
+	CUcontext ctx;
+	CUresult r = cuCtxGetCurrent(&ctx);
+	if (r != CUDA_SUCCESS) return r;
+	if ((r = cuGraphMemsetNodeGetParams(nd, &p)) != CUDA_SUCCESS) return r;
+	p.dst = dst;
+	p.value = v;
+	p.width = n;
+	return cuGraphExecMemsetNodeSetParams(e, nd, &p, ctx);
+}
 */
 import "C"
 
@@ -317,6 +388,69 @@ func (e GraphExec) Launch(s cu.Stream) error {
 
 // Destroy frees e (cuGraphExecDestroy).
 func (e GraphExec) Destroy() error { return check("cuGraphExecDestroy", C.cuGraphExecDestroy(e.e)) }
+
+// GraphNode is a node of a Graph; it names the matching node of the executable graphs instantiated from it.
+type GraphNode struct{ n C.CUgraphNode }
+
+// Chain returns g's nodes in order when g is one chain, as stream capture makes of work issued to one stream: a
+// single root and each node followed by at most one other; an error otherwise, or past max nodes.
+func (g Graph) Chain(max int) ([]GraphNode, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	raw := make([]C.CUgraphNode, max)
+	var n C.size_t
+	if err := check("cuGraphNodeGetDependentNodes_v2", C.kev_graph_chain(g.g, &raw[0], C.size_t(max), &n)); err != nil {
+		return nil, fmt.Errorf("cudrv: graph is not one chain of at most %d nodes: %w", max, err)
+	}
+	nodes := make([]GraphNode, int(n))
+	for i := range nodes {
+		nodes[i] = GraphNode{raw[i]}
+	}
+	return nodes, nil
+}
+
+// SetKernel makes kernel node nd of e launch f with the shape and parameters given from its next launch on
+// (cuGraphExecKernelNodeSetParams): the work Launch would issue. nd is the node of the graph e was made from.
+func (e GraphExec) SetKernel(nd GraphNode, f cu.Function, grid, block Dim3, sharedBytes int, a *Args) error {
+	if a.err != nil {
+		return a.err
+	}
+	for _, d := range [...]int{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
+		if d <= 0 || d > math.MaxInt32 {
+			return fmt.Errorf("cudrv: launch dimensions grid %v block %v must be positive", grid, block)
+		}
+	}
+	if sharedBytes < 0 {
+		return fmt.Errorf("cudrv: negative shared memory %d", sharedBytes)
+	}
+	var bufp *C.char
+	var offp *C.int32_t
+	if a.n > 0 {
+		bufp = (*C.char)(unsafe.Pointer(&a.buf[0]))
+		offp = (*C.int32_t)(unsafe.Pointer(&a.offs[0]))
+	}
+	return check("cuGraphExecKernelNodeSetParams", C.kev_exec_kernel(e.e, nd.n, cFunction(f), C.uint(grid.X), C.uint(grid.Y),
+		C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), bufp, offp, C.int(a.n)))
+}
+
+// SetCopy makes copy node nd of e copy n bytes from src to dst from its next launch on
+// (cuGraphExecMemcpyNodeSetParams; the memory must be device memory of the same context as before).
+func (e GraphExec) SetCopy(nd GraphNode, dst, src cu.DevicePtr, n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("cudrv: copy of %d bytes", n)
+	}
+	return check("cuGraphExecMemcpyNodeSetParams", C.kev_exec_copy(e.e, nd.n, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))
+}
+
+// SetMemset makes fill node nd of e fill n elements at dst with v from its next launch on
+// (cuGraphExecMemsetNodeSetParams; the element size stays the node's).
+func (e GraphExec) SetMemset(nd GraphNode, dst cu.DevicePtr, v uint32, n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("cudrv: fill of %d elements", n)
+	}
+	return check("cuGraphExecMemsetNodeSetParams", C.kev_exec_memset(e.e, nd.n, C.CUdeviceptr(dst), C.uint(v), C.size_t(n)))
+}
 
 // HostAlloc allocates n bytes of page-locked host memory that the device can copy at full speed
 // (cuMemHostAlloc, portable). Free it with HostFree. The slice aliases C memory: never append to it.

@@ -585,7 +585,7 @@ func (b *Backend) GraphCounts() (GraphCounts, bool) { return b.dev.GraphCounts()
 
 // GraphStats returns Kev's pass-graph counters (GraphCounts) as plain numbers, for callers that do not import
 // this package; on is false when pass graphs are off.
-func (b *Backend) GraphStats() (captured, kept, pending, failed int, on bool) {
+func (b *Backend) GraphStats() (captured, kept, pending, failed, replays, eager int, on bool) {
 	c, on := b.dev.GraphCounts()
-	return c.Captured, c.Kept, c.Pending, c.Failed, on
+	return c.Captured, c.Kept, c.Pending, c.Failed + c.Dropped, c.Replays, c.Eager, on
 }

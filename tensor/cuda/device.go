@@ -49,21 +49,26 @@ type Device struct {
 	// every module is built from compute_90 PTX whose kernels begin with griddepcontrol.wait; kernels/pdl.cuh).
 	// KEV_CUDA_PDL=off turns it off.
 	pdl bool
+	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
+	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
+	graphPDL bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
 
 	// Pass graphs (graphs.go): owned by the device goroutine, except the published counters.
-	graphMax    int                          // graphs kept at most; 0: passes are issued eagerly
-	graphs      *graphCache[cudrv.GraphExec] // kept graphs by record
-	rec         passRecord                   // the work recorded since the last flush
-	recFns      []recFn                      // the kernels of rec's launches
-	issueArgs   cudrv.Args                   // parameters of a recorded launch being issued
-	dstage      Buffer                       // device staging buffer for a record's uploads
-	recErr      error                        // a flush error not yet reported
-	replays     int                          // records launched as graphs
-	eagerPasses int                          // records issued eagerly
-	gmu         sync.Mutex                   // guards gcounts and gon
+	graphMax    int                     // graphs kept at most; 0: passes are issued eagerly
+	graphs      *graphCache[*passGraph] // kept graphs by record shape
+	rec         passRecord              // the work recorded since the last flush
+	recFns      []recFn                 // the kernels of rec's launches
+	issueArgs   cudrv.Args              // parameters of a recorded launch being issued
+	dstage      Buffer                  // device staging buffer for a record's uploads
+	recErr      error                   // a flush error not yet reported
+	replays     int                     // records launched as graphs
+	eagerPasses int                     // records issued eagerly
+	updated     int                     // graph nodes set to a replayed record's parameters
+	graphErr    string                  // why the last capture failed or graph was dropped
+	gmu         sync.Mutex              // guards gcounts and gon
 	gcounts     GraphCounts
 	gon         bool
 
@@ -153,6 +158,7 @@ func Open(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
+	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

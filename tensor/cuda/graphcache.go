@@ -6,14 +6,15 @@ import (
 	"hash/maphash"
 )
 
-// graphCache keeps executable graphs under the exact record of the work they replay: a key is the whole
-// sequence of a pass's launches and copies (kernels, shapes, parameter bytes, addresses, sizes), so a graph is
-// replayed only for a pass that would issue exactly the work it holds. Keys are compared byte for byte; the hash
-// only finds candidates. A key is captured when it is seen the second time (once is not a pattern worth the
-// capture's cost); at most max graphs are kept, the least recently replayed destroyed first, and at most
+// graphCache keeps executable graphs under the shape of the work they do: a key is the sequence of a record's
+// operations with their kernels and parameter layouts but not their values (passRecord.key), so a kept graph is
+// replayed for any record of the same shape once its nodes have been given that record's launch shapes,
+// parameters, addresses and sizes (passRecord.changed: only the nodes that differ). Keys are compared byte for
+// byte; the hash only finds candidates. A key is captured when it is seen the second time (once is not a pattern
+// worth the capture's cost); at most max graphs are kept, the least recently replayed destroyed first, and at most
 // 4·max keys wait for their second sighting, the oldest forgotten first. Capture failures are remembered per key
-// (their passes run eagerly) and counted. G is the graph handle; destroy frees one. Not safe for concurrent use
-// (the device goroutine owns it); counts is.
+// (their passes run eagerly) and counted; a graph whose nodes could not be set is dropped (drop). G is the graph
+// handle; destroy frees one. Not safe for concurrent use (the device goroutine owns it); counts is.
 type graphCache[G any] struct {
 	max     int
 	destroy func(G)
@@ -22,8 +23,8 @@ type graphCache[G any] struct {
 	kept    list.List // *graphEntry with a graph, most recently used first
 	waiting list.List // *graphEntry seen once, or whose capture failed, newest first
 
-	captured, failed, evicted int
-	failedWaiting             int // entries on waiting whose capture failed
+	captured, failed, evicted, dropped int
+	failedWaiting                      int // entries on waiting whose capture failed
 }
 
 // graphEntry is one key: its graph once captured.
@@ -98,6 +99,13 @@ func (c *graphCache[G]) done(e *graphEntry[G], g G, ok bool) {
 	}
 }
 
+// drop forgets kept entry e and destroys its graph (its nodes could not be set for a record): the key starts over
+// as if never seen.
+func (c *graphCache[G]) drop(e *graphEntry[G]) {
+	c.dropped++
+	c.remove(e, &c.kept)
+}
+
 // remove forgets e (on list l), destroying its graph.
 func (c *graphCache[G]) remove(e *graphEntry[G], l *list.List) {
 	l.Remove(e.elem)
@@ -141,19 +149,25 @@ type GraphCounts struct {
 	Replays  int // passes replayed from a kept graph
 	Eager    int // recorded passes issued eagerly (first sightings, failures)
 	Evicted  int // graphs destroyed to stay within the bound
+	Updated  int // graph nodes set to a replayed record's parameters (those that differed from the last replay's)
+	Dropped  int // graphs destroyed because a replay could not set their nodes (those passes ran eagerly)
+
+	LastError string // why the last capture failed or the last graph was dropped ("" when none has been)
 }
 
 // counts returns the cache's counters (Replays and Eager are the caller's).
 func (c *graphCache[G]) counts() GraphCounts {
 	return GraphCounts{Captured: c.captured, Kept: c.kept.Len(), Pending: c.waiting.Len() - c.failedWaiting,
-		Failed: c.failed, Evicted: c.evicted}
+		Failed: c.failed, Evicted: c.evicted, Dropped: c.dropped}
 }
 
-// passRecord is the work of a pass recorded instead of issued: its operations, the key that names them exactly,
-// and the bytes its uploads stage. Uploaded contents are not part of the key: they are copied to the device
-// before the work runs (eagerly or as a graph), so two passes that differ only in their token ids share a key.
+// passRecord is the work of a pass recorded instead of issued: its operations, the key that names their shape,
+// and the bytes its uploads stage. The key holds each operation's kind, and a launch's kernel and parameter layout
+// (how many parameters, their offsets and bytes); not the values that change from pass to pass (launch shapes,
+// parameter values, addresses, sizes), which a replay sets in the graph's nodes (changed, apply), nor the uploaded
+// contents, copied to the device before the work runs (eagerly or as a graph).
 type passRecord struct {
-	key  []byte  // every operation, encoded
+	key  []byte  // the operations' shape, encoded
 	ops  []recOp // the operations in order
 	args []byte  // kernel parameter bytes of the launches
 	offs []int32 // kernel parameter offsets of the launches
@@ -231,31 +245,60 @@ func (r *passRecord) launch(fnIndex int, fnID uint64, grid, block [3]uint32, sha
 	r.ops = append(r.ops, op)
 	k := append(r.key, opLaunch)
 	k = appendU64(k, fnID)
-	for _, d := range [...]uint32{grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, uint32(len(offs)), uint32(len(args))} {
-		k = appendU32(k, d)
-	}
+	k = appendU32(k, uint32(len(offs)))
+	k = appendU32(k, uint32(len(args)))
 	for _, o := range offs {
 		k = appendU32(k, uint32(o))
 	}
-	r.key = append(k, args...)
+	r.key = k
 }
 
 // copy records a device-to-device copy of n bytes.
 func (r *passRecord) copy(dst, src uint64, n int64) {
 	r.ops = append(r.ops, recOp{kind: opCopy, dst: dst, src: src, n: n})
-	k := append(r.key, opCopy)
-	k = appendU64(k, dst)
-	k = appendU64(k, src)
-	r.key = appendU64(k, uint64(n))
+	r.key = append(r.key, opCopy)
 }
 
 // memset16 records filling n 16-bit words at dst with v.
 func (r *passRecord) memset16(dst uint64, v uint16, n int64) {
 	r.ops = append(r.ops, recOp{kind: opMemset16, dst: dst, v: v, n: n})
-	k := append(r.key, opMemset16)
-	k = appendU64(k, dst)
-	k = appendU32(k, uint32(v))
-	r.key = appendU64(k, uint64(n))
+	r.key = append(r.key, opMemset16)
+}
+
+// graphParams are the parameters the nodes of a kept graph hold: a snapshot of the operations and launch
+// parameter bytes of the record it was captured from, each node's updated as a replay sets it (apply).
+type graphParams struct {
+	ops  []recOp
+	args []byte
+}
+
+// snapshot returns a copy of r's operations and parameter bytes.
+func (r *passRecord) snapshot() graphParams {
+	return graphParams{ops: append([]recOp(nil), r.ops...), args: append([]byte(nil), r.args...)}
+}
+
+// changed reports whether operation i of r differs from what node i of a graph of r's key holds (p): another
+// launch shape or parameter value, another address, size or fill value. The kind, the kernel and the parameter
+// layout are the key's, the same in both.
+func (r *passRecord) changed(i int, p *graphParams) bool {
+	a, b := &r.ops[i], &p.ops[i]
+	switch a.kind {
+	case opLaunch:
+		return a.grid != b.grid || a.block != b.block || a.shared != b.shared ||
+			!bytes.Equal(r.args[a.argLo:a.argHi], p.args[b.argLo:b.argHi])
+	case opCopy:
+		return a.dst != b.dst || a.src != b.src || a.n != b.n
+	}
+	return a.dst != b.dst || a.v != b.v || a.n != b.n
+}
+
+// apply notes in p that node i now holds operation i of r.
+func (r *passRecord) apply(i int, p *graphParams) {
+	a := r.ops[i]
+	b := &p.ops[i]
+	copy(p.args[b.argLo:b.argHi], r.args[a.argLo:a.argHi])
+	a.argLo, a.argHi, a.offLo, a.offHi = b.argLo, b.argHi, b.offLo, b.offHi
+	*b = a
 }
 
 // stage appends b to the staged bytes at the next aligned offset and returns it; ok is false when the staged bytes

@@ -21,21 +21,52 @@ func record(n int, ptr uint64, scalar uint32) *passRecord {
 	return r
 }
 
+// TestPassRecordKey checks that a record's key is its shape: records that differ in launch shapes, parameter
+// values, addresses or sizes share it; another kernel, parameter layout or sequence of operations does not.
 func TestPassRecordKey(t *testing.T) {
 	base := record(5, 1<<20, 3)
-	if !bytes.Equal(base.key, record(5, 1<<20, 3).key) {
-		t.Fatal("equal records give different keys")
+	same := map[string]*passRecord{
+		"equal":           record(5, 1<<20, 3),
+		"another address": record(5, 1<<21, 3),
+		"another scalar":  record(5, 1<<20, 4),
+		"another grid": func() *passRecord {
+			r := record(5, 1<<20, 3)
+			r.ops[4].grid[0] = 9
+			return r
+		}(),
+	}
+	for name, r := range same {
+		if !bytes.Equal(base.key, r.key) {
+			t.Errorf("%s: another key", name)
+		}
 	}
 	differ := map[string]*passRecord{
 		"one launch fewer": record(4, 1<<20, 3),
-		"another address":  record(5, 1<<21, 3),
-		"another scalar":   record(5, 1<<20, 4),
-		"another grid": func() *passRecord {
-			r := record(4, 1<<20, 3)
-			r.launch(4, 0x1000+4%3, [3]uint32{9, 1, 1}, [3]uint32{128, 1, 1}, 0, base.args[base.ops[4].argLo:base.ops[4].argHi], []int32{0, 8, 16})
+		"another kernel": func() *passRecord {
+			r := &passRecord{}
+			for i := range 5 {
+				op := base.ops[i]
+				r.launch(i, 0x2000, op.grid, op.block, op.shared, base.args[op.argLo:op.argHi], base.offs[op.offLo:op.offHi])
+			}
+			r.copy(1, 2, 3)
+			r.memset16(4, 5, 6)
 			return r
 		}(),
-		"another copy size": func() *passRecord { r := record(5, 1<<20, 3); r.ops, r.key = nil, nil; return r }(),
+		"another parameter layout": func() *passRecord {
+			r := &passRecord{}
+			for i := range 5 {
+				op := base.ops[i]
+				r.launch(i, 0x1000+uint64(i%3), op.grid, op.block, op.shared, base.args[op.argLo:op.argHi], []int32{0, 12, 16})
+			}
+			r.copy(1, 2, 3)
+			r.memset16(4, 5, 6)
+			return r
+		}(),
+		"copy and fill swapped": func() *passRecord {
+			r := record(5, 1<<20, 3)
+			r.key[len(r.key)-1], r.key[len(r.key)-2] = r.key[len(r.key)-2], r.key[len(r.key)-1]
+			return r
+		}(),
 	}
 	for name, r := range differ {
 		if bytes.Equal(base.key, r.key) {
@@ -55,6 +86,50 @@ func TestPassRecordKey(t *testing.T) {
 	base.reset()
 	if !base.empty() || len(base.key) != 0 {
 		t.Error("reset left work")
+	}
+}
+
+// TestPassRecordChanged checks which nodes of a graph a record of its key must set: exactly the operations whose
+// launch shape, parameter bytes, addresses, size or fill value differ, and none once applied.
+func TestPassRecordChanged(t *testing.T) {
+	base := record(5, 1<<20, 3)
+	p := base.snapshot()
+	for i := range base.ops {
+		if base.changed(i, &p) {
+			t.Errorf("op %d changed against its own snapshot", i)
+		}
+	}
+	r := record(5, 1<<20, 3)
+	r.ops[1].grid[1] = 2         // a launch shape
+	r.ops[2].shared = 1024       // its shared memory
+	r.args[r.ops[3].argLo+8] = 9 // a parameter value
+	r.ops[5].n = 256             // the copy's size
+	r.ops[6].v = 0               // the fill value
+	want := map[int]bool{1: true, 2: true, 3: true, 5: true, 6: true}
+	for i := range r.ops {
+		if got := r.changed(i, &p); got != want[i] {
+			t.Errorf("op %d: changed %v, want %v", i, got, want[i])
+		}
+	}
+	moved := record(5, 1<<21, 3) // every address: every launch's first parameter, the copy and the fill
+	for i := range moved.ops {
+		if !moved.changed(i, &p) {
+			t.Errorf("op %d at other addresses: not changed", i)
+		}
+	}
+	for i := range r.ops {
+		r.apply(i, &p)
+	}
+	for i := range r.ops {
+		if r.changed(i, &p) {
+			t.Errorf("op %d changed after apply", i)
+		}
+	}
+	if base.changed(3, &p) != true || base.changed(0, &p) {
+		t.Error("apply did not take op 3's parameters, or changed op 0's")
+	}
+	if len(p.args) != len(base.args) || p.ops[3].argLo != base.ops[3].argLo {
+		t.Errorf("apply moved the parameter bytes: %d bytes, op 3 at %d", len(p.args), p.ops[3].argLo)
 	}
 }
 
@@ -92,7 +167,7 @@ type fakeGraph int
 func TestGraphCache(t *testing.T) {
 	var destroyed []fakeGraph
 	c := newGraphCache(2, func(g fakeGraph) { destroyed = append(destroyed, g) })
-	key := func(i int) []byte { return record(3, uint64(i)<<20, 0).key }
+	key := func(i int) []byte { return record(i, 1<<20, 0).key } // i launches: a shape of its own
 	type step struct {
 		key  int
 		want graphAction
@@ -140,7 +215,7 @@ func TestGraphCache(t *testing.T) {
 func TestGraphCacheCollision(t *testing.T) {
 	c := newGraphCache(4, func(fakeGraph) {})
 	c.hash = func([]byte) uint64 { return 42 }
-	keys := [][]byte{record(2, 1<<20, 1).key, record(2, 1<<20, 2).key, record(2, 1<<20, 3).key}
+	keys := [][]byte{record(1, 1<<20, 1).key, record(2, 1<<20, 1).key, record(3, 1<<20, 1).key}
 	for i, k := range keys[:2] {
 		c.lookup(k)
 		e, act := c.lookup(k)
@@ -166,7 +241,7 @@ func TestGraphCacheCollision(t *testing.T) {
 func TestGraphCachePendingBound(t *testing.T) {
 	c := newGraphCache(2, func(fakeGraph) {})
 	for i := range 20 {
-		c.lookup(record(1, uint64(i)<<20, 0).key)
+		c.lookup(record(i+1, 1<<20, 0).key)
 	}
 	if got := c.counts().Pending; got != 8 {
 		t.Errorf("pending %d, want 8", got)
@@ -174,8 +249,34 @@ func TestGraphCachePendingBound(t *testing.T) {
 	if _, act := c.lookup(record(1, 0, 0).key); act != graphEager { // forgotten: first sighting again
 		t.Errorf("oldest key: action %d, want eager", act)
 	}
-	if _, act := c.lookup(record(1, 19<<20, 0).key); act != graphCapture {
+	if _, act := c.lookup(record(20, 0, 0).key); act != graphCapture {
 		t.Errorf("newest key: action %d, want capture", act)
+	}
+}
+
+// TestGraphCacheDrop forgets a kept graph whose nodes could not be set: destroyed, counted, and its key starts over.
+func TestGraphCacheDrop(t *testing.T) {
+	var destroyed []fakeGraph
+	c := newGraphCache(4, func(g fakeGraph) { destroyed = append(destroyed, g) })
+	k := record(2, 1<<20, 0).key
+	c.lookup(k)
+	e, act := c.lookup(k)
+	if act != graphCapture {
+		t.Fatalf("second sighting: action %d", act)
+	}
+	c.done(e, 7, true)
+	e, act = c.lookup(record(2, 1<<21, 5).key) // another record of the same shape
+	if act != graphReplay || e.graph != 7 {
+		t.Fatalf("same shape: action %d, graph %v", act, e.graph)
+	}
+	c.drop(e)
+	if got := c.counts(); got.Dropped != 1 || got.Kept != 0 || fmt.Sprint(destroyed) != "[7]" {
+		t.Errorf("after drop: %+v, destroyed %v", got, destroyed)
+	}
+	for i, want := range []graphAction{graphEager, graphCapture} {
+		if _, act := c.lookup(k); act != want {
+			t.Errorf("sighting %d after drop: action %d, want %d", i+1, act, want)
+		}
 	}
 }
 

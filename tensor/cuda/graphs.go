@@ -18,10 +18,15 @@ import (
 // issuing them, and stages its small uploads (index arrays) in host memory, assigning each a fixed offset in a
 // device staging buffer. The record ends where the host must see the device (Sync, Download, Free, Stream) or at
 // the end of Run; then the staged bytes are copied to the staging buffer in one asynchronous copy, and the
-// recorded work is issued: as the graph kept for exactly this record (graphCache), or captured into one when the
-// record is seen the second time, or else eagerly. Nothing a record leaves out (the uploaded contents: token
-// ids, segment starts) changes what a graph must do, so a replay issues exactly what the eager path would.
-// Allocations come from the pool while recording, never during capture.
+// recorded work is issued: as the graph kept for records of its shape (graphCache: the same kernels with the same
+// parameter layouts, copies and fills in the same order), its nodes first set to this record's launch shapes,
+// parameters, addresses and sizes where they differ from the last replay's (cuGraphExec*NodeSetParams), or
+// captured into one when the shape is seen the second time, or else eagerly. A replay so issues exactly what the
+// eager path would: the same kernels with the same parameters, in the same order (a new ticket's state lands at new
+// addresses in the prefix cache, and a pass of other token counts launches other grids, without a new capture).
+// The uploaded contents (token ids, segment starts) are copied before the work runs either way. Allocations come
+// from the pool while recording, never during capture. Kernels are launched as programmatic dependents in a
+// graph as they are eagerly (Device.pdl), unless KEV_CUDA_GRAPH_PDL=off.
 
 // defaultGraphs is the number of graphs a device keeps when KEV_CUDA_GRAPHS=on. Graphs are off unless that
 // variable turns them on: measured in Kev's serving cases on the H200 (docs/design-log.md, v18), recording every pass
@@ -104,7 +109,10 @@ func (d *Device) publishGraphs() {
 	if d.graphs != nil {
 		c = d.graphs.counts()
 	}
-	c.Replays, c.Eager = d.replays, d.eagerPasses
+	c.Replays, c.Eager, c.Updated = d.replays, d.eagerPasses, d.updated
+	if d.graphErr != "" {
+		c.LastError = d.graphErr
+	}
 	d.gmu.Lock()
 	d.gcounts, d.gon = c, d.graphMax > 0
 	d.gmu.Unlock()
@@ -119,7 +127,7 @@ func (d *Device) runRecorded(f func() error) (err error) {
 		}
 	}
 	if d.graphs == nil {
-		d.graphs = newGraphCache(d.graphMax, func(e cudrv.GraphExec) { e.Destroy() })
+		d.graphs = newGraphCache(d.graphMax, (*passGraph).destroy)
 	}
 	q.rec, q.opDepth = true, 0
 	d.rec.reset() // every pass stages from offset 0 (see passRecord.atOpStart)
@@ -264,26 +272,50 @@ func (q *Queue) flush() error {
 	e, act := d.graphs.lookup(d.rec.key)
 	switch act {
 	case graphReplay:
+		pg := e.graph
+		if err := q.update(pg); err != nil {
+			d.graphErr = "set: " + err.Error()
+			d.graphs.drop(e)
+			break // issued eagerly
+		}
 		d.replays++
-		return e.graph.Launch(q.s)
+		return pg.exec.Launch(q.s)
 	case graphCapture:
-		exec, err := q.capture()
+		pg, err := q.capture()
 		if err == nil {
 			d.replays++
-			lerr := exec.Launch(q.s) // before done, which may destroy it (SetGraphs(0) inside Run)
-			d.graphs.done(e, exec, true)
+			lerr := pg.exec.Launch(q.s) // before done, which may destroy it (SetGraphs(0) inside Run)
+			d.graphs.done(e, pg, true)
 			return lerr
 		}
-		d.graphs.done(e, exec, false)
+		d.graphErr = "capture: " + err.Error()
+		d.graphs.done(e, nil, false)
 	}
 	d.eagerPasses++
 	return q.issue()
 }
 
-// capture captures the recorded work into an executable graph (nothing runs).
-func (q *Queue) capture() (cudrv.GraphExec, error) {
+// passGraph is a kept graph: the captured graph (whose nodes name the executable's), the executable, its nodes in
+// the record's order, and the parameters they hold.
+type passGraph struct {
+	graph  cudrv.Graph
+	exec   cudrv.GraphExec
+	nodes  []cudrv.GraphNode
+	params graphParams
+}
+
+// destroy frees the executable and the graph (nil: nothing).
+func (pg *passGraph) destroy() {
+	if pg != nil {
+		pg.exec.Destroy()
+		pg.graph.Destroy()
+	}
+}
+
+// capture captures the recorded work into a kept graph (nothing runs).
+func (q *Queue) capture() (*passGraph, error) {
 	if err := cudrv.BeginCapture(q.s, cudrv.CaptureThreadLocal); err != nil {
-		return cudrv.GraphExec{}, err
+		return nil, err
 	}
 	ierr := q.issue()
 	g, err := cudrv.EndCapture(q.s)
@@ -292,11 +324,60 @@ func (q *Queue) capture() (cudrv.GraphExec, error) {
 			g.Destroy()
 			err = ierr
 		}
-		return cudrv.GraphExec{}, err
+		return nil, err
+	}
+	r := &q.d.rec
+	nodes, err := g.Chain(len(r.ops) + 1)
+	if err == nil && len(nodes) != len(r.ops) {
+		err = fmt.Errorf("cuda: %d operations captured as %d graph nodes", len(r.ops), len(nodes))
+	}
+	if err != nil {
+		g.Destroy()
+		return nil, err
 	}
 	exec, err := g.Instantiate()
-	g.Destroy()
-	return exec, err
+	if err != nil {
+		g.Destroy()
+		return nil, err
+	}
+	return &passGraph{graph: g, exec: exec, nodes: nodes, params: r.snapshot()}, nil
+}
+
+// update sets the nodes of pg whose parameters differ from the record's to the record's (pg has the record's key).
+func (q *Queue) update(pg *passGraph) error {
+	d := q.d
+	r := &d.rec
+	if len(pg.nodes) != len(r.ops) || len(pg.params.ops) != len(r.ops) {
+		return fmt.Errorf("cuda: a graph of %d nodes for a record of %d operations", len(pg.nodes), len(r.ops))
+	}
+	for i := range r.ops {
+		if !r.changed(i, &pg.params) {
+			continue
+		}
+		op := &r.ops[i]
+		var err error
+		switch op.kind {
+		case opLaunch:
+			fn := d.recFns[op.fn]
+			if err = d.issueArgs.SetRaw(r.args[op.argLo:op.argHi], r.offs[op.offLo:op.offHi]); err == nil {
+				grid := cudrv.Dim3{X: int(op.grid[0]), Y: int(op.grid[1]), Z: int(op.grid[2])}
+				block := cudrv.Dim3{X: int(op.block[0]), Y: int(op.block[1]), Z: int(op.block[2])}
+				if err = pg.exec.SetKernel(pg.nodes[i], fn.f, grid, block, int(op.shared), &d.issueArgs); err != nil {
+					err = fmt.Errorf("%s.%s grid %v block %v: %w", fn.key.mod, fn.key.name, grid, block, err)
+				}
+			}
+		case opCopy:
+			err = pg.exec.SetCopy(pg.nodes[i], cu.DevicePtr(op.dst), cu.DevicePtr(op.src), op.n)
+		case opMemset16:
+			err = pg.exec.SetMemset(pg.nodes[i], cu.DevicePtr(op.dst), uint32(op.v), op.n)
+		}
+		if err != nil {
+			return fmt.Errorf("node %d of %d: %w", i, len(r.ops), err)
+		}
+		r.apply(i, &pg.params)
+		d.updated++
+	}
+	return nil
 }
 
 // issue enqueues the recorded work on the stream.
@@ -313,7 +394,7 @@ func (q *Queue) issue() error {
 			}
 			grid := cudrv.Dim3{X: int(op.grid[0]), Y: int(op.grid[1]), Z: int(op.grid[2])}
 			block := cudrv.Dim3{X: int(op.block[0]), Y: int(op.block[1]), Z: int(op.block[2])}
-			if err := cudrv.Launch(fn.f, grid, block, int(op.shared), q.s, &d.issueArgs); err != nil {
+			if err := d.recLaunch(fn.f, grid, block, int(op.shared), q.s, &d.issueArgs); err != nil {
 				return fmt.Errorf("cuda: %s.%s grid %v block %v: %w", fn.key.mod, fn.key.name, grid, block, err)
 			}
 		case opCopy:
@@ -327,6 +408,15 @@ func (q *Queue) issue() error {
 		}
 	}
 	return nil
+}
+
+// recLaunch launches recorded work, eagerly or into a capture: as a programmatic dependent of the launch before it
+// where graphPDL says so.
+func (d *Device) recLaunch(f cu.Function, grid, block cudrv.Dim3, shared int, s cu.Stream, a *cudrv.Args) error {
+	if d.graphPDL {
+		return cudrv.LaunchDependent(f, grid, block, shared, s, a)
+	}
+	return cudrv.Launch(f, grid, block, shared, s, a)
 }
 
 // CopyD2D copies n bytes from src to dst in stream order.

@@ -81,9 +81,9 @@ func BenchmarkPassGraphs(b *testing.B) {
 					b.Fatalf("%s %s: %v", c.name, mode.name, err)
 				}
 				s1, _ := dev.GraphCounts()
-				fmt.Printf("KEVBENCH graphs %q mode=%s device_ms=%.3f issue_ms=%.3f wall_ms=%.3f launches/pass=%d replays=%d eager=%d captured=%d kept=%d failed=%d\n",
+				fmt.Printf("KEVBENCH graphs %q mode=%s device_ms=%.3f issue_ms=%.3f wall_ms=%.3f launches/pass=%d replays=%d eager=%d updated=%d captured=%d kept=%d failed=%d dropped=%d last_error=%q\n",
 					c.name, mode.name, dsec*1e3, isec*1e3, median(walls)*1e3, (be.Stats().Launches-l0)/15,
-					s1.Replays-s0.Replays, s1.Eager-s0.Eager, s1.Captured, s1.Kept, s1.Failed)
+					s1.Replays-s0.Replays, s1.Eager-s0.Eager, s1.Updated-s0.Updated, s1.Captured, s1.Kept, s1.Failed, s1.Dropped, s1.LastError)
 			}
 		}
 	}

@@ -74,6 +74,11 @@ func TestPassGraphs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kept.Free()
+	kept2, _, err := m.Prefill(ids(150)) // another state of the same length, elsewhere in memory
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept2.Free()
 	newBatch := func(text int, rows ...int) *layers.Batch {
 		bt := &layers.Batch{New: []layers.NewState{{IDs: ids(text)}}}
 		for _, n := range rows {
@@ -81,13 +86,14 @@ func TestPassGraphs(t *testing.T) {
 		}
 		return bt
 	}
-	cachedBatch := func(rows ...int) *layers.Batch {
+	cachedOn := func(st *layers.State, rows ...int) *layers.Batch {
 		bt := &layers.Batch{}
 		for _, n := range rows {
-			bt.Rows = append(bt.Rows, layers.Row{IDs: ids(n), Cached: kept})
+			bt.Rows = append(bt.Rows, layers.Row{IDs: ids(n), Cached: st})
 		}
 		return bt
 	}
+	cachedBatch := func(rows ...int) *layers.Batch { return cachedOn(kept, rows...) }
 	randomBatch := func() *layers.Batch {
 		bt := &layers.Batch{}
 		for k := range 1 + r.IntN(4) {
@@ -104,15 +110,18 @@ func TestPassGraphs(t *testing.T) {
 	type tc struct {
 		name string
 		bt   *layers.Batch
-		twin int // ≥ 0: the index of a batch with the same structure, run (and captured) before it
+		twin int  // ≥ 0: the index of a batch with the same structure, run (and captured) before it
+		must bool // the twin's graph must replay it (else it may: other token counts may launch other kernels)
 	}
 	cases := []tc{
-		{"new 300 + 2 rows", newBatch(300, 40, 40), -1}, {"same structure, other ids", newBatch(300, 40, 40), 0},
-		{"6 rows on a cached state", cachedBatch(40, 40, 40, 40, 40, 40), -1},
-		{"6 rows, other ids", cachedBatch(40, 40, 40, 40, 40, 40), 2},
+		{"new 300 + 2 rows", newBatch(300, 40, 40), -1, false}, {"same structure, other ids", newBatch(300, 40, 40), 0, true},
+		{"6 rows on a cached state", cachedBatch(40, 40, 40, 40, 40, 40), -1, false},
+		{"6 rows, other ids", cachedBatch(40, 40, 40, 40, 40, 40), 2, true},
+		{"6 rows on another cached state", cachedOn(kept2, 40, 40, 40, 40, 40, 40), 2, true}, // other addresses
+		{"new 290 + 2 rows", newBatch(290, 37, 44), 0, false},                                // other grids
 	}
 	for i := range 4 {
-		cases = append(cases, tc{fmt.Sprintf("random %d", i), randomBatch(), -1})
+		cases = append(cases, tc{fmt.Sprintf("random %d", i), randomBatch(), -1, false})
 	}
 	if err := dev.SetGraphs(0); err != nil {
 		t.Fatal(err)
@@ -140,9 +149,15 @@ func TestPassGraphs(t *testing.T) {
 				t.Errorf("%s run %d with graphs: %v", c0.name, k, err)
 			}
 			if k == 0 && c0.twin >= 0 {
-				if after, _ := gb.GraphCounts(); after.Replays == before.Replays {
-					t.Errorf("%s: its first pass was not replayed from %s's graph (records differ: %+v → %+v)",
+				after, _ := gb.GraphCounts()
+				switch {
+				case after.Replays == before.Replays && c0.must:
+					t.Errorf("%s: its first pass was not replayed from %s's graph (shapes differ: %+v → %+v)",
 						c0.name, cases[c0.twin].name, before, after)
+				case after.Replays == before.Replays:
+					t.Logf("%s: its first pass was not replayed from %s's graph (other kernels)", c0.name, cases[c0.twin].name)
+				default:
+					t.Logf("%s: replayed from %s's graph, %d nodes set", c0.name, cases[c0.twin].name, after.Updated-before.Updated)
 				}
 			}
 		}
@@ -163,18 +178,19 @@ func TestPassGraphs(t *testing.T) {
 	}
 	st, on := gb.GraphCounts()
 	t.Logf("graphs: %+v", st)
-	if !on || st.Captured == 0 || st.Failed != 0 || st.Kept == 0 || st.Kept > 16 {
+	if !on || st.Captured == 0 || st.Failed != 0 || st.Dropped != 0 || st.Kept == 0 || st.Kept > 16 || st.Updated == 0 {
 		t.Errorf("counters %+v on %v", st, on)
 	}
-	if cp, k, p, f, on2 := gb.GraphStats(); cp != st.Captured || k != st.Kept || p != st.Pending || f != st.Failed || !on2 {
-		t.Errorf("GraphStats %d %d %d %d %v, GraphCounts %+v", cp, k, p, f, on2, st)
+	if cp, k, p, f, rp, ea, on2 := gb.GraphStats(); cp != st.Captured || k != st.Kept || p != st.Pending ||
+		f != st.Failed+st.Dropped || rp != st.Replays || ea != st.Eager || !on2 {
+		t.Errorf("GraphStats %d %d %d %d %d %d %v, GraphCounts %+v", cp, k, p, f, rp, ea, on2, st)
 	}
 	// One graph kept at most: alternating structures evict each other, answers stay right.
 	if err := dev.SetGraphs(1); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := gb.GraphCounts()
-	for _, i := range []int{0, 0, 2, 2, 0, 0, 4, 4, 2} {
+	for _, i := range []int{0, 0, 2, 2, 0, 0, 6, 6, 2} {
 		got, err := graphRows(gb, m, cases[i].bt, c.HiddenSize)
 		if err == nil {
 			err = sameRows(got, eager[i])
