@@ -10,12 +10,14 @@
 // operation there directly: a pass then costs about its device time.
 //
 // With KEV_CUDA_GRAPHS=on (or a number of graphs, or Device.SetGraphs(n > 0)), passes inside Run are replayed as
-// CUDA graphs: the queue records a pass's launches, copies and fills with their exact parameters and stages its
-// index uploads in one buffer, and issues every 128 operations (and at each read-back) either the graph kept for
-// exactly that record, a new capture when the record is seen the second time, or the work itself. Uploaded
-// contents (token ids, segment tables) are not part of a record, so passes of the same structure share a graph.
-// Graphs are off by default: in Kev's serving cases the recording costs more host time than the replays save.
-// Launch profiles run eagerly.
+// CUDA graphs: the queue records a pass's launches, copies and fills with their parameters and stages its index
+// uploads in one buffer, and issues every 128 operations (and at each read-back) either the graph kept for records
+// of that shape (the same kernels with the same parameter layouts, copies and fills, in the same order), with the
+// nodes whose launch shapes, parameters, addresses or sizes differ from its last replay set first, a new capture
+// when the shape is seen the second time, or the work itself. Uploaded contents (token ids, segment tables) are
+// not part of a record. So a pass on a new state, at new addresses, or with other token counts replays the graph
+// of a pass like it. Graphs are off by default until they are measured to win in serving. Launch profiles run
+// eagerly.
 //
 // Below the backend, Device and Queue give typed access to every kernel. Kernels are CUDA C++ sources in
 // kernels/, compiled by `go generate` (kernels/build.sh, nvcc 12.x) to PTX that is committed and embedded; each
