@@ -13,7 +13,7 @@ import (
 // byte; the hash only finds candidates. A key is captured when it is seen the second time (once is not a pattern
 // worth the capture's cost); at most max graphs are kept, the least recently replayed destroyed first, and at most
 // 4·max keys wait for their second sighting, the oldest forgotten first. Capture failures are remembered per key
-// (their passes run eagerly) and counted; a graph whose nodes could not be set is dropped (drop). G is the graph
+// (their passes run eagerly) and counted, as are graphs whose nodes could not be set (drop). G is the graph
 // handle; destroy frees one. Not safe for concurrent use (the device goroutine owns it); counts is.
 type graphCache[G any] struct {
 	max     int
@@ -99,11 +99,16 @@ func (c *graphCache[G]) done(e *graphEntry[G], g G, ok bool) {
 	}
 }
 
-// drop forgets kept entry e and destroys its graph (its nodes could not be set for a record): the key starts over
-// as if never seen.
+// drop destroys the graph of kept entry e, whose nodes could not be set for a record: like a failed capture, its
+// key runs eagerly from then on (rather than be captured and dropped again and again).
 func (c *graphCache[G]) drop(e *graphEntry[G]) {
 	c.dropped++
-	c.remove(e, &c.kept)
+	c.kept.Remove(e.elem)
+	c.destroy(e.graph)
+	var zero G
+	e.graph, e.has, e.failed = zero, false, true
+	c.failedWaiting++
+	e.elem = c.waiting.PushFront(e)
 }
 
 // remove forgets e (on list l), destroying its graph.

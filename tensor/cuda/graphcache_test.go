@@ -254,7 +254,8 @@ func TestGraphCachePendingBound(t *testing.T) {
 	}
 }
 
-// TestGraphCacheDrop forgets a kept graph whose nodes could not be set: destroyed, counted, and its key starts over.
+// TestGraphCacheDrop destroys a kept graph whose nodes could not be set, counts it, and runs its key eagerly from
+// then on.
 func TestGraphCacheDrop(t *testing.T) {
 	var destroyed []fakeGraph
 	c := newGraphCache(4, func(g fakeGraph) { destroyed = append(destroyed, g) })
@@ -270,13 +271,17 @@ func TestGraphCacheDrop(t *testing.T) {
 		t.Fatalf("same shape: action %d, graph %v", act, e.graph)
 	}
 	c.drop(e)
-	if got := c.counts(); got.Dropped != 1 || got.Kept != 0 || fmt.Sprint(destroyed) != "[7]" {
+	if got := c.counts(); got.Dropped != 1 || got.Kept != 0 || got.Pending != 0 || fmt.Sprint(destroyed) != "[7]" {
 		t.Errorf("after drop: %+v, destroyed %v", got, destroyed)
 	}
-	for i, want := range []graphAction{graphEager, graphCapture} {
-		if _, act := c.lookup(k); act != want {
-			t.Errorf("sighting %d after drop: action %d, want %d", i+1, act, want)
+	for i := range 3 {
+		if _, act := c.lookup(k); act != graphEager {
+			t.Errorf("sighting %d after drop: action %d, want eager", i+1, act)
 		}
+	}
+	c.clear()
+	if fmt.Sprint(destroyed) != "[7]" {
+		t.Errorf("clear destroyed a dropped graph again: %v", destroyed)
 	}
 }
 
