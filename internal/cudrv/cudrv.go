@@ -37,9 +37,9 @@ static CUresult kev_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned 
 	return cuLaunchKernelEx(&cfg, f, n ? params : NULL, NULL);
 }
 
-// kev_graph_chain writes the nodes of g into out in order when g is one chain (a single root, each node with at
-// most one dependent), and their count into *n; CUDA_ERROR_INVALID_VALUE when it is not a chain or has more than
-// cap nodes.
+// kev_graph_chain writes the nodes of g into out in order when g is one chain (a single root, each node followed by
+// at most one other, through one edge or several), and their count into *n; CUDA_ERROR_INVALID_VALUE when it is
+// not a chain or has more than cap nodes.
 static CUresult kev_graph_chain(CUgraph g, CUgraphNode *out, size_t cap, size_t *n) {
 	size_t roots = 0;
 	CUresult r = cuGraphGetRootNodes(g, NULL, &roots);
@@ -53,12 +53,16 @@ static CUresult kev_graph_chain(CUgraph g, CUgraphNode *out, size_t cap, size_t 
 	for (;;) {
 		if (*n == cap) return CUDA_ERROR_INVALID_VALUE;
 		out[(*n)++] = cur;
-		size_t deps = 0;
-		if ((r = cuGraphNodeGetDependentNodes_v2(cur, NULL, NULL, &deps)) != CUDA_SUCCESS) return r;
-		if (deps == 0) return CUDA_SUCCESS;
-		if (deps != 1) return CUDA_ERROR_INVALID_VALUE;
-		CUgraphEdgeData edge;
-		if ((r = cuGraphNodeGetDependentNodes_v2(cur, &cur, &edge, &deps)) != CUDA_SUCCESS) return r;
+		CUgraphNode deps[4];
+		CUgraphEdgeData edges[4];
+		size_t nd = 0;
+		if ((r = cuGraphNodeGetDependentNodes_v2(cur, NULL, NULL, &nd)) != CUDA_SUCCESS) return r;
+		if (nd == 0) return CUDA_SUCCESS;
+		if (nd > 4) return CUDA_ERROR_INVALID_VALUE;
+		if ((r = cuGraphNodeGetDependentNodes_v2(cur, deps, edges, &nd)) != CUDA_SUCCESS) return r;
+		for (size_t i = 1; i < nd; i++) // several edges (a programmatic one and a full one, say) to one node
+			if (deps[i] != deps[0]) return CUDA_ERROR_INVALID_VALUE;
+		cur = deps[0];
 	}
 }
 
