@@ -16,7 +16,8 @@
 #      (KEVBENCH gemm-fp8 lines: bf16, fp8, fp8+quant at M = 40, 240, 2,392, 16,384)   -> $OUT/fp8_kernels.log
 #   2. bin/kev.test: the golden checkpoints with DType FP8 against the fp32 reference    -> $OUT/fp8_goldens.log
 #   3. make_kev4b.py (skipped when $KEV4B is complete), then bin/kev bench -device cuda -dtype bfloat16 and
-#      -dtype fp8 on scripts/golden/bench-cases.json   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json and logs
+#      -dtype fp8 on scripts/golden/bench-cases.json, graphs off (KEV_CUDA_GRAPHS=off), and with GRAPHS set bf16
+#      again with graphs on   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json (kev_bench_bf16_graphs.json) and logs
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
 #   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log
@@ -31,6 +32,7 @@ KEV4B=${KEV4B:-/tmp/kev4b}
 TOTAL=${BENCH_TOTAL_S:-540}
 EVAL_N=${EVAL_N:-400}        # labelled requests for step 5 (0: none)
 PASS_TOKENS=${PASS_TOKENS:-} # pass budgets for step 6, e.g. "16384 32768" (none by default)
+GRAPHS=${GRAPHS:-}           # non-empty: step 3 also serves bf16 with KEV_CUDA_GRAPHS=on (kev_bench_bf16_graphs.json)
 RESERVE=$(( (EVAL_N > 0 ? 60 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
@@ -85,10 +87,17 @@ if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
       touch "$KEV4B/.complete" || status=1
   fi
   if [ -f "$KEV4B/.complete" ]; then
-    for dt in bfloat16 fp8; do
+    variants="bfloat16 fp8"
+    [ -n "$GRAPHS" ] && variants="bfloat16 bfloat16:graphs fp8"
+    nv=$(echo $variants | wc -w)
+    for v in $variants; do
+      dt=${v%%:*}
       short=${dt/bfloat16/bf16}
-      lim=$(( ($(left) - 15 - RESERVE) / $([ $dt = bfloat16 ] && echo 2 || echo 1) ))
-      step "kev bench -dtype $dt" "$lim" "$OUT/kev_bench_$short.log" \
+      genv=KEV_CUDA_GRAPHS=off
+      if [ "$v" != "$dt" ]; then short=${short}_graphs; genv=KEV_CUDA_GRAPHS=on; fi
+      lim=$(( ($(left) - 15 - RESERVE) / nv ))
+      nv=$((nv - 1))
+      step "kev bench -dtype $dt ($genv)" "$lim" "$OUT/kev_bench_$short.log" env $genv \
         bin/kev bench -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype "$dt" -cases "$CASES" \
         -runs 20 -warmup 3 -clients 1,32,64 -duration 8s -budget "$((lim > 30 ? lim - 15 : 15))s" \
         -out "$OUT/kev_bench_$short.json" || status=1
