@@ -103,6 +103,32 @@ if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
         -out "$OUT/kev_bench_$short.json" || status=1
       grep -E "^kev bench: " "$OUT/kev_bench_$short.log" | sed 's/^/   /'
     done
+    if [ -n "$GRAPHS" ]; then
+      echo "== graphs on against off (bf16): the same probabilities, bit for bit, and the replays"
+      python3 - "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_bf16_graphs.json" <<'PY' 2>&1 | tee "$OUT/graphs_compare.txt"
+import json, sys
+off, on = (json.load(open(f)) for f in sys.argv[1:3])
+same = diff = 0
+for case, v in off["probabilities"].items():
+    w = on["probabilities"].get(case, {})
+    for key in ("probabilities",):
+        a, b = v.get(key), w.get(key)
+        if a == b: same += 1
+        else: diff += 1; print("   differs:", case)
+    a, b = v.get("new_state_example", {}).get("probabilities"), w.get("new_state_example", {}).get("probabilities")
+    if a == b: same += 1
+    else: diff += 1; print("   differs (new state):", case)
+print("   cases with equal probabilities: %d, differing: %d; graphs: %s" % (same, diff, on.get("graphs")))
+for case in off["latency"]:
+    a, b = off["latency"][case], on["latency"].get(case, {})
+    print("   %-32s off %s / %s   on %s / %s" % (case, a.get("new_ms"), a.get("cached_ms"), b.get("new_ms"), b.get("cached_ms")))
+for a, b in zip(off.get("concurrency") or [], on.get("concurrency") or []):
+    print("   %d clients: off %.1f req/s (p50 %.1f, p99 %.1f)   on %.1f req/s (p50 %.1f, p99 %.1f)" % (
+        a["clients"], a["rps"], a["p50_ms"], a["p99_ms"], b["rps"], b["p50_ms"], b["p99_ms"]))
+sys.exit(1 if diff else 0)
+PY
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    fi
     echo "== compare"
     timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_fp8.json" \
       --json "$OUT/fp8_compare.json" 2>&1 | tee "$OUT/fp8_compare.txt"
