@@ -309,23 +309,29 @@ func LaunchDependent(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stre
 	return launch(f, grid, block, sharedBytes, s, a, true)
 }
 
-func launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args, pdl bool) error {
+// launchArgs checks a launch's shape and parameters and returns the parameters as kev_launch takes them.
+func launchArgs(grid, block Dim3, sharedBytes int, a *Args) (*C.char, *C.int32_t, error) {
 	if a.err != nil {
-		return a.err
+		return nil, nil, a.err
 	}
 	for _, d := range [...]int{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
 		if d <= 0 || d > math.MaxInt32 {
-			return fmt.Errorf("cudrv: launch dimensions grid %v block %v must be positive", grid, block)
+			return nil, nil, fmt.Errorf("cudrv: launch dimensions grid %v block %v must be positive", grid, block)
 		}
 	}
 	if sharedBytes < 0 {
-		return fmt.Errorf("cudrv: negative shared memory %d", sharedBytes)
+		return nil, nil, fmt.Errorf("cudrv: negative shared memory %d", sharedBytes)
 	}
-	var bufp *C.char
-	var offp *C.int32_t
-	if a.n > 0 {
-		bufp = (*C.char)(unsafe.Pointer(&a.buf[0]))
-		offp = (*C.int32_t)(unsafe.Pointer(&a.offs[0]))
+	if a.n == 0 {
+		return nil, nil, nil
+	}
+	return (*C.char)(unsafe.Pointer(&a.buf[0])), (*C.int32_t)(unsafe.Pointer(&a.offs[0])), nil
+}
+
+func launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Args, pdl bool) error {
+	bufp, offp, err := launchArgs(grid, block, sharedBytes, a)
+	if err != nil {
+		return err
 	}
 	if pdl {
 		r := C.kev_launch_pdl(cFunction(f), C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
@@ -417,22 +423,9 @@ func (g Graph) Chain(max int) ([]GraphNode, error) {
 // SetKernel makes kernel node nd of e launch f with the shape and parameters given from its next launch on
 // (cuGraphExecKernelNodeSetParams): the work Launch would issue. nd is the node of the graph e was made from.
 func (e GraphExec) SetKernel(nd GraphNode, f cu.Function, grid, block Dim3, sharedBytes int, a *Args) error {
-	if a.err != nil {
-		return a.err
-	}
-	for _, d := range [...]int{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
-		if d <= 0 || d > math.MaxInt32 {
-			return fmt.Errorf("cudrv: launch dimensions grid %v block %v must be positive", grid, block)
-		}
-	}
-	if sharedBytes < 0 {
-		return fmt.Errorf("cudrv: negative shared memory %d", sharedBytes)
-	}
-	var bufp *C.char
-	var offp *C.int32_t
-	if a.n > 0 {
-		bufp = (*C.char)(unsafe.Pointer(&a.buf[0]))
-		offp = (*C.int32_t)(unsafe.Pointer(&a.offs[0]))
+	bufp, offp, err := launchArgs(grid, block, sharedBytes, a)
+	if err != nil {
+		return err
 	}
 	return check("cuGraphExecKernelNodeSetParams", C.kev_exec_kernel(e.e, nd.n, cFunction(f), C.uint(grid.X), C.uint(grid.Y),
 		C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), bufp, offp, C.int(a.n)))
