@@ -165,7 +165,7 @@ func (e *engine) runBatch(batch []chunk) {
 	e.mu.Lock()
 	e.batches++
 	sliced := false
-	dropped := 0
+	dropped, answeredTokens := 0, 0
 	for i, ch := range batch {
 		c := ch.c
 		if stopped && c.gone() { // its caller has gone, and the passes for it may have been stopped
@@ -177,6 +177,7 @@ func (e *engine) runBatch(batch []chunk) {
 		c.next = ch.to
 		e.unpend(c)
 		if c.next == len(c.rows) {
+			answeredTokens += c.charged
 			e.finish(c)
 			e.requests++
 			done = append(done, c)
@@ -195,6 +196,7 @@ func (e *engine) runBatch(batch []chunk) {
 	}
 	if !e.nested { // gathering follows the loop's batches, not those that ran inside one of their passes
 		e.lastAnswered, e.arrivalsAtEnd, e.lastPass = len(done), e.arrivals, elapsed
+		e.lastAnsweredTokens = answeredTokens
 	}
 	e.runningTokens -= tokens
 	var waited []int

@@ -62,6 +62,7 @@ type engine struct {
 	// Gathering (see gather): requests enqueued so far, and of the last batch the requests it answered, the
 	// arrivals count when it ended, the time its answers were out and how long it ran.
 	arrivals, lastAnswered, arrivalsAtEnd int
+	lastAnsweredTokens                    int // the tokens the last batch's answered requests were charged
 	lastEnd                               time.Time
 	lastPass                              time.Duration
 	gatherMax                             time.Duration // the longest gather (≤ 0: never)
@@ -281,16 +282,18 @@ const (
 // answers return while that one runs, and batches settle at half the clients each, alternating, where one pass of
 // all of them costs less than two of half (on the H200, 64 requests in one pass take ~4 % less time each than in
 // two passes of 32). It waits while the last batch's answers outnumber the requests enqueued since it ended, the
-// queue holds fewer than maxBatch requests and fewer tokens than a batch takes, and the window has not passed
-// since the batch's answers went out: gatherMax, or gatherFrac of the batch's time if that is less. A lone client
-// never waits: its own next request is the arrival that matches its answer.
+// queue holds fewer than maxBatch requests, the tokens queued and those the last batch answered fit one batch (else
+// the clients coming back could not join it: see allot), and the window has not passed since the batch's answers
+// went out: gatherMax, or gatherFrac of the batch's time if that is less. A lone client never waits: its own next
+// request is the arrival that matches its answer.
 func (e *engine) gather() {
 	if e.gatherMax <= 0 || e.lastAnswered == 0 {
 		return
 	}
 	deadline := e.lastEnd.Add(min(e.gatherMax, time.Duration(float64(e.lastPass)*e.gatherFrac)))
 	short := func() bool {
-		return e.arrivals-e.arrivalsAtEnd < e.lastAnswered && len(e.queue) < e.maxBatch && e.tokens < e.sliceTokens && !e.closed
+		return e.arrivals-e.arrivalsAtEnd < e.lastAnswered && len(e.queue) < e.maxBatch &&
+			e.tokens+e.lastAnsweredTokens <= e.sliceTokens && !e.closed
 	}
 	if !short() {
 		return
@@ -321,15 +324,23 @@ func (e *engine) gather() {
 // A slice is as many tokens as the biggest whole request (so a small request batched with a big one waits about
 // twice its own time), or budget divided among the slices when none runs whole. shares[i] is 0 for a request
 // left for a later batch.
+//
+// Whole requests that need more than one budget between them are balanced: they fit ⌈their tokens / budget⌉
+// batches, and each batch takes about an equal part (balancedBudget). Clients that send their next request when
+// answered then settle into equal groups that take turns, each request waiting for the other group's pass and its
+// own; filling the first batch to the brim instead leaves a few for the next, which wait two whole passes (64
+// clients of 257-token requests need 16,450 tokens: batches of 63 left one request out each time, at twice the
+// others' latency, the p99).
 func allot(rem []int, budget int) (shares []int, whole []bool) {
 	shares, whole = make([]int, len(rem)), make([]bool, len(rem))
 	total, biggest, slices := 0, 0, 0
 	full := false // a whole request did not fit: no more whole ones, to keep the queue's order
+	fit := balancedBudget(rem, budget)
 	for i, r := range rem {
 		switch {
 		case r > budget:
 			slices++
-		case !full && (total == 0 || total+r <= budget):
+		case !full && (total == 0 || total+r <= fit):
 			whole[i], shares[i] = true, r
 			total += r
 			biggest = max(biggest, r)
@@ -347,6 +358,24 @@ func allot(rem []int, budget int) (shares []int, whole []bool) {
 		}
 	}
 	return shares, whole
+}
+
+// balancedBudget returns the tokens of whole requests a batch takes of those whose tokens left are rem (those of
+// at most budget): budget when they all fit it, else their sum divided evenly among the ⌈sum / budget⌉ batches
+// they need (at least the biggest of them).
+func balancedBudget(rem []int, budget int) int {
+	sum, biggest := 0, 0
+	for _, r := range rem {
+		if r <= budget {
+			sum += r
+			biggest = max(biggest, r)
+		}
+	}
+	if sum <= budget || budget <= 0 {
+		return budget
+	}
+	k := (sum + budget - 1) / budget
+	return min(budget, max(biggest, (sum+k-1)/k))
 }
 
 // chunkTokensPerLayer sets the pieces of a pass that may be preempted: a layer of a longer pass runs in pieces of

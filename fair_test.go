@@ -26,10 +26,39 @@ func TestAllot(t *testing.T) {
 		{[]int{600, 600, 50}, []int{600, 0, 0}, []bool{true, false, false}}, // the second does not fit: queue order kept
 		{[]int{1000, 1000}, []int{1000, 0}, []bool{true, false}},
 		{[]int{4000, 1000}, []int{1000, 1000}, []bool{false, true}},
+		// Whole requests past one budget are balanced over the batches they need.
+		{[]int{300, 300, 300, 300}, []int{300, 300, 0, 0}, []bool{true, true, false, false}},
+		{[]int{257, 257, 257, 257}, []int{257, 257, 0, 0}, []bool{true, true, false, false}},
+		{[]int{200, 200, 200, 200, 200, 200}, []int{200, 200, 200, 0, 0, 0}, []bool{true, true, true, false, false, false}},
+		{[]int{900, 200}, []int{900, 0}, []bool{true, false}},
 	} {
 		shares, whole := allot(c.rem, 1000)
 		if !slices.Equal(shares, c.shares) || !slices.Equal(whole, c.whole) {
 			t.Errorf("allot(%v, 1000) = %v %v, want %v %v", c.rem, shares, whole, c.shares, c.whole)
+		}
+	}
+}
+
+func TestBalancedBudget(t *testing.T) {
+	n257 := make([]int, 64)
+	for i := range n257 {
+		n257[i] = 257
+	}
+	for _, c := range []struct {
+		rem          []int
+		budget, want int
+	}{
+		{[]int{100, 200}, 1000, 1000},
+		{[]int{300, 300, 300, 300}, 1000, 600},
+		{n257, 16384, 8224}, // 64 clients of Kev's 6-question tickets: two groups of 32
+		{n257[:63], 16384, 16384},
+		{[]int{600, 600, 50}, 1000, 625},
+		{[]int{900, 200}, 1000, 900},   // at least the biggest
+		{[]int{5000, 300}, 1000, 1000}, // slices do not count
+		{[]int{1000, 1000, 1000}, 1000, 1000},
+	} {
+		if got := balancedBudget(c.rem, c.budget); got != c.want {
+			t.Errorf("balancedBudget(%v, %d) = %d, want %d", c.rem, c.budget, got, c.want)
 		}
 	}
 }

@@ -155,3 +155,52 @@ func TestGatherGivesUp(t *testing.T) {
 			timeouts-timeouts0, waits-waits0, w, window)
 	}
 }
+
+// TestBalancedBatches queues requests that need more tokens than one batch takes, with the replica held, and
+// checks that the batcher splits them into equal batches rather than fill the first and leave the rest for the
+// next (see allot): four requests of s tokens with a budget of 3.5 s run as two and two; with 4 s, together.
+func TestBalancedBatches(t *testing.T) {
+	s := goldenSets(t)[0]
+	small := goldenRequests(t, s)[5]
+	for _, c := range []struct {
+		halves int   // the budget in halves of a request's tokens
+		want   []int // the batches' sizes
+	}{{7, []int{2, 2}}, {8, []int{4}}} {
+		release := holdReplicas(t, 0) // the first request runs, then the four wait to be taken
+		p := loadGolden(t, s, Options{})
+		want := probs(t, p, small)
+		e := p.engines[0]
+		e.mu.Lock()
+		size := e.takenTokens // the first request's
+		e.sliceTokens = size * c.halves / 2
+		e.mu.Unlock()
+		var mu sync.Mutex
+		var sizes []int
+		f := func(n int) {
+			mu.Lock()
+			sizes = append(sizes, n)
+			mu.Unlock()
+		}
+		p.onBatch.Store(&f)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if got := probs(t, p, small); !equalProbs(got, want) {
+					t.Error("a request's probabilities differ from its own alone")
+				}
+			}()
+		}
+		waitAccepted(t, p, 5)
+		release()
+		wg.Wait()
+		p.onBatch.Store(nil)
+		mu.Lock()
+		if !slices.Equal(sizes, c.want) {
+			t.Errorf("4 requests of %d tokens, a budget of %d: batches %v, want %v", size, e.sliceTokens, sizes, c.want)
+		}
+		mu.Unlock()
+		testBeforeTake = nil
+	}
+}
