@@ -50,7 +50,8 @@ func cardOf(info Info, st Stats) systemone.ModelCard {
 			PrefixCache: prefixCacheCounts(r.PrefixCache), Batches: batchCounts(r.Batches), QueuedTokens: r.QueuedTokens})
 	}
 	if g := st.Graphs; g != nil {
-		c.CUDAGraphs = &systemone.GraphCounts{Captured: g.Captured, Kept: g.Kept, Pending: g.Pending, Failed: g.Failed}
+		c.CUDAGraphs = &systemone.GraphCounts{Captured: g.Captured, Kept: g.Kept, Pending: g.Pending, Failed: g.Failed,
+			Replays: g.Replays, Eager: g.Eager}
 	}
 	return c
 }

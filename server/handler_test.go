@@ -607,7 +607,7 @@ func TestModelsCard(t *testing.T) {
 
 	c := testCard
 	c.Temperature = 2.405 // .2f rounds the binary value: 2.40
-	c.CUDAGraphs = &systemone.GraphCounts{Captured: 5, Kept: 4, Pending: 1, Failed: 0}
+	c.CUDAGraphs = &systemone.GraphCounts{Captured: 5, Kept: 4, Pending: 1, Failed: 0, Replays: 40, Eager: 3}
 	c.TruncateStates = true
 	m.card = c
 	r = httpCall(t, nil, http.MethodGet, srv.URL+"/v1/models", "")
@@ -1148,7 +1148,7 @@ func TestConcurrentClientsNoLeaks(t *testing.T) {
 
 func TestMetricsEndpoint(t *testing.T) {
 	c := testCard
-	c.CUDAGraphs = &systemone.GraphCounts{Captured: 2, Kept: 2}
+	c.CUDAGraphs = &systemone.GraphCounts{Captured: 2, Kept: 2, Replays: 11, Eager: 4}
 	srv, h := serve(t, &fakeModel{latency: 7, card: c}, Options{})
 	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{"q":{"type":"noul"}}}`)
 	post(t, srv.URL+"/v1/systemone", `{"state":"s","questions":{}}`)
@@ -1177,6 +1177,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`kev_prefix_cache_misses_total 5`,
 		`kev_prefix_cache_states 2`,
 		`kev_cuda_graphs_captured_total 2`,
+		`kev_cuda_graph_replays_total 11`,
+		`kev_cuda_graph_eager_total 4`,
 		`kev_http_requests_in_flight 0`,
 		`# TYPE kev_http_request_duration_seconds histogram`,
 		`kev_model_info{backend="go",base="Qwen/Qwen3.5-4B-Base",device="cpu",dtype="float32",run="jaredpalmer/kev-4b"} 1`,

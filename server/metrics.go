@@ -76,6 +76,10 @@ var cardMetrics = []cardMetric{
 		graphs(func(g *systemone.GraphCounts) int { return g.Pending })},
 	{"kev_cuda_graphs_failed", "Graph buckets whose capture failed.", prometheus.GaugeValue,
 		graphs(func(g *systemone.GraphCounts) int { return g.Failed })},
+	{"kev_cuda_graph_replays_total", "Parts of passes launched as CUDA graphs.", prometheus.CounterValue,
+		graphs(func(g *systemone.GraphCounts) int { return g.Replays })},
+	{"kev_cuda_graph_eager_total", "Parts of passes issued eagerly while graphs are on.", prometheus.CounterValue,
+		graphs(func(g *systemone.GraphCounts) int { return g.Eager })},
 }
 
 // replicaMetric is one of the per-replica counters or gauges of the card, labelled with the replica's index and

@@ -37,9 +37,11 @@ type ReplicaCounts struct {
 	QueuedTokens int // tokens of the requests it has queued or running
 }
 
-// GraphCounts are the CUDA graph counters of a card.
+// GraphCounts are the CUDA graph counters of a card. The card's JSON (Value) holds Kev's four; Replays and Eager
+// (the parts of passes launched as graphs and issued eagerly) are served only as metrics.
 type GraphCounts struct {
 	Captured, Kept, Pending, Failed int
+	Replays, Eager                  int
 }
 
 // PrefixCacheCounts are the state-prefix cache settings and counters of a card.
