@@ -42,15 +42,7 @@ func TestGatherMergesClients(t *testing.T) {
 	const window = 5 * time.Second // long enough that a client never takes it to come back, even on a busy machine
 	setGather(p, window, 1e6)
 	_, timeouts0, _ := gatherRecord(p)
-	var mu sync.Mutex
-	var sizes []int
-	f := func(n int) {
-		mu.Lock()
-		sizes = append(sizes, n)
-		mu.Unlock()
-	}
-	p.onBatch.Store(&f)
-	defer p.onBatch.Store(nil)
+	batchSizes := recordBatches(t, p)
 
 	const clients, each = 4, 5
 	var wg sync.WaitGroup
@@ -71,8 +63,7 @@ func TestGatherMergesClients(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	sizes := batchSizes()
 	total := 0
 	for _, n := range sizes {
 		total += n
@@ -174,14 +165,7 @@ func TestBalancedBatches(t *testing.T) {
 		size := e.takenTokens // the first request's
 		e.sliceTokens = size * c.halves / 2
 		e.mu.Unlock()
-		var mu sync.Mutex
-		var sizes []int
-		f := func(n int) {
-			mu.Lock()
-			sizes = append(sizes, n)
-			mu.Unlock()
-		}
-		p.onBatch.Store(&f)
+		batchSizes := recordBatches(t, p)
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
@@ -195,12 +179,28 @@ func TestBalancedBatches(t *testing.T) {
 		waitAccepted(t, p, 5)
 		release()
 		wg.Wait()
-		p.onBatch.Store(nil)
-		mu.Lock()
-		if !slices.Equal(sizes, c.want) {
+		if sizes := batchSizes(); !slices.Equal(sizes, c.want) {
 			t.Errorf("4 requests of %d tokens, a budget of %d: batches %v, want %v", size, e.sliceTokens, sizes, c.want)
 		}
-		mu.Unlock()
 		testBeforeTake = nil
+	}
+}
+
+// recordBatches records the sizes of the batches p runs from now until the test ends; the function it returns
+// gives them so far.
+func recordBatches(t *testing.T, p *Predictor) func() []int {
+	var mu sync.Mutex
+	var sizes []int
+	f := func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}
+	p.onBatch.Store(&f)
+	t.Cleanup(func() { p.onBatch.Store(nil) })
+	return func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
 	}
 }
