@@ -47,6 +47,7 @@ type Options struct {
 	DateFacts       bool    // KEV_DATE_FACTS
 	MaxBatch        int     // requests one batch takes, per replica; 0 → 64
 	PassTokens      int     // tokens one model pass takes, and one batch's budget, per replica; 0 → 16,384, Kev's ROW_PASS_TOKENS (KEV_PASS_TOKENS)
+	CUDAGraphs      int     // pass graphs each GPU keeps: 0 → the backend's default (KEV_CUDA_GRAPHS), < 0 → off; > 0 on a backend without graphs is an *OptionError
 	MaxQuestions    int     // > 0: refuse requests with more questions (*TooManyQuestionsError); 0: no limit, as Kev
 	Rotations       int     // > 1: average each choice and score question over that many option orders (see Rotate)
 	Offline         bool    // never touch the network (HF_HUB_OFFLINE also honoured)
@@ -248,6 +249,9 @@ func Load(ctx context.Context, checkpointName string, opts Options) (*Predictor,
 			closeBackends(backends)
 		}
 	}()
+	if err := setGraphs(opts.CUDAGraphs, backends); err != nil {
+		return nil, err
+	}
 	if dtName == FP8 {
 		if err := checkFP8(opts.DType, backends); err != nil {
 			return nil, err
@@ -630,6 +634,32 @@ func (p *Predictor) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// graphSetter is a backend that replays passes as device graphs and keeps as many as it is told (0: none).
+type graphSetter interface {
+	SetGraphs(max int) error
+}
+
+// setGraphs applies Options.CUDAGraphs to the backends: 0 leaves each its default, n < 0 turns graphs off, n > 0
+// keeps n graphs (an *OptionError on a backend that has none).
+func setGraphs(n int, backends []tensor.Backend) error {
+	if n == 0 {
+		return nil
+	}
+	for _, b := range backends {
+		g, ok := b.(graphSetter)
+		if !ok {
+			if n < 0 {
+				continue // off already
+			}
+			return &OptionError{Field: "CUDAGraphs", Value: fmt.Sprint(n), Reason: "the " + b.Name() + " backend replays no graphs (pass 0, or a CUDA device)"}
+		}
+		if err := g.SetGraphs(max(n, 0)); err != nil {
+			return &OptionError{Field: "CUDAGraphs", Value: fmt.Sprint(n), Reason: err.Error()}
+		}
+	}
+	return nil
 }
 
 // graphStatser is a backend that replays passes as device graphs (the CUDA backend): its counters, and whether

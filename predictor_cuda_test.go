@@ -72,3 +72,35 @@ func argmax32(p []float32) int {
 	}
 	return best
 }
+
+// TestPredictorCUDAGraphsOption serves every golden request with Options.CUDAGraphs off and on: the answers are
+// the same bit for bit, the counters are null with graphs off, and with them on the repeated requests are replayed
+// from graphs (the state-prefix cache off, so that each request runs the same passes again).
+func TestPredictorCUDAGraphsOption(t *testing.T) {
+	for _, s := range goldenSets(t) {
+		t.Run(s.name, func(t *testing.T) {
+			g := readGolden(t, s.cases)
+			off := loadGolden(t, s, Options{Device: "cuda", DType: "bf16", CUDAGraphs: -1, PrefixCache: -1})
+			on := loadGolden(t, s, Options{Device: "cuda", DType: "bf16", CUDAGraphs: 16, PrefixCache: -1})
+			if st := off.Stats(); st.Graphs != nil {
+				t.Errorf("CUDAGraphs -1: graph counters %+v, want none", *st.Graphs)
+			}
+			for round := range 3 {
+				for _, c := range g.Cases {
+					req := decode(t, c.Request)
+					if a, b := probs(t, off, req), probs(t, on, req); !equalProbs(a, b) {
+						t.Errorf("round %d, %s: graphs on %v, off %v", round, c.Name, b, a)
+					}
+				}
+			}
+			st := on.Stats()
+			if st.Graphs == nil {
+				t.Fatal("CUDAGraphs 16: no graph counters")
+			}
+			t.Logf("graphs: %+v", *st.Graphs)
+			if st.Graphs.Replays == 0 || st.Graphs.Failed != 0 {
+				t.Errorf("three rounds of the same requests: %+v, want replays and no failures", *st.Graphs)
+			}
+		})
+	}
+}

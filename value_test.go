@@ -195,6 +195,7 @@ func TestOptionErrors(t *testing.T) {
 		{Options{MaxQuestions: -1}, "MaxQuestions"},
 		{Options{PassTokens: -1}, "PassTokens"},
 		{Options{PassTokens: maxPassTokens + 1}, "PassTokens"},
+		{Options{CUDAGraphs: 4}, "CUDAGraphs"}, // the CPU backend has no graphs
 		{Options{DType: "fp8"}, "DType"},
 		{Options{DType: "fp16", Device: CUDA}, fp16Field()}, // fp16 compute is CPU only
 		{Options{Temperature: -1}, "Temperature"},
@@ -327,6 +328,18 @@ func fp16Field() string {
 
 // TestPassTokensOption checks Options.PassTokens reaches every replica's pass and batch budgets, and that 0 keeps
 // Kev's.
+// TestCUDAGraphsOffOnCPU checks that turning graphs off (CUDAGraphs < 0) is accepted where there are none.
+func TestCUDAGraphsOffOnCPU(t *testing.T) {
+	p, err := Load(context.Background(), "testdata/golden/tiny-a/kev", Options{Base: "testdata/golden/tiny-a/base", Offline: true, CUDAGraphs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if st := p.Stats(); st.Graphs != nil {
+		t.Errorf("graph counters %+v on the CPU", *st.Graphs)
+	}
+}
+
 func TestPassTokensOption(t *testing.T) {
 	for _, c := range []struct{ in, want int }{{0, systemone.RowPassTokens}, {200, 200}} {
 		p, err := Load(context.Background(), "testdata/golden/tiny-a/kev", Options{Base: "testdata/golden/tiny-a/base", Offline: true, PassTokens: c.in})

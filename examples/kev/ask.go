@@ -26,7 +26,7 @@ func init() {
 type modelFlags struct {
 	checkpoint, base, device, dtype string
 	offline                         bool
-	passTokens                      int
+	passTokens, cudaGraphs          int
 }
 
 func (m *modelFlags) register(fs interface {
@@ -40,6 +40,7 @@ func (m *modelFlags) register(fs interface {
 	fs.StringVar(&m.dtype, "dtype", "", "weight and compute type: fp32, bf16 (bf16 products summed in fp32), fp16 (weights only; cpu only) or fp8 (FP8 E4M3 products: cuda on compute capability 9.0; check it with kev eval -compare bf16); default fp32 on cpu, bf16 elsewhere")
 	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only (HF_HUB_OFFLINE=1)")
 	fs.IntVar(&m.passTokens, "pass-tokens", 0, "tokens one model pass takes, and one batch's budget (0: 16,384, Kev's)")
+	fs.IntVar(&m.cudaGraphs, "cuda-graphs", 0, "with -device cuda: pass graphs each GPU keeps, -1 turns them off (0: KEV_CUDA_GRAPHS, else the backend's default)")
 }
 
 // deviceChoices lists the valid -device values: the backends compiled into this binary, and how to get cuda
@@ -55,7 +56,7 @@ func deviceChoices() string {
 // options resolves the flags into Load's arguments; the checkpoint is "" when none was given (the bundled one).
 func (m *modelFlags) options() (string, kev.Options) {
 	return m.checkpoint, kev.Options{Base: m.base, Device: kev.Device(m.device), DType: kev.DType(m.dtype), Offline: m.offline,
-		PassTokens: m.passTokens}
+		PassTokens: m.passTokens, CUDAGraphs: m.cudaGraphs}
 }
 
 // model is a loaded predictor; Close also removes the bundled checkpoint's temporary copy.

@@ -589,3 +589,6 @@ func (b *Backend) GraphStats() (captured, kept, pending, failed, replays, eager 
 	c, on := b.dev.GraphCounts()
 	return c.Captured, c.Kept, c.Pending, c.Failed + c.Dropped, c.Replays, c.Eager, on
 }
+
+// SetGraphs sets how many pass graphs the device keeps (0: graphs off); see Device.SetGraphs.
+func (b *Backend) SetGraphs(max int) error { return b.dev.SetGraphs(max) }
