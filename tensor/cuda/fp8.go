@@ -209,33 +209,7 @@ type GEMMFP8 struct {
 	// tiles before waiting for the kernel before it (as GEMM.WLoaded).
 	WLoaded bool
 
-	bn    int // 0: planned (fp8Tile); 64 or 128 (tests)
-	chunk int // 0: planned (fp8Chunk); -1: unchunked; > 0: chunks of that many k tiles (tests)
-	split int // chunked: 0 planned (fp8Split), 1 one split, 2 one split per chunk (tests)
-}
-
-// fp8Chunk is the chunk, in k tiles of 128 codes, of the chunked FP8 kernel for N × K weights on sms
-// multiprocessors, or 0 for the unchunked kernels: a function of N and K (and the GPU) alone, never of M, so that
-// a row's bits do not depend on the rows beside it. Weights of fewer 64-column tiles than half the SMs (the
-// Kev-4B shape's 2,560-column products) are cut into up to ⌈sms / tiles⌉ chunks of at least two k tiles, so that a
-// short pass can spread K over the GPU (fp8Split).
-func fp8Chunk(N, K, sms int) int {
-	nT, nk := (N+63)/64, (K+127)/128
-	if 2*nT >= sms {
-		return 0
-	}
-	s := min((sms+nT-1)/nT, nk/2)
-	if s <= 1 {
-		return 0
-	}
-	return (nk + s - 1) / s
-}
-
-// fp8Split reports whether a chunked FP8 GEMM of M rows runs one split per chunk (partial sums in the workspace,
-// then fp8_splitk_reduce) rather than one block per tile summing every chunk: while its output tiles are fewer than
-// the multiprocessors. Both give the same bits.
-func fp8Split(M, N, sms int) bool {
-	return ((M+127)/128)*((N+63)/64) < sms
+	bn int // 0: planned (fp8Tile); 64 or 128 (tests)
 }
 
 // fp8Tile is the FP8 GEMM's tile width for N columns: a function of N alone, so that a row's bits do not depend on
@@ -255,9 +229,7 @@ func fp8Stages(bn int) int {
 	return 6
 }
 
-// GEMMFP8 enqueues g: a wave of 128 × bn tiles, each block summing all of K; for weights that fp8Chunk cuts into
-// chunks, 128 × 64 tiles summing K by chunks, while the tiles are few one block per chunk whose partial sums
-// fp8_splitk_reduce adds (the same bits).
+// GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K).
 func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	const op = "GEMMFP8"
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 || g.N%8 != 0 || g.K%16 != 0 {
@@ -300,28 +272,6 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if bn != 64 && bn != 128 {
 		return &ArgError{op, "bn", fmt.Sprintf("%d is not 64 or 128", bn)}
 	}
-	chunk := g.chunk
-	if chunk == 0 {
-		chunk = fp8Chunk(g.N, g.K, d.sms())
-	}
-	nk := (g.K + 127) / 128
-	splits := 1
-	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
-	if chunk > 0 {
-		bn, fn = 64, "gemm_fp8_wgmma_c128x64"
-		if g.split == 2 || g.split == 0 && fp8Split(g.M, g.N, d.sms()) {
-			splits = (nk + chunk - 1) / chunk
-		}
-	} else {
-		chunk = nk
-	}
-	var part cu.DevicePtr
-	if splits > 1 {
-		if err := q.ReserveWorkspace(4 * int64(splits) * int64(g.M) * int64(g.N)); err != nil {
-			return err
-		}
-		part = d.ws.Ptr
-	}
 	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: 128, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
@@ -346,13 +296,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
-		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre).
-		I32(int32(chunk)).Ptr(part)
-	if err := q.launch("fp8_sm90a", fn, cudrv.Dim3{X: mT, Y: nT, Z: splits}, cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared); err != nil || splits == 1 {
-		return err
-	}
-	a.Reset()
-	a.Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(part).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).I32(int32(g.M)).I32(int32(g.N)).
-		I32(int32(g.LdY)).I32(yF32).I32(int32(splits))
-	return q.launch("fp8_sm90a", "fp8_splitk_reduce", gridFor(int64(g.M)*int64(g.N)/4, 256, d.sms()), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
+	return q.launch("fp8_sm90a", fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn), cudrv.Dim3{X: mT, Y: nT, Z: 1},
+		cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
 }

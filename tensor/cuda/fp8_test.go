@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -350,116 +349,6 @@ func TestGEMMFP8Tiles(t *testing.T) {
 	t.Logf("tiles 128×64 and 128×128 give the same bits: %v", same)
 }
 
-// TestGEMMFP8Chunks runs the chunked FP8 GEMM with one split and with one split per chunk (partial sums, then
-// fp8_splitk_reduce), with and without a residual and fp32 output, on a shape whose M, N and K end inside a tile
-// and whose last chunk is short: the two give the same bits, and both agree with the reference.
-func TestGEMMFP8Chunks(t *testing.T) {
-	b := NewOn(dev)
-	needFP8(t, b)
-	r := newRand(t)
-	const m, n, k, chunk = 130, 264, 1400, 3 // 11 k tiles: chunks of 3, 3, 3, 2
-	bits, x := fp8Rows(r, m, k)
-	w := fp8Weights(r, n, k)
-	wq, ws, err := fp8.QuantizeRows(w, n, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := randBF16(r, m*n, 2)
-	all := make([]int, m)
-	for i := range all {
-		all[i] = i
-	}
-	for _, f32 := range []bool{false, true} {
-		for _, withR := range []bool{false, true} {
-			ysz := 2
-			if f32 {
-				ysz = 4
-			}
-			var outs [3][]byte
-			for split := 1; split <= 2; split++ {
-				do(t, func(q *Queue) error {
-					xb := upload(t, q, bytesOf16(bits), 0)
-					xq := poisoned(t, q, m*k)
-					xs := poisoned(t, q, 4*m)
-					wb := upload(t, q, wq, 0)
-					wsb := upload(t, q, bytesOf32(ws), 0)
-					y := poisoned(t, q, ysz*m*n)
-					g := GEMMFP8{Y: y, X: xq, XS: xs, W: wb, WS: wsb, M: m, N: n, K: k, F32Out: f32, chunk: chunk, split: split}
-					var rb Buffer
-					if withR {
-						if f32 {
-							rf := make([]float32, len(res))
-							for i, v := range res {
-								rf[i] = half.BF16ToF32(v)
-							}
-							rb = upload(t, q, bytesOf32(rf), 0)
-						} else {
-							rb = upload(t, q, bytesOf16(res), 0)
-						}
-						g.R = rb
-					}
-					if err := q.QuantRowsE4M3(xq, xs, Operand{xb, tensor.BF16}, m, k, k); err != nil {
-						return err
-					}
-					if err := q.GEMMFP8(g); err != nil {
-						return err
-					}
-					outs[split] = download(t, q, y, ysz*m*n)
-					for _, buf := range []Buffer{xb, xq, xs, wb, wsb, y, rb} {
-						if buf.Ptr != 0 {
-							q.Free(buf)
-						}
-					}
-					return nil
-				})
-			}
-			name := fmt.Sprintf("f32=%v/res=%v", f32, withR)
-			if !bytes.Equal(outs[1], outs[2]) {
-				t.Errorf("%s: one split per chunk differs from one split", name)
-			}
-			var y []float32
-			if f32 {
-				y = from32(outs[2])
-			} else {
-				y = make([]float32, m*n)
-				for i, v := range from16(outs[2]) {
-					y[i] = half.BF16ToF32(v)
-				}
-			}
-			var rv []float32
-			if withR {
-				rv = make([]float32, len(res))
-				for i, v := range res {
-					rv[i] = half.BF16ToF32(v)
-				}
-			}
-			fp8Check(t, name, y, n, x, k, all, wq, ws, rv, !f32)
-		}
-	}
-}
-
-// TestFP8Chunk checks the chunk plan: a function of N and K alone, chunked only where the weights have few output
-// tiles, chunks of at least two k tiles, and one split per chunk only while the output tiles are fewer than the SMs.
-func TestFP8Chunk(t *testing.T) {
-	for _, c := range []struct{ n, k, chunk int }{
-		{18432, 2560, 0}, {12352, 2560, 0}, {10240, 2560, 0}, // many tiles: unchunked
-		{2560, 9216, 18}, {2560, 4096, 8}, // 40 tiles: 4 chunks on 132 SMs
-		{1024, 3584, 4}, {1024, 128, 0}, // a single k tile cannot be split
-	} {
-		if got := fp8Chunk(c.n, c.k, 132); got != c.chunk {
-			t.Errorf("fp8Chunk(%d, %d) = %d, want %d", c.n, c.k, got, c.chunk)
-		}
-	}
-	for _, c := range []struct {
-		m, n  int
-		split bool
-	}{{1, 2560, true}, {256, 2560, true}, {512, 2560, false}, {2392, 2560, false}} {
-		if got := fp8Split(c.m, c.n, 132); got != c.split {
-			t.Errorf("fp8Split(%d, %d) = %v, want %v", c.m, c.n, got, c.split)
-		}
-	}
-}
-
 // TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
 // rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
 // rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
@@ -469,7 +358,7 @@ func TestMatMulFP8BatchInvariant(t *testing.T) {
 	needFP8(t, b)
 	r := newRand(t)
 	const M = 2392
-	for _, s := range [][2]int{{1024, 3584}, {18432, 2560}, {2560, 9216}} { // {2560, 9216}: chunked, split at M ≤ 256
+	for _, s := range [][2]int{{1024, 3584}, {18432, 2560}} {
 		n, k := s[0], s[1]
 		wt, err := b.FromFloat32FP8([]int{n, k}, fp8Weights(r, n, k))
 		if err != nil {
@@ -562,21 +451,15 @@ func BenchmarkGEMMFP8(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
 				flop := 2 * float64(M) * float64(N) * float64(K)
-				type row struct {
+				for _, r := range []struct {
 					path  string
 					t     float64
 					bytes int64
-				}
-				rows := []row{
+				}{
 					{"bf16", t16, int64(2*M*K + 2*N*K + 2*M*N)},
 					{"fp8", t8, int64(M*K + N*K + 2*M*N)},
 					{"fp8+quant", t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
-				}
-				if fp8Chunk(N, K, dev.sms()) > 0 { // the unchunked kernel beside the chunked plan
-					u, _ := timeGEMMFP8Chunk(b, M, N, K, -1)
-					rows = append(rows, row{"fp8-unchunked", u, int64(M*K + N*K + 2*M*N)})
-				}
-				for _, r := range rows {
+				} {
 					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s us=%.2f TFLOP/s=%.1f GB/s=%.0f\n", M, N, K, r.path,
 						r.t*1e6, flop/r.t/1e12, float64(r.bytes)/r.t/1e9)
 				}
@@ -590,11 +473,6 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8Chunk(b, M, N, K, 0)
-}
-
-// timeGEMMFP8Chunk is timeGEMMFP8 with GEMMFP8.chunk set (0: planned, -1: unchunked).
-func timeGEMMFP8Chunk(b *testing.B, M, N, K, chunk int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -646,7 +524,7 @@ func timeGEMMFP8Chunk(b *testing.B, M, N, K, chunk int) (gemm, withQuant float64
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, chunk: chunk}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -16,16 +16,9 @@
 //
 // Accumulation: each k tile's four products (m64nBNk32) start from zero in the wgmma accumulators, and the tile's sum
 // is then added in fp32 to a second set of registers, in k order. The tensor cores' FP8 sums keep fewer bits than
-// fp32 over long runs of k; adding every 128 codes in fp32 bounds what that loses. The scales are applied after the
-// sum: y = tot · (xs[row] · ws[col]).
-//
-// Chunked accumulation (gemm_fp8_wgmma_c128x64, for weights of few output tiles): the k tiles are cut into chunks of
-// `chunk` tiles (a function of N and K alone, the planner's); a chunk's tile sums are added in k order, and the
-// chunks' sums in chunk order. Launched with one split (gridDim.z = 1) a block does all the chunks; with one split
-// per chunk (gridDim.z = chunks) block z sums chunk z and stores it to part[z][M][N], and fp8_splitk_reduce adds the
-// splits in order, applies the scales and stores Y: the same fp32 operations in the same order, so the same bits.
-// Either way every output element is reduced over all of K in an order fixed by N and K, whatever M is: a row's
-// bits do not depend on the rows it is stacked with.
+// fp32 over long runs of k; adding every 128 codes in fp32 bounds what that loses. Every output element is reduced
+// over all of K by one block in the same order whatever M is (no split-K, tiles fixed by N): a row's bits do not
+// depend on the rows it is stacked with. The scales are applied after the sum: y = tot · (xs[row] · ws[col]).
 //
 // The TMA ring, the register hand-over and the tile order are gemm_sm90a.cu's (tma_ring.cuh).
 #include "common.cuh"
@@ -123,12 +116,11 @@ template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint6
 
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
-// producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one. CHUNK:
-// chunked accumulation in chunks of chunk k tiles; with gridDim.z > 1, block z sums chunk z alone into part.
-template <int BN, int STAGES, bool CHUNK>
+// producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
+template <int BN, int STAGES>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
-                                         int gn, int wpre, int chunk, float *part) {
+                                         int gn, int wpre) {
 	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
 	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -138,10 +130,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const int wg = threadIdx.x >> 7;
 	int m0, n0;
 	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, BN, m0, n0);
-	const int nkAll = (K + BK - 1) / BK;
-	const bool split = CHUNK && gridDim.z > 1;
-	const int kt0 = split ? (int)blockIdx.z * chunk : 0;
-	const int nk = split ? min(chunk, nkAll - kt0) : nkAll; // k tiles this block sums, from kt0
+	const int nk = (K + BK - 1) / BK;
 
 	ring_init<STAGES>(bars);
 
@@ -151,19 +140,19 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			const int pre = wpre ? min(STAGES, nk) : 0;
 			for (int kt = 0; kt < pre; kt++) {
 				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
-				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, (kt0 + kt) * BK, n0, bars + 8 * kt);
+				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, kt * BK, n0, bars + 8 * kt);
 			}
 			kev_grid_wait();
 			kev_grid_launch();
 			for (int kt = 0; kt < nk; kt++) {
 				if (kt < pre) {
-					tma_load2d(base + kt * STAGE_BYTES, tmX, (kt0 + kt) * BK, m0, bars + 8 * kt);
+					tma_load2d(base + kt * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * kt);
 					continue;
 				}
 				uint32_t full;
 				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
-				tma_load2d(sa, tmX, (kt0 + kt) * BK, m0, full);
-				tma_load2d(sa + A_BYTES, tmW, (kt0 + kt) * BK, n0, full);
+				tma_load2d(sa, tmX, kt * BK, m0, full);
+				tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
 			}
 		} else {
 			kev_grid_wait();
@@ -177,7 +166,6 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist
 	float d[BN / 2], tot[BN / 2];
-	float cs[CHUNK ? BN / 2 : 1]; // CHUNK: the chunk's sum so far
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
 	for (int kt = 0; kt < nk; kt++) {
@@ -192,25 +180,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			wgmma_commit();
 			wgmma_wait0();
 			regs_after<BN / 2>(d);
-			if constexpr (CHUNK) {
-				const int g = kt0 + kt; // the k tile, of all K
-				if (g % chunk == 0) {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) cs[i] = d[i];
-				} else {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) cs[i] += d[i];
-				}
-				if (!split && (g % chunk == chunk - 1 || g == nkAll - 1)) { // a chunk ends: its sum onto the total
-					if (g < chunk) {
-#pragma unroll
-						for (int i = 0; i < BN / 2; i++) tot[i] = cs[i];
-					} else {
-#pragma unroll
-						for (int i = 0; i < BN / 2; i++) tot[i] += cs[i];
-					}
-				}
-			} else if (kt == 0) {
+			if (kt == 0) {
 #pragma unroll
 				for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
 			} else {
@@ -225,20 +195,6 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
 	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
 	const int w = (t >> 5) & 3, l = t & 31;
-	if (split) { // chunk blockIdx.z's sums, unscaled: fp8_splitk_reduce finishes them
-		float *p = part + (size_t)blockIdx.z * M * N;
-#pragma unroll
-		for (int j = 0; j < BN / 8; j++) {
-			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= N) continue;
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const int row = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-				if (row < M) *(float2 *)(p + (size_t)row * N + col) = make_float2(cs[4 * j + 2 * h], cs[4 * j + 2 * h + 1]);
-			}
-		}
-		return;
-	}
 	int rows[2];
 	float sx[2];
 #pragma unroll
@@ -264,38 +220,14 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 
 #define FP8_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre, int chunk,  \
-	    float *part
+	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre
 
 // The FP8 tile kernels: 128×128 (6 stages of 32 KiB) and 128×64 (8 stages of 24 KiB), 384 threads; dynamic shared
-// memory STAGES · (128 + BN) · 128 + 1024 (alignment) + 16 · STAGES (barriers). The c kernel accumulates in chunks
-// (chunk and part are read only there).
-#define FP8_TILE(NAME, BN, STAGES, CHUNK)                                                                         \
-	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
+// memory STAGES · (128 + BN) · 128 + 1024 (alignment) + 16 · STAGES (barriers).
+#define FP8_TILE(BN, STAGES)                                                                                      \
+	extern "C" __global__ void __launch_bounds__(384, 1) gemm_fp8_wgmma_128x##BN(FP8_PARAMS) {                  \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, CHUNK>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre, chunk, part);          \
+		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                              \
 	}
-FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6, false)
-FP8_TILE(gemm_fp8_wgmma_128x64, 64, 8, false)
-FP8_TILE(gemm_fp8_wgmma_c128x64, 64, 8, true)
-
-// fp8_splitk_reduce ends a chunked FP8 GEMM launched with one split per chunk: for every output element it adds the
-// splits' sums part[z][M][N] in split order, multiplies by the scales as the tile kernel's epilogue does, adds the
-// residual and stores Y (bf16, or fp32 when yF32). One thread per 4 consecutive columns of a row (N a multiple of
-// 8), grid-stride.
-extern "C" __global__ void __launch_bounds__(256) fp8_splitk_reduce(void *Y, const void *R, const float *part,
-                                                                    const float *xs, const float *ws, int M, int N,
-                                                                    int ldy, int yF32, int splits) {
-	KEV_GRID_DEP();
-	const int Q = N / 4;
-	const long long n = (long long)M * Q;
-	const size_t plane = (size_t)M * N;
-	for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-		const int row = (int)(i / Q), col = (int)(i % Q) * 4;
-		const float4 s = gemm_split_sum4(part + (size_t)row * N + col, plane, splits);
-		const float sx = xs[row];
-		const float4 sw = *(const float4 *)(ws + col);
-		gemm_store2(Y, R, ldy, yF32, row, col, __fmul_rn(s.x, __fmul_rn(sx, sw.x)), __fmul_rn(s.y, __fmul_rn(sx, sw.y)));
-		gemm_store2(Y, R, ldy, yF32, row, col + 2, __fmul_rn(s.z, __fmul_rn(sx, sw.z)), __fmul_rn(s.w, __fmul_rn(sx, sw.w)));
-	}
-}
+FP8_TILE(128, 6)
+FP8_TILE(64, 8)
