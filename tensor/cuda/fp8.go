@@ -149,7 +149,7 @@ func (b *Backend) matmulFP8(xt, wt *Tensor) (tensor.Tensor, error) {
 			return err
 		}
 		return s.q.GEMMFP8(GEMMFP8{Y: y.buf, X: xq, XS: xs, W: wt.buf, WS: fp8Scales(wt), M: m, N: n, K: k,
-			F32Out: y.dtype == tensor.F32, WLoaded: wt.loaded})
+			F32Out: y.dtype == tensor.F32, WLoaded: wt.loaded, promo: s.q.d.fp8Promo})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", op, err)
@@ -209,7 +209,8 @@ type GEMMFP8 struct {
 	// tiles before waiting for the kernel before it (as GEMM.WLoaded).
 	WLoaded bool
 
-	bn int // 0: planned (fp8Tile); 64 or 128 (tests)
+	bn    int // 0: planned (fp8Tile); 64 or 128 (tests)
+	promo int // k tiles of 128 codes summed in the tensor cores before each fp32 add: 0 or 1, or 2 (an experiment: tests, benchmarks)
 }
 
 // fp8Tile is the FP8 GEMM's tile width for N columns: a function of N alone, so that a row's bits do not depend on
@@ -297,6 +298,14 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
-	return q.launch("fp8_sm90a", fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn), cudrv.Dim3{X: mT, Y: nT, Z: 1},
+	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
+	switch g.promo {
+	case 0, 1:
+	case 2:
+		fn = fmt.Sprintf("gemm_fp8_wgmma_p2_128x%d", bn)
+	default:
+		return &ArgError{op, "promo", fmt.Sprintf("%d is not 1 or 2", g.promo)}
+	}
+	return q.launch("fp8_sm90a", fn, cudrv.Dim3{X: mT, Y: nT, Z: 1},
 		cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
 }

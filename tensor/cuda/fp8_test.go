@@ -349,6 +349,55 @@ func TestGEMMFP8Tiles(t *testing.T) {
 	t.Logf("tiles 128×64 and 128×128 give the same bits: %v", same)
 }
 
+// TestGEMMFP8Promo256 runs the experimental FP8 kernels that sum two k tiles (256 codes) in the tensor cores before
+// each fp32 add against the reference, at the bar the default kernels meet, on Kev-4B shapes (K = 2,560 and 9,216)
+// and 40 and 240 rows, and says how far they are from the default kernels.
+func TestGEMMFP8Promo256(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	for _, s := range [][2]int{{2560, 9216}, {1024, 2560}} {
+		n, k := s[0], s[1]
+		w := fp8Weights(r, n, k)
+		wq, ws, err := fp8.QuantizeRows(w, n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []int{40, 240} {
+			bits, x := fp8Rows(r, m, k)
+			var outs [3][]float32
+			for _, promo := range []int{1, 2} {
+				do(t, func(q *Queue) error {
+					xb := upload(t, q, bytesOf16(bits), 0)
+					xq := poisoned(t, q, m*k)
+					xs := poisoned(t, q, 4*m)
+					wb := upload(t, q, wq, 0)
+					wsb := upload(t, q, bytesOf32(ws), 0)
+					y := poisoned(t, q, 4*m*n)
+					if err := q.QuantRowsE4M3(xq, xs, Operand{xb, tensor.BF16}, m, k, k); err != nil {
+						return err
+					}
+					if err := q.GEMMFP8(GEMMFP8{Y: y, X: xq, XS: xs, W: wb, WS: wsb, M: m, N: n, K: k, F32Out: true, promo: promo}); err != nil {
+						return err
+					}
+					outs[promo] = from32(download(t, q, y, 4*m*n))
+					for _, buf := range []Buffer{xb, xq, xs, wb, wsb, y} {
+						q.Free(buf)
+					}
+					return nil
+				})
+			}
+			name := fmt.Sprintf("N=%d K=%d M=%d promo=256", n, k, m)
+			fp8Check(t, name, outs[2], n, x, k, sampleRows(m), wq, ws, nil, false)
+			var worst float64
+			for i := range outs[1] {
+				worst = math.Max(worst, math.Abs(float64(outs[2][i])-float64(outs[1][i]))/math.Max(math.Abs(float64(outs[1][i])), 1e-3))
+			}
+			t.Logf("%s: largest relative difference from the 128-code kernel %.3g", name, worst)
+		}
+	}
+}
+
 // TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
 // rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
 // rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
@@ -450,6 +499,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
+				t8p, _ := timeGEMMFP8Promo(b, M, N, K, 2)
 				flop := 2 * float64(M) * float64(N) * float64(K)
 				for _, r := range []struct {
 					path  string
@@ -459,6 +509,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"bf16", t16, int64(2*M*K + 2*N*K + 2*M*N)},
 					{"fp8", t8, int64(M*K + N*K + 2*M*N)},
 					{"fp8+quant", t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
+					{"fp8-promo256", t8p, int64(M*K + N*K + 2*M*N)},
 				} {
 					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s us=%.2f TFLOP/s=%.1f GB/s=%.0f\n", M, N, K, r.path,
 						r.t*1e6, flop/r.t/1e12, float64(r.bytes)/r.t/1e9)
@@ -473,6 +524,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
+	return timeGEMMFP8Promo(b, M, N, K, 1)
+}
+
+// timeGEMMFP8Promo is timeGEMMFP8 with GEMMFP8.promo set.
+func timeGEMMFP8Promo(b *testing.B, M, N, K, promo int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -524,7 +580,7 @@ func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, promo: promo}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {
