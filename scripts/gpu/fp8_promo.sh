@@ -3,7 +3,8 @@
 # codes) beside the experimental ones (every 256 codes, KEV_CUDA_FP8_PROMO=256): their tests against the reference,
 # BenchmarkGEMMFP8 (path=fp8 and path=fp8-promo256), then the Kev-4B-shaped checkpoint served in FP8 both ways
 # and bf16, and kev eval's agreement with bf16 both ways. Build bin/cuda.test and bin/kev as fp8.sh says; run from
-# the repository root: OUT=dir bash scripts/gpu/fp8_promo.sh
+# the repository root: OUT=dir bash scripts/gpu/fp8_promo.sh (a part whose binary is missing is skipped; PARTS=kernels
+# or PARTS=serving runs one part).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -14,11 +15,15 @@ TOKENIZER=.gold-in/tokenizer.json
 CASES=scripts/golden/bench-cases.json
 chmod +x bin/cuda.test bin/kev 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv >"$OUT/machine.log" 2>&1
+PARTS=${PARTS:-kernels serving}
+if [[ " $PARTS " == *" kernels "* ]] && [ -f bin/cuda.test ]; then
 (cd tensor/cuda && timeout 120 ../../bin/cuda.test -test.v -test.run 'TestGEMMFP8Promo256|TestMatMulFP8BatchInvariant|TestGEMMFP8Tiles|TestMatMulFP8$' >"$OUT/promo_tests.log" 2>&1
   echo "tests exit $?" >>"$OUT/promo_tests.log"
   timeout 60 ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x >"$OUT/gemmfp8.log" 2>&1)
 grep -E "^(--- |FAIL|ok|PASS|tests exit)|largest relative" "$OUT/promo_tests.log"
 grep -E "path=(bf16|fp8|fp8-promo256) " "$OUT/gemmfp8.log"
+fi
+[[ " $PARTS " == *" serving "* ]] && [ -f bin/kev ] || { echo "done in $SECONDS s (no serving)"; exit 0; }
 if [ ! -f "$TOKENIZER" ]; then
   mkdir -p .gold-in
   python3 -c 'import pyarrow, shutil, sys
