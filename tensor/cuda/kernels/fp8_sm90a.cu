@@ -168,32 +168,57 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	float d[BN / 2], tot[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
-	for (int kt = 0; kt < nk; kt += PROMO) { // PROMO k tiles summed in the tensor cores, then added in fp32
-		const int n = min(PROMO, nk - kt);
-		for (int u = 0; u < n; u++) mbar_wait(bars + 8 * ((kt + u) % STAGES), ((kt + u) / STAGES) & 1);
-		if (live) {
-			wgmma_fence();
-#pragma unroll
-			for (int u = 0; u < PROMO; u++) {
-				if (u >= n) break;
-				const int s = (kt + u) % STAGES;
+	if constexpr (PROMO == 1) {
+		for (int kt = 0; kt < nk; kt++) {
+			const int s = kt % STAGES;
+			mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+			if (live) {
 				const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+				wgmma_fence();
 #pragma unroll
-				for (int kk = 0; kk < BK / 32; kk++) // the group's sum from zero (scale-d = 0 on its first product)
-					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), u > 0 || kk > 0);
+				for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
+					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+				wgmma_commit();
+				wgmma_wait0();
+				regs_after<BN / 2>(d);
+				if (kt == 0) {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
+				} else {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
+				}
 			}
-			wgmma_commit();
-			wgmma_wait0();
-			regs_after<BN / 2>(d);
-			if (kt == 0) {
-#pragma unroll
-				for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
-			} else {
-#pragma unroll
-				for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
-			}
+			mbar_arrive(bars + 8 * (STAGES + s));
 		}
-		for (int u = 0; u < n; u++) mbar_arrive(bars + 8 * (STAGES + (kt + u) % STAGES));
+	} else {
+		for (int kt = 0; kt < nk; kt += PROMO) { // PROMO k tiles summed in the tensor cores, then added in fp32
+			const int n = min(PROMO, nk - kt);
+			for (int u = 0; u < n; u++) mbar_wait(bars + 8 * ((kt + u) % STAGES), ((kt + u) / STAGES) & 1);
+			if (live) {
+				wgmma_fence();
+#pragma unroll
+				for (int u = 0; u < PROMO; u++) {
+					if (u >= n) break;
+					const int s = (kt + u) % STAGES;
+					const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+#pragma unroll
+					for (int kk = 0; kk < BK / 32; kk++) // the group's sum from zero (scale-d = 0 on its first product)
+						wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), u > 0 || kk > 0);
+				}
+				wgmma_commit();
+				wgmma_wait0();
+				regs_after<BN / 2>(d);
+				if (kt == 0) {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
+				} else {
+#pragma unroll
+					for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
+				}
+			}
+			for (int u = 0; u < n; u++) mbar_arrive(bars + 8 * (STAGES + (kt + u) % STAGES));
+		}
 	}
 	if (!live) return;
 
