@@ -279,46 +279,18 @@ func TestGEMMFP8Tiles(t *testing.T) {
 		for _, f32 := range []bool{false, true} {
 			for _, withR := range []bool{false, true} {
 				name := fmt.Sprintf("bn=%d/f32=%v/res=%v", bn, f32, withR)
-				ysz := 2
-				if f32 {
-					ysz = 4
+				var rb []byte // the residual in Y's type
+				switch {
+				case withR && f32:
+					rf := make([]float32, len(res))
+					for i, v := range res {
+						rf[i] = half.BF16ToF32(v)
+					}
+					rb = bytesOf32(rf)
+				case withR:
+					rb = bytesOf16(res)
 				}
-				var out []byte
-				do(t, func(q *Queue) error {
-					xb := upload(t, q, bytesOf16(bits), 0)
-					xq := poisoned(t, q, m*k)
-					xs := poisoned(t, q, 4*m)
-					wb := upload(t, q, wq, 0)
-					wsb := upload(t, q, bytesOf32(ws), 0)
-					y := poisoned(t, q, ysz*m*n)
-					g := GEMMFP8{Y: y, X: xq, XS: xs, W: wb, WS: wsb, M: m, N: n, K: k, F32Out: f32, bn: bn}
-					var rb Buffer
-					if withR {
-						if f32 {
-							rf := make([]float32, len(res))
-							for i, v := range res {
-								rf[i] = half.BF16ToF32(v)
-							}
-							rb = upload(t, q, bytesOf32(rf), 0)
-						} else {
-							rb = upload(t, q, bytesOf16(res), 0)
-						}
-						g.R = rb
-					}
-					if err := q.QuantRowsE4M3(xq, xs, Operand{xb, tensor.BF16}, m, k, k); err != nil {
-						return err
-					}
-					if err := q.GEMMFP8(g); err != nil {
-						return err
-					}
-					out = download(t, q, y, ysz*m*n)
-					for _, buf := range []Buffer{xb, xq, xs, wb, wsb, y, rb} {
-						if buf.Ptr != 0 {
-							q.Free(buf)
-						}
-					}
-					return nil
-				})
+				out := runGEMMFP8(t, bits, wq, ws, rb, GEMMFP8{M: m, N: n, K: k, F32Out: f32, bn: bn})
 				var y []float32
 				if f32 {
 					y = from32(out)
@@ -349,6 +321,42 @@ func TestGEMMFP8Tiles(t *testing.T) {
 	t.Logf("tiles 128×64 and 128×128 give the same bits: %v", same)
 }
 
+// runGEMMFP8 quantizes the bf16 rows bits on the device and runs g (its M, N, K and options; the buffers are
+// filled in) against the E4M3 weights wq with row scales ws and the residual r (Y's type; nil: none), and
+// returns Y's bytes.
+func runGEMMFP8(t *testing.T, bits []uint16, wq []uint8, ws []float32, r []byte, g GEMMFP8) []byte {
+	t.Helper()
+	m, n, k := g.M, g.N, g.K
+	ysz := 2
+	if g.F32Out {
+		ysz = 4
+	}
+	var out []byte
+	do(t, func(q *Queue) error {
+		xb := upload(t, q, bytesOf16(bits), 0)
+		g.X, g.XS = poisoned(t, q, m*k), poisoned(t, q, 4*m)
+		g.W, g.WS = upload(t, q, wq, 0), upload(t, q, bytesOf32(ws), 0)
+		g.Y = poisoned(t, q, ysz*m*n)
+		if r != nil {
+			g.R = upload(t, q, r, 0)
+		}
+		if err := q.QuantRowsE4M3(g.X, g.XS, Operand{xb, tensor.BF16}, m, k, k); err != nil {
+			return err
+		}
+		if err := q.GEMMFP8(g); err != nil {
+			return err
+		}
+		out = download(t, q, g.Y, ysz*m*n)
+		for _, buf := range []Buffer{xb, g.X, g.XS, g.W, g.WS, g.Y, g.R} {
+			if buf.Ptr != 0 {
+				q.Free(buf)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
 // TestGEMMFP8Promo256 runs the experimental FP8 kernels that sum two k tiles (256 codes) in the tensor cores before
 // each fp32 add against the reference, at the bar the default kernels meet, on Kev-4B shapes (K = 2,560 and 9,216)
 // and 40 and 240 rows, and says how far they are from the default kernels.
@@ -367,25 +375,7 @@ func TestGEMMFP8Promo256(t *testing.T) {
 			bits, x := fp8Rows(r, m, k)
 			var outs [3][]float32
 			for _, promo := range []int{1, 2} {
-				do(t, func(q *Queue) error {
-					xb := upload(t, q, bytesOf16(bits), 0)
-					xq := poisoned(t, q, m*k)
-					xs := poisoned(t, q, 4*m)
-					wb := upload(t, q, wq, 0)
-					wsb := upload(t, q, bytesOf32(ws), 0)
-					y := poisoned(t, q, 4*m*n)
-					if err := q.QuantRowsE4M3(xq, xs, Operand{xb, tensor.BF16}, m, k, k); err != nil {
-						return err
-					}
-					if err := q.GEMMFP8(GEMMFP8{Y: y, X: xq, XS: xs, W: wb, WS: wsb, M: m, N: n, K: k, F32Out: true, promo: promo}); err != nil {
-						return err
-					}
-					outs[promo] = from32(download(t, q, y, 4*m*n))
-					for _, buf := range []Buffer{xb, xq, xs, wb, wsb, y} {
-						q.Free(buf)
-					}
-					return nil
-				})
+				outs[promo] = from32(runGEMMFP8(t, bits, wq, ws, nil, GEMMFP8{M: m, N: n, K: k, F32Out: true, promo: promo}))
 			}
 			name := fmt.Sprintf("N=%d K=%d M=%d promo=256", n, k, m)
 			fp8Check(t, name, outs[2], n, x, k, sampleRows(m), wq, ws, nil, false)

@@ -114,6 +114,19 @@ template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint6
 	}
 }
 
+// fp8_promote adds a group's sum d, once its products are done, to the fp32 total tot (first: the first group, tot =
+// d).
+template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *tot, bool first) {
+	regs_after<BN / 2>(d);
+	if (first) {
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
+	} else {
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
+	}
+}
+
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
@@ -180,14 +193,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
 				wgmma_commit();
 				wgmma_wait0();
-				regs_after<BN / 2>(d);
-				if (kt == 0) {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
-				} else {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
-				}
+				fp8_promote<BN>(d, tot, kt == 0);
 			}
 			mbar_arrive(bars + 8 * (STAGES + s));
 		}
@@ -208,14 +214,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				}
 				wgmma_commit();
 				wgmma_wait0();
-				regs_after<BN / 2>(d);
-				if (kt == 0) {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
-				} else {
-#pragma unroll
-					for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
-				}
+				fp8_promote<BN>(d, tot, kt == 0);
 			}
 			for (int u = 0; u < n; u++) mbar_arrive(bars + 8 * (STAGES + (kt + u) % STAGES));
 		}
