@@ -71,14 +71,7 @@ else
 fi
 
 # 3. serving, bf16 then fp8, on one checkpoint
-if [ -f bin/kev ] && [ ! -f "$TOKENIZER" ]; then
-  mkdir -p .gold-in
-  zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst >"$TOKENIZER.tmp" 2>/dev/null ||
-    python3 -c 'import pyarrow, shutil, sys
-with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compression="zstd") as z, open(sys.argv[1], "wb") as f:
-    shutil.copyfileobj(z, f)' "$TOKENIZER.tmp" 2>/dev/null
-  if [ -s "$TOKENIZER.tmp" ]; then mv "$TOKENIZER.tmp" "$TOKENIZER"; else rm -f "$TOKENIZER.tmp"; fi
-fi
+[ -f bin/kev ] && unpack_tokenizer "$TOKENIZER"
 if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
   chmod +x bin/kev 2>/dev/null
   if [ ! -f "$KEV4B/.complete" ]; then

@@ -13,6 +13,8 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 KEV4B=${KEV4B:-/tmp/kev4b}
 TOKENIZER=.gold-in/tokenizer.json
 CASES=scripts/golden/bench-cases.json
+# shellcheck source=steps.sh
+source scripts/gpu/steps.sh # unpack_tokenizer
 chmod +x bin/cuda.test bin/kev 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version --format=csv >"$OUT/machine.log" 2>&1
 PARTS=${PARTS:-kernels serving}
@@ -24,12 +26,7 @@ grep -E "^(--- |FAIL|ok|PASS|tests exit)|largest relative" "$OUT/promo_tests.log
 grep -E "path=(bf16|fp8|fp8-promo256) " "$OUT/gemmfp8.log"
 fi
 [[ " $PARTS " == *" serving "* ]] && [ -f bin/kev ] || { echo "done in $SECONDS s (no serving)"; exit 0; }
-if [ ! -f "$TOKENIZER" ]; then
-  mkdir -p .gold-in
-  python3 -c 'import pyarrow, shutil, sys
-with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compression="zstd") as z, open(sys.argv[1], "wb") as f:
-    shutil.copyfileobj(z, f)' "$TOKENIZER" 2>/dev/null || zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst >"$TOKENIZER"
-fi
+unpack_tokenizer "$TOKENIZER" || { echo "no $TOKENIZER: zstd or python3 with pyarrow needed"; exit 1; }
 if [ ! -f "$KEV4B/.complete" ]; then
   timeout 150 python3 scripts/golden/make_kev4b.py "$KEV4B" --tokenizer "$TOKENIZER" >"$OUT/make_kev4b.log" 2>&1 && touch "$KEV4B/.complete"
 fi

@@ -19,3 +19,16 @@ step() {
   [ $rc -ne 0 ] && tail -8 "$log" | sed 's/^/   | /'
   return $rc
 }
+
+# unpack_tokenizer FILE writes the Qwen3 tokenizer.json from the tree's zstd copy to FILE (zstd, else python's
+# pyarrow), unless FILE is there; nothing is left behind when neither can.
+unpack_tokenizer() {
+  local f=$1
+  [ -f "$f" ] && return 0
+  mkdir -p "$(dirname "$f")"
+  zstd -dc tokenizer/testdata/qwen3-tokenizer.json.zst >"$f.tmp" 2>/dev/null ||
+    python3 -c 'import pyarrow, shutil, sys
+with pyarrow.input_stream("tokenizer/testdata/qwen3-tokenizer.json.zst", compression="zstd") as z, open(sys.argv[1], "wb") as f:
+    shutil.copyfileobj(z, f)' "$f.tmp" 2>/dev/null
+  if [ -s "$f.tmp" ]; then mv "$f.tmp" "$f"; else rm -f "$f.tmp"; return 1; fi
+}

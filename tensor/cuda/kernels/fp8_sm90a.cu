@@ -181,6 +181,8 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	float d[BN / 2], tot[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
+	// The default kernels keep their own loop: the general one below computes the same at PROMO = 1 but compiles to
+	// other code (about 6 % more instructions), and this loop's is the one measured.
 	if constexpr (PROMO == 1) {
 		for (int kt = 0; kt < nk; kt++) {
 			const int s = kt % STAGES;
