@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The FP8 products' promotion interval, one command on a Hopper GPU: the default kernels (an fp32 add every 128
 # codes) beside the experimental ones (every 256 codes, KEV_CUDA_FP8_PROMO=256): their tests against the reference,
-# BenchmarkGEMMFP8 (path=fp8 and path=fp8-promo256), then the Kev-4B-shaped checkpoint served in FP8 both ways
+# BenchmarkGEMMFP8 (the planned tile widths, 128-column tiles, the 256-code kernels, and every width when
+# KEV_FP8_WIDTHS=all, the default here), then the Kev-4B-shaped checkpoint served in FP8 both ways
 # and bf16, and kev eval's agreement with bf16 both ways. Build bin/cuda.test and bin/kev as fp8.sh says; run from
 # the repository root: OUT=dir bash scripts/gpu/fp8_promo.sh (a part whose binary is missing is skipped; PARTS=kernels
 # or PARTS=serving runs one part).
@@ -21,9 +22,9 @@ PARTS=${PARTS:-kernels serving}
 if [[ " $PARTS " == *" kernels "* ]] && [ -f bin/cuda.test ]; then
 (cd tensor/cuda && timeout 120 ../../bin/cuda.test -test.v -test.run 'TestGEMMFP8Promo256|TestMatMulFP8BatchInvariant|TestGEMMFP8Tiles|TestMatMulFP8$' >"$OUT/promo_tests.log" 2>&1
   echo "tests exit $?" >>"$OUT/promo_tests.log"
-  timeout 60 ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x >"$OUT/gemmfp8.log" 2>&1)
+  KEV_FP8_WIDTHS=${KEV_FP8_WIDTHS:-all} timeout 180 ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x >"$OUT/gemmfp8.log" 2>&1)
 grep -E "^(--- |FAIL|ok|PASS|tests exit)|largest relative" "$OUT/promo_tests.log"
-grep -E "path=(bf16|fp8|fp8-promo256) " "$OUT/gemmfp8.log"
+grep -E "path=(bf16|fp8|fp8-bn128|fp8-promo256) " "$OUT/gemmfp8.log"
 fi
 [[ " $PARTS " == *" serving "* ]] && [ -f bin/kev ] || { echo "done in $SECONDS s (no serving)"; exit 0; }
 unpack_tokenizer "$TOKENIZER" || { echo "no $TOKENIZER: zstd or python3 with pyarrow needed"; exit 1; }

@@ -209,28 +209,11 @@ type GEMMFP8 struct {
 	// tiles before waiting for the kernel before it (as GEMM.WLoaded).
 	WLoaded bool
 
-	bn    int // 0: planned (fp8Tile); 64 or 128 (tests)
+	bn    int // 0: planned (fp8Plan); else one of fp8Widths (tests, benchmarks)
 	promo int // k tiles of 128 codes summed in the tensor cores before each fp32 add: 0 or 1, or 2 (an experiment: tests, benchmarks)
 }
 
-// fp8Tile is the FP8 GEMM's tile width for N columns: a function of N alone, so that a row's bits do not depend on
-// M. (Untuned: 64 up to 2,048 columns, so that short passes have more tiles, 128 above.)
-func fp8Tile(N int) int {
-	if N <= 2048 {
-		return 64
-	}
-	return 128
-}
-
-// fp8Stages is the ring depth of the FP8 tile kernel bn columns wide (kernels/fp8_sm90a.cu's FP8_TILE).
-func fp8Stages(bn int) int {
-	if bn == 64 {
-		return 8
-	}
-	return 6
-}
-
-// GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K).
+// GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
 func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	const op = "GEMMFP8"
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 || g.N%8 != 0 || g.K%16 != 0 {
@@ -266,12 +249,17 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if !d.hopper() {
 		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
+	promo := max(g.promo, 1)
+	if promo > 2 {
+		return &ArgError{op, "promo", fmt.Sprintf("%d is not 1 or 2", g.promo)}
+	}
 	bn := g.bn
 	if bn == 0 {
-		bn = fp8Tile(g.N)
+		bn = fp8Plan(g.M, g.N, g.K, d.sms(), promo)
 	}
-	if bn != 64 && bn != 128 {
-		return &ArgError{op, "bn", fmt.Sprintf("%d is not 64 or 128", bn)}
+	stages := fp8Stages(bn)
+	if stages == 0 || promo == 2 && bn != 64 && bn != 128 {
+		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (promo %d)", bn, promo)}
 	}
 	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: 128, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
@@ -292,19 +280,14 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	}
 	mT, nT := (g.M+127)/128, (g.N+bn-1)/bn
 	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
-	stages := fp8Stages(bn)
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
 	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
-	switch g.promo {
-	case 0, 1:
-	case 2:
+	if promo == 2 {
 		fn = fmt.Sprintf("gemm_fp8_wgmma_p2_128x%d", bn)
-	default:
-		return &ArgError{op, "promo", fmt.Sprintf("%d is not 1 or 2", g.promo)}
 	}
 	return q.launch("fp8_sm90a", fn, cudrv.Dim3{X: mT, Y: nT, Z: 1},
 		cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/kevgo/kev/internal/fp8"
@@ -256,8 +257,10 @@ func TestMatMulFP8(t *testing.T) {
 	}
 }
 
-// TestGEMMFP8Tiles runs the FP8 GEMM at both tile widths, with and without a residual and fp32 output, on shapes
-// whose M, N and K end inside a tile (K = 400: a partial last k tile), against the reference.
+// TestGEMMFP8Tiles runs the FP8 GEMM at every tile width, with and without a residual and fp32 output, on shapes
+// whose M, N and K end inside a tile (K = 400: a partial last k tile), against the reference, and checks that all
+// widths give the same bits: the plan picks the width by M (fp8Plan), so a row's bits would otherwise depend on the
+// rows it is stacked with.
 func TestGEMMFP8Tiles(t *testing.T) {
 	b := NewOn(dev)
 	needFP8(t, b)
@@ -274,8 +277,9 @@ func TestGEMMFP8Tiles(t *testing.T) {
 	for i := range all {
 		all[i] = i
 	}
-	bitsOf := map[int][]byte{}
-	for _, bn := range []int{64, 128} {
+	bitsOf := map[string][]byte{}
+	for _, w := range fp8Widths {
+		bn := w.bn
 		for _, f32 := range []bool{false, true} {
 			for _, withR := range []bool{false, true} {
 				name := fmt.Sprintf("bn=%d/f32=%v/res=%v", bn, f32, withR)
@@ -308,17 +312,24 @@ func TestGEMMFP8Tiles(t *testing.T) {
 					}
 				}
 				fp8Check(t, name, y, n, x, k, all, wq, ws, rv, !f32)
-				if !withR && !f32 {
-					bitsOf[bn] = out
+				if !withR {
+					bitsOf[fmt.Sprint(f32)+"/"+fmt.Sprint(bn)] = out
 				}
 			}
 		}
 	}
-	same := true
-	for i := range bitsOf[64] {
-		same = same && bitsOf[64][i] == bitsOf[128][i]
+	for _, f32 := range []bool{false, true} {
+		ref := bitsOf[fmt.Sprintf("%v/%d", f32, fp8Widths[0].bn)]
+		for _, w := range fp8Widths[1:] {
+			out := bitsOf[fmt.Sprintf("%v/%d", f32, w.bn)]
+			for i := range ref {
+				if out[i] != ref[i] {
+					t.Errorf("f32=%v: tiles 128×%d and 128×%d differ at byte %d (element %d)", f32, fp8Widths[0].bn, w.bn, i, i/(len(ref)/(m*n)))
+					break
+				}
+			}
+		}
 	}
-	t.Logf("tiles 128×64 and 128×128 give the same bits: %v", same)
 }
 
 // runGEMMFP8 quantizes the bf16 rows bits on the device and runs g (its M, N, K and options; the buffers are
@@ -477,32 +488,53 @@ func TestFP8Errors(t *testing.T) {
 // BenchmarkGEMMFP8 times the FP8 product beside the bf16 one at the Kev-4B GEMM shapes (gemmShapes) and the token
 // counts of a question-row pass (40, 240), a 2,200-token state (2,392) and a batch of long requests (16,384), over
 // rotating inputs larger than L2: "bf16" is the default bf16 plan (timeGEMM), "fp8" the FP8 GEMM alone on codes
-// quantized beforehand, "fp8+quant" the quantization of x then the GEMM, as MatMul runs them. Each prints a line
-// "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes, x in the type the path reads).
+// quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
+// MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape, "fp8-promo256" the experimental
+// kernels. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN"), the measurements fp8Plan's model is
+// fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
+// x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
 	if ok, why := dev.FP8Supported(); !ok {
 		b.Skip(why)
 	}
+	sweep := os.Getenv("KEV_FP8_WIDTHS") == "all"
 	for _, M := range []int{40, 240, 2392, 16384} {
 		for _, s := range gemmShapes {
 			N, K := s[0], s[1]
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
-				t8p, _ := timeGEMMFP8Promo(b, M, N, K, 2)
+				t8w, _ := timeGEMMFP8With(b, M, N, K, 1, 128)
+				t8p, _ := timeGEMMFP8With(b, M, N, K, 2, 0)
 				flop := 2 * float64(M) * float64(N) * float64(K)
-				for _, r := range []struct {
+				b8 := int64(M*K + N*K + 2*M*N)
+				type row struct {
 					path  string
+					bn    int // FP8 tile width, 0 for bf16
 					t     float64
 					bytes int64
-				}{
-					{"bf16", t16, int64(2*M*K + 2*N*K + 2*M*N)},
-					{"fp8", t8, int64(M*K + N*K + 2*M*N)},
-					{"fp8+quant", t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
-					{"fp8-promo256", t8p, int64(M*K + N*K + 2*M*N)},
-				} {
-					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s us=%.2f TFLOP/s=%.1f GB/s=%.0f\n", M, N, K, r.path,
-						r.t*1e6, flop/r.t/1e12, float64(r.bytes)/r.t/1e9)
+				}
+				plan := fp8Plan(M, N, K, dev.sms(), 1)
+				rows := []row{
+					{"bf16", 0, t16, int64(2*M*K + 2*N*K + 2*M*N)},
+					{"fp8", plan, t8, b8},
+					{"fp8+quant", plan, t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
+					{"fp8-bn128", 128, t8w, b8},
+					{"fp8-promo256", fp8Plan(M, N, K, dev.sms(), 2), t8p, b8},
+				}
+				if sweep {
+					for _, w := range fp8Widths {
+						tw, _ := timeGEMMFP8With(b, M, N, K, 1, w.bn)
+						rows = append(rows, row{fmt.Sprintf("fp8-bn%d", w.bn), w.bn, tw, b8})
+					}
+				}
+				for _, r := range rows {
+					model := "-"
+					if r.bn > 0 && r.path != "fp8-promo256" {
+						model = fmt.Sprintf("%.1f", fp8Cost(M, N, K, dev.sms(), r.bn))
+					}
+					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s bn=%d us=%.2f TFLOP/s=%.1f GB/s=%.0f model_us=%s\n", M, N, K,
+						r.path, r.bn, r.t*1e6, flop/r.t/1e12, float64(r.bytes)/r.t/1e9, model)
 				}
 				b.ReportMetric(t16/t8q, "bf16/fp8")
 			})
@@ -514,11 +546,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8Promo(b, M, N, K, 1)
+	return timeGEMMFP8With(b, M, N, K, 1, 0)
 }
 
-// timeGEMMFP8Promo is timeGEMMFP8 with GEMMFP8.promo set.
-func timeGEMMFP8Promo(b *testing.B, M, N, K, promo int) (gemm, withQuant float64) {
+// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.promo and GEMMFP8.bn set (bn 0: planned).
+func timeGEMMFP8With(b *testing.B, M, N, K, promo, bn int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -570,7 +602,7 @@ func timeGEMMFP8Promo(b *testing.B, M, N, K, promo int) (gemm, withQuant float64
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, promo: promo}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, promo: promo, bn: bn}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -15,10 +15,11 @@
 // stride is K bytes, a multiple of 16); k, rows and columns outside the matrices are zero-filled by the copy engine.
 //
 // Accumulation: each k tile's four products (m64nBNk32) start from zero in the wgmma accumulators, and the tile's sum
-// is then added in fp32 to a second set of registers, in k order. The tensor cores' FP8 sums keep fewer bits than
-// fp32 over long runs of k; adding every 128 codes in fp32 bounds what that loses. Every output element is reduced
-// over all of K by one block in the same order whatever M is (no split-K, tiles fixed by N): a row's bits do not
-// depend on the rows it is stacked with. The scales are applied after the sum: y = tot · (xs[row] · ws[col]).
+// is then added in fp32 to a second set of registers (from zero), in k order. The tensor cores' FP8 sums keep fewer
+// bits than fp32 over long runs of k; adding every 128 codes in fp32 bounds what that loses. Every output element is
+// reduced over all of K by one block in the same order whatever M and the tile width are (no split-K; an element's
+// products do not depend on the instruction's width, TestGEMMFP8Tiles): a row's bits do not depend on the rows it is
+// stacked with. The scales are applied after the sum: y = tot · (xs[row] · ws[col]).
 //
 // The TMA ring, the register hand-over and the tile order are gemm_sm90a.cu's (tma_ring.cuh).
 #include "common.cuh"
@@ -88,43 +89,96 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 
 // ---- FP8 wgmma ----
 
-// wgmma_fp8_m64n128: d[64×128] = A[64×32] · B[128×32]ᵀ (+ d when acc ≠ 0), both E4M3 K-major in shared memory
-// (descriptors), fp32 d. (FP8 wgmma has no transpose operands: both must be K-major.)
-__device__ __forceinline__ void wgmma_fp8_m64n128(float *d, uint64_t da, uint64_t db, int acc) {
-	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-	             "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
-	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+// wgmma_fp8_m64nN: d[64×N] = A[64×32] · B[N×32]ᵀ (+ d when acc ≠ 0), both E4M3 K-major in shared memory
+// (descriptors), fp32 d, one wrapper per tile width N of the kernels below. (FP8 wgmma has no transpose operands:
+// both must be K-major.)
+__device__ __forceinline__ void wgmma_fp8_m64n24(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, %12, %13, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
 	             : "l"(da), "l"(db), "r"(acc));
 }
-
-// wgmma_fp8_m64n64: d[64×64] = A[64×32] · B[64×32]ᵀ (+ d when acc ≠ 0), as wgmma_fp8_m64n128.
+__device__ __forceinline__ void wgmma_fp8_m64n32(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n40(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n40k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19}, %20, %21, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n48(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %26, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, %24, %25, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 __device__ __forceinline__ void wgmma_fp8_m64n64(float *d, uint64_t da, uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 	             : "l"(da), "l"(db), "r"(acc));
 }
+__device__ __forceinline__ void wgmma_fp8_m64n80(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, %40, %41, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n96(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n128(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n144(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71}, %72, %73, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 
+// wgmma_fp8_tile is the wrapper of the tile width BN.
 template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint64_t da, uint64_t db, int acc) {
-	if constexpr (BN == 128) {
-		wgmma_fp8_m64n128(d, da, db, acc);
-	} else {
-		static_assert(BN == 64, "no FP8 wgmma wrapper for this tile width");
+	if constexpr (BN == 24) {
+		wgmma_fp8_m64n24(d, da, db, acc);
+	} else if constexpr (BN == 32) {
+		wgmma_fp8_m64n32(d, da, db, acc);
+	} else if constexpr (BN == 40) {
+		wgmma_fp8_m64n40(d, da, db, acc);
+	} else if constexpr (BN == 48) {
+		wgmma_fp8_m64n48(d, da, db, acc);
+	} else if constexpr (BN == 64) {
 		wgmma_fp8_m64n64(d, da, db, acc);
+	} else if constexpr (BN == 80) {
+		wgmma_fp8_m64n80(d, da, db, acc);
+	} else if constexpr (BN == 96) {
+		wgmma_fp8_m64n96(d, da, db, acc);
+	} else if constexpr (BN == 128) {
+		wgmma_fp8_m64n128(d, da, db, acc);
+	} else if constexpr (BN == 144) {
+		wgmma_fp8_m64n144(d, da, db, acc);
+	} else {
+		static_assert(BN == 0, "no FP8 wgmma wrapper for this tile width");
 	}
 }
 
-// fp8_promote adds a group's sum d, once its products are done, to the fp32 total tot (first: the first group, tot =
-// d).
-template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *tot, bool first) {
+// fp8_promote adds a group's sum d, once its products are done, to the fp32 total tot (which starts at zero: adding
+// into it always, rather than copying the first group's sum, lets ptxas keep tot and d in registers of their own,
+// with no copies of the total before each group's products).
+template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *tot) {
 	regs_after<BN / 2>(d);
-	if (first) {
 #pragma unroll
-		for (int i = 0; i < BN / 2; i++) tot[i] = d[i];
-	} else {
-#pragma unroll
-		for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
-	}
+	for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
 }
 
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
@@ -181,8 +235,8 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	float d[BN / 2], tot[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
-	// The default kernels keep their own loop: the general one below computes the same at PROMO = 1 but compiles to
-	// other code (about 6 % more instructions), and this loop's is the one measured.
+	// The default kernels keep a loop of their own: the general one below computes the same at PROMO = 1 with more
+	// instructions.
 	if constexpr (PROMO == 1) {
 		for (int kt = 0; kt < nk; kt++) {
 			const int s = kt % STAGES;
@@ -195,9 +249,11 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
 				wgmma_commit();
 				wgmma_wait0();
-				fp8_promote<BN>(d, tot, kt == 0);
+				mbar_arrive(bars + 8 * (STAGES + s)); // the stage is read: the producer may refill it during the adds
+				fp8_promote<BN>(d, tot);
+			} else {
+				mbar_arrive(bars + 8 * (STAGES + s));
 			}
-			mbar_arrive(bars + 8 * (STAGES + s));
 		}
 	} else {
 		for (int kt = 0; kt < nk; kt += PROMO) { // PROMO k tiles summed in the tensor cores, then added in fp32
@@ -216,7 +272,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				}
 				wgmma_commit();
 				wgmma_wait0();
-				fp8_promote<BN>(d, tot, kt == 0);
+				fp8_promote<BN>(d, tot);
 			}
 			for (int u = 0; u < n; u++) mbar_arrive(bars + 8 * (STAGES + (kt + u) % STAGES));
 		}
@@ -253,15 +309,24 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
 	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre
 
-// The FP8 tile kernels: 128×128 (6 stages of 32 KiB) and 128×64 (8 stages of 24 KiB), 384 threads; dynamic shared
-// memory STAGES · (128 + BN) · 128 + 1024 (alignment) + 16 · STAGES (barriers).
+// The FP8 tile kernels, 128 rows × BN columns, 384 threads; dynamic shared memory STAGES · (128 + BN) · 128 + 1024
+// (alignment) + 16 · STAGES (barriers), within the 227 KiB a block may have. The host plans the width per product
+// (fp8Plan in fp8_plan.go, which keeps this table); every width sums each output over k in the same order, so all
+// of them give the same bits and the width may follow M.
 #define FP8_TILE(NAME, BN, STAGES, PROMO)                                                                         \
 	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
 		gemm_fp8<BN, STAGES, PROMO>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                       \
 	}
-FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6, 1)
+FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10, 1)
+FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10, 1)
+FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10, 1)
+FP8_TILE(gemm_fp8_wgmma_128x48, 48, 10, 1)
 FP8_TILE(gemm_fp8_wgmma_128x64, 64, 8, 1)
+FP8_TILE(gemm_fp8_wgmma_128x80, 80, 8, 1)
+FP8_TILE(gemm_fp8_wgmma_128x96, 96, 8, 1)
+FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6, 1)
+FP8_TILE(gemm_fp8_wgmma_128x144, 144, 6, 1)
 // Experimental: two k tiles (256 codes) summed in the tensor cores before each fp32 add (half the waits; other
 // bits, a coarser promotion). Only tests and benchmarks launch them (GEMMFP8.promo).
 FP8_TILE(gemm_fp8_wgmma_p2_128x128, 128, 6, 2)
