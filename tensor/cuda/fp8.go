@@ -289,6 +289,10 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if promo == 2 {
 		fn = fmt.Sprintf("gemm_fp8_wgmma_p2_128x%d", bn)
 	}
+	if d.tagLaunches() {
+		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)
+		defer func() { q.tag = "" }()
+	}
 	return q.launch("fp8_sm90a", fn, cudrv.Dim3{X: mT, Y: nT, Z: 1},
 		cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
 }

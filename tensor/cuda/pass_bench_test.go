@@ -145,9 +145,15 @@ func (g *gate) release(q *Queue) (sec float64, valid bool, err error) {
 // kev4BModel is kev4B's model on a new backend of the test device (the caller trims the backend).
 func kev4BModel(b *testing.B, r *rand.Rand) (*qwen35.Weights, *Backend, *layers.Model) {
 	b.Helper()
+	return kev4BModelWith(b, r, layers.Options{})
+}
+
+// kev4BModelWith is kev4BModel loaded with opts (FP8 products, say).
+func kev4BModelWith(b *testing.B, r *rand.Rand, opts layers.Options) (*qwen35.Weights, *Backend, *layers.Model) {
+	b.Helper()
 	w := kev4B(r)
 	be := NewOn(dev)
-	m, err := layers.New(be, w)
+	m, err := layers.NewWith(be, w, opts)
 	if err != nil {
 		be.Trim()
 		b.Fatal(err)

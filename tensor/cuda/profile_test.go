@@ -30,10 +30,18 @@ import (
 // KEV_PROFILE_MODES=zerofill with GEMM X tensor maps over the rows past M (xRows) and ending at M (TMA's zero fill),
 // KEV_PROFILE_MODES=attnorder with attention blocks longest first and in tile order,
 // KEV_PROFILE_MODES=rows with the delta rule's rows in the blocks of gdn_state and on gdn_rows.
-// KEV_PROFILE_UPLOADS=1 also prints how many uploads each pass made, by size.
+// KEV_PROFILE_UPLOADS=1 also prints how many uploads each pass made, by size. KEV_PROFILE_DTYPE=fp8 loads the
+// products' weights in FP8 (layers.Options.FP8; the GEMM plan modes do not apply to its products).
 func BenchmarkPassKernels(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
-	w, be, m := kev4BModel(b, r)
+	var opts layers.Options
+	if os.Getenv("KEV_PROFILE_DTYPE") == "fp8" {
+		if ok, why := dev.FP8Supported(); !ok {
+			b.Skip(why)
+		}
+		opts.FP8 = true
+	}
+	w, be, m := kev4BModelWith(b, r, opts)
 	defer be.Trim()
 	type pcase struct {
 		name  string
@@ -221,7 +229,7 @@ func BenchmarkPassKernels(b *testing.B) {
 // kernelCategory groups a kernel by what it does, for the profile's summary.
 func kernelCategory(name string) string {
 	for _, c := range []struct{ prefix, cat string }{
-		{"gemm", "gemm"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"gdn_sm90a.", "delta rule"}, {"flash.", "attention"}, {"flash_sm90a.", "attention"}, {"attn", "attention"},
+		{"gemm", "gemm"}, {"fp8_sm90a.gemm", "gemm"}, {"fp8_sm90a.quant", "fp8-quant"}, {"ops.splitk_add_rmsnorm", "gemm-norm"}, {"delta.", "delta rule"}, {"gdn.", "delta rule"}, {"gdn_sm90a.", "delta rule"}, {"flash.", "attention"}, {"flash_sm90a.", "attention"}, {"attn", "attention"},
 		{"segs.conv", "conv"}, {"nn.conv", "conv"}, {"ops.rmsnorm", "norms"}, {"nn.rms", "norms"}, {"nn.gated", "norms"},
 		{"nn.qk", "norms"},
 	} {
@@ -244,7 +252,7 @@ func printProfile(label string, device float64, ts []launchTime) {
 		dms = fmt.Sprintf("%.3f", device*1e3)
 	}
 	fmt.Printf("KEVPROF %q device_ms=%s profiled_ms=%.3f launches=%d", label, dms, total*1e3, len(ts))
-	for _, c := range []string{"gemm", "gemm-norm", "delta rule", "attention", "conv", "norms", "other"} {
+	for _, c := range []string{"gemm", "gemm-norm", "fp8-quant", "delta rule", "attention", "conv", "norms", "other"} {
 		fmt.Printf(" %s=%.3f", strings.ReplaceAll(c, " ", "_"), cats[c]*1e3)
 	}
 	fmt.Println()
