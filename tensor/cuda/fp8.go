@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -121,17 +122,25 @@ func (b *Backend) toHostFP8(c *Tensor) ([]float32, error) {
 }
 
 // matmulFP8 is MatMul with an F8E4M3 weight: x (BF16 or F32) quantized per row into temporaries, then the FP8 GEMM;
-// y is BF16 for a BF16 x, F32 for an F32 one.
-func (b *Backend) matmulFP8(xt, wt *Tensor) (tensor.Tensor, error) {
-	const op = "MatMul"
+// y is BF16 for a BF16 x, F32 for an F32 one. With swiglu (BF16 x, w [2F, K] with F a multiple of 8) y is
+// SwiGLU of that product, [M, F], from the GEMM's epilogue: MatMulSwiGLU's bits.
+func (b *Backend) matmulFP8(xt, wt *Tensor, swiglu bool) (tensor.Tensor, error) {
+	op := "MatMul"
+	if swiglu {
+		op = "MatMulSwiGLU"
+	}
 	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
 	if xt.dtype != tensor.BF16 && xt.dtype != tensor.F32 {
 		return nil, &tensor.DTypeError{Backend: Name, DType: xt.dtype, Reason: "a product with an F8E4M3 weight takes a BF16 or F32 x"}
 	}
+	nOut := n
+	if swiglu {
+		nOut = n / 2
+	}
 	var y *Tensor
 	err := b.run(func(s *scope) error {
 		var err error
-		if y, err = s.out(act(xt.dtype), m, n); err != nil || m == 0 || n == 0 {
+		if y, err = s.out(act(xt.dtype), m, nOut); err != nil || m == 0 || nOut == 0 {
 			return err
 		}
 		if k == 0 {
@@ -149,7 +158,7 @@ func (b *Backend) matmulFP8(xt, wt *Tensor) (tensor.Tensor, error) {
 			return err
 		}
 		return s.q.GEMMFP8(GEMMFP8{Y: y.buf, X: xq, XS: xs, W: wt.buf, WS: fp8Scales(wt), M: m, N: n, K: k,
-			F32Out: y.dtype == tensor.F32, WLoaded: wt.loaded, promo: s.q.d.fp8Promo})
+			F32Out: y.dtype == tensor.F32, SwiGLU: swiglu, WLoaded: wt.loaded, promo: s.q.d.fp8Promo})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", op, err)
@@ -209,7 +218,11 @@ type GEMMFP8 struct {
 	// tiles before waiting for the kernel before it (as GEMM.WLoaded).
 	WLoaded bool
 
-	bn    int // 0: planned (fp8Plan); else one of fp8Widths (tests, benchmarks)
+	// SwiGLU: W = [Wg; Wu] (N = 2F rows, F a multiple of 8) and Y bf16 [M, F] (LdY ≥ F; 0 means F) =
+	// silu(X·Wgᵀ)·(X·Wuᵀ): the bits of SwiGLU on the bf16 output of the plain product. No residual or fp32 output.
+	SwiGLU bool
+
+	bn    int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
 	promo int // k tiles of 128 codes summed in the tensor cores before each fp32 add: 0 or 1, or 2 (an experiment: tests, benchmarks)
 }
 
@@ -219,17 +232,24 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 || g.N%8 != 0 || g.K%16 != 0 {
 		return &ArgError{op, "M, N, K", fmt.Sprintf("%d, %d, %d must be positive, N a multiple of 8 and K of 16", g.M, g.N, g.K)}
 	}
-	if g.LdY == 0 {
-		g.LdY = g.N
+	nOut := g.N // Y's columns
+	if g.SwiGLU {
+		if g.N%16 != 0 || g.R.Ptr != 0 || g.F32Out || g.promo > 1 {
+			return &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual, bf16 Y and the default promotion", g.N)}
+		}
+		nOut = g.N / 2
 	}
-	if g.LdY < g.N || g.LdY%2 != 0 {
-		return &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ N = %d and even", g.LdY, g.N)}
+	if g.LdY == 0 {
+		g.LdY = nOut
+	}
+	if g.LdY < nOut || g.LdY%2 != 0 {
+		return &ArgError{op, "LdY", fmt.Sprintf("%d must be ≥ %d (Y's columns) and even", g.LdY, nOut)}
 	}
 	ysz := int64(2)
 	if g.F32Out {
 		ysz = 4
 	}
-	ybytes := ysz * (int64(g.M-1)*int64(g.LdY) + int64(g.N))
+	ybytes := ysz * (int64(g.M-1)*int64(g.LdY) + int64(nOut))
 	for _, c := range []struct {
 		name string
 		b    Buffer
@@ -255,18 +275,22 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	}
 	bn := g.bn
 	if bn == 0 {
-		bn = fp8Plan(g.M, g.N, g.K, d.sms(), promo)
+		bn = fp8Plan(g.M, g.N, g.K, d.sms(), promo, g.SwiGLU)
 	}
 	stages := fp8Stages(bn)
-	if stages == 0 || promo == 2 && bn != 64 && bn != 128 {
-		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (promo %d)", bn, promo)}
+	if stages == 0 || promo == 2 && !slices.Contains(fp8Promo2Widths, bn) || g.SwiGLU && !slices.Contains(fp8GatedWidths, bn) {
+		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (promo %d, SwiGLU %v)", bn, promo, g.SwiGLU)}
+	}
+	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows
+	if g.SwiGLU {
+		boxW = bn / 2
 	}
 	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: 128, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
 		return fmt.Errorf("cuda: %s: X: %w", op, err)
 	}
-	tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: g.K, BoxRows: bn, BoxCols: 128,
+	tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: g.K, BoxRows: boxW, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
 		return fmt.Errorf("cuda: %s: W: %w", op, err)
@@ -278,7 +302,10 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.WLoaded {
 		wpre = 1
 	}
-	mT, nT := (g.M+127)/128, (g.N+bn-1)/bn
+	mT, nT := (g.M+127)/128, (nOut+boxW-1)/boxW
+	if !g.SwiGLU {
+		nT = (g.N + bn - 1) / bn
+	}
 	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
@@ -286,7 +313,10 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
 	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
-	if promo == 2 {
+	switch {
+	case g.SwiGLU:
+		fn = fmt.Sprintf("gemm_fp8_wgmma_g128x%d", bn)
+	case promo == 2:
 		fn = fmt.Sprintf("gemm_fp8_wgmma_p2_128x%d", bn)
 	}
 	if d.tagLaunches() {

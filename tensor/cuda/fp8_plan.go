@@ -16,6 +16,10 @@ var fp8Widths = []fp8Width{{24, 10}, {32, 10}, {40, 10}, {48, 10}, {64, 8}, {80,
 // fp8Promo2Widths are the widths of the experimental kernels that sum 256 codes before each fp32 add.
 var fp8Promo2Widths = []int{64, 128}
 
+// fp8GatedWidths are the widths of the SwiGLU-fused kernels (gemm_fp8_wgmma_g128xBN: BN/2 gate and BN/2 up rows of
+// W a tile, so BN a multiple of 16); each has the ring depth of the plain kernel of its width.
+var fp8GatedWidths = []int{32, 48, 64, 80, 96, 128, 144}
+
 // fp8Stages is the ring depth of the FP8 tile kernel bn columns wide, or 0 when there is none.
 func fp8Stages(bn int) int {
 	for _, w := range fp8Widths {
@@ -53,12 +57,16 @@ func fp8Cost(M, N, K, sms, bn int) float64 {
 }
 
 // fp8Plan returns the tile width with the least fp8Cost (the wider on a tie: fewer blocks read each X row); with
-// promo 2 only the widths of the experimental kernels count.
-func fp8Plan(M, N, K, sms, promo int) int {
+// promo 2 only the widths of the experimental kernels count, with gated only those of the SwiGLU-fused ones (whose
+// tiles of bn W rows give bn/2 output columns: the same blocks and k tiles as the plain product of N columns).
+func fp8Plan(M, N, K, sms, promo int, gated bool) int {
 	var widths []int
-	if promo == 2 {
+	switch {
+	case gated:
+		widths = fp8GatedWidths
+	case promo == 2:
 		widths = fp8Promo2Widths
-	} else {
+	default:
 		for _, w := range fp8Widths {
 			widths = append(widths, w.bn)
 		}

@@ -46,6 +46,20 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(p2, fp8Promo2Widths) {
 		t.Errorf("p2 kernels %v, fp8Promo2Widths %v", p2, fp8Promo2Widths)
 	}
+	var gated []int
+	reG := regexp.MustCompile(`(?m)^FP8_GATED\(gemm_fp8_wgmma_g128x(\d+), (\d+), (\d+)\)`)
+	for _, m := range reG.FindAllSubmatch(src, -1) {
+		name, _ := strconv.Atoi(string(m[1]))
+		bn, _ := strconv.Atoi(string(m[2]))
+		stages, _ := strconv.Atoi(string(m[3]))
+		if name != bn || bn%16 != 0 || stages != fp8Stages(bn) {
+			t.Errorf("gated kernel g128x%d: %d wide, %d stages (want a multiple of 16 and %d stages)", name, bn, stages, fp8Stages(bn))
+		}
+		gated = append(gated, bn)
+	}
+	if !slices.Equal(gated, fp8GatedWidths) {
+		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
+	}
 	for _, w := range fp8Widths {
 		if w.bn%8 != 0 || w.bn < 8 || w.bn > 256 {
 			t.Errorf("width %d: wgmma and the copy engine need a multiple of 8 up to 256", w.bn)
@@ -58,7 +72,8 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 
 // TestFP8Plan checks the plan on the Kev-4B shapes: the wide products fill the multiprocessors in one round at a
 // question pass's rows, the 2,560-column products run narrow tiles until the rows fill the multiprocessors, the
-// plan never costs more than the 128-column tile it replaced, and the experimental kernels keep their widths.
+// plan never costs more than the 128-column tile it replaced, and the experimental and SwiGLU-fused kernels keep
+// their widths.
 func TestFP8Plan(t *testing.T) {
 	const sms = 132
 	for _, c := range []struct {
@@ -72,21 +87,24 @@ func TestFP8Plan(t *testing.T) {
 		{240, 2560, 4096, func(bn int) bool { return 2*((2560+bn-1)/bn) <= sms }, "one round"},
 		{16384, 2560, 9216, func(bn int) bool { return bn >= 128 }, "≥ 128 at 16,384 rows"},
 	} {
-		if bn := fp8Plan(c.M, c.N, c.K, sms, 1); !c.want(bn) {
+		if bn := fp8Plan(c.M, c.N, c.K, sms, 1, false); !c.want(bn) {
 			t.Errorf("M=%d N=%d K=%d: bn %d, want %s", c.M, c.N, c.K, bn, c.what)
 		}
 	}
 	for _, s := range gemmShapesFP8 {
 		for _, M := range []int{1, 40, 89, 128, 240, 257, 567, 2392, 16384} {
-			bn := fp8Plan(M, s[0], s[1], sms, 1)
+			bn := fp8Plan(M, s[0], s[1], sms, 1, false)
 			if fp8Stages(bn) == 0 {
 				t.Fatalf("M=%d N=%d: bn %d has no kernel", M, s[0], bn)
 			}
 			if c, c128 := fp8Cost(M, s[0], s[1], sms, bn), fp8Cost(M, s[0], s[1], sms, 128); c > c128 {
 				t.Errorf("M=%d N=%d K=%d: bn %d costs %.1f µs, more than 128's %.1f", M, s[0], s[1], bn, c, c128)
 			}
-			if bn2 := fp8Plan(M, s[0], s[1], sms, 2); !slices.Contains(fp8Promo2Widths, bn2) {
+			if bn2 := fp8Plan(M, s[0], s[1], sms, 2, false); !slices.Contains(fp8Promo2Widths, bn2) {
 				t.Errorf("M=%d N=%d promo 2: bn %d has no kernel", M, s[0], bn2)
+			}
+			if bng := fp8Plan(M, s[0], s[1], sms, 1, true); !slices.Contains(fp8GatedWidths, bng) {
+				t.Errorf("M=%d N=%d gated: bn %d has no kernel", M, s[0], bng)
 			}
 		}
 	}

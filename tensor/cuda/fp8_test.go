@@ -334,13 +334,16 @@ func TestGEMMFP8Tiles(t *testing.T) {
 
 // runGEMMFP8 quantizes the bf16 rows bits on the device and runs g (its M, N, K and options; the buffers are
 // filled in) against the E4M3 weights wq with row scales ws and the residual r (Y's type; nil: none), and
-// returns Y's bytes.
+// returns Y's bytes ([M, N], or [M, N/2] with SwiGLU).
 func runGEMMFP8(t *testing.T, bits []uint16, wq []uint8, ws []float32, r []byte, g GEMMFP8) []byte {
 	t.Helper()
 	m, n, k := g.M, g.N, g.K
 	ysz := 2
 	if g.F32Out {
 		ysz = 4
+	}
+	if g.SwiGLU {
+		n /= 2
 	}
 	var out []byte
 	do(t, func(q *Queue) error {
@@ -366,6 +369,94 @@ func runGEMMFP8(t *testing.T, bits []uint16, wq []uint8, ws []float32, r []byte,
 		return nil
 	})
 	return out
+}
+
+// TestGEMMFP8SwiGLU checks the SwiGLU-fused FP8 kernels at every width against SwiGLU applied to the plain FP8
+// product on the device (swiglu_bf16), bit for bit, on a shape whose M, F and K end inside a tile, and
+// Backend.MatMulSwiGLU with an F8E4M3 w against MatMul then SwiGLU at several row counts.
+func TestGEMMFP8SwiGLU(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	const m, f, k = 130, 136, 400
+	bits, _ := fp8Rows(r, m, k)
+	w := fp8Weights(r, 2*f, k)
+	wq, ws, err := fp8.QuantizeRows(w, 2*f, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := runGEMMFP8(t, bits, wq, ws, nil, GEMMFP8{M: m, N: 2 * f, K: k, bn: 64})
+	var want []byte
+	do(t, func(q *Queue) error {
+		gu := upload(t, q, plain, 0)
+		y := poisoned(t, q, 2*m*f)
+		if err := q.SwiGLU(y, gu, m, f); err != nil {
+			return err
+		}
+		want = download(t, q, y, 2*m*f)
+		q.Free(gu)
+		q.Free(y)
+		return nil
+	})
+	for _, bn := range fp8GatedWidths {
+		got := runGEMMFP8(t, bits, wq, ws, nil, GEMMFP8{M: m, N: 2 * f, K: k, SwiGLU: true, bn: bn})
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("bn=%d: byte %d (row %d) = %#x, SwiGLU of the plain product %#x", bn, i, i/(2*f), got[i], want[i])
+				break
+			}
+		}
+	}
+	if err := dev.Do(func(q *Queue) error { return q.GEMMFP8(GEMMFP8{M: 1, N: 24, K: 16, SwiGLU: true}) }); err == nil {
+		t.Error("GEMMFP8 with SwiGLU and N = 24 (not a multiple of 16): no error")
+	}
+
+	// The backend: MatMulSwiGLU's fused path against its two operations.
+	const n2, kb = 2 * 520, 512
+	wt, err := b.FromFloat32FP8([]int{n2, kb}, fp8Weights(r, n2, kb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free(wt)
+	for _, rows := range []int{1, 40, 257} {
+		xbits, _ := fp8Rows(r, rows, kb)
+		xt, err := b.FromBits(tensor.BF16, []int{rows, kb}, xbits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused, err := b.MatMulSwiGLU(xt, wt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gu, err := b.MatMul(xt, wt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apart, err := b.SwiGLU(gu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb, err := b.ToHost(fused)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab, err := b.ToHost(apart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fb) != rows*n2/2 || len(ab) != len(fb) {
+			t.Fatalf("M=%d: %d and %d outputs, want %d", rows, len(fb), len(ab), rows*n2/2)
+		}
+		for i := range fb { // bf16 values, exact in float32
+			if math.Float32bits(fb[i]) != math.Float32bits(ab[i]) {
+				t.Errorf("M=%d: element %d = %g fused, %g apart", rows, i, fb[i], ab[i])
+				break
+			}
+		}
+		for _, x := range []tensor.Tensor{xt, fused, gu, apart} {
+			b.Free(x)
+		}
+	}
 }
 
 // TestGEMMFP8Promo256 runs the experimental FP8 kernels that sum two k tiles (256 codes) in the tensor cores before
@@ -514,13 +605,13 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					t     float64
 					bytes int64
 				}
-				plan := fp8Plan(M, N, K, dev.sms(), 1)
+				plan := fp8Plan(M, N, K, dev.sms(), 1, false)
 				rows := []row{
 					{"bf16", 0, t16, int64(2*M*K + 2*N*K + 2*M*N)},
 					{"fp8", plan, t8, b8},
 					{"fp8+quant", plan, t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
 					{"fp8-bn128", 128, t8w, b8},
-					{"fp8-promo256", fp8Plan(M, N, K, dev.sms(), 2), t8p, b8},
+					{"fp8-promo256", fp8Plan(M, N, K, dev.sms(), 2, false), t8p, b8},
 				}
 				if sweep {
 					for _, w := range fp8Widths {

@@ -67,7 +67,7 @@ func (b *Backend) MatMul(x, w tensor.Tensor) (tensor.Tensor, error) {
 		return nil, err
 	}
 	if wt.dtype == tensor.F8E4M3 {
-		return b.matmulFP8(xt, wt)
+		return b.matmulFP8(xt, wt, false)
 	}
 	m, k, n := xt.shape[0], xt.shape[1], wt.shape[0]
 	var y *Tensor
@@ -318,8 +318,9 @@ func (b *Backend) MatMulSplit(x, w tensor.Tensor, widths ...int) ([]tensor.Tenso
 }
 
 // MatMulSwiGLU returns SwiGLU(MatMul(x, w)): on Hopper, for bf16 operands whose GEMM plan is a one-split tile
-// plan, one kernel whose epilogue applies SwiGLU to the gate and up sums of the same columns (the bits of the two
-// operations apart, without writing [g | u]); otherwise the two operations.
+// plan, and for a bf16 x with an F8E4M3 w whose rows are a multiple of 16, one kernel whose epilogue applies SwiGLU
+// to the gate and up sums of the same columns (the bits of the two operations apart, without writing [g | u]);
+// otherwise the two operations.
 func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 	const op = "MatMulSwiGLU"
 	xt, wt, err := b.matmulOperands(op, x, w)
@@ -329,6 +330,9 @@ func (b *Backend) MatMulSwiGLU(x, w tensor.Tensor) (tensor.Tensor, error) {
 	m, k, n2 := xt.shape[0], xt.shape[1], wt.shape[0]
 	if n2%2 != 0 {
 		return nil, &tensor.ShapeError{Op: op, Arg: "w", Shape: wt.shape, Want: "[2I, K]"}
+	}
+	if wt.dtype == tensor.F8E4M3 && xt.dtype == tensor.BF16 && n2%16 == 0 && m > 0 && k > 0 {
+		return b.matmulFP8(xt, wt, true)
 	}
 	var y *Tensor
 	fused := false

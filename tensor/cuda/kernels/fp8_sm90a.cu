@@ -184,7 +184,13 @@ template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *t
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
-template <int BN, int STAGES, int PROMO>
+//
+// GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
+// same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
+// (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy, bf16) = silu(g)·u with g and u
+// scaled and rounded as the plain kernel stores them, then as swiglu_bf16 computes it: the bits of the two
+// operations, without writing [g | u].
+template <int BN, int STAGES, int PROMO, bool GATED = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre) {
@@ -194,10 +200,25 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
 
+	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
+	static_assert(!GATED || PROMO == 1, "no gated twin of the experimental kernels");
+	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
+	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
+
 	const int wg = threadIdx.x >> 7;
 	int m0, n0;
-	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, BN, m0, n0);
+	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
 	const int nk = (K + BK - 1) / BK;
+	// loadW copies the W rows of k tile kt into the stage's B region at sb: BN rows from n0, or with GATED TN gate
+	// rows from n0 and the same TN up rows (F on), one after the other.
+	auto loadW = [&](uint32_t sb, int kt, uint32_t full) {
+		if constexpr (GATED) {
+			tma_load2d(sb, tmW, kt * BK, n0, full);
+			tma_load2d(sb + TN * BK, tmW, kt * BK, F + n0, full);
+		} else {
+			tma_load2d(sb, tmW, kt * BK, n0, full);
+		}
+	};
 
 	ring_init<STAGES>(bars);
 
@@ -207,7 +228,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			const int pre = wpre ? min(STAGES, nk) : 0;
 			for (int kt = 0; kt < pre; kt++) {
 				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
-				tma_load2d(base + kt * STAGE_BYTES + A_BYTES, tmW, kt * BK, n0, bars + 8 * kt);
+				loadW(base + kt * STAGE_BYTES + A_BYTES, kt, bars + 8 * kt);
 			}
 			kev_grid_wait();
 			kev_grid_launch();
@@ -219,7 +240,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				uint32_t full;
 				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
 				tma_load2d(sa, tmX, kt * BK, m0, full);
-				tma_load2d(sa + A_BYTES, tmW, kt * BK, n0, full);
+				loadW(sa + A_BYTES, kt, full);
 			}
 		} else {
 			kev_grid_wait();
@@ -289,18 +310,37 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
 		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
 	}
+	if constexpr (GATED) {
+		constexpr int U = 4 * (TN / 8); // the up sums of the same columns
 #pragma unroll
-	for (int j = 0; j < BN / 8; j++) {
-		const int col = n0 + 8 * j + 2 * (l & 3);
-		if (col >= N) continue; // N even: col + 1 < N too
-		const float2 sw = *(const float2 *)(ws + col);
+		for (int j = 0; j < TN / 8; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= F) continue; // F a multiple of 8: col + 1 < F too
+			const float2 sg = *(const float2 *)(ws + col), su = *(const float2 *)(ws + F + col);
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			if (rows[h] >= M) continue;
-			// the sum times the product of the scales, each product rounded (no fused add with the residual)
-			const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw.x));
-			const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw.y));
-			gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+			for (int h = 0; h < 2; h++) {
+				if (rows[h] >= M) continue;
+				const float v0 = swiglu1(__fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sg.x)),
+				                         __fmul_rn(tot[U + 4 * j + 2 * h], __fmul_rn(sx[h], su.x)));
+				const float v1 = swiglu1(__fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sg.y)),
+				                         __fmul_rn(tot[U + 4 * j + 2 * h + 1], __fmul_rn(sx[h], su.y)));
+				*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
+			}
+		}
+	} else {
+#pragma unroll
+		for (int j = 0; j < BN / 8; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= N) continue; // N even: col + 1 < N too
+			const float2 sw = *(const float2 *)(ws + col);
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (rows[h] >= M) continue;
+				// the sum times the product of the scales, each product rounded (no fused add with the residual)
+				const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw.x));
+				const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw.y));
+				gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+			}
 		}
 	}
 }
@@ -318,6 +358,12 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		KEV_GRID_DEP_DEFERRED();                                                                              \
 		gemm_fp8<BN, STAGES, PROMO>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                       \
 	}
+// FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
+#define FP8_GATED(NAME, BN, STAGES)                                                                               \
+	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES, 1, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                     \
+	}
 FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10, 1)
 FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10, 1)
 FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10, 1)
@@ -327,6 +373,13 @@ FP8_TILE(gemm_fp8_wgmma_128x80, 80, 8, 1)
 FP8_TILE(gemm_fp8_wgmma_128x96, 96, 8, 1)
 FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6, 1)
 FP8_TILE(gemm_fp8_wgmma_128x144, 144, 6, 1)
+FP8_GATED(gemm_fp8_wgmma_g128x32, 32, 10)
+FP8_GATED(gemm_fp8_wgmma_g128x48, 48, 10)
+FP8_GATED(gemm_fp8_wgmma_g128x64, 64, 8)
+FP8_GATED(gemm_fp8_wgmma_g128x80, 80, 8)
+FP8_GATED(gemm_fp8_wgmma_g128x96, 96, 8)
+FP8_GATED(gemm_fp8_wgmma_g128x128, 128, 6)
+FP8_GATED(gemm_fp8_wgmma_g128x144, 144, 6)
 // Experimental: two k tiles (256 codes) summed in the tensor cores before each fp32 add (half the waits; other
 // bits, a coarser promotion). Only tests and benchmarks launch them (GEMMFP8.promo).
 FP8_TILE(gemm_fp8_wgmma_p2_128x128, 128, 6, 2)

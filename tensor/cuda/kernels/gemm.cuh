@@ -5,6 +5,14 @@
 
 #include "pdl.cuh"
 
+// swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
+// [g | u] row, in the same order, so the SwiGLU-fused GEMM epilogues (gemm_sm90a.cu, fp8_sm90a.cu) give its bits.
+__device__ __forceinline__ float swiglu1(float g, float u) {
+	g = __bfloat162float(__float2bfloat16_rn(g));
+	u = __bfloat162float(__float2bfloat16_rn(u));
+	return g * (1.f / (1.f + expf(-g))) * u;
+}
+
 // gemm_store2 stores two adjacent outputs (col, col+1) of row, adding the residual when R is set.
 __device__ __forceinline__ void gemm_store2(void *Y, const void *R, int ldy, int yF32, int row, int col, float v0,
                                             float v1) {

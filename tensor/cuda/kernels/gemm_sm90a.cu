@@ -281,14 +281,6 @@ __device__ __forceinline__ uint4 quad_group8(const float *quad, int stride, int 
 	return make_uint4(pair(0, r.x), pair(1, r.y), pair(2, r.z), pair(3, r.w));
 }
 
-// swiglu1 is silu(g)·u for g and u rounded to bf16 first: the operations of ops.cu's swiglu_bf16 on a stored
-// [g | u] row, in the same order, so the fused epilogue below gives its bits.
-__device__ __forceinline__ float swiglu1(float g, float u) {
-	g = __bfloat162float(__float2bfloat16_rn(g));
-	u = __bfloat162float(__float2bfloat16_rn(u));
-	return g * (1.f / (1.f + expf(-g))) * u;
-}
-
 // gemm_wgmma_persist is gemm_wgmma without splits on a persistent grid: block g takes tiles g, g + G, …
 // (in the order of tile_at, so blocks running together share X and W tiles in L2), and one k-step pipeline runs
 // through all of them, so the producer fills the ring for the next tile while the consumers store this one. Each tile is
