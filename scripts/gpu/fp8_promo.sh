@@ -5,7 +5,7 @@
 # KEV_FP8_WIDTHS=all, the default here), then the Kev-4B-shaped checkpoint served in FP8 both ways
 # and bf16, and kev eval's agreement with bf16 both ways. Build bin/cuda.test and bin/kev as fp8.sh says; run from
 # the repository root: OUT=dir bash scripts/gpu/fp8_promo.sh (a part whose binary is missing is skipped; PARTS=kernels
-# or PARTS=serving runs one part).
+# or PARTS=serving runs one part; VARIANTS="bfloat16 fp8" serves those alone).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -32,7 +32,7 @@ if [ ! -f "$KEV4B/.complete" ]; then
   timeout 150 python3 scripts/golden/make_kev4b.py "$KEV4B" --tokenizer "$TOKENIZER" >"$OUT/make_kev4b.log" 2>&1 && touch "$KEV4B/.complete"
 fi
 python3 scripts/gpu/make_eval_set.py -n 400 >/tmp/eval_set.jsonl
-for v in bfloat16 fp8 fp8:256; do
+for v in ${VARIANTS:-bfloat16 fp8 fp8:256}; do
   dt=${v%%:*} promo=128 short=${v/bfloat16/bf16}
   [ "$v" != "$dt" ] && promo=256
   short=${short/:/_}
