@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +28,16 @@ func smallConfig() qwen35.Config {
 	}
 }
 
+// newRand returns a generator seeded from the clock, or from KEV_SEED (to reproduce a run: the seed is logged).
 func newRand(t testing.TB) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("KEV_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("KEV_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
 	t.Logf("seed %d", seed)
 	return rand.New(rand.NewPCG(seed, 2))
 }
@@ -147,8 +157,12 @@ const modelTol = 5e-5
 // rounds each product's input to bf16 as the CPU does. The two agree to about
 // 1e-7 until an input sits so close to a bf16 rounding boundary that float32
 // and float64 round it to neighbouring values (2⁻⁸ apart); the difference then
-// carries through the later layers (at most 2.2e-3 measured over 22 seeds).
-const bf16ModelTol = 1e-2
+// carries through the later layers and can grow there. Over 2,000 seeds the
+// worst point of TestModelMatchesReference was 2.0e-2 (median 1.9e-4, 99th
+// percentile 5.1e-3; seed 1796654896008358003 gives 1.7e-2), so the bound
+// sits well above that tail; an operation computed wrongly moves the points
+// by far more.
+const bf16ModelTol = 5e-2
 
 func TestModelMatchesReference(t *testing.T) {
 	r := newRand(t)
