@@ -40,7 +40,9 @@
 // tiles without a residual store whole 16-byte pieces (a shuffle transpose within each quad of lanes); the MLP's
 // gate/up GEMM applies SwiGLU in its epilogue. Elsewhere an mma.sync kernel. FP8 weights (tensor.F8E4M3, from
 // FromFloat32FP8; compute capability 9.0 only so far) run MatMul as two launches (kernels/fp8_sm90a.cu): x quantized
-// per row to E4M3, then a wgmma GEMM of E4M3 tiles whose fp32 sums are scaled by both rows' scales. The gated delta rule at d_k = 128
+// per row to E4M3, then a wgmma GEMM of E4M3 tiles whose fp32 sums are scaled by both rows' scales, in tiles 24 to
+// 144 columns wide planned per product by a cost model (fp8_plan.go; every width gives the same bits, so the width
+// may follow M); MatMulSwiGLU applies SwiGLU in that GEMM's epilogue. The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);
