@@ -5,7 +5,8 @@
 # tile width (KEV_FP8_WIDTHS=all: the measurements fp8Plan's model is fitted to); the Kev-4B-shaped checkpoint served
 # in bf16 and FP8 with kev eval's agreement (fp8_promo.sh's serving part, VARIANTS="bfloat16 fp8"); then, while time
 # is left, the per-kernel profile of Kev's cases in FP8 (and bf16 with DTYPES="fp8 bf16") and the predictor's CUDA
-# tests when bin/kev.test is there.
+# tests when bin/kev.test is there. SERVE=0 skips the serving step (a short call: the profiles in both types,
+# DTYPES="fp8 bf16", compare the device times instead).
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go build -tags cuda -ldflags='-s -w' -o bin/kev ./examples/kev
@@ -28,7 +29,7 @@ step "BenchmarkGEMMFP8, every width" 170 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=all ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
 grep -E "path=(bf16|fp8|fp8-bn128|fp8-promo256) " "$OUT/gemmfp8.log"
 cd "$root"
-if [ -f bin/kev ]; then
+if [ -f bin/kev ] && [ "${SERVE:-1}" = 1 ]; then
   step "served bf16 and FP8" 330 "$OUT/served.log" \
     env PARTS=serving VARIANTS="${VARIANTS:-bfloat16 fp8}" OUT="$OUT/served" bash scripts/gpu/fp8_promo.sh
   cat "$OUT/served.log"
