@@ -3,7 +3,7 @@
 # first: the FP8 kernel tests (every tile width against the reference and against each other bit for bit, the
 # SwiGLU-fused kernels against the two operations, batch invariance on planned shapes); BenchmarkGEMMFP8 with every
 # tile width (KEV_FP8_WIDTHS=all: the measurements fp8Plan's model is fitted to); the Kev-4B-shaped checkpoint served
-# in bf16 and FP8 with kev eval's agreement (fp8_promo.sh's serving part, VARIANTS="bfloat16 fp8"); then, while time
+# in bf16 and FP8 with kev eval's agreement (fp8_serve.sh); then, while time
 # is left, the per-kernel profile of Kev's cases in FP8 (and bf16 with DTYPES="fp8 bf16") and the predictor's CUDA
 # tests when bin/kev.test is there. SERVE=0 skips the serving step (a short call: the profiles in both types,
 # DTYPES="fp8 bf16", compare the device times instead).
@@ -27,11 +27,11 @@ step "FP8 kernel tests" 100 "$OUT/fp8_tests.log" ../../bin/cuda.test -test.v -te
 grep -E "^(--- |FAIL|ok|PASS)" "$OUT/fp8_tests.log"
 step "BenchmarkGEMMFP8, every width" 170 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=all ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-grep -E "path=(bf16|fp8|fp8-bn128|fp8-promo256) " "$OUT/gemmfp8.log"
+grep -E "path=(bf16|fp8|fp8-bn128) " "$OUT/gemmfp8.log"
 cd "$root"
 if [ -f bin/kev ] && [ "${SERVE:-1}" = 1 ]; then
   step "served bf16 and FP8" 330 "$OUT/served.log" \
-    env PARTS=serving VARIANTS="${VARIANTS:-bfloat16 fp8}" OUT="$OUT/served" bash scripts/gpu/fp8_promo.sh
+    env VARIANTS="${VARIANTS:-bfloat16 fp8}" OUT="$OUT/served" bash scripts/gpu/fp8_serve.sh
   cat "$OUT/served.log"
 fi
 cd tensor/cuda

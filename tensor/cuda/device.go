@@ -52,9 +52,6 @@ type Device struct {
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
-	// fp8Promo: the FP8 products sum this many k tiles of 128 codes in the tensor cores before each fp32 add (1;
-	// KEV_CUDA_FP8_PROMO=256 gives 2, an experiment with other bits).
-	fp8Promo int
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
@@ -162,10 +159,6 @@ func Open(ordinal int) (*Device, error) {
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
-	d.fp8Promo = 1
-	if strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PROMO")) == "256" {
-		d.fp8Promo = 2
-	}
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

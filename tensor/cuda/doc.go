@@ -63,8 +63,7 @@
 // KEV_CUDA_PASS_LOG_LAUNCHES=1 adds every launch, with an event after each. The difference between when the device
 // reaches a pass's read-back and the pass's own device time is time it spent waiting for the host.
 //
-// FP8 products (kernels/fp8_sm90a.cu) add each k tile's 128 codes to an fp32 total. KEV_CUDA_FP8_PROMO=256, an
-// experiment, sums two k tiles in the tensor cores before each add: half the waits, other bits.
+// FP8 products (kernels/fp8_sm90a.cu) add each k tile's 128 codes to an fp32 total.
 //
 // Results are batch-invariant: a GEMM's k partition (its chunks, summed in a fixed order) depends on (N, K) and
 // the device only, the batch size only picks the schedule that runs it; attention splits keys per segment; the

@@ -158,7 +158,7 @@ func (b *Backend) matmulFP8(xt, wt *Tensor, swiglu bool) (tensor.Tensor, error) 
 			return err
 		}
 		return s.q.GEMMFP8(GEMMFP8{Y: y.buf, X: xq, XS: xs, W: wt.buf, WS: fp8Scales(wt), M: m, N: n, K: k,
-			F32Out: y.dtype == tensor.F32, SwiGLU: swiglu, WLoaded: wt.loaded, promo: s.q.d.fp8Promo})
+			F32Out: y.dtype == tensor.F32, SwiGLU: swiglu, WLoaded: wt.loaded})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", op, err)
@@ -222,8 +222,7 @@ type GEMMFP8 struct {
 	// silu(X·Wgᵀ)·(X·Wuᵀ): the bits of SwiGLU on the bf16 output of the plain product. No residual or fp32 output.
 	SwiGLU bool
 
-	bn    int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
-	promo int // k tiles of 128 codes summed in the tensor cores before each fp32 add: 0 or 1, or 2 (an experiment: tests, benchmarks)
+	bn int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -234,8 +233,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	}
 	nOut := g.N // Y's columns
 	if g.SwiGLU {
-		if g.N%16 != 0 || g.R.Ptr != 0 || g.F32Out || g.promo > 1 {
-			return &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual, bf16 Y and the default promotion", g.N)}
+		if g.N%16 != 0 || g.R.Ptr != 0 || g.F32Out {
+			return &ArgError{op, "SwiGLU", fmt.Sprintf("N = %d must be a multiple of 16, with no residual and bf16 Y", g.N)}
 		}
 		nOut = g.N / 2
 	}
@@ -269,17 +268,13 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if !d.hopper() {
 		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
-	promo := max(g.promo, 1)
-	if promo > 2 {
-		return &ArgError{op, "promo", fmt.Sprintf("%d is not 1 or 2", g.promo)}
-	}
 	bn := g.bn
 	if bn == 0 {
-		bn = fp8Plan(g.M, g.N, g.K, d.sms(), promo, g.SwiGLU)
+		bn = fp8Plan(g.M, g.N, g.K, d.sms(), g.SwiGLU)
 	}
 	stages := fp8Stages(bn)
-	if stages == 0 || promo == 2 && !slices.Contains(fp8Promo2Widths, bn) || g.SwiGLU && !slices.Contains(fp8GatedWidths, bn) {
-		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (promo %d, SwiGLU %v)", bn, promo, g.SwiGLU)}
+	if stages == 0 || g.SwiGLU && !slices.Contains(fp8GatedWidths, bn) {
+		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (SwiGLU %v)", bn, g.SwiGLU)}
 	}
 	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows
 	if g.SwiGLU {
@@ -313,11 +308,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
 	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
-	switch {
-	case g.SwiGLU:
+	if g.SwiGLU {
 		fn = fmt.Sprintf("gemm_fp8_wgmma_g128x%d", bn)
-	case promo == 2:
-		fn = fmt.Sprintf("gemm_fp8_wgmma_p2_128x%d", bn)
 	}
 	if d.tagLaunches() {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)

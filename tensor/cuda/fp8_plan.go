@@ -13,9 +13,6 @@ type fp8Width struct{ bn, stages int }
 // follow M.
 var fp8Widths = []fp8Width{{24, 10}, {32, 10}, {40, 10}, {48, 10}, {64, 8}, {80, 8}, {96, 8}, {128, 6}, {144, 6}}
 
-// fp8Promo2Widths are the widths of the experimental kernels that sum 256 codes before each fp32 add.
-var fp8Promo2Widths = []int{64, 128}
-
 // fp8GatedWidths are the widths of the SwiGLU-fused kernels (gemm_fp8_wgmma_g128xBN: BN/2 gate and BN/2 up rows of
 // W a tile, so BN a multiple of 16); each has the ring depth of the plain kernel of its width.
 var fp8GatedWidths = []int{32, 48, 64, 80, 96, 128, 144}
@@ -60,16 +57,12 @@ func fp8Cost(M, N, K, sms, bn int) float64 {
 }
 
 // fp8Plan returns the tile width with the least fp8Cost (the wider on a tie: fewer blocks read each X row); with
-// promo 2 only the widths of the experimental kernels count, with gated only those of the SwiGLU-fused ones (whose
-// tiles of bn W rows give bn/2 output columns: the same blocks and k tiles as the plain product of N columns).
-func fp8Plan(M, N, K, sms, promo int, gated bool) int {
-	var widths []int
-	switch {
-	case gated:
-		widths = fp8GatedWidths
-	case promo == 2:
-		widths = fp8Promo2Widths
-	default:
+// gated only the widths of the SwiGLU-fused kernels count (whose tiles of bn W rows give bn/2 output columns: the
+// same blocks and k tiles as the plain product of N columns).
+func fp8Plan(M, N, K, sms int, gated bool) int {
+	widths := fp8GatedWidths
+	if !gated {
+		widths = nil
 		for _, w := range fp8Widths {
 			widths = append(widths, w.bn)
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestFP8WidthsMatchKernels checks fp8Widths and fp8Promo2Widths against the FP8_TILE lines of
+// TestFP8WidthsMatchKernels checks fp8Widths and fp8GatedWidths against the FP8_TILE and FP8_GATED lines of
 // kernels/fp8_sm90a.cu: a width the plan picks without its kernel would fail at launch, and a ring depth other than
 // the kernel's would give it the wrong shared memory. Every kernel must also fit a block's 227 KiB.
 func TestFP8WidthsMatchKernels(t *testing.T) {
@@ -18,35 +18,19 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?m)^FP8_TILE\(gemm_fp8_wgmma_(p2_)?128x(\d+), (\d+), (\d+), (\d+)\)`)
+	re := regexp.MustCompile(`(?m)^FP8_TILE\(gemm_fp8_wgmma_128x(\d+), (\d+), (\d+)\)`)
 	var got []fp8Width
-	var p2 []int
 	for _, m := range re.FindAllSubmatch(src, -1) {
-		name, _ := strconv.Atoi(string(m[2]))
-		bn, _ := strconv.Atoi(string(m[3]))
-		stages, _ := strconv.Atoi(string(m[4]))
-		promo, _ := strconv.Atoi(string(m[5]))
+		name, _ := strconv.Atoi(string(m[1]))
+		bn, _ := strconv.Atoi(string(m[2]))
+		stages, _ := strconv.Atoi(string(m[3]))
 		if name != bn {
-			t.Errorf("kernel gemm_fp8_wgmma_%s128x%d is %d columns wide", m[1], name, bn)
-		}
-		if len(m[1]) > 0 {
-			if promo != 2 || stages != fp8Stages(bn) {
-				t.Errorf("p2 kernel %d wide: promo %d, %d stages (want 2, %d)", bn, promo, stages, fp8Stages(bn))
-			}
-			p2 = append(p2, bn)
-			continue
-		}
-		if promo != 1 {
-			t.Errorf("kernel %d wide: promo %d, want 1", bn, promo)
+			t.Errorf("kernel gemm_fp8_wgmma_128x%d is %d columns wide", name, bn)
 		}
 		got = append(got, fp8Width{bn, stages})
 	}
 	if !slices.Equal(got, fp8Widths) {
 		t.Errorf("kernels %v, fp8Widths %v", got, fp8Widths)
-	}
-	slices.Sort(p2)
-	if !slices.Equal(p2, fp8Promo2Widths) {
-		t.Errorf("p2 kernels %v, fp8Promo2Widths %v", p2, fp8Promo2Widths)
 	}
 	var gated []int
 	reG := regexp.MustCompile(`(?m)^FP8_GATED\(gemm_fp8_wgmma_g128x(\d+), (\d+), (\d+)\)`)
@@ -74,8 +58,7 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 
 // TestFP8Plan checks the plan on the Kev-4B shapes: the wide products fill the multiprocessors in one round at a
 // question pass's rows, the 2,560-column products run narrow tiles until the rows fill the multiprocessors, the
-// plan never costs more than the 128-column tile it replaced, and the experimental and SwiGLU-fused kernels keep
-// their widths.
+// plan never costs more than the 128-column tile it replaced, and the SwiGLU-fused kernels keep their widths.
 func TestFP8Plan(t *testing.T) {
 	const sms = 132
 	for _, c := range []struct {
@@ -89,23 +72,20 @@ func TestFP8Plan(t *testing.T) {
 		{240, 2560, 4096, func(bn int) bool { return 2*((2560+bn-1)/bn) <= sms }, "one round"},
 		{16384, 2560, 9216, func(bn int) bool { return bn >= 128 }, "≥ 128 at 16,384 rows"},
 	} {
-		if bn := fp8Plan(c.M, c.N, c.K, sms, 1, false); !c.want(bn) {
+		if bn := fp8Plan(c.M, c.N, c.K, sms, false); !c.want(bn) {
 			t.Errorf("M=%d N=%d K=%d: bn %d, want %s", c.M, c.N, c.K, bn, c.what)
 		}
 	}
 	for _, s := range gemmShapesFP8 {
 		for _, M := range []int{1, 40, 89, 128, 240, 257, 567, 2392, 16384} {
-			bn := fp8Plan(M, s[0], s[1], sms, 1, false)
+			bn := fp8Plan(M, s[0], s[1], sms, false)
 			if fp8Stages(bn) == 0 {
 				t.Fatalf("M=%d N=%d: bn %d has no kernel", M, s[0], bn)
 			}
 			if c, c128 := fp8Cost(M, s[0], s[1], sms, bn), fp8Cost(M, s[0], s[1], sms, 128); c > c128 {
 				t.Errorf("M=%d N=%d K=%d: bn %d costs %.1f µs, more than 128's %.1f", M, s[0], s[1], bn, c, c128)
 			}
-			if bn2 := fp8Plan(M, s[0], s[1], sms, 2, false); !slices.Contains(fp8Promo2Widths, bn2) {
-				t.Errorf("M=%d N=%d promo 2: bn %d has no kernel", M, s[0], bn2)
-			}
-			if bng := fp8Plan(M, s[0], s[1], sms, 1, true); !slices.Contains(fp8GatedWidths, bng) {
+			if bng := fp8Plan(M, s[0], s[1], sms, true); !slices.Contains(fp8GatedWidths, bng) {
 				t.Errorf("M=%d N=%d gated: bn %d has no kernel", M, s[0], bng)
 			}
 		}
@@ -166,7 +146,7 @@ func TestFP8PlanMeasured(t *testing.T) {
 				best, fastest = v, bn
 			}
 		}
-		bn := fp8Plan(s.M, s.N, s.K, 132, 1, false)
+		bn := fp8Plan(s.M, s.N, s.K, 132, false)
 		if m[bn] > 1.2*best {
 			t.Errorf("%+v: planned width %d took %.1f µs, width %d %.1f", s, bn, m[bn], fastest, best)
 		}

@@ -459,37 +459,6 @@ func TestGEMMFP8SwiGLU(t *testing.T) {
 	}
 }
 
-// TestGEMMFP8Promo256 runs the experimental FP8 kernels that sum two k tiles (256 codes) in the tensor cores before
-// each fp32 add against the reference, at the bar the default kernels meet, on Kev-4B shapes (K = 2,560 and 9,216)
-// and 40 and 240 rows, and says how far they are from the default kernels.
-func TestGEMMFP8Promo256(t *testing.T) {
-	b := NewOn(dev)
-	needFP8(t, b)
-	r := newRand(t)
-	for _, s := range [][2]int{{2560, 9216}, {1024, 2560}} {
-		n, k := s[0], s[1]
-		w := fp8Weights(r, n, k)
-		wq, ws, err := fp8.QuantizeRows(w, n, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range []int{40, 240} {
-			bits, x := fp8Rows(r, m, k)
-			var outs [3][]float32
-			for _, promo := range []int{1, 2} {
-				outs[promo] = from32(runGEMMFP8(t, bits, wq, ws, nil, GEMMFP8{M: m, N: n, K: k, F32Out: true, promo: promo}))
-			}
-			name := fmt.Sprintf("N=%d K=%d M=%d promo=256", n, k, m)
-			fp8Check(t, name, outs[2], n, x, k, sampleRows(m), wq, ws, nil, false)
-			var worst float64
-			for i := range outs[1] {
-				worst = math.Max(worst, math.Abs(float64(outs[2][i])-float64(outs[1][i]))/math.Max(math.Abs(float64(outs[1][i])), 1e-3))
-			}
-			t.Logf("%s: largest relative difference from the 128-code kernel %.3g", name, worst)
-		}
-	}
-}
-
 // TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
 // rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
 // rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
@@ -580,8 +549,7 @@ func TestFP8Errors(t *testing.T) {
 // counts of a question-row pass (40, 240), a 2,200-token state (2,392) and a batch of long requests (16,384), over
 // rotating inputs larger than L2: "bf16" is the default bf16 plan (timeGEMM), "fp8" the FP8 GEMM alone on codes
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
-// MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape, "fp8-promo256" the experimental
-// kernels. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN"), the measurements fp8Plan's model is
+// MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN"), the measurements fp8Plan's model is
 // fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
@@ -595,8 +563,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
-				t8w, _ := timeGEMMFP8With(b, M, N, K, 1, 128)
-				t8p, _ := timeGEMMFP8With(b, M, N, K, 2, 0)
+				t8w, _ := timeGEMMFP8With(b, M, N, K, 128)
 				flop := 2 * float64(M) * float64(N) * float64(K)
 				b8 := int64(M*K + N*K + 2*M*N)
 				type row struct {
@@ -605,23 +572,22 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					t     float64
 					bytes int64
 				}
-				plan := fp8Plan(M, N, K, dev.sms(), 1, false)
+				plan := fp8Plan(M, N, K, dev.sms(), false)
 				rows := []row{
 					{"bf16", 0, t16, int64(2*M*K + 2*N*K + 2*M*N)},
 					{"fp8", plan, t8, b8},
 					{"fp8+quant", plan, t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
 					{"fp8-bn128", 128, t8w, b8},
-					{"fp8-promo256", fp8Plan(M, N, K, dev.sms(), 2, false), t8p, b8},
 				}
 				if sweep {
 					for _, w := range fp8Widths {
-						tw, _ := timeGEMMFP8With(b, M, N, K, 1, w.bn)
+						tw, _ := timeGEMMFP8With(b, M, N, K, w.bn)
 						rows = append(rows, row{fmt.Sprintf("fp8-bn%d", w.bn), w.bn, tw, b8})
 					}
 				}
 				for _, r := range rows {
 					model := "-"
-					if r.bn > 0 && r.path != "fp8-promo256" {
+					if r.bn > 0 {
 						model = fmt.Sprintf("%.1f", fp8Cost(M, N, K, dev.sms(), r.bn))
 					}
 					fmt.Printf("KEVBENCH gemm-fp8 M=%d N=%d K=%d path=%s bn=%d us=%.2f TFLOP/s=%.1f GB/s=%.0f model_us=%s\n", M, N, K,
@@ -637,11 +603,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8With(b, M, N, K, 1, 0)
+	return timeGEMMFP8With(b, M, N, K, 0)
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.promo and GEMMFP8.bn set (bn 0: planned).
-func timeGEMMFP8With(b *testing.B, M, N, K, promo, bn int) (gemm, withQuant float64) {
+// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn set (0: planned).
+func timeGEMMFP8With(b *testing.B, M, N, K, bn int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -693,7 +659,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K, promo, bn int) (gemm, withQuant floa
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, promo: promo, bn: bn}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -190,7 +190,7 @@ template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *t
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy, bf16) = silu(g)·u with g and u
 // scaled and rounded as the plain kernel stores them, then as swiglu_bf16 computes it: the bits of the two
 // operations, without writing [g | u].
-template <int BN, int STAGES, int PROMO, bool GATED = false>
+template <int BN, int STAGES, bool GATED = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre) {
@@ -201,7 +201,6 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
 
 	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
-	static_assert(!GATED || PROMO == 1, "no gated twin of the experimental kernels");
 	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
 	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
 
@@ -256,46 +255,21 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	float d[BN / 2], tot[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
-	// The default kernels keep a loop of their own: the general one below computes the same at PROMO = 1 with more
-	// instructions.
-	if constexpr (PROMO == 1) {
-		for (int kt = 0; kt < nk; kt++) {
-			const int s = kt % STAGES;
-			mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
-			if (live) {
-				const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
-				wgmma_fence();
+	for (int kt = 0; kt < nk; kt++) {
+		const int s = kt % STAGES;
+		mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+		if (live) {
+			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+			wgmma_fence();
 #pragma unroll
-				for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
-					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
-				wgmma_commit();
-				wgmma_wait0();
-				mbar_arrive(bars + 8 * (STAGES + s)); // the stage is read: the producer may refill it during the adds
-				fp8_promote<BN>(d, tot);
-			} else {
-				mbar_arrive(bars + 8 * (STAGES + s));
-			}
-		}
-	} else {
-		for (int kt = 0; kt < nk; kt += PROMO) { // PROMO k tiles summed in the tensor cores, then added in fp32
-			const int n = min(PROMO, nk - kt);
-			for (int u = 0; u < n; u++) mbar_wait(bars + 8 * ((kt + u) % STAGES), ((kt + u) / STAGES) & 1);
-			if (live) {
-				wgmma_fence();
-#pragma unroll
-				for (int u = 0; u < PROMO; u++) {
-					if (u >= n) break;
-					const int s = (kt + u) % STAGES;
-					const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
-#pragma unroll
-					for (int kk = 0; kk < BK / 32; kk++) // the group's sum from zero (scale-d = 0 on its first product)
-						wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), u > 0 || kk > 0);
-				}
-				wgmma_commit();
-				wgmma_wait0();
-				fp8_promote<BN>(d, tot);
-			}
-			for (int u = 0; u < n; u++) mbar_arrive(bars + 8 * (STAGES + (kt + u) % STAGES));
+			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
+				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+			wgmma_commit();
+			wgmma_wait0();
+			mbar_arrive(bars + 8 * (STAGES + s)); // the stage is read: the producer may refill it during the adds
+			fp8_promote<BN>(d, tot);
+		} else {
+			mbar_arrive(bars + 8 * (STAGES + s));
 		}
 	}
 	if (!live) return;
@@ -353,26 +327,26 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 // (alignment) + 16 · STAGES (barriers), within the 227 KiB a block may have. The host plans the width per product
 // (fp8Plan in fp8_plan.go, which keeps this table); every width sums each output over k in the same order, so all
 // of them give the same bits and the width may follow M.
-#define FP8_TILE(NAME, BN, STAGES, PROMO)                                                                         \
+#define FP8_TILE(NAME, BN, STAGES)                                                                                \
 	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, PROMO>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                       \
+		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                              \
 	}
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
 #define FP8_GATED(NAME, BN, STAGES)                                                                               \
 	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, 1, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                     \
+		gemm_fp8<BN, STAGES, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                     \
 	}
-FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10, 1)
-FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10, 1)
-FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10, 1)
-FP8_TILE(gemm_fp8_wgmma_128x48, 48, 10, 1)
-FP8_TILE(gemm_fp8_wgmma_128x64, 64, 8, 1)
-FP8_TILE(gemm_fp8_wgmma_128x80, 80, 8, 1)
-FP8_TILE(gemm_fp8_wgmma_128x96, 96, 8, 1)
-FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6, 1)
-FP8_TILE(gemm_fp8_wgmma_128x144, 144, 6, 1)
+FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10)
+FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10)
+FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10)
+FP8_TILE(gemm_fp8_wgmma_128x48, 48, 10)
+FP8_TILE(gemm_fp8_wgmma_128x64, 64, 8)
+FP8_TILE(gemm_fp8_wgmma_128x80, 80, 8)
+FP8_TILE(gemm_fp8_wgmma_128x96, 96, 8)
+FP8_TILE(gemm_fp8_wgmma_128x128, 128, 6)
+FP8_TILE(gemm_fp8_wgmma_128x144, 144, 6)
 FP8_GATED(gemm_fp8_wgmma_g128x32, 32, 10)
 FP8_GATED(gemm_fp8_wgmma_g128x48, 48, 10)
 FP8_GATED(gemm_fp8_wgmma_g128x64, 64, 8)
@@ -380,7 +354,3 @@ FP8_GATED(gemm_fp8_wgmma_g128x80, 80, 8)
 FP8_GATED(gemm_fp8_wgmma_g128x96, 96, 8)
 FP8_GATED(gemm_fp8_wgmma_g128x128, 128, 6)
 FP8_GATED(gemm_fp8_wgmma_g128x144, 144, 6)
-// Experimental: two k tiles (256 codes) summed in the tensor cores before each fp32 add (half the waits; other
-// bits, a coarser promotion). Only tests and benchmarks launch them (GEMMFP8.promo).
-FP8_TILE(gemm_fp8_wgmma_p2_128x128, 128, 6, 2)
-FP8_TILE(gemm_fp8_wgmma_p2_128x64, 64, 8, 2)
