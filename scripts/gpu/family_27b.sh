@@ -16,7 +16,7 @@
 #   go run ./scripts/corpus -unpack .gold-in        # the Qwen3 tokenizer.json
 # then on the GPU machine, from the repository root: OUT=dir bash scripts/gpu/family_27b.sh
 # BIN (default bin), TOKENIZER (default .gold-in/tokenizer.json), FAMILY_TOTAL_S (default 318) override the
-# defaults. The checkpoints go where 56 GB are free: ROOT if set, else /dev/shm/family, else a tmpfs mounted for the
+# defaults; DTYPE=fp8 serves the checkpoints in FP8 (Hopper; device memory and Kev's cases of the 27B in FP8). The checkpoints go where 56 GB are free: ROOT if set, else /dev/shm/family, else a tmpfs mounted for the
 # run, else /tmp/family; without any, the full 27B is skipped.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,8 +67,8 @@ bench() { # bench LABEL DIR CAP RUNS
   local label=$1 dir=$2 cap=$3
   [ -f "$dir/.complete" ] || { echo "== kev bench $label: no checkpoint"; return 1; }
   step "kev bench $label" "$cap" "$OUT/kev_bench_$label.log" "$(bin kev)" bench -checkpoint "$dir/kev" \
-    -base "$dir/base" -device cuda -cases "$CASES" -runs "$4" -warmup 1 -clients "" -budget "$(($3 - 8))s" \
-    -out "$OUT/kev_bench_$label.json"
+    -base "$dir/base" -device cuda -dtype "${DTYPE:-bfloat16}" -cases "$CASES" -runs "$4" -warmup 1 -clients "" \
+    -budget "$(($3 - 8))s" -out "$OUT/kev_bench_$label.json"
   grep -E "^kev bench: loaded|kev: loaded" "$OUT/kev_bench_$label.log" | sed 's/^/   /'
 }
 torchref() { # torchref LABEL DIR CAP
