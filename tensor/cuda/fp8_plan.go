@@ -30,28 +30,29 @@ func fp8Stages(bn int) int {
 // The FP8 plan's cost model, in µs, fitted to BenchmarkGEMMFP8's every-width sweep on the H100
 // (testdata/fp8_widths_h100.txt: 20 shapes at 40 to 16,384 rows). A k tile (128 codes) of a 128 × bn tile takes a
 // fixed time — the consumer's wait for its products before its fp32 adds, the barrier hand-over — and a time per
-// column for the products: 0.28 + 0.0035·bn with both 64-row halves live (0.38 at 24 columns, 0.78 at 144), and
-// 0.4 + 0.0035·bn/2 with one (M ≤ 64, where each block's W comes from device memory). Tiles run in rounds of one
-// block per multiprocessor; a call takes at least its W and X from device memory, and a launch's fixed time. Over
-// the sweep the planned width is within 5 % of the fastest measured at 18 of 20 shapes and within 17 % at the other
-// two (the 2,560-column products at 40 rows, where tiles narrower than 48 columns run slower than the model says:
-// TestFP8PlanMeasured).
+// column for the products: 0.28 + 0.0035·bn with both 64-row halves live (0.36 at 24 columns, 0.78 at 144). With
+// one half live (M ≤ 64) a block's k tile is bound by its W tile's stream from device memory, which slows as more
+// blocks stream at once: 0.26 + 0.0035·bn/2 + 0.2 × the share of the multiprocessors running (so the narrowest
+// tiles, which fill them all, lose to 48–64 columns on the 2,560-column products). Tiles run in rounds of one block
+// per multiprocessor; a call takes at least its W and X from device memory, and a launch's fixed time. Over the
+// sweep the planned width is within 5 % of the fastest measured at every shape (TestFP8PlanMeasured).
 const (
 	fp8StepFixed  = 0.28   // µs per k tile, both halves live
-	fp8StepFixed1 = 0.4    // µs per k tile, one half live
+	fp8StepFixed1 = 0.26   // µs per k tile, one half live
 	fp8StepCol    = 0.0035 // µs per k tile and tile column (both halves)
+	fp8StepBusy   = 0.2    // µs per k tile with one half live and every multiprocessor streaming W
 	fp8Fixed      = 3.0    // µs: launch, ring fill, the last epilogue
 )
 
 // fp8Cost models the FP8 GEMM [M, K] × [N, K]ᵀ with 128 × bn tiles on sms multiprocessors.
 func fp8Cost(M, N, K, sms, bn int) float64 {
 	nk := (K + 127) / 128
-	step := fp8StepFixed + fp8StepCol*float64(bn)
-	if M <= 64 {
-		step = fp8StepFixed1 + fp8StepCol*float64(bn)/2
-	}
 	blocks := ((M + 127) / 128) * ((N + bn - 1) / bn)
 	rounds := (blocks + sms - 1) / sms
+	step := fp8StepFixed + fp8StepCol*float64(bn)
+	if M <= 64 {
+		step = fp8StepFixed1 + fp8StepCol*float64(bn)/2 + fp8StepBusy*float64(min(blocks, sms))/float64(sms)
+	}
 	floor := (float64(N) + float64(M)) * float64(K) / schedDRAM * 1e6
 	return max(float64(rounds*nk)*step, floor) + fp8Fixed
 }

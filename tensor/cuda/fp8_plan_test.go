@@ -97,8 +97,8 @@ func TestFP8Plan(t *testing.T) {
 var gemmShapesFP8 = [][2]int{{18432, 2560}, {12352, 2560}, {10240, 2560}, {2560, 9216}, {2560, 4096}}
 
 // TestFP8PlanMeasured checks fp8Plan against the every-width sweep measured on the H100
-// (testdata/fp8_widths_h100.txt): at every measured shape the planned width's time is within 20 % of the fastest
-// width's, and within 5 % at all but two (the 2,560-column products at 40 rows).
+// (testdata/fp8_widths_h100.txt): at every measured shape the planned width's time is within 5 % of the fastest
+// width's.
 func TestFP8PlanMeasured(t *testing.T) {
 	src, err := os.ReadFile("testdata/fp8_widths_h100.txt")
 	if err != nil {
@@ -134,7 +134,6 @@ func TestFP8PlanMeasured(t *testing.T) {
 	if len(us) < 20 {
 		t.Fatalf("%d shapes in the sweep, want 20", len(us))
 	}
-	misses := 0
 	for s, m := range us {
 		if len(m) != len(fp8Widths) {
 			t.Errorf("%+v: %d widths measured, want %d", s, len(m), len(fp8Widths))
@@ -147,15 +146,8 @@ func TestFP8PlanMeasured(t *testing.T) {
 			}
 		}
 		bn := fp8Plan(s.M, s.N, s.K, 132, false)
-		if m[bn] > 1.2*best {
+		if m[bn] > 1.05*best {
 			t.Errorf("%+v: planned width %d took %.1f µs, width %d %.1f", s, bn, m[bn], fastest, best)
 		}
-		if m[bn] > 1.05*best {
-			misses++
-			t.Logf("%+v: planned width %d took %.1f µs, width %d %.1f", s, bn, m[bn], fastest, best)
-		}
-	}
-	if misses > 2 {
-		t.Errorf("the plan is more than 5 %% slower than the fastest width at %d shapes, want at most 2", misses)
 	}
 }
