@@ -11,7 +11,7 @@
 # tokenizer, unpacked here from the tree's copy when zstd or python's pyarrow is there):
 #   OUT=/some/dir bash scripts/gpu/fp8.sh
 # A step whose binary is missing is skipped (so that the steps can be split over calls, the machine kept warm: the
-# checkpoint stays in $KEV4B). Steps, each within what is left of BENCH_TOTAL_S (default 540 s):
+# checkpoint stays in $KEV4B), and PARTS (default "kernels goldens serving") names the parts to run. Steps, each within what is left of BENCH_TOTAL_S (default 540 s):
 #   1. bin/cuda.test: the FP8 tests (QuantRowsE4M3, MatMulFP8, tiles, batch invariance), then BenchmarkGEMMFP8
 #      (KEVBENCH gemm-fp8 lines: bf16, fp8, fp8+quant at M = 40, 240, 2,392, 16,384)   -> $OUT/fp8_kernels.log
 #   2. bin/kev.test: the golden checkpoints with DType FP8 against the fp32 reference    -> $OUT/fp8_goldens.log
@@ -33,6 +33,7 @@ TOTAL=${BENCH_TOTAL_S:-540}
 EVAL_N=${EVAL_N:-400}        # labelled requests for step 5 (0: none)
 PASS_TOKENS=${PASS_TOKENS:-} # pass budgets for step 6, e.g. "16384 32768" (none by default)
 GRAPHS=${GRAPHS:-}           # non-empty: step 3 also serves bf16 with KEV_CUDA_GRAPHS=on (kev_bench_bf16_graphs.json)
+PARTS=" ${PARTS:-kernels goldens serving} " # kernels: step 1; goldens: step 2; serving: steps 3 to 6
 RESERVE=$(( (EVAL_N > 0 ? 60 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
@@ -50,7 +51,9 @@ fi
 cat "$OUT/machine.log"
 
 # 1. the kernels
-if [ -f bin/cuda.test ]; then
+if [[ $PARTS != *" kernels "* ]]; then
+  echo "== FP8 kernels: not in PARTS"
+elif [ -f bin/cuda.test ]; then
   chmod +x bin/cuda.test 2>/dev/null
   (cd tensor/cuda && step "FP8 kernel tests and GEMM times" 240 "$OUT/fp8_kernels.log" sh -c \
     '../../bin/cuda.test -test.v -test.run "QuantRowsE4M3|FP8" && ../../bin/cuda.test -test.run "^$" -test.bench "^BenchmarkGEMMFP8$" -test.benchtime 1x') ||
@@ -61,7 +64,9 @@ else
 fi
 
 # 2. the goldens
-if [ -f bin/kev.test ]; then
+if [[ $PARTS != *" goldens "* ]]; then
+  echo "== FP8 goldens: not in PARTS"
+elif [ -f bin/kev.test ]; then
   chmod +x bin/kev.test 2>/dev/null
   step "FP8 goldens" 120 "$OUT/fp8_goldens.log" bin/kev.test -test.v -test.run 'TestPredictorGoldenCUDAFP8|TestPredictorCUDAFP8Replicas' ||
     status=1
@@ -71,8 +76,10 @@ else
 fi
 
 # 3. serving, bf16 then fp8, on one checkpoint
-[ -f bin/kev ] && unpack_tokenizer "$TOKENIZER"
-if [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
+[[ $PARTS == *" serving "* ]] && [ -f bin/kev ] && unpack_tokenizer "$TOKENIZER"
+if [[ $PARTS != *" serving "* ]]; then
+  echo "== serving: not in PARTS"
+elif [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
   chmod +x bin/kev 2>/dev/null
   if [ ! -f "$KEV4B/.complete" ]; then
     rm -rf "$KEV4B"

@@ -3,7 +3,7 @@
 # first: the FP8 kernel tests (every tile width against the reference and against each other bit for bit, the
 # SwiGLU-fused kernels against the two operations, batch invariance on planned shapes); BenchmarkGEMMFP8 with every
 # tile width (KEV_FP8_WIDTHS=all: the measurements fp8Plan's model is fitted to); the Kev-4B-shaped checkpoint served
-# in bf16 and FP8 with kev eval's agreement (fp8_serve.sh); then, while time
+# in bf16 and FP8 with kev eval's agreement (fp8.sh's serving part); then, while time
 # is left, the per-kernel profile of Kev's cases in FP8 (and bf16 with DTYPES="fp8 bf16") and the predictor's CUDA
 # tests when bin/kev.test is there. SERVE=0 skips the serving step (a short call: the profiles in both types,
 # DTYPES="fp8 bf16", compare the device times instead).
@@ -31,7 +31,7 @@ grep -E "path=(bf16|fp8|fp8-bn128) " "$OUT/gemmfp8.log"
 cd "$root"
 if [ -f bin/kev ] && [ "${SERVE:-1}" = 1 ]; then
   step "served bf16 and FP8" 330 "$OUT/served.log" \
-    env VARIANTS="${VARIANTS:-bfloat16 fp8}" OUT="$OUT/served" bash scripts/gpu/fp8_serve.sh
+    env PARTS=serving BENCH_TOTAL_S=$(($(left) < 330 ? $(left) - 10 : 320)) OUT="$OUT/served" bash scripts/gpu/fp8.sh
   cat "$OUT/served.log"
 fi
 cd tensor/cuda
