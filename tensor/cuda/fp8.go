@@ -297,10 +297,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.WLoaded {
 		wpre = 1
 	}
-	mT, nT := (g.M+127)/128, (nOut+boxW-1)/boxW
-	if !g.SwiGLU {
-		nT = (g.N + bn - 1) / bn
-	}
+	mT, nT := (g.M+127)/128, (nOut+boxW-1)/boxW  // a tile's output columns: boxW
 	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args

@@ -3,6 +3,8 @@ package cuda
 // The FP8 GEMM's tile plan: which tile width a product of a given shape runs with. Pure Go without the driver (no
 // build tag), so that its tests run anywhere; GEMMFP8 (fp8.go) applies it.
 
+import "slices"
+
 // fp8Width is one FP8 tile kernel of kernels/fp8_sm90a.cu (FP8_TILE): 128 rows × bn columns, a TMA ring of stages
 // k tiles of 128 codes.
 type fp8Width struct{ bn, stages int }
@@ -61,17 +63,13 @@ func fp8Cost(M, N, K, sms, bn int) float64 {
 // gated only the widths of the SwiGLU-fused kernels count (whose tiles of bn W rows give bn/2 output columns: the
 // same blocks and k tiles as the plain product of N columns).
 func fp8Plan(M, N, K, sms int, gated bool) int {
-	widths := fp8GatedWidths
-	if !gated {
-		widths = nil
-		for _, w := range fp8Widths {
-			widths = append(widths, w.bn)
-		}
-	}
 	best, pick := -1.0, 0
-	for _, bn := range widths {
-		if c := fp8Cost(M, N, K, sms, bn); best < 0 || c <= best+1e-9 {
-			best, pick = c, bn
+	for _, w := range fp8Widths {
+		if gated && !slices.Contains(fp8GatedWidths, w.bn) {
+			continue
+		}
+		if c := fp8Cost(M, N, K, sms, w.bn); best < 0 || c <= best+1e-9 {
+			best, pick = c, w.bn
 		}
 	}
 	return pick
