@@ -49,9 +49,16 @@ type Device struct {
 	// every module is built from compute_90 PTX whose kernels begin with griddepcontrol.wait; kernels/pdl.cuh).
 	// KEV_CUDA_PDL=off turns it off.
 	pdl bool
+	// fp8MC: FP8 products of more than one row tile run on the cluster kernels (fp8Cluster); KEV_CUDA_FP8_MC=off
+	// keeps them on single blocks.
+	fp8MC bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
+	// fp8Fuse: on a backend with FP8 weights, the normalisations whose outputs FP8 products read also write their
+	// E4M3 codes, which the products then read instead of quantizing x (fp8_fuse.go). KEV_CUDA_FP8_FUSE=off turns
+	// it off: every FP8 product quantizes its x, as before (the same bits either way).
+	fp8Fuse bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
@@ -159,6 +166,8 @@ func Open(ordinal int) (*Device, error) {
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
+	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
+	d.fp8MC = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

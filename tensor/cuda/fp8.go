@@ -121,7 +121,8 @@ func (b *Backend) toHostFP8(c *Tensor) ([]float32, error) {
 	return fp8.Dequantize(q, s, n, k)
 }
 
-// matmulFP8 is MatMul with an F8E4M3 weight: x (BF16 or F32) quantized per row into temporaries, then the FP8 GEMM;
+// matmulFP8 is MatMul with an F8E4M3 weight: x's FP8 codes (attached by its producer, fp8_fuse.go, or x (BF16 or
+// F32) quantized per row into temporaries), then the FP8 GEMM;
 // y is BF16 for a BF16 x, F32 for an F32 one. With swiglu (BF16 x, w [2F, K] with F a multiple of 8) y is
 // SwiGLU of that product, [M, F], from the GEMM's epilogue: MatMulSwiGLU's bits.
 func (b *Backend) matmulFP8(xt, wt *Tensor, swiglu bool) (tensor.Tensor, error) {
@@ -146,15 +147,8 @@ func (b *Backend) matmulFP8(xt, wt *Tensor, swiglu bool) (tensor.Tensor, error) 
 		if k == 0 {
 			return s.q.Memset16(y.buf, 0, int64(m*n)*elemSize(y.dtype)/2)
 		}
-		xq, err := s.temp((int64(m)*int64(k) + 15) &^ 15)
+		xq, xs, err := s.fp8X(xt) // the codes x's producer attached, or x quantized now
 		if err != nil {
-			return err
-		}
-		xs, err := s.temp(4 * int64(m))
-		if err != nil {
-			return err
-		}
-		if err := s.q.QuantRowsE4M3(xq, xs, xt.Operand(), m, k, k); err != nil {
 			return err
 		}
 		return s.q.GEMMFP8(GEMMFP8{Y: y.buf, X: xq, XS: xs, W: wt.buf, WS: fp8Scales(wt), M: m, N: n, K: k,
@@ -223,6 +217,7 @@ type GEMMFP8 struct {
 	SwiGLU bool
 
 	bn int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
+	mc int // 0: planned (fp8Cluster); 1: the cluster kernels; -1: the single-block kernels (tests, benchmarks)
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -276,8 +271,12 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if stages == 0 || g.SwiGLU && !slices.Contains(fp8GatedWidths, bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (SwiGLU %v)", bn, g.SwiGLU)}
 	}
-	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows
-	if g.SwiGLU {
+	mc := g.mc > 0 || g.mc == 0 && d.fp8MC && fp8Cluster(g.M, bn)
+	if mc && bn%16 != 0 {
+		return &ArgError{op, "bn", fmt.Sprintf("no FP8 cluster kernel %d columns wide", bn)}
+	}
+	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows; a cluster's block half the tile's
+	if g.SwiGLU || mc {
 		boxW = bn / 2
 	}
 	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: 128, BoxCols: 128,
@@ -297,17 +296,26 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.WLoaded {
 		wpre = 1
 	}
-	mT, nT := (g.M+127)/128, (nOut+boxW-1)/boxW  // a tile's output columns: boxW
+	tn := bn // a tile's output columns
+	if g.SwiGLU {
+		tn = bn / 2
+	}
+	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
 	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
-	fn := fmt.Sprintf("gemm_fp8_wgmma_128x%d", bn)
-	if g.SwiGLU {
-		fn = fmt.Sprintf("gemm_fp8_wgmma_g128x%d", bn)
+	kind := ""
+	if mc {
+		kind = "m"
+		mT += mT & 1 // whole clusters of two row tiles
 	}
+	if g.SwiGLU {
+		kind += "g"
+	}
+	fn := fmt.Sprintf("gemm_fp8_wgmma_%s128x%d", kind, bn)
 	if d.tagLaunches() {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)
 		defer func() { q.tag = "" }()

@@ -46,6 +46,29 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
+	// the cluster kernels: plain and gated, one of each for every width fp8Cluster accepts, with its ring depth
+	for _, kind := range []string{"FP8_MC(gemm_fp8_wgmma_m128x", "FP8_MC_GATED(gemm_fp8_wgmma_mg128x"} {
+		reM := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
+		var mc []int
+		for _, m := range reM.FindAllSubmatch(src, -1) {
+			name, _ := strconv.Atoi(string(m[1]))
+			bn, _ := strconv.Atoi(string(m[2]))
+			stages, _ := strconv.Atoi(string(m[3]))
+			if name != bn || stages != fp8Stages(bn) {
+				t.Errorf("%s%d: %d wide, %d stages (want %d stages)", kind, name, bn, stages, fp8Stages(bn))
+			}
+			mc = append(mc, bn)
+		}
+		var want []int
+		for _, w := range fp8Widths {
+			if fp8Cluster(256, w.bn) {
+				want = append(want, w.bn)
+			}
+		}
+		if !slices.Equal(mc, want) {
+			t.Errorf("%s… kernels %v, widths with clusters %v", kind, mc, want)
+		}
+	}
 	for _, w := range fp8Widths {
 		if w.bn%8 != 0 || w.bn < 8 || w.bn > 256 {
 			t.Errorf("width %d: wgmma and the copy engine need a multiple of 8 up to 256", w.bn)
@@ -148,6 +171,27 @@ func TestFP8PlanMeasured(t *testing.T) {
 		bn := fp8Plan(s.M, s.N, s.K, 132, false)
 		if m[bn] > 1.05*best {
 			t.Errorf("%+v: planned width %d took %.1f µs, width %d %.1f", s, bn, m[bn], fastest, best)
+		}
+	}
+}
+
+// TestFP8Cluster checks which products run on the cluster kernels: more than one row tile, and a width with a
+// cluster kernel (a multiple of 16: every gated width, none of 24 and 40).
+func TestFP8Cluster(t *testing.T) {
+	for _, c := range []struct {
+		m, bn int
+		want  bool
+	}{
+		{1, 64, false}, {128, 144, false}, {129, 144, true}, {240, 96, true}, {16384, 128, true},
+		{240, 24, false}, {240, 40, false}, {2392, 48, true},
+	} {
+		if got := fp8Cluster(c.m, c.bn); got != c.want {
+			t.Errorf("fp8Cluster(%d, %d) = %v, want %v", c.m, c.bn, got, c.want)
+		}
+	}
+	for _, bn := range fp8GatedWidths {
+		if !fp8Cluster(256, bn) {
+			t.Errorf("gated width %d has no cluster kernel", bn)
 		}
 	}
 }

@@ -460,6 +460,55 @@ func TestGEMMFP8SwiGLU(t *testing.T) {
 	}
 }
 
+// TestGEMMFP8Cluster checks the cluster kernels (two blocks sharing each W tile) bit for bit against the
+// single-block kernels of the same width: plain (bf16 and fp32 Y, with a residual) and SwiGLU-fused, at row counts of
+// two, three (the cluster's second block past M) and four row tiles, with W loaded before the kernel before it and
+// after, on a shape whose N and K end inside a tile.
+func TestGEMMFP8Cluster(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	const n, k = 272, 400
+	w := fp8Weights(r, n, k)
+	wq, ws, err := fp8.QuantizeRows(w, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []int{129, 240, 257, 390} {
+		bits, _ := fp8Rows(r, m, k)
+		res := bytesOf16(randBF16(r, m*n, 2))
+		for _, bn := range fp8GatedWidths { // the widths with cluster kernels
+			for _, c := range []struct {
+				name      string
+				f32, glu  bool
+				res       []byte
+				preloaded bool
+			}{
+				{"bf16", false, false, nil, false},
+				{"bf16+residual", false, false, res, true},
+				{"f32", true, false, nil, true},
+				{"swiglu", false, true, nil, false},
+				{"swiglu-preloaded", false, true, nil, true},
+			} {
+				g := GEMMFP8{M: m, N: n, K: k, F32Out: c.f32, SwiGLU: c.glu, WLoaded: c.preloaded, bn: bn}
+				one, two := g, g
+				one.mc, two.mc = -1, 1
+				want := runGEMMFP8(t, bits, wq, ws, c.res, one)
+				got := runGEMMFP8(t, bits, wq, ws, c.res, two)
+				if len(got) != len(want) {
+					t.Fatalf("M=%d bn=%d %s: %d bytes, want %d", m, bn, c.name, len(got), len(want))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("M=%d bn=%d %s: byte %d = %#x clustered, %#x on single blocks", m, bn, c.name, i, got[i], want[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
 // rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
 // rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
@@ -564,7 +613,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
-				t8w, _ := timeGEMMFP8With(b, M, N, K, 128)
+				t8w, _ := timeGEMMFP8With(b, M, N, K, 128, 0)
 				flop := 2 * float64(M) * float64(N) * float64(K)
 				b8 := int64(M*K + N*K + 2*M*N)
 				type row struct {
@@ -580,10 +629,19 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"fp8+quant", plan, t8q, int64(2*M*K + M*K + N*K + 2*M*N)},
 					{"fp8-bn128", 128, t8w, b8},
 				}
+				if fp8Cluster(M, plan) { // the planned width on single blocks and in clusters of two
+					t1, _ := timeGEMMFP8With(b, M, N, K, plan, -1)
+					t2, _ := timeGEMMFP8With(b, M, N, K, plan, 1)
+					rows = append(rows, row{"fp8-1blk", plan, t1, b8}, row{"fp8-mc", plan, t2, b8})
+				}
 				if sweep {
 					for _, w := range fp8Widths {
-						tw, _ := timeGEMMFP8With(b, M, N, K, w.bn)
+						tw, _ := timeGEMMFP8With(b, M, N, K, w.bn, -1)
 						rows = append(rows, row{fmt.Sprintf("fp8-bn%d", w.bn), w.bn, tw, b8})
+						if fp8Cluster(M, w.bn) {
+							tw, _ := timeGEMMFP8With(b, M, N, K, w.bn, 1)
+							rows = append(rows, row{fmt.Sprintf("fp8-mc%d", w.bn), w.bn, tw, b8})
+						}
 					}
 				}
 				for _, r := range rows {
@@ -604,11 +662,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8With(b, M, N, K, 0)
+	return timeGEMMFP8With(b, M, N, K, 0, 0)
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn set (0: planned).
-func timeGEMMFP8With(b *testing.B, M, N, K, bn int) (gemm, withQuant float64) {
+// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn and GEMMFP8.mc set (0: planned).
+func timeGEMMFP8With(b *testing.B, M, N, K, bn, mc int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -660,7 +718,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K, bn int) (gemm, withQuant float64) {
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn, mc: mc}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -181,6 +181,43 @@ template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *t
 	for (int i = 0; i < BN / 2; i++) tot[i] += d[i];
 }
 
+// ---- clusters of two (MC kernels) ----
+// The MC kernels run in clusters of two blocks along the grid's x (row tiles m and m + 128 of the same columns):
+// each block copies its own X tile and half of the W tile, multicast into both blocks' shared memory, so that the
+// pair reads each W tile from L2 once instead of twice. A stage is then free only when the consumers of both blocks
+// have read it: every consumer warp arrives on the empty barrier of each block of the cluster.
+
+// cluster_rank is the block's rank in its cluster (%cluster_ctarank).
+__device__ __forceinline__ uint32_t cluster_rank() {
+	uint32_t r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+	return r;
+}
+
+// cluster_sync is a barrier of every thread of every block of the cluster (release, then acquire): shared memory
+// written before it (the barriers' initialisation) is visible to the other blocks after it.
+__device__ __forceinline__ void cluster_sync() {
+	asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// mbar_arrive_at arrives on the barrier at shared address bar in block cta of the cluster.
+__device__ __forceinline__ void mbar_arrive_at(uint32_t bar, uint32_t cta) {
+	asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+	             "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+	             "r"(cta)
+	             : "memory");
+}
+
+// tma_load2d_mc is tma_load2d into the same shared address of every block in mask, completing on the barrier at
+// the same address in each.
+__device__ __forceinline__ void tma_load2d_mc(uint32_t dst, const TensorMap *map, int c0, int c1, uint32_t bar,
+                                              uint16_t mask) {
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+	             " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+	             "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+	             : "memory");
+}
+
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
@@ -190,7 +227,7 @@ template <int BN> __device__ __forceinline__ void fp8_promote(float *d, float *t
 // (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy, bf16) = silu(g)·u with g and u
 // scaled and rounded as the plain kernel stores them, then as swiglu_bf16 computes it: the bits of the two
 // operations, without writing [g | u].
-template <int BN, int STAGES, bool GATED = false>
+template <int BN, int STAGES, bool GATED = false, bool MC = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre) {
@@ -201,49 +238,82 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
 
 	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
+	static_assert(!MC || BN % 16 == 0, "a cluster's block copies BN/2 W rows, whole 8-row swizzle atoms");
 	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
 	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
 
 	const int wg = threadIdx.x >> 7;
 	int m0, n0;
-	tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
+	uint32_t rank = 0;
+	if constexpr (MC) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
+		rank = cluster_rank();
+		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.x >> 1, gridDim.y, max(gn, 1), 2 * BM, TN, m0, n0);
+		m0 += (int)rank * BM;
+	} else {
+		tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
+	}
 	const int nk = (K + BK - 1) / BK;
 	// loadW copies the W rows of k tile kt into the stage's B region at sb: BN rows from n0, or with GATED TN gate
-	// rows from n0 and the same TN up rows (F on), one after the other.
+	// rows from n0 and the same TN up rows (F on), one after the other. MC: this block copies half of them (the
+	// first BN/2 rows at rank 0 — with GATED the gate rows — the rest at rank 1) into both blocks of the cluster.
 	auto loadW = [&](uint32_t sb, int kt, uint32_t full) {
-		if constexpr (GATED) {
+		if constexpr (MC) {
+			const int row = GATED ? (rank ? F + n0 : n0) : n0 + (int)rank * (BN / 2);
+			tma_load2d_mc(sb + rank * (BN / 2) * BK, tmW, kt * BK, row, full, 3);
+		} else if constexpr (GATED) {
 			tma_load2d(sb, tmW, kt * BK, n0, full);
 			tma_load2d(sb + TN * BK, tmW, kt * BK, F + n0, full);
 		} else {
 			tma_load2d(sb, tmW, kt * BK, n0, full);
 		}
 	};
+	// A block of an MC cluster whose rows all lie past M (the second of an odd number of row tiles) copies no X: its
+	// stages then expect only the W bytes.
+	const bool xrows = !MC || m0 < M;
+	const uint32_t stageBytes = xrows ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES;
 
-	ring_init<STAGES>(bars);
+	if constexpr (MC) { // empty: one arrival per consumer warp of each of the two blocks
+		if (threadIdx.x == 0) {
+			for (int s = 0; s < STAGES; s++) {
+				mbar_init(bars + 8 * s, 1);
+				mbar_init(bars + 8 * (STAGES + s), 2 * 8);
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+		}
+		cluster_sync(); // both blocks' barriers exist before either copies into the other
+	} else {
+		ring_init<STAGES>(bars);
+	}
 
 	if (wg == 0) {
 		producer_regs();
 		if (threadIdx.x == 0) {
 			const int pre = wpre ? min(STAGES, nk) : 0;
 			for (int kt = 0; kt < pre; kt++) {
-				mbar_expect_tx(bars + 8 * kt, STAGE_BYTES);
+				mbar_expect_tx(bars + 8 * kt, stageBytes);
 				loadW(base + kt * STAGE_BYTES + A_BYTES, kt, bars + 8 * kt);
 			}
 			kev_grid_wait();
 			kev_grid_launch();
 			for (int kt = 0; kt < nk; kt++) {
 				if (kt < pre) {
-					tma_load2d(base + kt * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * kt);
+					if (xrows) tma_load2d(base + kt * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * kt);
 					continue;
 				}
-				uint32_t full;
-				const uint32_t sa = ring_acquire<STAGES, STAGE_BYTES>(base, bars, kt, full);
-				tma_load2d(sa, tmX, kt * BK, m0, full);
+				const int s = kt % STAGES;
+				if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
+				const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+				mbar_expect_tx(full, stageBytes);
+				if (xrows) tma_load2d(sa, tmX, kt * BK, m0, full);
 				loadW(sa + A_BYTES, kt, full);
 			}
 		} else {
 			kev_grid_wait();
 			kev_grid_launch();
+		}
+		if constexpr (MC) {
+			__syncwarp();
+			cluster_sync(); // neither block leaves while the other may still copy into it or arrive on its barriers
 		}
 		return;
 	}
@@ -252,6 +322,15 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	consumer_regs<128>();
 	const int c = wg - 1, t = threadIdx.x - 128;
 	const bool live = m0 + 64 * c < M; // rows of this consumer exist
+	// release hands stage s back to the producers: each thread (one block), or each warp on both blocks (MC).
+	auto release = [&](int s) {
+		if constexpr (MC) {
+			__syncwarp();
+			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
+		} else {
+			mbar_arrive(bars + 8 * (STAGES + s));
+		}
+	};
 	float d[BN / 2], tot[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
@@ -266,12 +345,13 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
 			wgmma_commit();
 			wgmma_wait0();
-			mbar_arrive(bars + 8 * (STAGES + s)); // the stage is read: the producer may refill it during the adds
+			release(s); // the stage is read: the producer may refill it during the adds
 			fp8_promote<BN>(d, tot);
 		} else {
-			mbar_arrive(bars + 8 * (STAGES + s));
+			release(s);
 		}
 	}
+	if constexpr (MC) cluster_sync();
 	if (!live) return;
 
 	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
@@ -354,3 +434,30 @@ FP8_GATED(gemm_fp8_wgmma_g128x80, 80, 8)
 FP8_GATED(gemm_fp8_wgmma_g128x96, 96, 8)
 FP8_GATED(gemm_fp8_wgmma_g128x128, 128, 6)
 FP8_GATED(gemm_fp8_wgmma_g128x144, 144, 6)
+// FP8_MC and FP8_MC_GATED are FP8_TILE and FP8_GATED in clusters of two blocks along x (gridDim.x even: row tiles
+// 2p and 2p + 1 of the same columns), each W tile read once from L2 for both (the W tensor map's box is BN/2 rows).
+// The same products in the same order: the bits of the single-block kernels.
+#define FP8_MC(NAME, BN, STAGES)                                                                                  \
+	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME(FP8_PARAMS) {           \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);               \
+	}
+#define FP8_MC_GATED(NAME, BN, STAGES)                                                                            \
+	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME(FP8_PARAMS) {           \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES, true, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                \
+	}
+FP8_MC(gemm_fp8_wgmma_m128x32, 32, 10)
+FP8_MC(gemm_fp8_wgmma_m128x48, 48, 10)
+FP8_MC(gemm_fp8_wgmma_m128x64, 64, 8)
+FP8_MC(gemm_fp8_wgmma_m128x80, 80, 8)
+FP8_MC(gemm_fp8_wgmma_m128x96, 96, 8)
+FP8_MC(gemm_fp8_wgmma_m128x128, 128, 6)
+FP8_MC(gemm_fp8_wgmma_m128x144, 144, 6)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x32, 32, 10)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x48, 48, 10)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x64, 64, 8)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x80, 80, 8)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x96, 96, 8)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x128, 128, 6)
+FP8_MC_GATED(gemm_fp8_wgmma_mg128x144, 144, 6)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# FP8 products in clusters of two blocks (gemm_fp8_wgmma_m128xBN: each W tile read once from L2 for two row tiles)
+# against single blocks, on a Hopper GPU in one call of at most TOTAL seconds (default 400):
+#   1. the FP8 kernel tests (the cluster kernels bit for bit against single blocks, every width, SwiGLU, batch
+#      invariance)                                                                  -> $OUT/fp8_tests.log
+#   2. BenchmarkGEMMFP8: bf16, the planned FP8 kernel, and the planned width on single blocks and in clusters
+#      (KEV_FP8_WIDTHS=all with SWEEP=1: every width both ways)                      -> $OUT/gemmfp8.log
+#   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters, FP8 without (KEV_CUDA_FP8_MC=off) and bf16
+#                                                                                   -> $OUT/pass_{fp8,fp8_1blk,bf16}.log
+#   4. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
+# Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
+#   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
+#   go build -tags cuda -ldflags='-s -w' -o bin/kev ./examples/kev           # SERVE=1 only
+# then from the repository root: OUT=dir bash scripts/gpu/fp8_cluster.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/.out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+TOTAL=${TOTAL:-400}
+CASES=${CASES:-6q-short,6q-kev257,5q-2200,64x6q-short}
+# shellcheck source=steps.sh
+source scripts/gpu/steps.sh # step, left
+chmod +x bin/* 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
+cd tensor/cuda
+step "FP8 kernel tests" 120 "$OUT/fp8_tests.log" ../../bin/cuda.test -test.v -test.run 'FP8|E4M3'
+grep -E "^(--- |FAIL|ok|PASS)" "$OUT/fp8_tests.log"
+sweep=
+[ "${SWEEP:-0}" = 1 ] && sweep=all
+step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
+  env KEV_FP8_WIDTHS=$sweep ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
+grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc) " "$OUT/gemmfp8.log"
+for v in fp8 fp8_1blk bf16; do
+  dt=${v%%_*} mc=on
+  [ "$v" = fp8_1blk ] && mc=off
+  step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_PROFILE_MODES=invariant \
+    KEV_PROFILE_CASES="$CASES" ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
+  grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
+done
+cd "$root"
+if [ -f bin/kev ] && [ "${SERVE:-0}" = 1 ]; then
+  step "served bf16 and FP8" 330 "$OUT/served.log" \
+    env PARTS=serving BENCH_TOTAL_S=$(($(left) < 330 ? $(left) - 10 : 320)) OUT="$OUT/served" bash scripts/gpu/fp8.sh
+  cat "$OUT/served.log"
+fi
+echo "done in $SECONDS s"
