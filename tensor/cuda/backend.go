@@ -48,7 +48,12 @@ type Backend struct {
 	dev  *Device
 	own  bool
 	pool pool
-	mu   sync.Mutex // guards Tensor.freed and the view fields (base, refs, dense)
+	mu   sync.Mutex // guards Tensor.freed, Tensor.q8 and the view fields (base, refs, dense)
+
+	// fp8: the backend has made an F8E4M3 tensor (FromFloat32FP8), so it computes with FP8 weights: from then on
+	// the producers of the activations FP8 products read also write their E4M3 codes (fp8_fuse.go). Set and read
+	// on the device goroutine.
+	fp8 bool
 }
 
 // New opens GPU ordinal and returns a backend that owns it (Close releases it).
@@ -131,6 +136,11 @@ type Tensor struct {
 	dense *Tensor // a view's contiguous copy
 
 	loaded bool // holds data uploaded from the host, which no kernel writes (FromHost, FromBits, …): GEMM.WLoaded
+
+	// q8: the E4M3 codes and row scales of the tensor's values, written by the kernel that wrote the values (a BF16
+	// matrix from a producer of FP8 products' activations, fp8_fuse.go); zero when it has none. A view never has
+	// codes, and no operation writes into an existing tensor, so they never go stale. Freed with the tensor.
+	q8 fp8Codes
 }
 
 // Shape returns the tensor's dimensions.
@@ -155,6 +165,8 @@ func (b *Backend) Free(ts ...tensor.Tensor) {
 			continue
 		}
 		c.freed = true
+		b.pool.put(c.q8.buf)
+		c.q8 = fp8Codes{}
 		if c.dense != nil {
 			c.dense.freed = true
 			b.pool.put(c.dense.buf)
@@ -220,9 +232,16 @@ func (b *Backend) run(f func(s *scope) error) error {
 		if err != nil {
 			for _, t := range s.outs {
 				b.pool.put(t.buf)
+				b.pool.put(t.q8.buf)
+			}
+			return err
+		}
+		for _, t := range s.outs {
+			if t.dtype == tensor.F8E4M3 {
+				b.fp8 = true // an FP8 weight (Backend.fp8)
 			}
 		}
-		return err
+		return nil
 	})
 }
 

@@ -42,7 +42,10 @@
 // FromFloat32FP8; compute capability 9.0 only so far) run MatMul as two launches (kernels/fp8_sm90a.cu): x quantized
 // per row to E4M3, then a wgmma GEMM of E4M3 tiles whose fp32 sums are scaled by both rows' scales, in tiles 24 to
 // 144 columns wide planned per product by a cost model (fp8_plan.go; every width gives the same bits, so the width
-// may follow M); MatMulSwiGLU applies SwiGLU in that GEMM's epilogue. The gated delta rule at d_k = 128
+// may follow M); MatMulSwiGLU applies SwiGLU in that GEMM's epilogue. On a backend with FP8 weights RMSNorm,
+// AddRMSNorm and GatedRMSNorm also write their bf16 output's E4M3 codes and row scales (quant_rows_e4m3's bits),
+// attached to the output, which the FP8 products then read instead of quantizing (fp8_fuse.go;
+// KEV_CUDA_FP8_FUSE=off: every product quantizes). The gated delta rule at d_k = 128
 // with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

@@ -781,7 +781,38 @@ func (q *Queue) Embedding(y, table, ids Buffer, T, V, d int) error {
 // x, res, sum, y are bf16 [M, n]; gain is fp32 [n]. res and sum are both set or both zero; sum may be res or x
 // (in place), y may be x.
 func (q *Queue) RMSNorm(y, sum, x, res, gain Buffer, M, n int, eps float32, plusOne bool) error {
-	const op = "RMSNorm"
+	if err := q.rmsnormArgs("RMSNorm", y, sum, x, res, gain, M, n, eps, plusOne); err != nil {
+		return err
+	}
+	return q.launch("ops", "rmsnorm_bf16", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+}
+
+// RMSNormE4M3 is RMSNorm that also writes y's E4M3 codes qb [M, n] (rows n bytes apart) and row scales s [M]: the
+// bits QuantRowsE4M3 makes from y (rmsnorm_bf16_e4m3, kernels/ops.cu), without reading y again. n a multiple of
+// 16; compute capability 9.0.
+func (q *Queue) RMSNormE4M3(y, sum, x, res, gain, qb, s Buffer, M, n int, eps float32, plusOne bool) error {
+	const op = "RMSNormE4M3"
+	if n%16 != 0 {
+		return &ArgError{op, "n", fmt.Sprintf("%d must be a multiple of 16", n)}
+	}
+	if err := q.rmsnormArgs(op, y, sum, x, res, gain, M, n, eps, plusOne); err != nil {
+		return err
+	}
+	if err := need(op, "q", qb, int64(M)*int64(n)); err != nil {
+		return err
+	}
+	if err := need(op, "s", s, 4*int64(M)); err != nil {
+		return err
+	}
+	if !q.d.hopper() {
+		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	}
+	q.args.Ptr(qb.Ptr).Ptr(s.Ptr)
+	return q.launch("ops", "rmsnorm_bf16_e4m3", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+}
+
+// rmsnormArgs checks RMSNorm's arguments and sets q.args to them.
+func (q *Queue) rmsnormArgs(op string, y, sum, x, res, gain Buffer, M, n int, eps float32, plusOne bool) error {
 	if M <= 0 || n <= 0 || n%8 != 0 {
 		return &ArgError{op, "M, n", fmt.Sprintf("%d, %d must be positive, n a multiple of 8", M, n)}
 	}
@@ -812,7 +843,7 @@ func (q *Queue) RMSNorm(y, sum, x, res, gain Buffer, M, n int, eps float32, plus
 	}
 	q.args.Reset()
 	q.args.Ptr(y.Ptr).Ptr(sum.Ptr).Ptr(x.Ptr).Ptr(res.Ptr).Ptr(gain.Ptr).I32(int32(M)).I32(int32(n)).F32(eps).I32(p1)
-	return q.launch("ops", "rmsnorm_bf16", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+	return nil
 }
 
 // SwiGLU enqueues y = silu(g) ⊙ u for x bf16 [M, 2F] = [g | u], y bf16 [M, F]; F a multiple of 8.

@@ -271,7 +271,71 @@ func (q *Queue) DeltaGates(beta, g Buffer, b, a, aLog, dtBias Operand, N, H, ldb
 // vectors of y and o are dense; those of z lie hpr to a row, rows ldz ≥ hpr·dv elements apart (vector v is head
 // v mod hpr of row v / hpr).
 func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32, hpr, ldz int) error {
-	const op = "GatedRMSNorm"
+	if err := gatedRMSNormArgs("GatedRMSNorm", y, o, z, w, rows, dv, hpr, ldz); err != nil {
+		return err
+	}
+	q.args.Reset()
+	if l, ok := gatedLanes(y, o, z, w, dv, ldz); ok {
+		// l lanes per vector, 16-byte loads; 8 warps of 32/l vectors per block
+		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(rows)).I32(int32(dv)).
+			I32(int32(l)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
+		per := 8 * (32 / l)
+		return q.launch("nn", "gated_rmsnorm_bf16", cudrv.Dim3{X: (rows + per - 1) / per, Y: 1, Z: 1}, block256, 0)
+	}
+	q.put(y).put(o).put(z).put(w)
+	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
+	return q.launch("nn", "gated_rmsnorm", cudrv.Dim3{X: (rows + 7) / 8, Y: 1, Z: 1}, block256, 0)
+}
+
+// GatedRMSNormE4M3 is GatedRMSNorm that also writes the E4M3 codes qb [rows/hpr, hpr·dv] (rows hpr·dv bytes apart)
+// and row scales s [rows/hpr] of y seen as that matrix: the bits QuantRowsE4M3 makes from it
+// (gated_rmsnorm_bf16_e4m3, kernels/nn.cu, one block per row), without reading y again. Only for the shapes
+// gatedE4M3Fits takes; compute capability 9.0.
+func (q *Queue) GatedRMSNormE4M3(y, o, z, w Operand, qb, s Buffer, rows, dv int, eps float32, hpr, ldz int) error {
+	const op = "GatedRMSNormE4M3"
+	if err := gatedRMSNormArgs(op, y, o, z, w, rows, dv, hpr, ldz); err != nil {
+		return err
+	}
+	if !gatedE4M3Fits(y, o, z, w, dv, hpr, ldz) {
+		return &ArgError{op, "y, o, z, w", fmt.Sprintf("types %v, %v, %v, %v, d_v = %d, hpr = %d, ldz = %d: want bf16 y, o and z, "+
+			"fp32 w, 16-byte aligned, d_v/8 a power of two ≤ 32, hpr·d_v a multiple of 16 and at most 8192, ldz of 8",
+			y.DType, o.DType, z.DType, w.DType, dv, hpr, ldz)}
+	}
+	m := rows / hpr
+	if err := need(op, "q", qb, int64(rows)*int64(dv)); err != nil {
+		return err
+	}
+	if err := need(op, "s", s, 4*int64(m)); err != nil {
+		return err
+	}
+	if !q.d.hopper() {
+		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	}
+	l := dv / 8
+	q.args.Reset()
+	q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(m)).I32(int32(dv)).I32(int32(l)).F32(eps).
+		I32(int32(hpr)).I32(int32(ldz)).Ptr(qb.Ptr).Ptr(s.Ptr)
+	return q.launch("nn", "gated_rmsnorm_bf16_e4m3", cudrv.Dim3{X: m, Y: 1, Z: 1}, cudrv.Dim3{X: (hpr*l + 31) &^ 31, Y: 1, Z: 1}, 0)
+}
+
+// gatedE4M3Fits reports whether GatedRMSNormE4M3 takes these operands: GatedRMSNorm's bf16 path
+// (gated_rmsnorm_bf16) with rows hpr·dv wide a multiple of 16 and at most 8,192 (a block's 1,024 threads of 8).
+func gatedE4M3Fits(y, o, z, w Operand, dv, hpr, ldz int) bool {
+	l, ok := gatedLanes(y, o, z, w, dv, ldz)
+	return ok && hpr > 0 && (hpr*dv)%16 == 0 && hpr*l <= 1024
+}
+
+// gatedLanes returns the lanes per vector of gated_rmsnorm_bf16 (dv/8), and whether it takes these operands: bf16
+// y, o and z and fp32 w, 16-byte aligned, dv/8 a power of two ≤ 32, ldz a multiple of 8.
+func gatedLanes(y, o, z, w Operand, dv, ldz int) (int, bool) {
+	l := dv / 8
+	return l, y.DType == tensor.BF16 && o.DType == tensor.BF16 && z.DType == tensor.BF16 && dv%8 == 0 && l >= 1 &&
+		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 && ldz%8 == 0 &&
+		w.DType == tensor.F32 && w.Ptr%16 == 0
+}
+
+// gatedRMSNormArgs checks GatedRMSNorm's shapes and buffers.
+func gatedRMSNormArgs(op string, y, o, z, w Operand, rows, dv, hpr, ldz int) error {
 	if err := positive(op, "rows, dv, hpr", rows, dv, hpr); err != nil {
 		return err
 	}
@@ -282,22 +346,7 @@ func (q *Queue) GatedRMSNorm(y, o, z, w Operand, rows, dv int, eps float32, hpr,
 	if err := needAll(op, operand{"y", y, n, false}, operand{"o", o, n, false}, operand{"w", w, int64(dv), false}); err != nil {
 		return err
 	}
-	if err := needStrided(op, operand{"z", z, int64(rows/hpr-1)*int64(ldz) + int64(hpr*dv), false}); err != nil {
-		return err
-	}
-	q.args.Reset()
-	if l := dv / 8; y.DType == tensor.BF16 && o.DType == tensor.BF16 && z.DType == tensor.BF16 && dv%8 == 0 &&
-		l <= 32 && l&(l-1) == 0 && y.Ptr%16 == 0 && o.Ptr%16 == 0 && z.Ptr%16 == 0 && ldz%8 == 0 &&
-		w.DType == tensor.F32 && w.Ptr%16 == 0 {
-		// l lanes per vector, 16-byte loads; 8 warps of 32/l vectors per block
-		q.args.Ptr(y.Ptr).Ptr(o.Ptr).Ptr(z.Ptr).Ptr(w.Ptr).I32(int32(rows)).I32(int32(dv)).
-			I32(int32(l)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
-		per := 8 * (32 / l)
-		return q.launch("nn", "gated_rmsnorm_bf16", cudrv.Dim3{X: (rows + per - 1) / per, Y: 1, Z: 1}, block256, 0)
-	}
-	q.put(y).put(o).put(z).put(w)
-	q.args.I32(int32(rows)).I32(int32(dv)).F32(eps).I32(int32(hpr)).I32(int32(ldz))
-	return q.launch("nn", "gated_rmsnorm", cudrv.Dim3{X: (rows + 7) / 8, Y: 1, Z: 1}, block256, 0)
+	return needStrided(op, operand{"z", z, int64(rows/hpr-1)*int64(ldz) + int64(hpr*dv), false})
 }
 
 // QKNormRope is the argument list of Queue.QKNormRope.

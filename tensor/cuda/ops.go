@@ -177,7 +177,8 @@ func (s *scope) splitCols16(xt *Tensor, widths []int, outs []tensor.Tensor) (boo
 	return true, s.q.splitCols16(xt.buf.Ptr, m, es*n/16, parts)
 }
 
-// RMSNorm normalises the rows of x.
+// RMSNorm normalises the rows of x. On a backend with FP8 weights a BF16 result also gets its FP8 codes, which FP8
+// products read as their x (fp8_fuse.go).
 func (b *Backend) RMSNorm(x, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, error) {
 	const op = "RMSNorm"
 	xt, err := b.matrix(op, "x", x, -1, -1)
@@ -196,14 +197,16 @@ func (b *Backend) RMSNorm(x, gain tensor.Tensor, eps float32, plusOne bool) (ten
 			return err
 		}
 		if xt.dtype == tensor.BF16 && gt.dtype == tensor.F32 && n%8 == 0 {
-			return s.q.RMSNorm(y.buf, Buffer{}, xt.buf, Buffer{}, gt.buf, m, n, eps, plusOne)
+			return s.rmsnormFP8(y, Buffer{}, xt.buf, Buffer{}, gt.buf, m, n, eps, plusOne)
 		}
 		return s.q.RMSNormAny(y.Operand(), Operand{}, xt.Operand(), Operand{}, gt.Operand(), m, n, eps, plusOne)
 	})
 	return result(y, err)
 }
 
-// AddRMSNorm returns x + residual (BF16 when both are, rounded before it is normalised) and its RMSNorm.
+// AddRMSNorm returns x + residual (BF16 when both are, rounded before it is normalised) and its RMSNorm. On a
+// backend with FP8 weights a BF16 RMSNorm also gets its FP8 codes, which FP8 products read as their x
+// (fp8_fuse.go).
 func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, tensor.Tensor, error) {
 	const op = "AddRMSNorm"
 	xt, err := b.matrix(op, "x", x, -1, -1)
@@ -233,7 +236,7 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 			return err
 		}
 		if dt == tensor.BF16 && gt.dtype == tensor.F32 && n%8 == 0 {
-			return s.q.RMSNorm(y.buf, sum.buf, xt.buf, rt.buf, gt.buf, m, n, eps, plusOne)
+			return s.rmsnormFP8(y, sum.buf, xt.buf, rt.buf, gt.buf, m, n, eps, plusOne)
 		}
 		return s.q.RMSNormAny(y.Operand(), sum.Operand(), xt.Operand(), rt.Operand(), gt.Operand(), m, n, eps, plusOne)
 	})
@@ -246,7 +249,7 @@ func (b *Backend) AddRMSNorm(x, residual, gain tensor.Tensor, eps float32, plusO
 // MatMulAddRMSNorm returns sum = MatMul(x, w) + residual and RMSNorm(sum, gain, eps, plusOne). When the GEMM's plan
 // is split-K finished by a reduce (short passes on Hopper), one kernel adds the split partial sums, the residual and
 // normalises (Queue.GEMMAddRMSNorm): the bits of MatMul then AddRMSNorm, one launch and one [M, N] store fewer.
-// Otherwise the two operations.
+// Otherwise the two operations (with an F8E4M3 w always: AddRMSNorm then attaches the FP8 codes of the RMSNorm).
 func (b *Backend) MatMulAddRMSNorm(x, w, residual, gain tensor.Tensor, eps float32, plusOne bool) (tensor.Tensor, tensor.Tensor, error) {
 	const op = "MatMulAddRMSNorm"
 	xt, wt, err := b.matmulOperands(op, x, w)
@@ -733,7 +736,8 @@ func (b *Backend) GatedDeltaRule(qkv, g, beta, state tensor.Tensor, lens []int, 
 	return o, orNil(final), nil
 }
 
-// GatedRMSNorm normalises and gates each head vector.
+// GatedRMSNorm normalises and gates each head vector. On a backend with FP8 weights a BF16 result also gets its FP8
+// codes, which FP8 products read as their x (fp8_fuse.go).
 func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tensor, error) {
 	const op = "GatedRMSNorm"
 	ot, err := b.matrix(op, "o", o, -1, -1)
@@ -759,7 +763,7 @@ func (b *Backend) GatedRMSNorm(o, z, w tensor.Tensor, eps float32) (tensor.Tenso
 		if y, err = s.out(act(ot.dtype), n, width); err != nil || n == 0 || width == 0 {
 			return err
 		}
-		return s.q.GatedRMSNorm(y.Operand(), ot.Operand(), zt.Operand(), wt.Operand(), n*width/dv, dv, eps, width/dv, ldz)
+		return s.gatedRMSNormFP8(y, ot.Operand(), zt.Operand(), wt.Operand(), n*width/dv, dv, eps, width/dv, ldz)
 	})
 	return result(y, err)
 }

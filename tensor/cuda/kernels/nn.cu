@@ -120,15 +120,12 @@ extern "C" __global__ void delta_gates(float *beta, float *g, const void *b, int
 	}
 }
 
-// gated_rmsnorm_bf16 is gated_rmsnorm for bf16 y, o, z and fp32 w with L = dv/8 lanes per vector (L a power of two
-// ≤ 32): each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
-extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
-                                              const float *w, int rows, int dv, int L, float eps, int hpr, int ldz) {
-	KEV_GRID_DEP();
-	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
-	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 >> ls) + (lane >> ls);
-	const int i = (lane & (L - 1)) * 8;
-	const bool on = v < rows;
+// gated_rms8 is one lane's part of gated_rmsnorm_bf16: elements i … i+7 of vector v (on: v is a vector; every lane
+// of the L-lane group takes part in the shuffles, on or not). When on it stores them to y, sets yv to them (packed
+// bf16) and returns true.
+__device__ __forceinline__ bool gated_rms8(uint4 &yv, __nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
+                                           const float *w, int v, int i, bool on, int dv, int L, float eps, int hpr,
+                                           int ldz) {
 	float f[8], zz[8];
 	float ss = 0.f;
 	if (on) {
@@ -144,14 +141,82 @@ extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloa
 		for (int e = 0; e < 8; e++) ss += f[e] * f[e];
 	}
 	for (int m = L / 2; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-	if (!on) return;
+	if (!on) return false;
 	const float r = 1.f / sqrtf(ss / (float)dv + eps);
 	const float4 w0 = *(const float4 *)(w + i), w1 = *(const float4 *)(w + i + 4);
 	const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 	float out[8];
 #pragma unroll
 	for (int e = 0; e < 8; e++) out[e] = f[e] * r * wv[e] * silu_fast(zz[e]);
-	*(uint4 *)(y + (size_t)v * dv + i) = pack8(out);
+	yv = pack8(out);
+	*(uint4 *)(y + (size_t)v * dv + i) = yv;
+	return true;
+}
+
+// gated_rmsnorm_bf16 is gated_rmsnorm for bf16 y, o, z and fp32 w with L = dv/8 lanes per vector (L a power of two
+// ≤ 32): each lane moves 8 elements in 16-byte loads and stores, 32/L vectors per warp.
+extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z,
+                                              const float *w, int rows, int dv, int L, float eps, int hpr, int ldz) {
+	KEV_GRID_DEP();
+	const int lane = threadIdx.x & 31, ls = __ffs(L) - 1; // L = 2^ls: shifts and masks, not divisions
+	const int v = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * (32 >> ls) + (lane >> ls);
+	const int i = (lane & (L - 1)) * 8;
+	uint4 yv;
+	gated_rms8(yv, y, o, z, w, v, i, v < rows, dv, L, eps, hpr, ldz);
+}
+
+// gated_rmsnorm_bf16_e4m3 is gated_rmsnorm_bf16 that also quantizes y, one block per row of hpr vectors (a row of
+// the [M, hpr·dv] matrix an FP8 product reads as x; M blocks): as quant_rows_e4m3 (kernels/fp8_sm90a.cu) quantizes
+// a bf16 row, bit for bit, S[r] = max|y[r, ·]| / 448 (fmaxf over the row's bf16 values as floats, IEEE division; 1
+// when that is 0) and Q[r·hpr·dv …] = E4M3(y / S[r]), nearest even, saturating. Thread t computes elements 8t …
+// 8t+7 of the row: lane t mod L of vector t / L, the lane groups of gated_rmsnorm_bf16 (L | 32), so the same sums
+// in the same order and the same bits. Blocks of hpr·L threads rounded up to a warp, at most 1024. The E4M3
+// conversion needs compute capability 8.9: compiled for less, the kernel does nothing (the backend launches it on
+// 9.0 only). hpr·dv a multiple of 16; Q 16-byte aligned.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
+// (kernels/fp8_sm90a.cu's, copied: keep the two identical.)
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
+	return r;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(1024)
+    gated_rmsnorm_bf16_e4m3(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z, const float *w, int M,
+                            int dv, int L, float eps, int hpr, int ldz, uint8_t *Q, float *S) {
+	KEV_GRID_DEP();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	__shared__ float mpart[32];
+	const int t = threadIdx.x, row = blockIdx.x, ls = __ffs(L) - 1;
+	if (row >= M) return;
+	const bool on = t < hpr * L;
+	uint4 yv;
+	float m = 0.f;
+	if (gated_rms8(yv, y, o, z, w, row * hpr + (t >> ls), (t & (L - 1)) * 8, on, dv, L, eps, hpr, ldz)) {
+		float f[8];
+		unpack8(yv, f);
+#pragma unroll
+		for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
+	}
+	m = wmax(m);
+	if ((t & 31) == 0) mpart[t >> 5] = m;
+	__syncthreads();
+	m = mpart[0];
+	for (int k = 1; k < (int)(blockDim.x >> 5); k++) m = fmaxf(m, mpart[k]);
+	float s = __fdiv_rn(m, 448.f);
+	if (s == 0.f) s = 1.f;
+	if (t == 0) S[row] = s;
+	if (on) {
+		float f[8];
+		unpack8(yv, f);
+		uint2 q;
+		q.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
+		q.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
+		((uint2 *)(Q + (size_t)row * hpr * dv))[t] = q;
+	}
+#endif
 }
 
 // One warp per dv-wide vector v < rows: y = o / sqrt(mean(o²) + eps) · w · silu(z). z holds hpr vectors to a row,

@@ -100,8 +100,8 @@ __device__ __forceinline__ float rms_sumsq(const uint4 (&v)[RMS_VEC], int tid, i
 }
 
 // rms_store stores a thread's vectors of the normalised row yr: bf16(v · rstd · g), g = 1 + gain if plusOne else
-// gain.
-__device__ __forceinline__ void rms_store(__nv_bfloat16 *yrow, const uint4 (&v)[RMS_VEC], int tid, int nv, float rstd,
+// gain, and leaves them in v (rmsnorm_bf16_e4m3 quantizes them from there).
+__device__ __forceinline__ void rms_store(__nv_bfloat16 *yrow, uint4 (&v)[RMS_VEC], int tid, int nv, float rstd,
                                           const float *__restrict__ gain, int plusOne) {
 	uint4 *yr = (uint4 *)yrow;
 #pragma unroll
@@ -114,7 +114,8 @@ __device__ __forceinline__ void rms_store(__nv_bfloat16 *yrow, const uint4 (&v)[
 			const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
 #pragma unroll
 			for (int i = 0; i < 8; i++) f[i] = f[i] * rstd * (plusOne ? 1.f + g[i] : g[i]);
-			yr[c] = pack8(f);
+			v[k] = pack8(f);
+			yr[c] = v[k];
 		}
 	}
 }
@@ -161,25 +162,20 @@ __device__ __noinline__ void rmsnorm_wide(__nv_bfloat16 *y, __nv_bfloat16 *sum, 
 	}
 }
 
-// rmsnorm_bf16: a thread keeps its vectors c = tid, tid + RMS_THREADS, … of the row in registers between the sum of
-// squares and the scaling (rows up to 4096 wide; wider ones take rmsnorm_wide), summing in the same order as
-// rmsnorm_wide, so both give the same bits.
-extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum,
-                                                                       const __nv_bfloat16 *x,
-                                                                       const __nv_bfloat16 *res,
-                                                                       const float *__restrict__ gain, int M, int n,
-                                                                       float eps, int plusOne) {
-	KEV_GRID_DEP();
-	__shared__ float part[RMS_THREADS / 32];
-	const int row = blockIdx.x, tid = threadIdx.x;
-	if (row >= M) return;
+// rmsnorm_row normalises row `row` of rmsnorm_bf16 (row < M): a thread keeps its vectors c = tid, tid + RMS_THREADS,
+// … of the row in registers between the sum of squares and the scaling, summing in the same order as rmsnorm_wide,
+// so both give the same bits. It returns true with y's vectors in v, or false when the row is wider than
+// RMS_VEC·RMS_THREADS·8 and rmsnorm_wide has normalised it (v unset). part: RMS_THREADS / 32 floats of shared memory.
+__device__ __forceinline__ bool rmsnorm_row(uint4 (&v)[RMS_VEC], float *part, __nv_bfloat16 *y, __nv_bfloat16 *sum,
+                                            const __nv_bfloat16 *x, const __nv_bfloat16 *res,
+                                            const float *__restrict__ gain, int row, int n, float eps, int plusOne) {
+	const int tid = threadIdx.x;
 	const int nv = n / 8;
 	if (nv > RMS_VEC * RMS_THREADS) {
 		rmsnorm_wide(y, sum, x, res, gain, row, n, eps, plusOne, part);
-		return;
+		return false;
 	}
 	const uint4 *xr = (const uint4 *)(x + (size_t)row * n);
-	uint4 v[RMS_VEC];
 #pragma unroll
 	for (int k = 0; k < RMS_VEC; k++)
 		if (tid + k * RMS_THREADS < nv) v[k] = xr[tid + k * RMS_THREADS];
@@ -207,6 +203,99 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 	float ss = rms_sumsq(v, tid, nv);
 	const float rstd = rms_rstd(ss, part, n, eps);
 	rms_store(y + (size_t)row * n, v, tid, nv, rstd, gain, plusOne);
+	return true;
+}
+
+// rmsnorm_bf16: one block per row (rmsnorm_row).
+extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bfloat16 *y, __nv_bfloat16 *sum,
+                                                                       const __nv_bfloat16 *x,
+                                                                       const __nv_bfloat16 *res,
+                                                                       const float *__restrict__ gain, int M, int n,
+                                                                       float eps, int plusOne) {
+	KEV_GRID_DEP();
+	__shared__ float part[RMS_THREADS / 32];
+	const int row = blockIdx.x;
+	if (row >= M) return;
+	uint4 v[RMS_VEC];
+	rmsnorm_row(v, part, y, sum, x, res, gain, row, n, eps, plusOne);
+}
+
+// ---- the normalised rows' FP8 codes ----
+// rmsnorm_bf16_e4m3 is rmsnorm_bf16 that also quantizes each row of y it stores, as quant_rows_e4m3
+// (kernels/fp8_sm90a.cu) quantizes a bf16 row, bit for bit: S[r] = max|y[r, ·]| / 448 (fmaxf over the row's bf16
+// values as floats, IEEE division; 1 when that is 0) and Q[r·n …] = E4M3(y / S[r]), nearest even, saturating. The
+// largest magnitude does not depend on the order it is taken in, so the block's reduction gives quant_rows_e4m3's.
+// The E4M3 conversion needs compute capability 8.9: compiled for less, the kernel does nothing (the backend
+// launches it on 9.0 only). n a multiple of 16; Q 16-byte aligned.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
+// (kernels/fp8_sm90a.cu's, copied: keep the two identical.)
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
+	return r;
+}
+
+// q8_absmax returns fmaxf(m, |f[i]|) over the 8 values of bf16 vector v.
+__device__ __forceinline__ float q8_absmax(float m, const uint4 &v) {
+	float f[8];
+	unpack8(v, f);
+#pragma unroll
+	for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
+	return m;
+}
+
+// q8_scale returns the row scale for the block's per-thread largest magnitudes m: max / 448 (IEEE division), 1 when
+// that is 0. mpart: RMS_THREADS / 32 floats of shared memory; the call synchronises the block.
+__device__ __forceinline__ float q8_scale(float m, float *mpart) {
+	m = wmax(m);
+	if ((threadIdx.x & 31) == 0) mpart[threadIdx.x >> 5] = m;
+	__syncthreads();
+	m = mpart[0];
+#pragma unroll
+	for (int w = 1; w < RMS_THREADS / 32; w++) m = fmaxf(m, mpart[w]);
+	const float s = __fdiv_rn(m, 448.f);
+	return s == 0.f ? 1.f : s;
+}
+
+// q8_codes returns the E4M3 codes of bf16 vector v's 8 values divided by s (IEEE division), the first in the low byte.
+__device__ __forceinline__ uint2 q8_codes(const uint4 &v, float s) {
+	float f[8];
+	unpack8(v, f);
+	uint2 q;
+	q.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
+	q.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
+	return q;
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    rmsnorm_bf16_e4m3(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x, const __nv_bfloat16 *res,
+                      const float *__restrict__ gain, int M, int n, float eps, int plusOne, uint8_t *Q, float *S) {
+	KEV_GRID_DEP();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	__shared__ float part[RMS_THREADS / 32], mpart[RMS_THREADS / 32];
+	const int row = blockIdx.x, tid = threadIdx.x, nv = n / 8;
+	if (row >= M) return;
+	uint2 *q = (uint2 *)(Q + (size_t)row * n);
+	uint4 v[RMS_VEC];
+	float m = 0.f, s;
+	if (rmsnorm_row(v, part, y, sum, x, res, gain, row, n, eps, plusOne)) { // y's vectors in registers
+#pragma unroll
+		for (int k = 0; k < RMS_VEC; k++)
+			if (tid + k * RMS_THREADS < nv) m = q8_absmax(m, v[k]);
+		s = q8_scale(m, mpart);
+#pragma unroll
+		for (int k = 0; k < RMS_VEC; k++)
+			if (tid + k * RMS_THREADS < nv) q[tid + k * RMS_THREADS] = q8_codes(v[k], s);
+	} else { // rmsnorm_wide stored the row: each thread rereads the vectors it stored (c = tid + k·RMS_THREADS)
+		const uint4 *yr = (const uint4 *)(y + (size_t)row * n);
+		for (int c = tid; c < nv; c += RMS_THREADS) m = q8_absmax(m, yr[c]);
+		s = q8_scale(m, mpart);
+		for (int c = tid; c < nv; c += RMS_THREADS) q[c] = q8_codes(yr[c], s);
+	}
+	if (tid == 0) S[row] = s;
+#endif
 }
 
 // splitk_add_rmsnorm_bf16 ends a split-K GEMM Y = X·Wᵀ [M, n] and runs AddRMSNorm on it in one launch: for each row,
