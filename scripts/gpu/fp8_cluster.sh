@@ -5,11 +5,16 @@
 #      invariance)                                                                  -> $OUT/fp8_tests.log
 #   2. BenchmarkGEMMFP8: bf16, the planned FP8 kernel, and the planned width on single blocks and in clusters
 #      (KEV_FP8_WIDTHS=all with SWEEP=1: every width both ways)                      -> $OUT/gemmfp8.log
-#   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters, FP8 without (KEV_CUDA_FP8_MC=off) and bf16
-#                                                                                   -> $OUT/pass_{fp8,fp8_1blk,bf16}.log
-#   4. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
+#   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters, FP8 without (KEV_CUDA_FP8_MC=off), FP8 that
+#      quantizes every product's x in a launch of its own (KEV_CUDA_FP8_FUSE=off) and bf16
+#                                                                -> $OUT/pass_{fp8,fp8_1blk,fp8_nofuse,bf16}.log
+#   4. with bin/kev.test: the predictor's FP8 tests (the golden checkpoints with the codes fused and not)
+#                                                                                   -> $OUT/predictor_fp8.log
+#   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
+# TESTS (a -test.run pattern) and VARIANTS (a subset of "fp8 fp8_1blk fp8_nofuse bf16") narrow steps 1 and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
+#   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
 #   go build -tags cuda -ldflags='-s -w' -o bin/kev ./examples/kev           # SERVE=1 only
 # then from the repository root: OUT=dir bash scripts/gpu/fp8_cluster.sh
 set -uo pipefail
@@ -24,21 +29,26 @@ source scripts/gpu/steps.sh # step, left
 chmod +x bin/* 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$OUT/gpu.txt" 2>&1
 cd tensor/cuda
-step "FP8 kernel tests" 120 "$OUT/fp8_tests.log" ../../bin/cuda.test -test.v -test.run 'FP8|E4M3'
+step "FP8 kernel tests" 120 "$OUT/fp8_tests.log" ../../bin/cuda.test -test.v -test.run "${TESTS:-FP8|E4M3}"
 grep -E "^(--- |FAIL|ok|PASS)" "$OUT/fp8_tests.log"
 sweep=
 [ "${SWEEP:-0}" = 1 ] && sweep=all
 step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=$sweep ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
 grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc) " "$OUT/gemmfp8.log"
-for v in fp8 fp8_1blk bf16; do
-  dt=${v%%_*} mc=on
+for v in ${VARIANTS:-fp8 fp8_1blk fp8_nofuse bf16}; do
+  dt=${v%%_*} mc=on fuse=on
   [ "$v" = fp8_1blk ] && mc=off
-  step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_PROFILE_MODES=invariant \
+  [ "$v" = fp8_nofuse ] && fuse=off
+  step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_FUSE=$fuse KEV_PROFILE_MODES=invariant \
     KEV_PROFILE_CASES="$CASES" ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
   grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
 done
 cd "$root"
+if [ -f bin/kev.test ]; then
+  step "predictor FP8 tests" 120 "$OUT/predictor_fp8.log" bin/kev.test -test.v -test.run 'TestPredictorCUDAFP8'
+  grep -E "^(--- |FAIL|ok|PASS)" "$OUT/predictor_fp8.log"
+fi
 if [ -f bin/kev ] && [ "${SERVE:-0}" = 1 ]; then
   step "served bf16 and FP8" 330 "$OUT/served.log" \
     env PARTS=serving BENCH_TOTAL_S=$(($(left) < 330 ? $(left) - 10 : 320)) OUT="$OUT/served" bash scripts/gpu/fp8.sh

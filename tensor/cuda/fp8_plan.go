@@ -77,6 +77,6 @@ func fp8Plan(M, N, K, sms int, gated bool) int {
 
 // fp8Cluster reports whether a product of M rows with tiles bn columns wide runs on the cluster kernels
 // (gemm_fp8_wgmma_m128xBN: two blocks on row tiles 2p and 2p + 1 share each W tile, read once from L2 and multicast
-// into both): when it has more than one row tile and the width has a cluster kernel (bn a multiple of 16). The same
-// bits either way (TestGEMMFP8Cluster).
+// into both): when it has more than one row tile and the width has a cluster kernel (bn a multiple of 16), and the
+// device has them on (KEV_CUDA_FP8_MC=on; off by default). The same bits either way (TestGEMMFP8Cluster).
 func fp8Cluster(M, bn int) bool { return M > 128 && bn%16 == 0 }
