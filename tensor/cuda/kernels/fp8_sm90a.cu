@@ -23,18 +23,12 @@
 //
 // The TMA ring, the register hand-over and the tile order are gemm_sm90a.cu's (tma_ring.cuh).
 #include "common.cuh"
+#include "e4m3.cuh"
 #include "gemm.cuh"
 #include "tma_ring.cuh"
 #include "wgmma.cuh"
 
 // ---- quantization ----
-
-// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-	unsigned short r;
-	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
-	return r;
-}
 
 // quant_rows_e4m3: one block (QUANT_THREADS threads) per row r < M of X (bf16, or fp32 when xF32; row stride ldx
 // elements, a multiple of 8): S[r] = the row's scale, Q[r·K …] = its codes. K a multiple of 16; X and Q 16-byte
@@ -80,10 +74,7 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
 		float f[8];
 		quant_load8(x, xF32, i, f);
-		uint2 v;
-		v.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
-		v.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
-		q[i] = v;
+		q[i] = e4m3x8(f, s);
 	}
 }
 

@@ -2,6 +2,7 @@
 // arithmetic is fp32, and each stored value is rounded once. Shapes are arbitrary (no alignment assumptions); the
 // bf16 fast paths for aligned shapes live in ops.cu and gemm.cu.
 #include "common.cuh"
+#include "e4m3.cuh"
 
 // y[t, :] = table[ids[t], :] for t < T. ids are validated by the caller.
 extern "C" __global__ void embed_any(void *y, int ydt, const void *table, int tdt, const int32_t *ids, int T, int d) {
@@ -173,16 +174,6 @@ extern "C" __global__ void gated_rmsnorm_bf16(__nv_bfloat16 *y, const __nv_bfloa
 // in the same order and the same bits. Blocks of hpr·L threads rounded up to a warp, at most 1024. The E4M3
 // conversion needs compute capability 8.9: compiled for less, the kernel does nothing (the backend launches it on
 // 9.0 only). hpr·dv a multiple of 16; Q 16-byte aligned.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
-// (kernels/fp8_sm90a.cu's, copied: keep the two identical.)
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-	unsigned short r;
-	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
-	return r;
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(1024)
     gated_rmsnorm_bf16_e4m3(__nv_bfloat16 *y, const __nv_bfloat16 *o, const __nv_bfloat16 *z, const float *w, int M,
                             int dv, int L, float eps, int hpr, int ldz, uint8_t *Q, float *S) {
@@ -209,12 +200,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 	if (s == 0.f) s = 1.f;
 	if (t == 0) S[row] = s;
 	if (on) {
-		float f[8];
-		unpack8(yv, f);
-		uint2 q;
-		q.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
-		q.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
-		((uint2 *)(Q + (size_t)row * hpr * dv))[t] = q;
+		((uint2 *)(Q + (size_t)row * hpr * dv))[t] = q8_codes(yv, s);
 	}
 #endif
 }

@@ -2,6 +2,7 @@
 // SwiGLU, sigmoid output gate. bf16 in and out, fp32 arithmetic, one rounding per stored value. Rows are
 // contiguous; widths are multiples of 8 so every thread moves 16-byte vectors.
 #include "common.cuh"
+#include "e4m3.cuh"
 #include "gemm.cuh"
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -228,14 +229,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // The E4M3 conversion needs compute capability 8.9: compiled for less, the kernel does nothing (the backend
 // launches it on 9.0 only). n a multiple of 16; Q 16-byte aligned.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// e4m3x2 rounds lo and hi to E4M3 (nearest even, saturating to ±448, NaN kept) and packs them, lo in the low byte.
-// (kernels/fp8_sm90a.cu's, copied: keep the two identical.)
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-	unsigned short r;
-	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo)); // the first source fills the high byte
-	return r;
-}
-
 // q8_absmax returns fmaxf(m, |f[i]|) over the 8 values of bf16 vector v.
 __device__ __forceinline__ float q8_absmax(float m, const uint4 &v) {
 	float f[8];
@@ -258,15 +251,6 @@ __device__ __forceinline__ float q8_scale(float m, float *mpart) {
 	return s == 0.f ? 1.f : s;
 }
 
-// q8_codes returns the E4M3 codes of bf16 vector v's 8 values divided by s (IEEE division), the first in the low byte.
-__device__ __forceinline__ uint2 q8_codes(const uint4 &v, float s) {
-	float f[8];
-	unpack8(v, f);
-	uint2 q;
-	q.x = e4m3x2(__fdiv_rn(f[0], s), __fdiv_rn(f[1], s)) | e4m3x2(__fdiv_rn(f[2], s), __fdiv_rn(f[3], s)) << 16;
-	q.y = e4m3x2(__fdiv_rn(f[4], s), __fdiv_rn(f[5], s)) | e4m3x2(__fdiv_rn(f[6], s), __fdiv_rn(f[7], s)) << 16;
-	return q;
-}
 #endif
 
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
