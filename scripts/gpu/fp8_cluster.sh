@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # FP8 products in clusters of two blocks (gemm_fp8_wgmma_m128xBN: each W tile read once from L2 for two row tiles)
-# against single blocks, on a Hopper GPU in one call of at most TOTAL seconds (default 400):
-#   1. the FP8 kernel tests (the cluster kernels bit for bit against single blocks, every width, SwiGLU, batch
-#      invariance)                                                                  -> $OUT/fp8_tests.log
-#   2. BenchmarkGEMMFP8: bf16, the planned FP8 kernel, and the planned width on single blocks and in clusters
-#      (KEV_FP8_WIDTHS=all with SWEEP=1: every width both ways)                      -> $OUT/gemmfp8.log
-#   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters, FP8 without (KEV_CUDA_FP8_MC=off), FP8 that
-#      quantizes every product's x in a launch of its own (KEV_CUDA_FP8_FUSE=off) and bf16
-#                                                                -> $OUT/pass_{fp8,fp8_1blk,fp8_nofuse,bf16}.log
+# and on persistent blocks (gemm_fp8_wgmma_p128xBN) against one tile a block, on a Hopper GPU in one call of at most
+# TOTAL seconds (default 400):
+#   1. the FP8 kernel tests (the cluster and persistent kernels bit for bit against one tile a block, SwiGLU, the
+#      codes fused in the normalisations, batch invariance)                          -> $OUT/fp8_tests.log
+#   2. BenchmarkGEMMFP8: bf16, the planned FP8 kernel, and the planned width on single blocks, in clusters and
+#      persistent (KEV_FP8_WIDTHS=all with SWEEP=1: every width on single blocks and in clusters) -> $OUT/gemmfp8.log
+#   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters (fp8), on single blocks (fp8_1blk), on the
+#      persistent kernels (fp8_persist, KEV_CUDA_FP8_PERSIST=on), FP8 that quantizes every product's x in a launch of
+#      its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off) and bf16     -> $OUT/pass_{fp8,fp8_1blk,fp8_persist,fp8_nofuse,bf16}.log
 #   4. with bin/kev.test: the predictor's FP8 tests (the golden checkpoints with the codes fused and not)
 #                                                                                   -> $OUT/predictor_fp8.log
 #   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
-# TESTS (a -test.run pattern) and VARIANTS (a subset of "fp8 fp8_1blk fp8_nofuse bf16") narrow steps 1 and 3.
+# TESTS (a -test.run pattern) and VARIANTS (a subset of "fp8 fp8_1blk fp8_persist fp8_nofuse bf16") narrow steps 1
+# and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
@@ -35,12 +37,16 @@ sweep=
 [ "${SWEEP:-0}" = 1 ] && sweep=all
 step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=$sweep ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc) " "$OUT/gemmfp8.log"
-for v in ${VARIANTS:-fp8 fp8_1blk fp8_nofuse bf16}; do
-  dt=${v%%_*} mc=on fuse=on
-  [ "$v" = fp8_1blk ] && mc=off
-  [ "$v" = fp8_nofuse ] && fuse=off
-  step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_FUSE=$fuse KEV_PROFILE_MODES=invariant \
+grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist) " "$OUT/gemmfp8.log"
+for v in ${VARIANTS:-fp8 fp8_1blk fp8_persist fp8_nofuse bf16}; do
+  dt=${v%%_*} mc=on fuse=on persist=off
+  case $v in
+  fp8_1blk) mc=off ;;
+  fp8_persist) mc=off persist=on ;;
+  fp8_nofuse) fuse=off ;;
+  esac
+  step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_FUSE=$fuse \
+    KEV_CUDA_FP8_PERSIST=$persist KEV_PROFILE_MODES=invariant \
     KEV_PROFILE_CASES="$CASES" ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
   grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
 done

@@ -52,6 +52,9 @@ type Device struct {
 	// fp8MC: FP8 products of more than one row tile run on the cluster kernels (fp8Cluster) with KEV_CUDA_FP8_MC=on;
 	// off by default until they are measured faster than single blocks (the design log v41).
 	fp8MC bool
+	// fp8Persist: FP8 products of more tiles than multiprocessors run on the persistent kernels (fp8Persistent) with
+	// KEV_CUDA_FP8_PERSIST=on; off by default until they are measured faster (the design log v42).
+	fp8Persist bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -168,6 +171,7 @@ func Open(ordinal int) (*Device, error) {
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
+	d.fp8Persist = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "on")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

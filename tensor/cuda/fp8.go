@@ -218,6 +218,8 @@ type GEMMFP8 struct {
 
 	bn int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
 	mc int // 0: planned (fp8Cluster); 1: the cluster kernels; -1: the single-block kernels (tests, benchmarks)
+	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks)
+	persist int
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -275,6 +277,15 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if mc && bn%16 != 0 {
 		return &ArgError{op, "bn", fmt.Sprintf("no FP8 cluster kernel %d columns wide", bn)}
 	}
+	tn := bn // a tile's output columns
+	if g.SwiGLU {
+		tn = bn / 2
+	}
+	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
+	persist := !mc && (g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn))
+	if persist && !slices.Contains(fp8PersistWidths, bn) {
+		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
+	}
 	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows; a cluster's block half the tile's
 	if g.SwiGLU || mc {
 		boxW = bn / 2
@@ -296,21 +307,20 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.WLoaded {
 		wpre = 1
 	}
-	tn := bn // a tile's output columns
-	if g.SwiGLU {
-		tn = bn / 2
-	}
-	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
 	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
-	kind := ""
-	if mc {
+	kind, grid := "", cudrv.Dim3{X: mT, Y: nT, Z: 1}
+	switch {
+	case mc:
 		kind = "m"
-		mT += mT & 1 // whole clusters of two row tiles
+		grid.X += mT & 1 // whole clusters of two row tiles
+	case persist:
+		kind = "p"
+		grid = cudrv.Dim3{X: min(mT*nT, d.sms()), Y: 1, Z: 1}
 	}
 	if g.SwiGLU {
 		kind += "g"
@@ -320,6 +330,5 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)
 		defer func() { q.tag = "" }()
 	}
-	return q.launch("fp8_sm90a", fn, cudrv.Dim3{X: mT, Y: nT, Z: 1},
-		cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
+	return q.launch("fp8_sm90a", fn, grid, cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
 }

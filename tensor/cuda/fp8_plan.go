@@ -80,3 +80,16 @@ func fp8Plan(M, N, K, sms int, gated bool) int {
 // into both): when it has more than one row tile and the width has a cluster kernel (bn a multiple of 16), and the
 // device has them on (KEV_CUDA_FP8_MC=on; off by default). The same bits either way (TestGEMMFP8Cluster).
 func fp8Cluster(M, bn int) bool { return M > 128 && bn%16 == 0 }
+
+// fp8PersistWidths are the widths of the persistent FP8 kernels (gemm_fp8_wgmma_p128xBN and the gated
+// gemm_fp8_wgmma_pg128xBN): the widths the plan picks for products of many rounds of tiles.
+var fp8PersistWidths = []int{96, 128, 144}
+
+// fp8Persistent reports whether a product of tiles 128 × bn tiles runs on the persistent kernels (one block per
+// multiprocessor, each computing tile after tile, its ring copying the next tile's first k tiles while it finishes
+// the one before): when the tiles take more than one round of the sms multiprocessors and the width has a
+// persistent kernel, and the device has them on (KEV_CUDA_FP8_PERSIST=on; off by default). The same bits either way
+// (TestGEMMFP8Persistent).
+func fp8Persistent(tiles, sms, bn int) bool {
+	return tiles > sms && slices.Contains(fp8PersistWidths, bn)
+}

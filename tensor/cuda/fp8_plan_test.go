@@ -46,6 +46,23 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
+	// the persistent kernels: plain and gated, one of each for every width of fp8PersistWidths, with its ring depth
+	for _, kind := range []string{"FP8_PERSIST(gemm_fp8_wgmma_p128x", "FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x"} {
+		reP := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
+		var ps []int
+		for _, m := range reP.FindAllSubmatch(src, -1) {
+			name, _ := strconv.Atoi(string(m[1]))
+			bn, _ := strconv.Atoi(string(m[2]))
+			stages, _ := strconv.Atoi(string(m[3]))
+			if name != bn || stages != fp8Stages(bn) || !slices.Contains(fp8GatedWidths, bn) {
+				t.Errorf("%s%d: %d wide, %d stages (want %d stages, a gated width)", kind, name, bn, stages, fp8Stages(bn))
+			}
+			ps = append(ps, bn)
+		}
+		if !slices.Equal(ps, fp8PersistWidths) {
+			t.Errorf("%s… kernels %v, fp8PersistWidths %v", kind, ps, fp8PersistWidths)
+		}
+	}
 	// the cluster kernels: plain and gated, one of each for every width fp8Cluster accepts, with its ring depth
 	for _, kind := range []string{"FP8_MC(gemm_fp8_wgmma_m128x", "FP8_MC_GATED(gemm_fp8_wgmma_mg128x"} {
 		reM := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
@@ -192,6 +209,21 @@ func TestFP8Cluster(t *testing.T) {
 	for _, bn := range fp8GatedWidths {
 		if !fp8Cluster(256, bn) {
 			t.Errorf("gated width %d has no cluster kernel", bn)
+		}
+	}
+}
+
+// TestFP8Persistent checks which products run on the persistent kernels: more tiles than multiprocessors, at a width
+// that has one.
+func TestFP8Persistent(t *testing.T) {
+	for _, c := range []struct {
+		tiles, bn int
+		want      bool
+	}{
+		{132, 144, false}, {133, 144, true}, {2432, 128, true}, {2432, 96, true}, {2432, 80, false}, {16, 144, false},
+	} {
+		if got := fp8Persistent(c.tiles, 132, c.bn); got != c.want {
+			t.Errorf("fp8Persistent(%d, 132, %d) = %v, want %v", c.tiles, c.bn, got, c.want)
 		}
 	}
 }

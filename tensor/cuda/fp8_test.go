@@ -509,6 +509,56 @@ func TestGEMMFP8Cluster(t *testing.T) {
 	}
 }
 
+// TestGEMMFP8Persistent checks the persistent kernels (one block per multiprocessor, tile after tile) bit for bit
+// against the one-tile kernels of the same width: plain (bf16 and fp32 Y, with a residual) and SwiGLU-fused, on
+// products of more tiles than multiprocessors (so blocks run several tiles, the ring running on across them), with
+// K of one k tile and of several, W loaded before the kernel before it and after.
+func TestGEMMFP8Persistent(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	const m = 390 // four row tiles, the last of 6 rows
+	for _, k := range []int{16, 400} {
+		for _, bn := range fp8PersistWidths {
+			n := 2 * bn * (dev.sms()/4 + 3) // > sms tiles plain and gated (bn/2 output columns a tile)
+			w := fp8Weights(r, n, k)
+			wq, ws, err := fp8.QuantizeRows(w, n, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bits, _ := fp8Rows(r, m, k)
+			res := bytesOf16(randBF16(r, m*n, 2))
+			for _, c := range []struct {
+				name      string
+				f32, glu  bool
+				res       []byte
+				preloaded bool
+			}{
+				{"bf16", false, false, nil, false},
+				{"bf16+residual", false, false, res, true},
+				{"f32", true, false, nil, true},
+				{"swiglu", false, true, nil, false},
+				{"swiglu-preloaded", false, true, nil, true},
+			} {
+				g := GEMMFP8{M: m, N: n, K: k, F32Out: c.f32, SwiGLU: c.glu, WLoaded: c.preloaded, bn: bn}
+				one, all := g, g
+				one.persist, all.persist = -1, 1
+				want := runGEMMFP8(t, bits, wq, ws, c.res, one)
+				got := runGEMMFP8(t, bits, wq, ws, c.res, all)
+				if len(got) != len(want) {
+					t.Fatalf("K=%d bn=%d %s: %d bytes, want %d", k, bn, c.name, len(got), len(want))
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("K=%d bn=%d %s: byte %d = %#x persistent, %#x one tile a block", k, bn, c.name, i, got[i], want[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestMatMulFP8BatchInvariant checks that a row's output bits do not depend on the rows it is multiplied with: the
 // rows of M = 1, 40 and 240 (the first rows of a 2,392-row batch, and 240 rows from its middle) against the same
 // rows of the whole batch, at a Kev-0.8B and a Kev-4B shape.
@@ -634,6 +684,10 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					t2, _ := timeGEMMFP8With(b, M, N, K, plan, 1)
 					rows = append(rows, row{"fp8-1blk", plan, t1, b8}, row{"fp8-mc", plan, t2, b8})
 				}
+				if tiles := ((M + 127) / 128) * ((N + plan - 1) / plan); fp8Persistent(tiles, dev.sms(), plan) {
+					tp, _ := timeGEMMFP8Persist(b, M, N, K, plan) // the planned width, persistent
+					rows = append(rows, row{"fp8-persist", plan, tp, b8})
+				}
 				if sweep {
 					for _, w := range fp8Widths {
 						tw, _ := timeGEMMFP8With(b, M, N, K, w.bn, -1)
@@ -665,8 +719,18 @@ func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
 	return timeGEMMFP8With(b, M, N, K, 0, 0)
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn and GEMMFP8.mc set (0: planned).
+// timeGEMMFP8Persist is timeGEMMFP8With on the persistent kernel of width bn.
+func timeGEMMFP8Persist(b *testing.B, M, N, K, bn int) (gemm, withQuant float64) {
+	return timeGEMMFP8Opts(b, M, N, K, bn, -1, 1)
+}
+
+// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn and GEMMFP8.mc set (0: planned), one tile a block.
 func timeGEMMFP8With(b *testing.B, M, N, K, bn, mc int) (gemm, withQuant float64) {
+	return timeGEMMFP8Opts(b, M, N, K, bn, mc, -1)
+}
+
+// timeGEMMFP8Opts is timeGEMMFP8 with GEMMFP8.bn, GEMMFP8.mc and GEMMFP8.persist set.
+func timeGEMMFP8Opts(b *testing.B, M, N, K, bn, mc, persist int) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -718,7 +782,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K, bn, mc int) (gemm, withQuant float64
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn, mc: mc}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn, mc: mc, persist: persist}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

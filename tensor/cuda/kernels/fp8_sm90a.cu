@@ -216,139 +216,14 @@ __device__ __forceinline__ void tma_load2d_mc(uint32_t dst, const TensorMap *map
 	             : "memory");
 }
 
-// gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
-// places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
-// producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
-//
-// GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
-// same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
-// (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy, bf16) = silu(g)·u with g and u
-// scaled and rounded as the plain kernel stores them, then as swiglu_bf16 computes it: the bits of the two
-// operations, without writing [g | u].
-template <int BN, int STAGES, bool GATED = false, bool MC = false>
-__device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
-                                         const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
-                                         int gn, int wpre) {
-	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
-	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
-	extern __shared__ unsigned char smem_raw[];
-	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
-	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
-
-	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
-	static_assert(!MC || BN % 16 == 0, "a cluster's block copies BN/2 W rows, whole 8-row swizzle atoms");
-	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
-	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
-
-	const int wg = threadIdx.x >> 7;
-	int m0, n0;
-	uint32_t rank = 0;
-	if constexpr (MC) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
-		rank = cluster_rank();
-		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.x >> 1, gridDim.y, max(gn, 1), 2 * BM, TN, m0, n0);
-		m0 += (int)rank * BM;
-	} else {
-		tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
-	}
-	const int nk = (K + BK - 1) / BK;
-	// loadW copies the W rows of k tile kt into the stage's B region at sb: BN rows from n0, or with GATED TN gate
-	// rows from n0 and the same TN up rows (F on), one after the other. MC: this block copies half of them (the
-	// first BN/2 rows at rank 0 — with GATED the gate rows — the rest at rank 1) into both blocks of the cluster.
-	auto loadW = [&](uint32_t sb, int kt, uint32_t full) {
-		if constexpr (MC) {
-			const int row = GATED ? (rank ? F + n0 : n0) : n0 + (int)rank * (BN / 2);
-			tma_load2d_mc(sb + rank * (BN / 2) * BK, tmW, kt * BK, row, full, 3);
-		} else if constexpr (GATED) {
-			tma_load2d(sb, tmW, kt * BK, n0, full);
-			tma_load2d(sb + TN * BK, tmW, kt * BK, F + n0, full);
-		} else {
-			tma_load2d(sb, tmW, kt * BK, n0, full);
-		}
-	};
-	// A block of an MC cluster whose rows all lie past M (the second of an odd number of row tiles) copies no X: its
-	// stages then expect only the W bytes.
-	const bool xrows = !MC || m0 < M;
-	const uint32_t stageBytes = xrows ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES;
-
-	if constexpr (MC) { // empty: one arrival per consumer warp of each of the two blocks
-		if (threadIdx.x == 0) {
-			for (int s = 0; s < STAGES; s++) {
-				mbar_init(bars + 8 * s, 1);
-				mbar_init(bars + 8 * (STAGES + s), 2 * 8);
-			}
-			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-		}
-		cluster_sync(); // both blocks' barriers exist before either copies into the other
-	} else {
-		ring_init<STAGES>(bars);
-	}
-
-	if (wg == 0) {
-		producer_regs();
-		if (threadIdx.x == 0) {
-			const int pre = wpre ? min(STAGES, nk) : 0;
-			for (int kt = 0; kt < pre; kt++) {
-				mbar_expect_tx(bars + 8 * kt, stageBytes);
-				loadW(base + kt * STAGE_BYTES + A_BYTES, kt, bars + 8 * kt);
-			}
-			kev_grid_wait();
-			kev_grid_launch();
-			for (int kt = 0; kt < nk; kt++) {
-				if (kt < pre) {
-					if (xrows) tma_load2d(base + kt * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * kt);
-					continue;
-				}
-				const int s = kt % STAGES;
-				if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
-				const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
-				mbar_expect_tx(full, stageBytes);
-				if (xrows) tma_load2d(sa, tmX, kt * BK, m0, full);
-				loadW(sa + A_BYTES, kt, full);
-			}
-			if constexpr (MC) // the block stays until every consumer of the cluster has released every stage:
-				for (int kt = max(nk, STAGES); kt < nk + STAGES; kt++) // no arrival is then still on its way to
-					mbar_wait(bars + 8 * (STAGES + kt % STAGES), ((kt / STAGES) + 1) & 1); // this block
-		} else {
-			kev_grid_wait();
-			kev_grid_launch();
-		}
-		return;
-	}
-	kev_grid_wait();
-	kev_grid_launch();
-	consumer_regs<128>();
-	const int c = wg - 1, t = threadIdx.x - 128;
-	const bool live = m0 + 64 * c < M; // rows of this consumer exist
-	// release hands stage s back to the producers: each thread (one block), or each warp on both blocks (MC).
-	auto release = [&](int s) {
-		if constexpr (MC) {
-			__syncwarp();
-			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
-		} else {
-			mbar_arrive(bars + 8 * (STAGES + s));
-		}
-	};
-	float d[BN / 2], tot[BN / 2];
-#pragma unroll
-	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
-	for (int kt = 0; kt < nk; kt++) {
-		const int s = kt % STAGES;
-		mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
-		if (live) {
-			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
-			wgmma_fence();
-#pragma unroll
-			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
-				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
-			wgmma_commit();
-			wgmma_wait0();
-			release(s); // the stage is read: the producer may refill it during the adds
-			fp8_promote<BN>(d, tot);
-		} else {
-			release(s);
-		}
-	}
-	if (!live) return;
+// gemm_fp8_store is gemm_fp8's epilogue: consumer warpgroup c's (thread t's) sums tot of the tile at (m0, n0),
+// scaled, rounded and stored (with GATED, SwiGLU of the gate and up sums).
+template <int BN, bool GATED>
+__device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const void *R, const float *xs,
+                                               const float *ws, int M, int N, int ldy, int yF32, int m0, int n0,
+                                               int c, int t) {
+	constexpr int TN = GATED ? BN / 2 : BN;
+	const int F = N / 2;
 
 	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
 	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
@@ -392,6 +267,166 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
 			}
 		}
+	}
+}
+
+// gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
+// places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
+// producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
+//
+// GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
+// same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
+// (accumulator groups j and j + BN/16); the epilogue stores Y[M, F] (row stride ldy, bf16) = silu(g)·u with g and u
+// scaled and rounded as the plain kernel stores them, then as swiglu_bf16 computes it: the bits of the two
+// operations, without writing [g | u].
+//
+// PERSIST: a grid of at most one block per multiprocessor, block b computing tiles b, b + gridDim.x, … of the mT × nT
+// tiles in tile_at's order (one linear index, as the one-tile grid numbers its blocks). The ring runs on across
+// tiles, so the producer copies a tile's first k tiles while the consumers finish the one before and store it; the
+// fill of the ring at each tile's start (about 3 µs: a third of a 20-k-tile product's time at 2,392 rows) is
+// hidden. Each tile is summed and stored as by the one-tile kernel: the same bits.
+template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false>
+__device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
+                                         const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
+                                         int gn, int wpre) {
+	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
+	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
+	extern __shared__ unsigned char smem_raw[];
+	const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; // full[STAGES], then empty[STAGES]
+
+	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
+	static_assert(!MC || BN % 16 == 0, "a cluster's block copies BN/2 W rows, whole 8-row swizzle atoms");
+	static_assert(!(MC && PERSIST), "no persistent cluster kernels");
+	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
+	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
+
+	const int wg = threadIdx.x >> 7;
+	int m0, n0;
+	uint32_t rank = 0;
+	if constexpr (MC) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
+		rank = cluster_rank();
+		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.x >> 1, gridDim.y, max(gn, 1), 2 * BM, TN, m0, n0);
+		m0 += (int)rank * BM;
+	} else if constexpr (!PERSIST) {
+		tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
+	}
+	const int nk = (K + BK - 1) / BK;
+	// The tiles this block computes: first, first + stride, … < T (the one-tile kernels: one, placed above).
+	int first = 0, stride = 1, T = 1, mT = 0, nT = 0;
+	if constexpr (PERSIST) {
+		mT = (M + BM - 1) / BM, nT = ((GATED ? F : N) + TN - 1) / TN;
+		first = blockIdx.x, stride = gridDim.x, T = mT * nT;
+	}
+	auto place = [&](int tile) {
+		if constexpr (PERSIST) tile_at(tile, mT, nT, max(gn, 1), BM, TN, m0, n0);
+	};
+	// loadW copies the W rows of k tile kt into the stage's B region at sb: BN rows from n0, or with GATED TN gate
+	// rows from n0 and the same TN up rows (F on), one after the other. MC: this block copies half of them (the
+	// first BN/2 rows at rank 0 — with GATED the gate rows — the rest at rank 1) into both blocks of the cluster.
+	auto loadW = [&](uint32_t sb, int kt, uint32_t full) {
+		if constexpr (MC) {
+			const int row = GATED ? (rank ? F + n0 : n0) : n0 + (int)rank * (BN / 2);
+			tma_load2d_mc(sb + rank * (BN / 2) * BK, tmW, kt * BK, row, full, 3);
+		} else if constexpr (GATED) {
+			tma_load2d(sb, tmW, kt * BK, n0, full);
+			tma_load2d(sb + TN * BK, tmW, kt * BK, F + n0, full);
+		} else {
+			tma_load2d(sb, tmW, kt * BK, n0, full);
+		}
+	};
+	// A block of an MC cluster whose rows all lie past M (the second of an odd number of row tiles) copies no X: its
+	// stages then expect only the W bytes.
+	const bool xrows = !MC || m0 < M;
+	const uint32_t stageBytes = xrows ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES;
+
+	if constexpr (MC) { // empty: one arrival per consumer warp of each of the two blocks
+		if (threadIdx.x == 0) {
+			for (int s = 0; s < STAGES; s++) {
+				mbar_init(bars + 8 * s, 1);
+				mbar_init(bars + 8 * (STAGES + s), 2 * 8);
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+		}
+		cluster_sync(); // both blocks' barriers exist before either copies into the other
+	} else {
+		ring_init<STAGES>(bars);
+	}
+
+	if (wg == 0) {
+		producer_regs();
+		if (threadIdx.x == 0) {
+			place(first); // the host launches no more blocks than tiles
+			const int pre = wpre ? min(STAGES, nk) : 0;
+			for (int kt = 0; kt < pre; kt++) {
+				mbar_expect_tx(bars + 8 * kt, stageBytes);
+				loadW(base + kt * STAGE_BYTES + A_BYTES, kt, bars + 8 * kt);
+			}
+			kev_grid_wait();
+			kev_grid_launch();
+			int it = 0; // the ring's steps, over the block's tiles
+			for (int tile = first; tile < T; tile += stride) {
+				place(tile);
+				for (int kt = 0; kt < nk; kt++, it++) {
+					if (it < pre) {
+						if (xrows) tma_load2d(base + it * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * it);
+						continue;
+					}
+					const int s = it % STAGES;
+					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
+					mbar_expect_tx(full, stageBytes);
+					if (xrows) tma_load2d(sa, tmX, kt * BK, m0, full);
+					loadW(sa + A_BYTES, kt, full);
+				}
+			}
+			if constexpr (MC) // the block stays until every consumer of the cluster has released every stage:
+				for (int k = max(it, STAGES); k < it + STAGES; k++) // no arrival is then still on its way to
+					mbar_wait(bars + 8 * (STAGES + k % STAGES), ((k / STAGES) + 1) & 1); // this block
+		} else {
+			kev_grid_wait();
+			kev_grid_launch();
+		}
+		return;
+	}
+	kev_grid_wait();
+	kev_grid_launch();
+	consumer_regs<128>();
+	const int c = wg - 1, t = threadIdx.x - 128;
+	// release hands stage s back to the producers: each thread (one block), or each warp on both blocks (MC).
+	auto release = [&](int s) {
+		if constexpr (MC) {
+			__syncwarp();
+			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
+		} else {
+			mbar_arrive(bars + 8 * (STAGES + s));
+		}
+	};
+	float d[BN / 2], tot[BN / 2];
+	int it = 0;
+	for (int tile = first; tile < T; tile += stride) {
+	place(tile);
+	const bool live = m0 + 64 * c < M; // rows of this consumer exist
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
+	for (int kt = 0; kt < nk; kt++, it++) {
+		const int s = it % STAGES;
+		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+		if (live) {
+			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+			wgmma_fence();
+#pragma unroll
+			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
+				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+			wgmma_commit();
+			wgmma_wait0();
+			release(s); // the stage is read: the producer may refill it during the adds
+			fp8_promote<BN>(d, tot);
+		} else {
+			release(s);
+		}
+	}
+	if (live) gemm_fp8_store<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
 	}
 }
 
@@ -457,3 +492,21 @@ FP8_MC_GATED(gemm_fp8_wgmma_mg128x80, 80, 8)
 FP8_MC_GATED(gemm_fp8_wgmma_mg128x96, 96, 8)
 FP8_MC_GATED(gemm_fp8_wgmma_mg128x128, 128, 6)
 FP8_MC_GATED(gemm_fp8_wgmma_mg128x144, 144, 6)
+// FP8_PERSIST and FP8_PERSIST_GATED are FP8_TILE and FP8_GATED as persistent kernels (PERSIST: gridDim.x ≤ the
+// tiles, gridDim.y = 1), for products of more tiles than multiprocessors. The same bits.
+#define FP8_PERSIST(NAME, BN, STAGES)                                                                             \
+	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES, false, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);        \
+	}
+#define FP8_PERSIST_GATED(NAME, BN, STAGES)                                                                       \
+	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
+		KEV_GRID_DEP_DEFERRED();                                                                              \
+		gemm_fp8<BN, STAGES, true, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);         \
+	}
+FP8_PERSIST(gemm_fp8_wgmma_p128x96, 96, 8)
+FP8_PERSIST(gemm_fp8_wgmma_p128x128, 128, 6)
+FP8_PERSIST(gemm_fp8_wgmma_p128x144, 144, 6)
+FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x96, 96, 8)
+FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x128, 128, 6)
+FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x144, 144, 6)
