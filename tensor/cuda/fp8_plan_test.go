@@ -46,44 +46,36 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
-	// the persistent kernels: plain and gated, one of each for every width of fp8PersistWidths, with its ring depth
-	for _, kind := range []string{"FP8_PERSIST(gemm_fp8_wgmma_p128x", "FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x"} {
-		reP := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
-		var ps []int
-		for _, m := range reP.FindAllSubmatch(src, -1) {
-			name, _ := strconv.Atoi(string(m[1]))
-			bn, _ := strconv.Atoi(string(m[2]))
-			stages, _ := strconv.Atoi(string(m[3]))
-			if name != bn || stages != fp8Stages(bn) || !slices.Contains(fp8GatedWidths, bn) {
-				t.Errorf("%s%d: %d wide, %d stages (want %d stages, a gated width)", kind, name, bn, stages, fp8Stages(bn))
-			}
-			ps = append(ps, bn)
-		}
-		if !slices.Equal(ps, fp8PersistWidths) {
-			t.Errorf("%s… kernels %v, fp8PersistWidths %v", kind, ps, fp8PersistWidths)
+	// the persistent and the cluster kernels: plain and gated, one of each for every width of their list, with the
+	// ring depth of the plain kernel of that width
+	var clustered []int
+	for _, w := range fp8Widths {
+		if fp8Cluster(256, w.bn) {
+			clustered = append(clustered, w.bn)
 		}
 	}
-	// the cluster kernels: plain and gated, one of each for every width fp8Cluster accepts, with its ring depth
-	for _, kind := range []string{"FP8_MC(gemm_fp8_wgmma_m128x", "FP8_MC_GATED(gemm_fp8_wgmma_mg128x"} {
-		reM := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
-		var mc []int
-		for _, m := range reM.FindAllSubmatch(src, -1) {
+	for _, f := range []struct {
+		kind   string
+		widths []int
+	}{
+		{"FP8_PERSIST(gemm_fp8_wgmma_p128x", fp8PersistWidths},
+		{"FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x", fp8PersistWidths},
+		{"FP8_MC(gemm_fp8_wgmma_m128x", clustered},
+		{"FP8_MC_GATED(gemm_fp8_wgmma_mg128x", clustered},
+	} {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(f.kind) + `(\d+), (\d+), (\d+)\)`)
+		var got []int
+		for _, m := range re.FindAllSubmatch(src, -1) {
 			name, _ := strconv.Atoi(string(m[1]))
 			bn, _ := strconv.Atoi(string(m[2]))
 			stages, _ := strconv.Atoi(string(m[3]))
-			if name != bn || stages != fp8Stages(bn) {
-				t.Errorf("%s%d: %d wide, %d stages (want %d stages)", kind, name, bn, stages, fp8Stages(bn))
+			if name != bn || stages != fp8Stages(bn) || bn%16 != 0 {
+				t.Errorf("%s%d: %d wide, %d stages (want %d stages and a multiple of 16)", f.kind, name, bn, stages, fp8Stages(bn))
 			}
-			mc = append(mc, bn)
+			got = append(got, bn)
 		}
-		var want []int
-		for _, w := range fp8Widths {
-			if fp8Cluster(256, w.bn) {
-				want = append(want, w.bn)
-			}
-		}
-		if !slices.Equal(mc, want) {
-			t.Errorf("%s… kernels %v, widths with clusters %v", kind, mc, want)
+		if !slices.Equal(got, f.widths) {
+			t.Errorf("%s… kernels %v, want %v", f.kind, got, f.widths)
 		}
 	}
 	for _, w := range fp8Widths {

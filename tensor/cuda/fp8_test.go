@@ -461,58 +461,31 @@ func TestGEMMFP8SwiGLU(t *testing.T) {
 }
 
 // TestGEMMFP8Cluster checks the cluster kernels (two blocks sharing each W tile) bit for bit against the
-// single-block kernels of the same width: plain (bf16 and fp32 Y, with a residual) and SwiGLU-fused, at row counts of
-// two, three (the cluster's second block past M) and four row tiles, with W loaded before the kernel before it and
-// after, on a shape whose N and K end inside a tile.
+// single-block kernels of the same width (sameKernelBits), at row counts of two, three (the cluster's second block
+// past M) and four row tiles, on a shape whose N and K end inside a tile.
 func TestGEMMFP8Cluster(t *testing.T) {
 	b := NewOn(dev)
 	needFP8(t, b)
 	r := newRand(t)
 	const n, k = 272, 400
-	w := fp8Weights(r, n, k)
-	wq, ws, err := fp8.QuantizeRows(w, n, k)
+	wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []int{129, 240, 257, 390} {
 		bits, _ := fp8Rows(r, m, k)
-		res := bytesOf16(randBF16(r, m*n, 2))
 		for _, bn := range fp8GatedWidths { // the widths with cluster kernels
-			for _, c := range []struct {
-				name      string
-				f32, glu  bool
-				res       []byte
-				preloaded bool
-			}{
-				{"bf16", false, false, nil, false},
-				{"bf16+residual", false, false, res, true},
-				{"f32", true, false, nil, true},
-				{"swiglu", false, true, nil, false},
-				{"swiglu-preloaded", false, true, nil, true},
-			} {
-				g := GEMMFP8{M: m, N: n, K: k, F32Out: c.f32, SwiGLU: c.glu, WLoaded: c.preloaded, bn: bn}
-				one, two := g, g
-				one.mc, two.mc = -1, 1
-				want := runGEMMFP8(t, bits, wq, ws, c.res, one)
-				got := runGEMMFP8(t, bits, wq, ws, c.res, two)
-				if len(got) != len(want) {
-					t.Fatalf("M=%d bn=%d %s: %d bytes, want %d", m, bn, c.name, len(got), len(want))
-				}
-				for i := range want {
-					if got[i] != want[i] {
-						t.Errorf("M=%d bn=%d %s: byte %d = %#x clustered, %#x on single blocks", m, bn, c.name, i, got[i], want[i])
-						break
-					}
-				}
-			}
+			g := GEMMFP8{M: m, N: n, K: k, bn: bn}
+			sameKernelBits(t, fmt.Sprintf("M=%d bn=%d", m, bn), r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+				g.mc = form(on)
+			})
 		}
 	}
 }
 
 // TestGEMMFP8Persistent checks the persistent kernels (one block per multiprocessor, tile after tile) bit for bit
-// against the one-tile kernels of the same width: plain (bf16 and fp32 Y, with a residual) and SwiGLU-fused, on
-// products of more tiles than multiprocessors (so blocks run several tiles, the ring running on across them), with
-// K of one k tile and of several, W loaded before the kernel before it and after.
+// against the one-tile kernels of the same width (sameKernelBits), on products of more tiles than multiprocessors
+// (so blocks run several tiles, the ring running on across them), with K of one k tile and of several.
 func TestGEMMFP8Persistent(t *testing.T) {
 	b := NewOn(dev)
 	needFP8(t, b)
@@ -521,39 +494,59 @@ func TestGEMMFP8Persistent(t *testing.T) {
 	for _, k := range []int{16, 400} {
 		for _, bn := range fp8PersistWidths {
 			n := 2 * bn * (dev.sms()/4 + 3) // > sms tiles plain and gated (bn/2 output columns a tile)
-			w := fp8Weights(r, n, k)
-			wq, ws, err := fp8.QuantizeRows(w, n, k)
+			wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
 			if err != nil {
 				t.Fatal(err)
 			}
 			bits, _ := fp8Rows(r, m, k)
-			res := bytesOf16(randBF16(r, m*n, 2))
-			for _, c := range []struct {
-				name      string
-				f32, glu  bool
-				res       []byte
-				preloaded bool
-			}{
-				{"bf16", false, false, nil, false},
-				{"bf16+residual", false, false, res, true},
-				{"f32", true, false, nil, true},
-				{"swiglu", false, true, nil, false},
-				{"swiglu-preloaded", false, true, nil, true},
-			} {
-				g := GEMMFP8{M: m, N: n, K: k, F32Out: c.f32, SwiGLU: c.glu, WLoaded: c.preloaded, bn: bn}
-				one, all := g, g
-				one.persist, all.persist = -1, 1
-				want := runGEMMFP8(t, bits, wq, ws, c.res, one)
-				got := runGEMMFP8(t, bits, wq, ws, c.res, all)
-				if len(got) != len(want) {
-					t.Fatalf("K=%d bn=%d %s: %d bytes, want %d", k, bn, c.name, len(got), len(want))
-				}
-				for i := range want {
-					if got[i] != want[i] {
-						t.Errorf("K=%d bn=%d %s: byte %d = %#x persistent, %#x one tile a block", k, bn, c.name, i, got[i], want[i])
-						break
-					}
-				}
+			g := GEMMFP8{M: m, N: n, K: k, bn: bn}
+			sameKernelBits(t, fmt.Sprintf("K=%d bn=%d", k, bn), r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+				g.persist = form(on)
+			})
+		}
+	}
+}
+
+// form is GEMMFP8's setting of a kernel form: 1 on, -1 off.
+func form(on bool) int {
+	if on {
+		return 1
+	}
+	return -1
+}
+
+// sameKernelBits runs g (its M, N, K and width) with a kernel form off and on (set) and checks the outputs bit for
+// bit, for each of: bf16 Y, bf16 Y with a residual, fp32 Y, SwiGLU; with W loaded before the kernel before it and
+// after.
+func sameKernelBits(t *testing.T, label string, r *rand.Rand, bits []uint16, wq []uint8, ws []float32, g GEMMFP8, set func(*GEMMFP8, bool)) {
+	t.Helper()
+	res := bytesOf16(randBF16(r, g.M*g.N, 2))
+	for _, c := range []struct {
+		name      string
+		f32, glu  bool
+		res       []byte
+		preloaded bool
+	}{
+		{"bf16", false, false, nil, false},
+		{"bf16+residual", false, false, res, true},
+		{"f32", true, false, nil, true},
+		{"swiglu", false, true, nil, false},
+		{"swiglu-preloaded", false, true, nil, true},
+	} {
+		off, on := g, g
+		off.F32Out, off.SwiGLU, off.WLoaded = c.f32, c.glu, c.preloaded
+		on.F32Out, on.SwiGLU, on.WLoaded = c.f32, c.glu, c.preloaded
+		set(&off, false)
+		set(&on, true)
+		want := runGEMMFP8(t, bits, wq, ws, c.res, off)
+		got := runGEMMFP8(t, bits, wq, ws, c.res, on)
+		if len(got) != len(want) {
+			t.Fatalf("%s %s: %d bytes, want %d", label, c.name, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s %s: byte %d = %#x, %#x with the kernel form off", label, c.name, i, got[i], want[i])
+				break
 			}
 		}
 	}

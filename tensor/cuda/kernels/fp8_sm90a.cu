@@ -438,17 +438,17 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 // (alignment) + 16 · STAGES (barriers), within the 227 KiB a block may have. The host plans the width per product
 // (fp8Plan in fp8_plan.go, which keeps this table); every width sums each output over k in the same order, so all
 // of them give the same bits and the width may follow M.
-#define FP8_TILE(NAME, BN, STAGES)                                                                                \
-	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
+// FP8_KERNEL defines kernel NAME: gemm_fp8<BN, STAGES, GATED, MC, PERSIST>, with ATTR before its launch bounds
+// (the cluster kernels' __cluster_dims__). The lines below name each kind of kernel with a macro of its own, which
+// fp8_plan_test.go reads against the host's tables of widths.
+#define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR)                                                     \
+	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                              \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);        \
 	}
+#define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, )
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
-#define FP8_GATED(NAME, BN, STAGES)                                                                               \
-	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
-		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                     \
-	}
+#define FP8_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, false, )
 FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10)
 FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10)
 FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10)
@@ -468,16 +468,8 @@ FP8_GATED(gemm_fp8_wgmma_g128x144, 144, 6)
 // FP8_MC and FP8_MC_GATED are FP8_TILE and FP8_GATED in clusters of two blocks along x (gridDim.x even: row tiles
 // 2p and 2p + 1 of the same columns), each W tile read once from L2 for both (the W tensor map's box is BN/2 rows).
 // The same products in the same order: the bits of the single-block kernels.
-#define FP8_MC(NAME, BN, STAGES)                                                                                  \
-	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME(FP8_PARAMS) {           \
-		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);               \
-	}
-#define FP8_MC_GATED(NAME, BN, STAGES)                                                                            \
-	extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME(FP8_PARAMS) {           \
-		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, true, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);                \
-	}
+#define FP8_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, false, __cluster_dims__(2, 1, 1))
+#define FP8_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, false, __cluster_dims__(2, 1, 1))
 FP8_MC(gemm_fp8_wgmma_m128x32, 32, 10)
 FP8_MC(gemm_fp8_wgmma_m128x48, 48, 10)
 FP8_MC(gemm_fp8_wgmma_m128x64, 64, 8)
@@ -494,16 +486,8 @@ FP8_MC_GATED(gemm_fp8_wgmma_mg128x128, 128, 6)
 FP8_MC_GATED(gemm_fp8_wgmma_mg128x144, 144, 6)
 // FP8_PERSIST and FP8_PERSIST_GATED are FP8_TILE and FP8_GATED as persistent kernels (PERSIST: gridDim.x ≤ the
 // tiles, gridDim.y = 1), for products of more tiles than multiprocessors. The same bits.
-#define FP8_PERSIST(NAME, BN, STAGES)                                                                             \
-	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
-		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, false, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);        \
-	}
-#define FP8_PERSIST_GATED(NAME, BN, STAGES)                                                                       \
-	extern "C" __global__ void __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                     \
-		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, true, false, true>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);         \
-	}
+#define FP8_PERSIST(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, true, )
+#define FP8_PERSIST_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, true, )
 FP8_PERSIST(gemm_fp8_wgmma_p128x96, 96, 8)
 FP8_PERSIST(gemm_fp8_wgmma_p128x128, 128, 6)
 FP8_PERSIST(gemm_fp8_wgmma_p128x144, 144, 6)
