@@ -12,8 +12,9 @@
 #   4. with bin/kev.test: the predictor's FP8 tests (the golden checkpoints with the codes fused and not)
 #                                                                                   -> $OUT/predictor_fp8.log
 #   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
-# TESTS (a -test.run pattern) and VARIANTS (a subset of "fp8 fp8_1blk fp8_persist fp8_nofuse bf16") narrow steps 1
-# and 3.
+# NCU=1 adds, after step 2, Nsight Compute on the 2,200-token pass's gate/up and down FP8 products (ncu_fp8.txt:
+# tensor pipe, shared memory and L2 throughput, warp stalls). TESTS (a -test.run pattern) and VARIANTS (a subset
+# of "fp8 fp8_1blk fp8_persist fp8_nofuse bf16") narrow steps 1 and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
@@ -38,6 +39,12 @@ sweep=
 step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=$sweep ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
 grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist) " "$OUT/gemmfp8.log"
+if [ "${NCU:-0}" = 1 ]; then # what bounds the FP8 tile kernel: two launches of the 2,200-token pass, Nsight Compute
+  step "ncu FP8 GEMM" 150 "$OUT/ncu_fp8.txt" env KEV_PROFILE_DTYPE=fp8 KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES=5q-2200 \
+    ncu -k 'regex:gemm_fp8_wgmma_(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
+fi
 for v in ${VARIANTS:-fp8 fp8_1blk fp8_persist fp8_nofuse bf16}; do
   dt=${v%%_*} mc=on fuse=on persist=off
   case $v in
