@@ -320,6 +320,45 @@ func TestFP8FuseGatedRMSNorm(t *testing.T) {
 	}
 }
 
+// TestFP8FuseSigmoidGate checks SigmoidGate's attached codes (sigmoid_gate_bf16_e4m3, a block per row) as
+// TestFP8FuseRMSNorm, at Kev-4B's attention width (16 heads of 256: rows 4096 wide) and smaller ones, and that a row
+// wider than the kernel takes (5120) gets no codes and keeps its bits.
+func TestFP8FuseSigmoidGate(t *testing.T) {
+	b := fuseBackend(t)
+	r := newRand(t)
+	for _, k := range []int{4096, 2560, 48, 5120} {
+		w := fuseWeight(t, b, r, 64, k)
+		wg := fuseWeight(t, b, r, 2*64, k)
+		for _, m := range fp8FuseRows {
+			t.Run(fmt.Sprintf("M=%d/n=%d", m, k), func(t *testing.T) {
+				x := bf16Tensor(t, b, r, m, k, 4)
+				gate := bf16Tensor(t, b, r, m, k, 6)
+				defer b.Free(x, gate)
+				run := func(on bool) tensor.Tensor {
+					setFP8Fuse(t, on)
+					y, err := b.SigmoidGate(x, gate)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return y
+				}
+				off := run(false)
+				y := run(true)
+				defer b.Free(y, off)
+				sameOutput(t, "SigmoidGate", y, off, b)
+				if k > sigmoidGateE4M3Max {
+					if y.(*Tensor).q8.buf.Ptr != 0 {
+						t.Fatalf("n = %d: codes attached past the kernel's widest row", k)
+					}
+					return
+				}
+				checkCodes(t, b, y)
+				checkProduct(t, b, y, w, wg)
+			})
+		}
+	}
+}
+
 // TestFP8FuseQuantizes checks that the FP8 products quantize x where it has no codes: an uploaded x, a column view
 // of a normalisation's output (densified: a copy without codes) and F32 outputs, with the bits of the same values
 // uploaded; and that no codes are attached on a backend without FP8 weights, with fusion off, to a width not a

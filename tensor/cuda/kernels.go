@@ -882,6 +882,38 @@ func (q *Queue) SigmoidGate(y, x, gate Buffer, n int64) error {
 	return q.launch("ops", "sigmoid_gate_bf16", gridFor(n/8, 256, q.d.info.SMs), cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
 }
 
+// SigmoidGateE4M3 enqueues sigmoid_gate_bf16_e4m3: y = x ⊙ sigmoid(gate) over bf16 [M, n] (SigmoidGate's values;
+// y must not alias x) and, for each row of y, its E4M3 codes into qb [M, n] and its scale into s [M] as
+// QuantRowsE4M3 would make them from y. n a multiple of 16, at most 4,096. Hopper only.
+func (q *Queue) SigmoidGateE4M3(y, x, gate, qb, s Buffer, M, n int) error {
+	const op = "SigmoidGateE4M3"
+	if M <= 0 || n <= 0 || n%16 != 0 || n > sigmoidGateE4M3Max {
+		return &ArgError{op, "M, n", fmt.Sprintf("%d, %d must be positive, n a multiple of 16 up to %d", M, n, sigmoidGateE4M3Max)}
+	}
+	sz := 2 * int64(M) * int64(n)
+	for _, c := range []struct {
+		name string
+		b    Buffer
+		n    int64
+	}{{"y", y, sz}, {"x", x, sz}, {"gate", gate, sz}, {"q", qb, int64(M) * int64(n)}, {"s", s, 4 * int64(M)}} {
+		if err := need(op, c.name, c.b, c.n); err != nil {
+			return err
+		}
+	}
+	if y.Ptr == x.Ptr {
+		return &ArgError{op, "y", "must not alias x"}
+	}
+	if !q.d.hopper() {
+		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	}
+	q.args.Reset()
+	q.args.Ptr(y.Ptr).Ptr(x.Ptr).Ptr(gate.Ptr).I32(int32(M)).I32(int32(n)).Ptr(qb.Ptr).Ptr(s.Ptr)
+	return q.launch("ops", "sigmoid_gate_bf16_e4m3", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
+}
+
+// sigmoidGateE4M3Max is the widest row sigmoid_gate_bf16_e4m3 takes (RMS_VEC·RMS_THREADS·8 in kernels/ops.cu).
+const sigmoidGateE4M3Max = 4096
+
 // FillUniform enqueues n bf16 values uniform in [-scale, scale) into b, from a hash of (seed, index).
 func (q *Queue) FillUniform(b Buffer, n int64, seed uint32, scale float32) error {
 	const op = "FillUniform"

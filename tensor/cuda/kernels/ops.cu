@@ -392,6 +392,45 @@ extern "C" __global__ void sigmoid_gate_bf16(__nv_bfloat16 *y, const __nv_bfloat
 	}
 }
 
+// sigmoid_gate_bf16_e4m3 is sigmoid_gate_bf16 over the rows of y, x, gate [M, n] that also quantizes each row of y
+// as quant_rows_e4m3 (kernels/fp8_sm90a.cu) quantizes a bf16 row, bit for bit: S[r] = max|y[r, ·]| / 448 (fmaxf,
+// IEEE division; 1 when that is 0), Q[r·n …] = E4M3(y / S[r]). One block of RMS_THREADS per row, the row's
+// vectors in registers (n ≤ RMS_VEC·RMS_THREADS·8 = 4096, a multiple of 16); y may not alias x here. Each value is
+// sigmoid_gate_bf16's (the same product, rounded the same way). Empty below compute capability 8.9 (the backend
+// launches it on 9.0 only).
+extern "C" __global__ void __launch_bounds__(RMS_THREADS)
+    sigmoid_gate_bf16_e4m3(__nv_bfloat16 *y, const __nv_bfloat16 *x, const __nv_bfloat16 *__restrict__ gate, int M,
+                           int n, uint8_t *Q, float *S) {
+	KEV_GRID_DEP();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	__shared__ float mpart[RMS_THREADS / 32];
+	const int row = blockIdx.x, tid = threadIdx.x, nv = n / 8;
+	if (row >= M) return;
+	const size_t o = (size_t)row * nv; // the row's first vector
+	uint4 v[RMS_VEC];
+	float m = 0.f;
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++) {
+		const int c = tid + k * RMS_THREADS;
+		if (c >= nv) continue;
+		float a[8], b[8];
+		unpack8(((const uint4 *)x)[o + c], a);
+		unpack8(((const uint4 *)gate)[o + c], b);
+#pragma unroll
+		for (int e = 0; e < 8; e++) a[e] *= sigmoidf_(b[e]);
+		v[k] = pack8(a);
+		((uint4 *)y)[o + c] = v[k];
+		m = q8_absmax(m, v[k]);
+	}
+	const float s = q8_scale(m, mpart);
+	uint2 *q = (uint2 *)(Q + (size_t)row * n);
+#pragma unroll
+	for (int k = 0; k < RMS_VEC; k++)
+		if (tid + k * RMS_THREADS < nv) q[tid + k * RMS_THREADS] = q8_codes(v[k], s);
+	if (tid == 0) S[row] = s;
+#endif
+}
+
 // Fills p[0..n) with bf16 values uniform in [-scale, scale) from a counter hash of (seed, index): fresh,
 // reproducible, never all zero. For tests and benchmarks.
 extern "C" __global__ void fill_uniform_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
