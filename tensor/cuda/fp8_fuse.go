@@ -12,7 +12,7 @@ import (
 // launch before each FP8 GEMM). Most of a model's products read the output of a normalisation whose block holds
 // the whole row: RMSNorm, AddRMSNorm (so MatMulAddRMSNorm's normed output with FP8 weights, which runs MatMul then
 // AddRMSNorm) and GatedRMSNorm; the attention layers' output projection reads SigmoidGate's output, which a kernel
-// of a block per row computes too. On a backend with FP8 weights (Backend.fp8) those write, beside their bf16
+// of a block per row computes too (not yet on by default: fuseSigmoidGate). On a backend with FP8 weights (Backend.fp8) those write, beside their bf16
 // output, its E4M3 codes and row scales (rmsnorm_bf16_e4m3, gated_rmsnorm_bf16_e4m3, sigmoid_gate_bf16_e4m3:
 // quant_rows_e4m3's bits from the values they have just rounded), attached to the output tensor (Tensor.q8);
 // matmulFP8 reads them instead of quantizing. The codes are exactly those of the tensor's values: only the kernel
@@ -115,10 +115,14 @@ func (s *scope) gatedRMSNormFP8(y *Tensor, o, z, w Operand, rows, dv int, eps fl
 	return s.q.GatedRMSNormE4M3(yo, o, z, w, codes, scales, rows, dv, eps, hpr, ldz)
 }
 
+// fuseSigmoidGate: SigmoidGate writes codes (sigmoid_gate_bf16_e4m3). Off until TestFP8FuseSigmoidGate, which
+// turns it on for itself, has passed on a GPU; the other producers' codes are on.
+var fuseSigmoidGate = false
+
 // sigmoidGateFP8 enqueues Queue.SigmoidGate into y (BF16 [M, n], x and gate dense BF16 of its shape), with y's FP8
-// codes attached when the scope fuses them (fuseFP8) and the row fits sigmoid_gate_bf16_e4m3.
+// codes attached when the scope fuses them (fuseFP8, fuseSigmoidGate) and the row fits sigmoid_gate_bf16_e4m3.
 func (s *scope) sigmoidGateFP8(y *Tensor, x, gate Buffer, m, n int) error {
-	if !s.fuseFP8(n) || n > sigmoidGateE4M3Max {
+	if !fuseSigmoidGate || !s.fuseFP8(n) || n > sigmoidGateE4M3Max {
 		return s.q.SigmoidGate(y.buf, x, gate, int64(m)*int64(n))
 	}
 	codes, scales, err := s.attachFP8(y)
