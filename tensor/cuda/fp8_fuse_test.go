@@ -178,6 +178,25 @@ func sameOutput(t *testing.T, what string, on, off tensor.Tensor, b *Backend) {
 	}
 }
 
+// checkFused runs a producer (produce(on): its output with fusion on or off, which the check frees) both ways and
+// checks that the outputs have the same bits; then, when codes says the fused output should have them, its attached
+// codes (checkCodes) and the products reading them (checkProduct with w and wg), and otherwise that it has none.
+func checkFused(t *testing.T, b *Backend, what string, w, wg tensor.Tensor, codes bool, produce func(on bool) tensor.Tensor) {
+	t.Helper()
+	off := produce(false)
+	y := produce(true)
+	defer b.Free(y, off)
+	sameOutput(t, what, y, off, b)
+	if !codes {
+		if q := y.(*Tensor).q8; q.buf.Ptr != 0 {
+			t.Fatalf("%s: codes attached where the fused kernel does not take the shape", what)
+		}
+		return
+	}
+	checkCodes(t, b, y)
+	checkProduct(t, b, y, w, wg)
+}
+
 // TestFP8FuseRMSNorm checks RMSNorm's and AddRMSNorm's attached codes (rmsnorm_bf16_e4m3) at every fp8FuseRows ×
 // fp8FuseWidths shape, with gains w and 1 + w: the codes are QuantRowsE4M3's of the output, the output is the
 // output with fusion off, and the products reading the codes (MatMul, MatMulSwiGLU) are those quantizing it.
@@ -214,12 +233,7 @@ func TestFP8FuseRMSNorm(t *testing.T) {
 						b.Free(sum)
 						return y
 					}
-					off := norm(false)
-					y := norm(true)
-					defer b.Free(y, off)
-					sameOutput(t, "RMSNorm", y, off, b)
-					checkCodes(t, b, y)
-					checkProduct(t, b, y, w, wg)
+					checkFused(t, b, "RMSNorm", w, wg, true, norm)
 				})
 			}
 		}
@@ -253,12 +267,7 @@ func TestFP8FuseMatMulAddRMSNorm(t *testing.T) {
 					b.Free(sum)
 					return y
 				}
-				off := norm(false)
-				y := norm(true)
-				defer b.Free(y, off)
-				sameOutput(t, "MatMulAddRMSNorm", y, off, b)
-				checkCodes(t, b, y)
-				checkProduct(t, b, y, w, wg)
+				checkFused(t, b, "MatMulAddRMSNorm", w, wg, true, norm)
 			})
 		}
 		b.Free(gain)
@@ -307,12 +316,7 @@ func TestFP8FuseGatedRMSNorm(t *testing.T) {
 						}
 						return y
 					}
-					off := gated(false)
-					y := gated(true)
-					defer b.Free(y, off)
-					sameOutput(t, "GatedRMSNorm", y, off, b)
-					checkCodes(t, b, y)
-					checkProduct(t, b, y, w, nil)
+					checkFused(t, b, "GatedRMSNorm", w, nil, true, gated)
 				})
 			}
 		}
@@ -345,18 +349,7 @@ func TestFP8FuseSigmoidGate(t *testing.T) {
 					}
 					return y
 				}
-				off := run(false)
-				y := run(true)
-				defer b.Free(y, off)
-				sameOutput(t, "SigmoidGate", y, off, b)
-				if k > sigmoidGateE4M3Max {
-					if y.(*Tensor).q8.buf.Ptr != 0 {
-						t.Fatalf("n = %d: codes attached past the kernel's widest row", k)
-					}
-					return
-				}
-				checkCodes(t, b, y)
-				checkProduct(t, b, y, w, wg)
+				checkFused(t, b, "SigmoidGate", w, wg, k <= sigmoidGateE4M3Max, run)
 			})
 		}
 	}
