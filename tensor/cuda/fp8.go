@@ -177,14 +177,8 @@ func (q *Queue) QuantRowsE4M3(qb, s Buffer, x Operand, M, K, ldx int) error {
 	if err := need(op, "x", x.Buffer, elemSize(x.DType)*(int64(M-1)*int64(ldx)+int64(K))); err != nil {
 		return err
 	}
-	if err := need(op, "q", qb, int64(M)*int64(K)); err != nil {
+	if err := q.needCodes(op, qb, s, M, K); err != nil {
 		return err
-	}
-	if err := need(op, "s", s, 4*int64(M)); err != nil {
-		return err
-	}
-	if !q.d.hopper() {
-		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
 	xF32 := int32(0)
 	if x.DType == tensor.F32 {
@@ -193,6 +187,21 @@ func (q *Queue) QuantRowsE4M3(qb, s Buffer, x Operand, M, K, ldx int) error {
 	q.args.Reset()
 	q.args.Ptr(x.Ptr).I32(xF32).I32(int32(ldx)).Ptr(qb.Ptr).Ptr(s.Ptr).I32(int32(M)).I32(int32(K))
 	return q.launch("fp8_sm90a", "quant_rows_e4m3", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 256, Y: 1, Z: 1}, 0)
+}
+
+// needCodes checks, for op, the E4M3 codes qb of an [m, k] matrix (m·k bytes) and its row scales s (m floats), and
+// that the device runs the FP8 kernels.
+func (q *Queue) needCodes(op string, qb, s Buffer, m, k int) error {
+	if err := need(op, "q", qb, int64(m)*int64(k)); err != nil {
+		return err
+	}
+	if err := need(op, "s", s, 4*int64(m)); err != nil {
+		return err
+	}
+	if !q.d.hopper() {
+		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	}
+	return nil
 }
 
 // GEMMFP8 describes Y[M,N] = (X[M,K] · W[N,K]ᵀ) · XS[row] · WS[col] (+ R[M,N]) with E4M3 X and W (row-major,

@@ -798,14 +798,8 @@ func (q *Queue) RMSNormE4M3(y, sum, x, res, gain, qb, s Buffer, M, n int, eps fl
 	if err := q.rmsnormArgs(op, y, sum, x, res, gain, M, n, eps, plusOne); err != nil {
 		return err
 	}
-	if err := need(op, "q", qb, int64(M)*int64(n)); err != nil {
+	if err := q.needCodes(op, qb, s, M, n); err != nil {
 		return err
-	}
-	if err := need(op, "s", s, 4*int64(M)); err != nil {
-		return err
-	}
-	if !q.d.hopper() {
-		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
 	q.args.Ptr(qb.Ptr).Ptr(s.Ptr)
 	return q.launch("ops", "rmsnorm_bf16_e4m3", cudrv.Dim3{X: M, Y: 1, Z: 1}, cudrv.Dim3{X: 128, Y: 1, Z: 1}, 0)
@@ -895,7 +889,7 @@ func (q *Queue) SigmoidGateE4M3(y, x, gate, qb, s Buffer, M, n int) error {
 		name string
 		b    Buffer
 		n    int64
-	}{{"y", y, sz}, {"x", x, sz}, {"gate", gate, sz}, {"q", qb, int64(M) * int64(n)}, {"s", s, 4 * int64(M)}} {
+	}{{"y", y, sz}, {"x", x, sz}, {"gate", gate, sz}} {
 		if err := need(op, c.name, c.b, c.n); err != nil {
 			return err
 		}
@@ -903,8 +897,8 @@ func (q *Queue) SigmoidGateE4M3(y, x, gate, qb, s Buffer, M, n int) error {
 	if y.Ptr == x.Ptr {
 		return &ArgError{op, "y", "must not alias x"}
 	}
-	if !q.d.hopper() {
-		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	if err := q.needCodes(op, qb, s, M, n); err != nil {
+		return err
 	}
 	q.args.Reset()
 	q.args.Ptr(y.Ptr).Ptr(x.Ptr).Ptr(gate.Ptr).I32(int32(M)).I32(int32(n)).Ptr(qb.Ptr).Ptr(s.Ptr)

@@ -302,14 +302,8 @@ func (q *Queue) GatedRMSNormE4M3(y, o, z, w Operand, qb, s Buffer, rows, dv int,
 			y.DType, o.DType, z.DType, w.DType, dv, hpr, ldz)}
 	}
 	m := rows / hpr
-	if err := need(op, "q", qb, int64(rows)*int64(dv)); err != nil {
+	if err := q.needCodes(op, qb, s, m, hpr*dv); err != nil {
 		return err
-	}
-	if err := need(op, "s", s, 4*int64(m)); err != nil {
-		return err
-	}
-	if !q.d.hopper() {
-		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
 	l := dv / 8
 	q.args.Reset()
