@@ -144,8 +144,8 @@ func (b *Backend) matmulFP8(xt, wt *Tensor, swiglu bool) (tensor.Tensor, error) 
 		if y, err = s.out(act(xt.dtype), m, nOut); err != nil || m == 0 || nOut == 0 {
 			return err
 		}
-		if k == 0 {
-			return s.q.Memset16(y.buf, 0, int64(m*n)*elemSize(y.dtype)/2)
+		if k == 0 { // y is [m, nOut]: with swiglu, silu(0)·0 = 0
+			return s.q.Memset16(y.buf, 0, int64(m*nOut)*elemSize(y.dtype)/2)
 		}
 		xq, xs, err := s.fp8X(xt) // the codes x's producer attached, or x quantized now
 		if err != nil {
