@@ -50,9 +50,9 @@ type Backend struct {
 	pool pool
 	mu   sync.Mutex // guards Tensor.freed, Tensor.q8 and the view fields (base, refs, dense)
 
-	// fp8: the backend has made an F8E4M3 tensor (FromFloat32FP8), so it computes with FP8 weights: from then on
-	// the producers of the activations FP8 products read also write their E4M3 codes (fp8_fuse.go). Set and read
-	// on the device goroutine.
+	// fp8: the backend has made an F8E4M3 tensor (FromFloat32FP8, uploadFP8), so it computes with FP8 weights: from
+	// then on the producers of the activations FP8 products read also write their E4M3 codes (fp8_fuse.go). Set and
+	// read on the device goroutine.
 	fp8 bool
 }
 
@@ -234,14 +234,8 @@ func (b *Backend) run(f func(s *scope) error) error {
 				b.pool.put(t.buf)
 				b.pool.put(t.q8.buf)
 			}
-			return err
 		}
-		for _, t := range s.outs {
-			if t.dtype == tensor.F8E4M3 {
-				b.fp8 = true // an FP8 weight (Backend.fp8)
-			}
-		}
-		return nil
+		return err
 	})
 }
 

@@ -93,7 +93,11 @@ func (b *Backend) uploadFP8(shape []int, q []uint8, s []float32) (tensor.Tensor,
 		if err := sc.q.Upload(t.buf, q); err != nil {
 			return err
 		}
-		return sc.q.Upload(fp8Scales(t), unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*n))
+		if err := sc.q.Upload(fp8Scales(t), unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*n)); err != nil {
+			return err
+		}
+		b.fp8 = true // an FP8 weight (Backend.fp8)
+		return nil
 	})
 	if err != nil {
 		return nil, err
