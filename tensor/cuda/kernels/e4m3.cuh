@@ -21,6 +21,33 @@ __device__ __forceinline__ uint2 e4m3x8(const float *f, float s) {
 	return q;
 }
 
+// absmax8 returns fmaxf(m, |f[i]|) over f[0 … 7] (NaN skipped, as fmaxf does).
+__device__ __forceinline__ float absmax8(float m, const float *f) {
+#pragma unroll
+	for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
+	return m;
+}
+
+// q8_absmax returns absmax8 over the 8 values of bf16 vector v.
+__device__ __forceinline__ float q8_absmax(float m, const uint4 &v) {
+	float f[8];
+	unpack8(v, f);
+	return absmax8(m, f);
+}
+
+// e4m3_scale returns a row's scale from each thread's largest magnitude m, the row's threads being the block's
+// nwarps warps: the block's largest / 448 (IEEE division), 1 when that is 0. mpart: nwarps floats of shared memory;
+// the call synchronises the block. The largest does not depend on the order it is taken in.
+__device__ __forceinline__ float e4m3_scale(float m, float *mpart, int nwarps) {
+	m = wmax(m);
+	if ((threadIdx.x & 31) == 0) mpart[threadIdx.x >> 5] = m;
+	__syncthreads();
+	m = mpart[0];
+	for (int w = 1; w < nwarps; w++) m = fmaxf(m, mpart[w]);
+	const float s = __fdiv_rn(m, 448.f);
+	return s == 0.f ? 1.f : s;
+}
+
 // q8_codes returns the codes of bf16 vector v's 8 values divided by s (e4m3x8).
 __device__ __forceinline__ uint2 q8_codes(const uint4 &v, float s) {
 	float f[8];

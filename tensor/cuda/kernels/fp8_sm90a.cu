@@ -58,17 +58,9 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {
 		float f[8];
 		quant_load8(x, xF32, i, f);
-#pragma unroll
-		for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
+		m = absmax8(m, f);
 	}
-	m = wmax(m);
-	if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-	__syncthreads();
-	m = red[0];
-#pragma unroll
-	for (int w = 1; w < QUANT_THREADS / 32; w++) m = fmaxf(m, red[w]);
-	float s = __fdiv_rn(m, 448.f);
-	if (s == 0.f) s = 1.f;
+	const float s = e4m3_scale(m, red, QUANT_THREADS / 32);
 	if (threadIdx.x == 0) S[row] = s;
 	uint2 *q = (uint2 *)(Q + (size_t)row * K);
 	for (int i = threadIdx.x; i < n8; i += QUANT_THREADS) {

@@ -185,19 +185,9 @@ extern "C" __global__ void __launch_bounds__(1024)
 	const bool on = t < hpr * L;
 	uint4 yv;
 	float m = 0.f;
-	if (gated_rms8(yv, y, o, z, w, row * hpr + (t >> ls), (t & (L - 1)) * 8, on, dv, L, eps, hpr, ldz)) {
-		float f[8];
-		unpack8(yv, f);
-#pragma unroll
-		for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
-	}
-	m = wmax(m);
-	if ((t & 31) == 0) mpart[t >> 5] = m;
-	__syncthreads();
-	m = mpart[0];
-	for (int k = 1; k < (int)(blockDim.x >> 5); k++) m = fmaxf(m, mpart[k]);
-	float s = __fdiv_rn(m, 448.f);
-	if (s == 0.f) s = 1.f;
+	if (gated_rms8(yv, y, o, z, w, row * hpr + (t >> ls), (t & (L - 1)) * 8, on, dv, L, eps, hpr, ldz))
+		m = q8_absmax(m, yv);
+	const float s = e4m3_scale(m, mpart, blockDim.x >> 5);
 	if (t == 0) S[row] = s;
 	if (on) {
 		((uint2 *)(Q + (size_t)row * hpr * dv))[t] = q8_codes(yv, s);

@@ -228,30 +228,6 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS) rmsnorm_bf16(__nv_bflo
 // largest magnitude does not depend on the order it is taken in, so the block's reduction gives quant_rows_e4m3's.
 // The E4M3 conversion needs compute capability 8.9: compiled for less, the kernel does nothing (the backend
 // launches it on 9.0 only). n a multiple of 16; Q 16-byte aligned.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// q8_absmax returns fmaxf(m, |f[i]|) over the 8 values of bf16 vector v.
-__device__ __forceinline__ float q8_absmax(float m, const uint4 &v) {
-	float f[8];
-	unpack8(v, f);
-#pragma unroll
-	for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(f[e]));
-	return m;
-}
-
-// q8_scale returns the row scale for the block's per-thread largest magnitudes m: max / 448 (IEEE division), 1 when
-// that is 0. mpart: RMS_THREADS / 32 floats of shared memory; the call synchronises the block.
-__device__ __forceinline__ float q8_scale(float m, float *mpart) {
-	m = wmax(m);
-	if ((threadIdx.x & 31) == 0) mpart[threadIdx.x >> 5] = m;
-	__syncthreads();
-	m = mpart[0];
-#pragma unroll
-	for (int w = 1; w < RMS_THREADS / 32; w++) m = fmaxf(m, mpart[w]);
-	const float s = __fdiv_rn(m, 448.f);
-	return s == 0.f ? 1.f : s;
-}
-
-#endif
 
 extern "C" __global__ void __launch_bounds__(RMS_THREADS)
     rmsnorm_bf16_e4m3(__nv_bfloat16 *y, __nv_bfloat16 *sum, const __nv_bfloat16 *x, const __nv_bfloat16 *res,
@@ -268,14 +244,14 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 #pragma unroll
 		for (int k = 0; k < RMS_VEC; k++)
 			if (tid + k * RMS_THREADS < nv) m = q8_absmax(m, v[k]);
-		s = q8_scale(m, mpart);
+		s = e4m3_scale(m, mpart, RMS_THREADS / 32);
 #pragma unroll
 		for (int k = 0; k < RMS_VEC; k++)
 			if (tid + k * RMS_THREADS < nv) q[tid + k * RMS_THREADS] = q8_codes(v[k], s);
 	} else { // rmsnorm_wide stored the row: each thread rereads the vectors it stored (c = tid + k·RMS_THREADS)
 		const uint4 *yr = (const uint4 *)(y + (size_t)row * n);
 		for (int c = tid; c < nv; c += RMS_THREADS) m = q8_absmax(m, yr[c]);
-		s = q8_scale(m, mpart);
+		s = e4m3_scale(m, mpart, RMS_THREADS / 32);
 		for (int c = tid; c < nv; c += RMS_THREADS) q[c] = q8_codes(yr[c], s);
 	}
 	if (tid == 0) S[row] = s;
@@ -422,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(RMS_THREADS)
 		((uint4 *)y)[o + c] = v[k];
 		m = q8_absmax(m, v[k]);
 	}
-	const float s = q8_scale(m, mpart);
+	const float s = e4m3_scale(m, mpart, RMS_THREADS / 32);
 	uint2 *q = (uint2 *)(Q + (size_t)row * n);
 #pragma unroll
 	for (int k = 0; k < RMS_VEC; k++)
