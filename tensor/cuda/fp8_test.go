@@ -656,7 +656,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
 				t16, _ := timeGEMM(b, GEMM{M: M, N: N, K: K})
 				t8, t8q := timeGEMMFP8(b, M, N, K)
-				t8w, _ := timeGEMMFP8With(b, M, N, K, 128, 0)
+				t8w, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: 128, persist: -1})
 				flop := 2 * float64(M) * float64(N) * float64(K)
 				b8 := int64(M*K + N*K + 2*M*N)
 				type row struct {
@@ -673,20 +673,20 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"fp8-bn128", 128, t8w, b8},
 				}
 				if fp8Cluster(M, plan) { // the planned width on single blocks and in clusters of two
-					t1, _ := timeGEMMFP8With(b, M, N, K, plan, -1)
-					t2, _ := timeGEMMFP8With(b, M, N, K, plan, 1)
+					t1, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: -1, persist: -1})
+					t2, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1})
 					rows = append(rows, row{"fp8-1blk", plan, t1, b8}, row{"fp8-mc", plan, t2, b8})
 				}
 				if tiles := ((M + 127) / 128) * ((N + plan - 1) / plan); fp8Persistent(tiles, dev.sms(), plan) {
-					tp, _ := timeGEMMFP8Persist(b, M, N, K, plan) // the planned width, persistent
+					tp, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: -1, persist: 1})
 					rows = append(rows, row{"fp8-persist", plan, tp, b8})
 				}
 				if sweep {
 					for _, w := range fp8Widths {
-						tw, _ := timeGEMMFP8With(b, M, N, K, w.bn, -1)
+						tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w.bn, mc: -1, persist: -1})
 						rows = append(rows, row{fmt.Sprintf("fp8-bn%d", w.bn), w.bn, tw, b8})
 						if fp8Cluster(M, w.bn) {
-							tw, _ := timeGEMMFP8With(b, M, N, K, w.bn, 1)
+							tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w.bn, mc: 1})
 							rows = append(rows, row{fmt.Sprintf("fp8-mc%d", w.bn), w.bn, tw, b8})
 						}
 					}
@@ -709,21 +709,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
 // random bf16 values (valid E4M3 codes, none NaN), x random bf16.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8With(b, M, N, K, 0, 0)
+	return timeGEMMFP8With(b, M, N, K, GEMMFP8{persist: -1})
 }
 
-// timeGEMMFP8Persist is timeGEMMFP8With on the persistent kernel of width bn.
-func timeGEMMFP8Persist(b *testing.B, M, N, K, bn int) (gemm, withQuant float64) {
-	return timeGEMMFP8Opts(b, M, N, K, bn, -1, 1)
-}
-
-// timeGEMMFP8With is timeGEMMFP8 with GEMMFP8.bn and GEMMFP8.mc set (0: planned), one tile a block.
-func timeGEMMFP8With(b *testing.B, M, N, K, bn, mc int) (gemm, withQuant float64) {
-	return timeGEMMFP8Opts(b, M, N, K, bn, mc, -1)
-}
-
-// timeGEMMFP8Opts is timeGEMMFP8 with GEMMFP8.bn, GEMMFP8.mc and GEMMFP8.persist set.
-func timeGEMMFP8Opts(b *testing.B, M, N, K, bn, mc, persist int) (gemm, withQuant float64) {
+// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc and persist (0: planned).
+func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
 	err := dev.Do(func(q *Queue) error {
@@ -775,7 +765,7 @@ func timeGEMMFP8Opts(b *testing.B, M, N, K, bn, mc, persist int) (gemm, withQuan
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: bn, mc: mc, persist: persist}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {
