@@ -62,6 +62,9 @@ type Device struct {
 	// E4M3 codes, which the products then read instead of quantizing x (fp8_fuse.go). KEV_CUDA_FP8_FUSE=off turns
 	// it off: every FP8 product quantizes its x, as before (the same bits either way).
 	fp8Fuse bool
+	// fp8FuseGate: SigmoidGate writes its output's codes too (sigmoid_gate_bf16_e4m3), with KEV_CUDA_FP8_FUSE=all;
+	// off by default until TestFP8FuseSigmoidGate has passed on a GPU (fuseSigmoidGate).
+	fp8FuseGate bool
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
@@ -169,7 +172,9 @@ func Open(ordinal int) (*Device, error) {
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
-	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
+	fuse := strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE"))
+	d.fp8Fuse = !strings.EqualFold(fuse, "off")
+	d.fp8FuseGate = strings.EqualFold(fuse, "all")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
 	d.fp8Persist = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "on")
 	if err := d.LoadModules(); err != nil {
