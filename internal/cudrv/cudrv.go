@@ -37,6 +37,16 @@ static CUresult kev_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned 
 	return cuLaunchKernelEx(&cfg, f, n ? params : NULL, NULL);
 }
 
+// kev_max_active_clusters is cuOccupancyMaxActiveClusters for f (whose cluster shape is compiled in) launched as
+// grid × block with shmem bytes of dynamic shared memory.
+static CUresult kev_max_active_clusters(int *n, CUfunction f, unsigned gx, unsigned bx, unsigned shmem) {
+	CUlaunchConfig cfg = {0};
+	cfg.gridDimX = gx; cfg.gridDimY = 1; cfg.gridDimZ = 1;
+	cfg.blockDimX = bx; cfg.blockDimY = 1; cfg.blockDimZ = 1;
+	cfg.sharedMemBytes = shmem;
+	return cuOccupancyMaxActiveClusters(n, f, &cfg);
+}
+
 // kev_graph_chain writes the nodes of g into out in order when g is one chain (a single root, each node followed by
 // at most one other, through one edge or several), and their count into *n; CUDA_ERROR_INVALID_VALUE when it is
 // not a chain or has more than cap nodes.
@@ -343,6 +353,21 @@ func launch(f cu.Function, grid, block Dim3, sharedBytes int, s cu.Stream, a *Ar
 		C.uint(block.X), C.uint(block.Y), C.uint(block.Z), C.uint(sharedBytes), cStream(s),
 		bufp, offp, C.int(a.n))
 	return check("cuLaunchKernel", r)
+}
+
+// MaxActiveClusters returns how many clusters of f (a kernel compiled with its cluster shape) the device runs at
+// once with block threads and sharedBytes of dynamic shared memory per block (cuOccupancyMaxActiveClusters, for a
+// grid of gridX blocks along x).
+func MaxActiveClusters(f cu.Function, gridX, block, sharedBytes int) (int, error) {
+	if gridX <= 0 || block <= 0 || sharedBytes < 0 {
+		return 0, fmt.Errorf("cudrv: MaxActiveClusters: grid %d, block %d, shared %d", gridX, block, sharedBytes)
+	}
+	var n C.int
+	if err := check("cuOccupancyMaxActiveClusters", C.kev_max_active_clusters(&n, cFunction(f), C.uint(gridX),
+		C.uint(block), C.uint(sharedBytes))); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // SetMaxDynamicShared raises f's dynamic shared-memory limit to bytes

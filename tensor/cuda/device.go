@@ -53,7 +53,8 @@ type Device struct {
 	// off by default until they are measured faster than single blocks (the design log v41).
 	fp8MC bool
 	// fp8Persist: FP8 products of more tiles than multiprocessors run on the persistent kernels (fp8Persistent) with
-	// KEV_CUDA_FP8_PERSIST=on; off by default until they are measured faster (the design log v42).
+	// KEV_CUDA_FP8_PERSIST=on; off by default until they are measured faster (the design log v42). With fp8MC too,
+	// on the persistent cluster kernels (v43).
 	fp8Persist bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
@@ -65,6 +66,8 @@ type Device struct {
 	// fp8FuseGate: SigmoidGate writes its output's codes too (sigmoid_gate_bf16_e4m3), with KEV_CUDA_FP8_FUSE=all;
 	// off by default until TestFP8FuseSigmoidGate has passed on a GPU (fuseSigmoidGate).
 	fp8FuseGate bool
+
+	clusters map[clusterKey]int // maxClusters' answers
 
 	launches, syncs, staged, direct, stalls, encoded, reused atomic.Int64
 	sass, jit, ringed                                        atomic.Int64 // modules loaded from machine code / from PTX; ring uploads
@@ -93,6 +96,12 @@ type Device struct {
 
 // fnKey names a kernel: module and function.
 type fnKey struct{ mod, name string }
+
+// clusterKey is a cluster kernel launched with shared bytes of dynamic shared memory a block (Device.maxClusters).
+type clusterKey struct {
+	fn     fnKey
+	shared int
+}
 
 // Stats counts what a Device has done since it was opened: hand-overs to the goroutine that owns the context and
 // calls made on it directly (see Run), kernel launches (uploads sent as launches among them: uploadWords), waits for
@@ -282,6 +291,32 @@ func (d *Device) function(mod, name string, shared int) (cu.Function, error) {
 	}
 	d.fns[key] = f
 	return f, nil
+}
+
+// maxClusters returns how many clusters of kernel name of module mod (compiled with its cluster shape) run at once
+// with block threads and shared bytes of dynamic shared memory a block (at least 1), asked of the driver once per
+// kernel and shared size.
+func (d *Device) maxClusters(mod, name string, block, shared int) (int, error) {
+	k := clusterKey{fnKey{mod, name}, shared}
+	if n, ok := d.clusters[k]; ok {
+		return n, nil
+	}
+	f, err := d.function(mod, name, shared)
+	if err != nil {
+		return 0, err
+	}
+	n, err := cudrv.MaxActiveClusters(f, 2*d.sms(), block, shared)
+	if err != nil {
+		return 0, fmt.Errorf("%s.%s: %w", mod, name, err)
+	}
+	if n < 1 {
+		return 0, fmt.Errorf("%s.%s: no cluster of its blocks fits the device (%d threads, %d bytes of shared memory a block)", mod, name, block, shared)
+	}
+	if d.clusters == nil {
+		d.clusters = map[clusterKey]int{}
+	}
+	d.clusters[k] = n
+	return n, nil
 }
 
 // loadModule loads module mod ("gemm": kernels/gemm.sm80.*, or kernels/gemm.sm90.* on compute capability 9.0) into

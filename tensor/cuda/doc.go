@@ -47,7 +47,8 @@
 // and row scales (quant_rows_e4m3's bits), attached to the output, which the FP8 products then read instead of
 // quantizing (fp8_fuse.go; KEV_CUDA_FP8_FUSE=off: every product quantizes). KEV_CUDA_FP8_MC=on runs FP8 products of
 // more than one row tile in clusters of two blocks sharing each W tile, KEV_CUDA_FP8_PERSIST=on those of more tiles
-// than multiprocessors on persistent blocks (both the same bits; off by default until measured faster). The gated
+// than multiprocessors on persistent blocks, and both together on persistent clusters of two (all the same bits;
+// off by default until measured faster). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

@@ -231,7 +231,8 @@ type GEMMFP8 struct {
 
 	bn int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
 	mc int // 0: planned (fp8Cluster); 1: the cluster kernels; -1: the single-block kernels (tests, benchmarks)
-	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks)
+	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks). With mc,
+	// the persistent cluster kernels.
 	persist int
 }
 
@@ -295,7 +296,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		tn = bn / 2
 	}
 	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
-	persist := !mc && (g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn))
+	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn)
 	if persist && !slices.Contains(fp8PersistWidths, bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
 	}
@@ -328,6 +329,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
 	kind, grid := "", cudrv.Dim3{X: mT, Y: nT, Z: 1}
 	switch {
+	case mc && persist:
+		kind = "pm"
 	case mc:
 		kind = "m"
 		grid.X += mT & 1 // whole clusters of two row tiles
@@ -339,6 +342,13 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		kind += "g"
 	}
 	fn := fmt.Sprintf("gemm_fp8_wgmma_%s128x%d", kind, bn)
+	if mc && persist { // clusters of two, each taking pairs of row tiles: no more clusters than run at once
+		n, err := d.maxClusters("fp8_sm90a", fn, 384, shared)
+		if err != nil {
+			return fmt.Errorf("cuda: %s: %w", op, err)
+		}
+		grid = cudrv.Dim3{X: 2 * min((mT+1)/2*nT, n), Y: 1, Z: 1}
+	}
 	if d.tagLaunches() {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)
 		defer func() { q.tag = "" }()

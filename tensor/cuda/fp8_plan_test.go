@@ -46,8 +46,8 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
-	// the persistent and the cluster kernels: plain and gated, one of each for every width of their list, with the
-	// ring depth of the plain kernel of that width
+	// the persistent, the cluster and the persistent cluster kernels: plain and gated, one of each for every width
+	// of their list, with the ring depth of the plain kernel of that width
 	var clustered []int
 	for _, w := range fp8Widths {
 		if fp8Cluster(256, w.bn) {
@@ -62,6 +62,8 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 		{"FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x", fp8PersistWidths},
 		{"FP8_MC(gemm_fp8_wgmma_m128x", clustered},
 		{"FP8_MC_GATED(gemm_fp8_wgmma_mg128x", clustered},
+		{"FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x", fp8PersistWidths},
+		{"FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x", fp8PersistWidths},
 	} {
 		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(f.kind) + `(\d+), (\d+), (\d+)\)`)
 		var got []int

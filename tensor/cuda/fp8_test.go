@@ -483,14 +483,15 @@ func TestGEMMFP8Cluster(t *testing.T) {
 	}
 }
 
-// TestGEMMFP8Persistent checks the persistent kernels (one block per multiprocessor, tile after tile) bit for bit
-// against the one-tile kernels of the same width (sameKernelBits), on products of more tiles than multiprocessors
-// (so blocks run several tiles, the ring running on across them), with K of one k tile and of several.
+// TestGEMMFP8Persistent checks the persistent kernels (one block per multiprocessor, tile after tile) and the
+// persistent cluster kernels (clusters of two taking pair after pair of row tiles) bit for bit against the one-tile
+// kernels of the same width (sameKernelBits), on products of more tiles than multiprocessors (so blocks run several
+// tiles, the ring running on across them), with K of one k tile and of several, and an even and an odd number of
+// row tiles (a cluster's second block then has no rows in the last pairs).
 func TestGEMMFP8Persistent(t *testing.T) {
 	b := NewOn(dev)
 	needFP8(t, b)
 	r := newRand(t)
-	const m = 390 // four row tiles, the last of 6 rows
 	for _, k := range []int{16, 400} {
 		for _, bn := range fp8PersistWidths {
 			n := 2 * bn * (dev.sms()/4 + 3) // > sms tiles plain and gated (bn/2 output columns a tile)
@@ -498,11 +499,17 @@ func TestGEMMFP8Persistent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bits, _ := fp8Rows(r, m, k)
-			g := GEMMFP8{M: m, N: n, K: k, bn: bn}
-			sameKernelBits(t, fmt.Sprintf("K=%d bn=%d", k, bn), r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
-				g.persist = form(on)
-			})
+			for _, m := range []int{390, 270} { // four row tiles, the last of 6 rows; three, the last of 14
+				bits, _ := fp8Rows(r, m, k)
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn}
+				for _, mc := range []bool{false, true} {
+					sameKernelBits(t, fmt.Sprintf("K=%d bn=%d M=%d clusters %v", k, bn, m, mc), r, bits, wq, ws, g,
+						func(g *GEMMFP8, on bool) {
+							g.persist = form(on)
+							g.mc = form(on && mc)
+						})
+				}
+			}
 		}
 	}
 }
@@ -642,8 +649,10 @@ func TestFP8Errors(t *testing.T) {
 // counts of a question-row pass (40, 240), a 2,200-token state (2,392) and a batch of long requests (16,384), over
 // rotating inputs larger than L2: "bf16" is the default bf16 plan (timeGEMM), "fp8" the FP8 GEMM alone on codes
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
-// MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN"), the measurements fp8Plan's model is
-// fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
+// MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
+// kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
+// "fp8-pmc" persistent clusters of two. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
+// clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
 	if ok, why := dev.FP8Supported(); !ok {
@@ -680,6 +689,10 @@ func BenchmarkGEMMFP8(b *testing.B) {
 				if tiles := ((M + 127) / 128) * ((N + plan - 1) / plan); fp8Persistent(tiles, dev.sms(), plan) {
 					tp, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: -1, persist: 1})
 					rows = append(rows, row{"fp8-persist", plan, tp, b8})
+					if fp8Cluster(M, plan) {
+						tpm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1})
+						rows = append(rows, row{"fp8-pmc", plan, tpm, b8})
+					}
 				}
 				if sweep {
 					for _, w := range fp8Widths {

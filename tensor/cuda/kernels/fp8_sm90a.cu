@@ -289,29 +289,36 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 
 	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
 	static_assert(!MC || BN % 16 == 0, "a cluster's block copies BN/2 W rows, whole 8-row swizzle atoms");
-	static_assert(!(MC && PERSIST), "no persistent cluster kernels");
 	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
 	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
 
 	const int wg = threadIdx.x >> 7;
 	int m0, n0;
 	uint32_t rank = 0;
-	if constexpr (MC) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
-		rank = cluster_rank();
+	if constexpr (MC) rank = cluster_rank();
+	if constexpr (MC && !PERSIST) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
 		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.x >> 1, gridDim.y, max(gn, 1), 2 * BM, TN, m0, n0);
 		m0 += (int)rank * BM;
 	} else if constexpr (!PERSIST) {
 		tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
 	}
 	const int nk = (K + BK - 1) / BK;
-	// The tiles this block computes: first, first + stride, … < T (the one-tile kernels: one, placed above).
+	// The tiles this block computes: first, first + stride, … < T (the one-tile kernels: one, placed above). A
+	// persistent cluster takes pairs of row tiles (2p and 2p + 1 of the same columns, as the one-pair grid places
+	// them), both of its blocks the same pairs in the same order.
 	int first = 0, stride = 1, T = 1, mT = 0, nT = 0;
 	if constexpr (PERSIST) {
-		mT = (M + BM - 1) / BM, nT = ((GATED ? F : N) + TN - 1) / TN;
-		first = blockIdx.x, stride = gridDim.x, T = mT * nT;
+		constexpr int per = MC ? 2 : 1; // blocks to a cluster
+		mT = (M + per * BM - 1) / (per * BM), nT = ((GATED ? F : N) + TN - 1) / TN;
+		first = blockIdx.x / per, stride = gridDim.x / per, T = mT * nT;
 	}
 	auto place = [&](int tile) {
-		if constexpr (PERSIST) tile_at(tile, mT, nT, max(gn, 1), BM, TN, m0, n0);
+		if constexpr (PERSIST && MC) {
+			tile_at(tile, mT, nT, max(gn, 1), 2 * BM, TN, m0, n0);
+			m0 += (int)rank * BM;
+		} else if constexpr (PERSIST) {
+			tile_at(tile, mT, nT, max(gn, 1), BM, TN, m0, n0);
+		}
 	};
 	// loadW copies the W rows of k tile kt into the stage's B region at sb: BN rows from n0, or with GATED TN gate
 	// rows from n0 and the same TN up rows (F on), one after the other. MC: this block copies half of them (the
@@ -328,9 +335,9 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		}
 	};
 	// A block of an MC cluster whose rows all lie past M (the second of an odd number of row tiles) copies no X: its
-	// stages then expect only the W bytes.
-	const bool xrows = !MC || m0 < M;
-	const uint32_t stageBytes = xrows ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES;
+	// stages then expect only the W bytes. (A persistent block's tiles differ in this: it asks at each tile.)
+	auto xrows = [&] { return !MC || m0 < M; };
+	auto stageBytes = [&] { return xrows() ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES; };
 
 	if constexpr (MC) { // empty: one arrival per consumer warp of each of the two blocks
 		if (threadIdx.x == 0) {
@@ -351,7 +358,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			place(first); // the host launches no more blocks than tiles
 			const int pre = wpre ? min(STAGES, nk) : 0;
 			for (int kt = 0; kt < pre; kt++) {
-				mbar_expect_tx(bars + 8 * kt, stageBytes);
+				mbar_expect_tx(bars + 8 * kt, stageBytes());
 				loadW(base + kt * STAGE_BYTES + A_BYTES, kt, bars + 8 * kt);
 			}
 			kev_grid_wait();
@@ -361,14 +368,14 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				place(tile);
 				for (int kt = 0; kt < nk; kt++, it++) {
 					if (it < pre) {
-						if (xrows) tma_load2d(base + it * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * it);
+						if (xrows()) tma_load2d(base + it * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * it);
 						continue;
 					}
 					const int s = it % STAGES;
 					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
 					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
-					mbar_expect_tx(full, stageBytes);
-					if (xrows) tma_load2d(sa, tmX, kt * BK, m0, full);
+					mbar_expect_tx(full, stageBytes());
+					if (xrows()) tma_load2d(sa, tmX, kt * BK, m0, full);
 					loadW(sa + A_BYTES, kt, full);
 				}
 			}
@@ -486,3 +493,14 @@ FP8_PERSIST(gemm_fp8_wgmma_p128x144, 144, 6)
 FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x96, 96, 8)
 FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x128, 128, 6)
 FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x144, 144, 6)
+// FP8_PERSIST_MC and FP8_PERSIST_MC_GATED are FP8_MC and FP8_MC_GATED as persistent kernels: clusters of two blocks
+// (gridDim.x even, at most the clusters that fit at once, gridDim.y = 1), each cluster taking pair after pair of row
+// tiles. The same bits.
+#define FP8_PERSIST_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, true, __cluster_dims__(2, 1, 1))
+#define FP8_PERSIST_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, true, __cluster_dims__(2, 1, 1))
+FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x96, 96, 8)
+FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x128, 128, 6)
+FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x144, 144, 6)
+FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x96, 96, 8)
+FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x128, 128, 6)
+FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x144, 144, 6)
