@@ -9,15 +9,15 @@
 #      persistent and in persistent clusters (KEV_FP8_WIDTHS=all with SWEEP=1: every width on single blocks and in
 #      clusters)                                                                     -> $OUT/gemmfp8.log
 #   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters (fp8), on single blocks (fp8_1blk), on the
-#      persistent kernels (fp8_persist, KEV_CUDA_FP8_PERSIST=on), on persistent clusters (fp8_pmc, both on), FP8
-#      that quantizes every product's x in a launch of its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off), FP8 on single
-#      blocks with the sigmoid gate's codes too (fp8_gate, KEV_CUDA_FP8_FUSE=all) and bf16 -> $OUT/pass_VARIANT.log
+#      persistent kernels (fp8_persist, KEV_CUDA_FP8_PERSIST=on, the default), on persistent clusters (fp8_pmc, both on), FP8
+#      that quantizes every product's x in a launch of its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off) and bf16
+#                                                                                   -> $OUT/pass_VARIANT.log
 #   4. with bin/kev.test: the predictor's FP8 tests (the golden checkpoints with the codes fused and not)
 #                                                                                   -> $OUT/predictor_fp8.log
 #   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
 # NCU=1 adds, after step 2, Nsight Compute on the 2,200-token pass's gate/up and down FP8 products (ncu_fp8.txt:
 # tensor pipe, shared memory and L2 throughput, warp stalls). TESTS (a -test.run pattern) and VARIANTS (a subset
-# of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse fp8_gate bf16") narrow steps 1 and 3.
+# of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse bf16") narrow steps 1 and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
@@ -55,7 +55,6 @@ for v in ${VARIANTS:-fp8 fp8_1blk fp8_persist fp8_nofuse bf16}; do
   fp8_persist) mc=off persist=on ;;
   fp8_pmc) persist=on ;;
   fp8_nofuse) fuse=off ;;
-  fp8_gate) mc=off fuse=all ;;
   esac
   step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_FUSE=$fuse \
     KEV_CUDA_FP8_PERSIST=$persist KEV_PROFILE_MODES=invariant \

@@ -50,11 +50,11 @@ type Device struct {
 	// KEV_CUDA_PDL=off turns it off.
 	pdl bool
 	// fp8MC: FP8 products of more than one row tile run on the cluster kernels (fp8Cluster) with KEV_CUDA_FP8_MC=on;
-	// off by default until they are measured faster than single blocks (the design log v41).
+	// off by default: measured no faster than single blocks, and slower on the down projection (the design log v41).
 	fp8MC bool
-	// fp8Persist: FP8 products of more tiles than multiprocessors run on the persistent kernels (fp8Persistent) with
-	// KEV_CUDA_FP8_PERSIST=on; off by default until they are measured faster (the design log v42). With fp8MC too,
-	// on the persistent cluster kernels (v43).
+	// fp8Persist: FP8 products of more tiles than multiprocessors run on the persistent kernels (fp8Persistent),
+	// 2–8 % faster than one tile a block from 240 rows up (the design log v42); KEV_CUDA_FP8_PERSIST=off runs one
+	// tile a block. With fp8MC too, on the persistent cluster kernels (v43; slower).
 	fp8Persist bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
@@ -63,9 +63,6 @@ type Device struct {
 	// E4M3 codes, which the products then read instead of quantizing x (fp8_fuse.go). KEV_CUDA_FP8_FUSE=off turns
 	// it off: every FP8 product quantizes its x, as before (the same bits either way).
 	fp8Fuse bool
-	// fp8FuseGate: SigmoidGate writes its output's codes too (sigmoid_gate_bf16_e4m3), with KEV_CUDA_FP8_FUSE=all;
-	// off by default until TestFP8FuseSigmoidGate has passed on a GPU (fuseSigmoidGate).
-	fp8FuseGate bool
 
 	clusters map[clusterKey]int // maxClusters' answers
 
@@ -181,11 +178,9 @@ func Open(ordinal int) (*Device, error) {
 	}
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
-	fuse := strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE"))
-	d.fp8Fuse = !strings.EqualFold(fuse, "off")
-	d.fp8FuseGate = strings.EqualFold(fuse, "all")
+	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
-	d.fp8Persist = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "on")
+	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err

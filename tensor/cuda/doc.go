@@ -43,12 +43,12 @@
 // per row to E4M3, then a wgmma GEMM of E4M3 tiles whose fp32 sums are scaled by both rows' scales, in tiles 24 to
 // 144 columns wide planned per product by a cost model (fp8_plan.go; every width gives the same bits, so the width
 // may follow M); MatMulSwiGLU applies SwiGLU in that GEMM's epilogue. On a backend with FP8 weights RMSNorm,
-// AddRMSNorm and GatedRMSNorm (and, once checked on a GPU, SigmoidGate) also write their bf16 output's E4M3 codes
-// and row scales (quant_rows_e4m3's bits), attached to the output, which the FP8 products then read instead of
-// quantizing (fp8_fuse.go; KEV_CUDA_FP8_FUSE=off: every product quantizes). KEV_CUDA_FP8_MC=on runs FP8 products of
-// more than one row tile in clusters of two blocks sharing each W tile, KEV_CUDA_FP8_PERSIST=on those of more tiles
-// than multiprocessors on persistent blocks, and both together on persistent clusters of two (all the same bits;
-// off by default until measured faster). The gated
+// AddRMSNorm, GatedRMSNorm and SigmoidGate also write their bf16 output's E4M3 codes and row scales
+// (quant_rows_e4m3's bits), attached to the output, which the FP8 products then read instead of quantizing
+// (fp8_fuse.go; KEV_CUDA_FP8_FUSE=off: every product quantizes). FP8 products of more tiles than multiprocessors run
+// on persistent blocks (KEV_CUDA_FP8_PERSIST=off: one tile a block); KEV_CUDA_FP8_MC=on runs those of more than one
+// row tile in clusters of two blocks sharing each W tile (persistent clusters with the persistent blocks; all the
+// same bits; off by default, measured no faster). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

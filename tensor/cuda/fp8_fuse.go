@@ -12,12 +12,12 @@ import (
 // launch before each FP8 GEMM). Most of a model's products read the output of a normalisation whose block holds
 // the whole row: RMSNorm, AddRMSNorm (so MatMulAddRMSNorm's normed output with FP8 weights, which runs MatMul then
 // AddRMSNorm) and GatedRMSNorm; the attention layers' output projection reads SigmoidGate's output, which a kernel
-// of a block per row computes too (not yet on by default: fuseSigmoidGate). On a backend with FP8 weights (Backend.fp8) those write, beside their bf16
+// of a block per row computes too. On a backend with FP8 weights (Backend.fp8) those write, beside their bf16
 // output, its E4M3 codes and row scales (rmsnorm_bf16_e4m3, gated_rmsnorm_bf16_e4m3, sigmoid_gate_bf16_e4m3:
 // quant_rows_e4m3's bits from the values they have just rounded), attached to the output tensor (Tensor.q8);
 // matmulFP8 reads them instead of quantizing. The codes are exactly those of the tensor's values: only the kernel
 // that writes a tensor attaches them, a view has none, and no operation writes into an existing tensor.
-// KEV_CUDA_FP8_FUSE=off (Device.fp8Fuse) turns both sides off; KEV_CUDA_FP8_FUSE=all adds SigmoidGate's. The MLP's down projection reads the SwiGLU epilogue
+// KEV_CUDA_FP8_FUSE=off (Device.fp8Fuse) turns both sides off. The MLP's down projection reads the SwiGLU epilogue
 // of the gate/up product, whose blocks hold parts of a row, and keeps its quantization.
 
 // fp8Codes are the E4M3 codes of a BF16 matrix [m, k] (rows k bytes apart) and its fp32 row scales, as
@@ -115,15 +115,10 @@ func (s *scope) gatedRMSNormFP8(y *Tensor, o, z, w Operand, rows, dv int, eps fl
 	return s.q.GatedRMSNormE4M3(yo, o, z, w, codes, scales, rows, dv, eps, hpr, ldz)
 }
 
-// fuseSigmoidGate: SigmoidGate writes codes (sigmoid_gate_bf16_e4m3) on every device. Off until
-// TestFP8FuseSigmoidGate, which turns it on for itself, has passed on a GPU; the other producers' codes are on.
-// KEV_CUDA_FP8_FUSE=all (Device.fp8FuseGate) turns it on for one device.
-var fuseSigmoidGate = false
-
 // sigmoidGateFP8 enqueues Queue.SigmoidGate into y (BF16 [M, n], x and gate dense BF16 of its shape), with y's FP8
-// codes attached when the scope fuses them (fuseFP8, fuseSigmoidGate) and the row fits sigmoid_gate_bf16_e4m3.
+// codes attached when the scope fuses them (fuseFP8) and the row fits sigmoid_gate_bf16_e4m3.
 func (s *scope) sigmoidGateFP8(y *Tensor, x, gate Buffer, m, n int) error {
-	if !(fuseSigmoidGate || s.q.d.fp8FuseGate) || !s.fuseFP8(n) || n > sigmoidGateE4M3Max {
+	if !s.fuseFP8(n) || n > sigmoidGateE4M3Max {
 		return s.q.SigmoidGate(y.buf, x, gate, int64(m)*int64(n))
 	}
 	codes, scales, err := s.attachFP8(y)

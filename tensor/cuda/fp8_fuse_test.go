@@ -330,9 +330,6 @@ func TestFP8FuseGatedRMSNorm(t *testing.T) {
 func TestFP8FuseSigmoidGate(t *testing.T) {
 	b := fuseBackend(t)
 	r := newRand(t)
-	was := fuseSigmoidGate
-	fuseSigmoidGate = true
-	t.Cleanup(func() { fuseSigmoidGate = was })
 	for _, k := range []int{4096, 2560, 48, 5120} {
 		w := fuseWeight(t, b, r, 64, k)
 		wg := fuseWeight(t, b, r, 2*64, k)

@@ -88,7 +88,7 @@ var fp8PersistWidths = []int{96, 128, 144}
 // fp8Persistent reports whether a product of tiles 128 × bn tiles runs on the persistent kernels (one block per
 // multiprocessor, each computing tile after tile, its ring copying the next tile's first k tiles while it finishes
 // the one before): when the tiles take more than one round of the sms multiprocessors and the width has a
-// persistent kernel, and the device has them on (KEV_CUDA_FP8_PERSIST=on; off by default). The same bits either way
+// persistent kernel, and the device has them on (unless KEV_CUDA_FP8_PERSIST=off). The same bits either way
 // (TestGEMMFP8Persistent). With the cluster kernels on too (fp8Cluster), such products run on the persistent
 // cluster kernels (gemm_fp8_wgmma_pm128xBN): clusters of two, as many as run at once, taking pair after pair of row
 // tiles.

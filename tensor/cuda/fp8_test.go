@@ -720,9 +720,10 @@ func BenchmarkGEMMFP8(b *testing.B) {
 
 // timeGEMMFP8 returns the median device times in seconds of the FP8 GEMM [M, K] × [N, K]ᵀ alone and of the
 // quantization of a bf16 x followed by the GEMM, over rotating sets of inputs: weights quantized on the device from
-// random bf16 values (valid E4M3 codes, none NaN), x random bf16.
+// random bf16 values (valid E4M3 codes, none NaN), x random bf16. The kernel is the planned one: width, and
+// persistent blocks or not, as a product of the model runs it.
 func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
-	return timeGEMMFP8With(b, M, N, K, GEMMFP8{persist: -1})
+	return timeGEMMFP8With(b, M, N, K, GEMMFP8{})
 }
 
 // timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc and persist (0: planned).

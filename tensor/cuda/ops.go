@@ -391,7 +391,7 @@ func (b *Backend) SwiGLU(x tensor.Tensor) (tensor.Tensor, error) {
 }
 
 // SigmoidGate returns x·sigmoid(gate). On a backend with FP8 weights a BF16 result up to 4,096 wide can also get
-// its FP8 codes, which FP8 products read as their x (fp8_fuse.go, fuseSigmoidGate).
+// its FP8 codes, which FP8 products read as their x (fp8_fuse.go).
 func (b *Backend) SigmoidGate(x, gate tensor.Tensor) (tensor.Tensor, error) {
 	const op = "SigmoidGate"
 	xt, err := b.matrix(op, "x", x, -1, -1)
