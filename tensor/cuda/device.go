@@ -56,6 +56,10 @@ type Device struct {
 	// 2–8 % faster than one tile a block from 240 rows up (the design log v42); KEV_CUDA_FP8_PERSIST=off runs one
 	// tile a block. With fp8MC too, on the persistent cluster kernels (v43; slower).
 	fp8Persist bool
+	// fp8Early: the FP8 products' epilogue issues its loads (scales, residual) before it uses them, with
+	// KEV_CUDA_FP8_EARLY_LOADS=on (gemm_fp8_store); off by default until its test has run on a GPU (the design log
+	// v44). The same bits either way.
+	fp8Early bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -179,6 +183,7 @@ func Open(ordinal int) (*Device, error) {
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
+	d.fp8Early = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_EARLY_LOADS")), "on")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
 	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {

@@ -234,6 +234,9 @@ type GEMMFP8 struct {
 	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks). With mc,
 	// the persistent cluster kernels.
 	persist int
+	// early: 0 as the device says (KEV_CUDA_FP8_EARLY_LOADS); 1 the epilogue issues its loads before it uses them;
+	// -1 beside each use (tests, benchmarks)
+	early int
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -314,7 +317,10 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if err != nil {
 		return fmt.Errorf("cuda: %s: W: %w", op, err)
 	}
-	yF32, wpre := int32(0), int32(0)
+	yF32, wpre, early := int32(0), int32(0), int32(0)
+	if g.early > 0 || g.early == 0 && d.fp8Early {
+		early = 1
+	}
 	if g.F32Out {
 		yF32 = 1
 	}
@@ -326,7 +332,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
-		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre)
+		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre).I32(early)
 	kind, grid := "", cudrv.Dim3{X: mT, Y: nT, Z: 1}
 	switch {
 	case mc && persist:

@@ -514,6 +514,40 @@ func TestGEMMFP8Persistent(t *testing.T) {
 	}
 }
 
+// TestGEMMFP8EarlyLoads checks the epilogue that issues its loads before it uses them (gemm_fp8_store,
+// KEV_CUDA_FP8_EARLY_LOADS) bit for bit against the one that loads beside each use (sameKernelBits: bf16 and fp32 Y,
+// a bf16 residual, SwiGLU), on one tile a block and on persistent blocks, at every width that each has, with a last
+// row tile of a few rows and a last column tile cut short (N not a multiple of the width).
+func TestGEMMFP8EarlyLoads(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	const k = 400 // four k tiles, the last cut short
+	for _, persist := range []bool{false, true} {
+		widths := fp8GatedWidths
+		if persist {
+			widths = fp8PersistWidths
+		}
+		for _, bn := range widths {
+			n := 2 * bn * 3 // three tiles plain, six half-width tiles gated
+			if persist {
+				n = 2 * bn * (dev.sms()/4 + 3) // more tiles than multiprocessors
+			}
+			n += 16 // a last tile cut short
+			wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []int{70, 390} {
+				bits, _ := fp8Rows(r, m, k)
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn, persist: form(persist)}
+				sameKernelBits(t, fmt.Sprintf("bn=%d M=%d persistent %v", bn, m, persist), r, bits, wq, ws, g,
+					func(g *GEMMFP8, on bool) { g.early = form(on) })
+			}
+		}
+	}
+}
+
 // form is GEMMFP8's setting of a kernel form: 1 on, -1 off.
 func form(on bool) int {
 	if on {
@@ -651,7 +685,8 @@ func TestFP8Errors(t *testing.T) {
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
 // MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
-// "fp8-pmc" persistent clusters of two. With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
+// "fp8-pmc" persistent clusters of two; "fp8-direct" and "fp8-early" the planned kernel with its epilogue's loads
+// beside their use and issued first (KEV_CUDA_FP8_EARLY_LOADS). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
@@ -693,6 +728,11 @@ func BenchmarkGEMMFP8(b *testing.B) {
 						tpm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1})
 						rows = append(rows, row{"fp8-pmc", plan, tpm, b8})
 					}
+				}
+				{ // the planned kernel with the epilogue's loads beside their use and first
+					td, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{early: -1})
+					te, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{early: 1})
+					rows = append(rows, row{"fp8-direct", plan, td, b8}, row{"fp8-early", plan, te, b8})
 				}
 				if sweep {
 					for _, w := range fp8Widths {

@@ -209,9 +209,104 @@ __device__ __forceinline__ void tma_load2d_mc(uint32_t dst, const TensorMap *map
 }
 
 // gemm_fp8_store is gemm_fp8's epilogue: consumer warpgroup c's (thread t's) sums tot of the tile at (m0, n0),
-// scaled, rounded and stored (with GATED, SwiGLU of the gate and up sums).
+// scaled, rounded and stored (with GATED, SwiGLU of the gate and up sums). Every global load it needs — the column
+// scales and the residual — is issued first, into registers that the k loop's products have left free, and only
+// then used: loaded beside their use, each load's latency was paid once per 8 columns, in turn (~0.1–0.2 µs each, a
+// few µs a tile).
 template <int BN, bool GATED>
 __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const void *R, const float *xs,
+                                               const float *ws, int M, int N, int ldy, int yF32, int m0, int n0,
+                                               int c, int t) {
+	constexpr int TN = GATED ? BN / 2 : BN;
+	constexpr int J = TN / 8; // 8-column groups of the tile
+	const int F = N / 2;
+
+	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
+	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
+	const int w = (t >> 5) & 3, l = t & 31;
+	int rows[2];
+	float sx[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
+	}
+	if constexpr (GATED) {
+		constexpr int U = 4 * J; // the up sums of the same columns
+		float2 sg[J], su[J];
+#pragma unroll
+		for (int j = 0; j < J; j++) { // F a multiple of 8: a column past F reads F - 2's scales, unused
+			const int col = min(n0 + 8 * j + 2 * (l & 3), F - 2);
+			sg[j] = *(const float2 *)(ws + col);
+			su[j] = *(const float2 *)(ws + F + col);
+		}
+#pragma unroll
+		for (int j = 0; j < J; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= F) continue; // F a multiple of 8: col + 1 < F too
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (rows[h] >= M) continue;
+				const float v0 = swiglu1(__fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sg[j].x)),
+				                         __fmul_rn(tot[U + 4 * j + 2 * h], __fmul_rn(sx[h], su[j].x)));
+				const float v1 = swiglu1(__fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sg[j].y)),
+				                         __fmul_rn(tot[U + 4 * j + 2 * h + 1], __fmul_rn(sx[h], su[j].y)));
+				*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
+			}
+		}
+	} else {
+		float2 sw[J];
+#pragma unroll
+		for (int j = 0; j < J; j++) // N even: a column past N reads N - 2's scales, unused
+			sw[j] = *(const float2 *)(ws + min(n0 + 8 * j + 2 * (l & 3), N - 2));
+		if (R != nullptr && !yF32) { // the bf16 residual of each (row, column pair), 0 where there is none
+			uint32_t rr[J][2];
+#pragma unroll
+			for (int j = 0; j < J; j++) {
+				const int col = n0 + 8 * j + 2 * (l & 3);
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+					rr[j][h] = col < N && rows[h] < M
+					               ? *(const uint32_t *)((const __nv_bfloat16 *)R + (size_t)rows[h] * ldy + col)
+					               : 0u;
+			}
+#pragma unroll
+			for (int j = 0; j < J; j++) {
+				const int col = n0 + 8 * j + 2 * (l & 3);
+				if (col >= N) continue;
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					if (rows[h] >= M) continue;
+					// as gemm_store2: the product of the scales, each product rounded, then the residual added
+					float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j].x));
+					float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j].y));
+					v0 += __uint_as_float(rr[j][h] << 16);
+					v1 += __uint_as_float(rr[j][h] & 0xffff0000u);
+					*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
+				}
+			}
+			return;
+		}
+#pragma unroll
+		for (int j = 0; j < J; j++) {
+			const int col = n0 + 8 * j + 2 * (l & 3);
+			if (col >= N) continue; // N even: col + 1 < N too
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (rows[h] >= M) continue;
+				// the sum times the product of the scales, each product rounded (no fused add with the residual)
+				const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j].x));
+				const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j].y));
+				gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+			}
+		}
+	}
+}
+
+// gemm_fp8_store_direct is gemm_fp8_store with each load beside its use (the epilogue before KEV_CUDA_FP8_EARLY_LOADS;
+// the same bits).
+template <int BN, bool GATED>
+__device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y, const void *R, const float *xs,
                                                const float *ws, int M, int N, int ldy, int yF32, int m0, int n0,
                                                int c, int t) {
 	constexpr int TN = GATED ? BN / 2 : BN;
@@ -265,6 +360,8 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
+// early: the epilogue issues its loads (scales, residual) before it uses them (gemm_fp8_store), else beside each use
+// (gemm_fp8_store_direct); the same bits either way.
 //
 // GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
@@ -280,7 +377,7 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
-                                         int gn, int wpre) {
+                                         int gn, int wpre, int early) {
 	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
 	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -425,13 +522,18 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			release(s);
 		}
 	}
-	if (live) gemm_fp8_store<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
+	if (live) {
+		if (early)
+			gemm_fp8_store<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
+		else
+			gemm_fp8_store_direct<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
+	}
 	}
 }
 
 #define FP8_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre
+	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre, int early
 
 // The FP8 tile kernels, 128 rows × BN columns, 384 threads; dynamic shared memory STAGES · (128 + BN) · 128 + 1024
 // (alignment) + 16 · STAGES (barriers), within the 227 KiB a block may have. The host plans the width per product
@@ -443,7 +545,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 #define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR)                                                     \
 	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre);        \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre, early); \
 	}
 #define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, )
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
