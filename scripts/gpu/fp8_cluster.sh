@@ -45,7 +45,7 @@ step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
 grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist|fp8-pmc|fp8-direct|fp8-early) " "$OUT/gemmfp8.log"
 if [ "${NCU:-0}" = 1 ]; then # what bounds the FP8 tile kernel: two launches of the 2,200-token pass, Nsight Compute
   step "ncu FP8 GEMM" 150 "$OUT/ncu_fp8.txt" env KEV_PROFILE_DTYPE=fp8 KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES=5q-2200 \
-    ncu -k 'regex:gemm_fp8_wgmma_(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
+    ncu -k 'regex:gemm_fp8_wgmma_p?(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
 fi
