@@ -208,6 +208,18 @@ __device__ __forceinline__ void tma_load2d_mc(uint32_t dst, const TensorMap *map
 	             : "memory");
 }
 
+// fp8_tile_rows sets thread t's two rows of consumer warpgroup c's 64 rows of the tile at row m0 (accumulator
+// layout, per warp w of the warpgroup and lane l: tot[4j + 2h + e] is row 16w + l/4 + 8h, column 8j + 2(l%4) + e of
+// the warpgroup's 64×BN tile) and their scales (0 past M).
+__device__ __forceinline__ void fp8_tile_rows(int m0, int c, int t, int M, const float *xs, int *rows, float *sx) {
+	const int w = (t >> 5) & 3, l = t & 31;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
+		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
+	}
+}
+
 // gemm_fp8_store is gemm_fp8's epilogue: consumer warpgroup c's (thread t's) sums tot of the tile at (m0, n0),
 // scaled, rounded and stored (with GATED, SwiGLU of the gate and up sums). Every global load it needs — the column
 // scales and the residual — is issued first, into registers that the k loop's products have left free, and only
@@ -221,16 +233,10 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 	constexpr int J = TN / 8; // 8-column groups of the tile
 	const int F = N / 2;
 
-	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
-	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
-	const int w = (t >> 5) & 3, l = t & 31;
+	const int l = t & 31;
 	int rows[2];
 	float sx[2];
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
-	}
+	fp8_tile_rows(m0, c, t, M, xs, rows, sx);
 	if constexpr (GATED) {
 		constexpr int U = 4 * J; // the up sums of the same columns
 		float2 sg[J], su[J];
@@ -312,16 +318,10 @@ __device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y,
 	constexpr int TN = GATED ? BN / 2 : BN;
 	const int F = N / 2;
 
-	// Accumulator layout (per warp w of the warpgroup, lane l): tot[4j + 2h + e] is row 16w + l/4 + 8h, column
-	// 8j + 2(l%4) + e of the warpgroup's 64×BN tile.
-	const int w = (t >> 5) & 3, l = t & 31;
+	const int l = t & 31;
 	int rows[2];
 	float sx[2];
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		rows[h] = m0 + 64 * c + 16 * w + (l >> 2) + 8 * h;
-		sx[h] = rows[h] < M ? xs[rows[h]] : 0.f;
-	}
+	fp8_tile_rows(m0, c, t, M, xs, rows, sx);
 	if constexpr (GATED) {
 		constexpr int U = 4 * (TN / 8); // the up sums of the same columns
 #pragma unroll
