@@ -60,6 +60,12 @@ type Device struct {
 	// KEV_CUDA_FP8_EARLY_LOADS=on (gemm_fp8_store); off by default until its test has run on a GPU (the design log
 	// v44). The same bits either way.
 	fp8Early bool
+	// fp8Turns: the FP8 tile kernels' two consumer warpgroups issue their k tiles' products in turn, so the tensor
+	// cores run one's while the other adds its sums (FP8_TURNS in kernels/fp8_sm90a.cu), with KEV_CUDA_FP8_TURNS=on;
+	// fp8WarpRelease: their stages go back to the producer with one arrival per warp instead of one per thread
+	// (FP8_WARP_RELEASE), with KEV_CUDA_FP8_WARP_RELEASE=on. Off by default until measured (the design log v45).
+	// The same bits either way.
+	fp8Turns, fp8WarpRelease bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -184,6 +190,8 @@ func Open(ordinal int) (*Device, error) {
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
 	d.fp8Early = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_EARLY_LOADS")), "on")
+	d.fp8Turns = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_TURNS")), "on")
+	d.fp8WarpRelease = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_WARP_RELEASE")), "on")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
 	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {

@@ -237,6 +237,31 @@ type GEMMFP8 struct {
 	// early: 0 as the device says (KEV_CUDA_FP8_EARLY_LOADS); 1 the epilogue issues its loads before it uses them;
 	// -1 beside each use (tests, benchmarks)
 	early int
+	// turns: 0 as the device says (KEV_CUDA_FP8_TURNS); 1 the consumer warpgroups issue their products in turn;
+	// -1 both at once (tests, benchmarks)
+	turns int
+	// warpRelease: 0 as the device says (KEV_CUDA_FP8_WARP_RELEASE); 1 one arrival per consumer warp hands a stage
+	// back; -1 one per thread (tests, benchmarks)
+	warpRelease int
+}
+
+// fp8Flags is the flags parameter of g's kernel on device d: each form as g asks (1 on, -1 off) or, at 0, as the
+// device's switch says.
+func fp8Flags(g *GEMMFP8, d *Device) int32 {
+	var f int32
+	for _, c := range []struct {
+		set, dev bool
+		bit      int32
+	}{
+		{g.early > 0, g.early == 0 && d.fp8Early, fp8FlagEarly},
+		{g.turns > 0, g.turns == 0 && d.fp8Turns, fp8FlagTurns},
+		{g.warpRelease > 0, g.warpRelease == 0 && d.fp8WarpRelease, fp8FlagWarpRelease},
+	} {
+		if c.set || c.dev {
+			f |= c.bit
+		}
+	}
+	return f
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -317,10 +342,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if err != nil {
 		return fmt.Errorf("cuda: %s: W: %w", op, err)
 	}
-	yF32, wpre, early := int32(0), int32(0), int32(0)
-	if g.early > 0 || g.early == 0 && d.fp8Early {
-		early = 1
-	}
+	yF32, wpre, flags := int32(0), int32(0), fp8Flags(&g, d)
 	if g.F32Out {
 		yF32 = 1
 	}
@@ -332,7 +354,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
-		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre).I32(early)
+		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre).I32(flags)
 	kind, grid := "", cudrv.Dim3{X: mT, Y: nT, Z: 1}
 	switch {
 	case mc && persist:

@@ -95,3 +95,11 @@ var fp8PersistWidths = []int{96, 128, 144}
 func fp8Persistent(tiles, sms, bn int) bool {
 	return tiles > sms && slices.Contains(fp8PersistWidths, bn)
 }
+
+// The kernel forms of the FP8 tile kernels' flags parameter (fp8Flags): kernels/fp8_sm90a.cu's FP8_EARLY, FP8_TURNS
+// and FP8_WARP_RELEASE (TestFP8FlagsMatchSource).
+const (
+	fp8FlagEarly       = 1
+	fp8FlagTurns       = 2
+	fp8FlagWarpRelease = 4
+)

@@ -221,3 +221,25 @@ func TestFP8Persistent(t *testing.T) {
 		}
 	}
 }
+
+// TestFP8FlagsMatchSource checks that the host's flag values are the kernel source's (fp8Flags builds the kernels'
+// flags parameter from them).
+func TestFP8FlagsMatchSource(t *testing.T) {
+	src, err := os.ReadFile("kernels/fp8_sm90a.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		val  int
+	}{{"FP8_EARLY", fp8FlagEarly}, {"FP8_TURNS", fp8FlagTurns}, {"FP8_WARP_RELEASE", fp8FlagWarpRelease}} {
+		m := regexp.MustCompile(`(?m)^#define ` + c.name + ` (\d+)$`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("kernels/fp8_sm90a.cu defines no %s", c.name)
+			continue
+		}
+		if v, _ := strconv.Atoi(string(m[1])); v != c.val {
+			t.Errorf("%s = %d in the kernel source, %d on the host", c.name, v, c.val)
+		}
+	}
+}

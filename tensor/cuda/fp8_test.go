@@ -514,35 +514,61 @@ func TestGEMMFP8Persistent(t *testing.T) {
 	}
 }
 
-// TestGEMMFP8EarlyLoads checks the epilogue that issues its loads before it uses them (gemm_fp8_store,
-// KEV_CUDA_FP8_EARLY_LOADS) bit for bit against the one that loads beside each use (sameKernelBits: bf16 and fp32 Y,
-// a bf16 residual, SwiGLU), on one tile a block and on persistent blocks, at every width that each has, with a last
-// row tile of a few rows and a last column tile cut short (N not a multiple of the width).
-func TestGEMMFP8EarlyLoads(t *testing.T) {
+// TestGEMMFP8Forms checks the FP8 tile kernels' forms that its flags parameter selects (fp8Flags) bit for bit
+// against all of them off (sameKernelBits: bf16 and fp32 Y, a bf16 residual, SwiGLU): the epilogue that issues its
+// loads first (KEV_CUDA_FP8_EARLY_LOADS), the consumer warpgroups taking turns (KEV_CUDA_FP8_TURNS), a stage handed
+// back by one arrival a warp (KEV_CUDA_FP8_WARP_RELEASE), and all three; on one tile a block, persistent blocks and
+// clusters of two, at every width each has; with row tiles where only the first consumer has rows (40 rows), where
+// the second has a few (70) and four tiles, the last of 6 rows (390); four k tiles, the last cut short, and one.
+// The turns' barriers must also balance: a kernel that left one waiting would hang here.
+func TestGEMMFP8Forms(t *testing.T) {
 	b := NewOn(dev)
 	needFP8(t, b)
 	r := newRand(t)
-	const k = 400 // four k tiles, the last cut short
-	for _, persist := range []bool{false, true} {
-		widths := fp8GatedWidths
-		if persist {
-			widths = fp8PersistWidths
-		}
-		for _, bn := range widths {
+	forms := []struct {
+		name string
+		set  func(g *GEMMFP8, v int)
+	}{
+		{"early", func(g *GEMMFP8, v int) { g.early = v }},
+		{"turns", func(g *GEMMFP8, v int) { g.turns = v }},
+		{"warp-release", func(g *GEMMFP8, v int) { g.warpRelease = v }},
+		{"all", func(g *GEMMFP8, v int) { g.early, g.turns, g.warpRelease = v, v, v }},
+	}
+	kinds := []struct {
+		name        string
+		widths      []int
+		mc, persist bool
+	}{
+		{"one tile a block", fp8GatedWidths, false, false},
+		{"persistent", fp8PersistWidths, false, true},
+		{"clusters", fp8GatedWidths, true, false},
+	}
+	for _, kind := range kinds {
+		for _, bn := range kind.widths {
 			n := 2 * bn * 3 // three tiles plain, six half-width tiles gated
-			if persist {
+			if kind.persist {
 				n = 2 * bn * (dev.sms()/4 + 3) // more tiles than multiprocessors
 			}
 			n += 16 // a last tile cut short
-			wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range []int{70, 390} {
-				bits, _ := fp8Rows(r, m, k)
-				g := GEMMFP8{M: m, N: n, K: k, bn: bn, persist: form(persist)}
-				sameKernelBits(t, fmt.Sprintf("bn=%d M=%d persistent %v", bn, m, persist), r, bits, wq, ws, g,
-					func(g *GEMMFP8, on bool) { g.early = form(on) })
+			for _, k := range []int{400, 112} {
+				wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range []int{40, 70, 390} {
+					if k == 112 && m != 70 {
+						continue
+					}
+					bits, _ := fp8Rows(r, m, k)
+					g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: form(kind.mc), persist: form(kind.persist)}
+					for _, f := range forms {
+						label := fmt.Sprintf("%s %s bn=%d M=%d K=%d", kind.name, f.name, bn, m, k)
+						sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+							g.early, g.turns, g.warpRelease = -1, -1, -1
+							f.set(g, form(on))
+						})
+					}
+				}
 			}
 		}
 	}
@@ -685,8 +711,9 @@ func TestFP8Errors(t *testing.T) {
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
 // MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
-// "fp8-pmc" persistent clusters of two; "fp8-direct" and "fp8-early" the planned kernel with its epilogue's loads
-// beside their use and issued first (KEV_CUDA_FP8_EARLY_LOADS). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
+// "fp8-pmc" persistent clusters of two; the planned kernel with every form of its flags off ("fp8-forms-off"), one
+// on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
+// back by one arrival a warp) and all on ("fp8-forms-all"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
@@ -729,10 +756,18 @@ func BenchmarkGEMMFP8(b *testing.B) {
 						rows = append(rows, row{"fp8-pmc", plan, tpm, b8})
 					}
 				}
-				{ // the planned kernel with the epilogue's loads beside their use and first
-					td, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{early: -1})
-					te, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{early: 1})
-					rows = append(rows, row{"fp8-direct", plan, td, b8}, row{"fp8-early", plan, te, b8})
+				for _, f := range []struct { // the planned kernel in each form of its flags, and all off
+					path string
+					form GEMMFP8
+				}{
+					{"fp8-forms-off", GEMMFP8{early: -1, turns: -1, warpRelease: -1}},
+					{"fp8-early", GEMMFP8{early: 1, turns: -1, warpRelease: -1}},
+					{"fp8-turns", GEMMFP8{early: -1, turns: 1, warpRelease: -1}},
+					{"fp8-warprel", GEMMFP8{early: -1, turns: -1, warpRelease: 1}},
+					{"fp8-forms-all", GEMMFP8{early: 1, turns: 1, warpRelease: 1}},
+				} {
+					tf, _ := timeGEMMFP8With(b, M, N, K, f.form)
+					rows = append(rows, row{f.path, plan, tf, b8})
 				}
 				if sweep {
 					for _, w := range fp8Widths {
@@ -766,7 +801,8 @@ func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
 	return timeGEMMFP8With(b, M, N, K, GEMMFP8{})
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc and persist (0: planned).
+// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc, persist and flags' forms (0: planned, or
+// as the device says).
 func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
 	sets := int(max(2, min(16, (rotateBytes+xb+wb-1)/(xb+wb))))
@@ -819,7 +855,8 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 			return err
 		}
 		gemmOf := func(s set) GEMMFP8 {
-			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist}
+			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
+				early: form.early, turns: form.turns, warpRelease: form.warpRelease}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

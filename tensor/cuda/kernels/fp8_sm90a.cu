@@ -357,11 +357,37 @@ __device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y,
 	}
 }
 
+// The kernel forms that flags selects, each bit for bit the others (TestGEMMFP8Forms); fp8.go keeps the same values.
+//   FP8_EARLY: the epilogue issues its loads (scales, residual) before it uses them (gemm_fp8_store), else beside
+//     each use (gemm_fp8_store_direct).
+//   FP8_TURNS: the two consumer warpgroups issue their k tiles' products in turn — consumer 0's k tile, then
+//     consumer 1's, then 0's next — through two named barriers (CUTLASS's ordered sequence barrier), so the tensor
+//     cores run one consumer's products while the other waits for its own and adds them to its fp32 total. Without
+//     it both issue at once, the tensor cores interleave the two, both wait until both are done, and the tensor
+//     cores idle while both add: a cost per k tile that does not shrink with the tile's width.
+//   FP8_WARP_RELEASE: a stage goes back to the producer with one arrival per consumer warp (8 a stage) instead of
+//     one per consumer thread (256 arrivals on one shared-memory word, which take turns). The cluster kernels (MC)
+//     always arrive once per warp, on both blocks.
+#define FP8_EARLY 1
+#define FP8_TURNS 2
+#define FP8_WARP_RELEASE 4
+// FP8_TURN0 and FP8_TURN1 are the named barriers of FP8_TURNS: consumer c arrives on FP8_TURN0 + c once it has
+// issued a k tile's products, and the other consumer waits on it before issuing its own (0 is __syncthreads').
+#define FP8_TURN0 1
+#define FP8_TURN1 2
+
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
-// early: the epilogue issues its loads (scales, residual) before it uses them (gemm_fp8_store), else beside each use
-// (gemm_fp8_store_direct); the same bits either way.
+// flags (FP8_EARLY, FP8_TURNS, FP8_WARP_RELEASE below) choose among forms of the kernel that give the same bits.
 //
 // GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
@@ -377,7 +403,7 @@ __device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y,
 template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
-                                         int gn, int wpre, int early) {
+                                         int gn, int wpre, int flags) {
 	constexpr int BM = 128, BK = 128; // BK: codes (bytes) per k tile
 	constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
 	extern __shared__ unsigned char smem_raw[];
@@ -445,8 +471,15 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 		}
 		cluster_sync(); // both blocks' barriers exist before either copies into the other
-	} else {
-		ring_init<STAGES>(bars);
+	} else { // empty: one arrival per consumer thread, or per consumer warp (FP8_WARP_RELEASE)
+		if (threadIdx.x == 0) {
+			for (int s = 0; s < STAGES; s++) {
+				mbar_init(bars + 8 * s, 1);
+				mbar_init(bars + 8 * (STAGES + s), (flags & FP8_WARP_RELEASE) ? 2 * 4 : 2 * 128);
+			}
+			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+		}
+		__syncthreads();
 	}
 
 	if (wg == 0) {
@@ -489,13 +522,20 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	kev_grid_launch();
 	consumer_regs<128>();
 	const int c = wg - 1, t = threadIdx.x - 128;
-	// release hands stage s back to the producers: each thread (one block), or each warp on both blocks (MC).
+	// release hands stage s back to the producers: each thread, or each warp (FP8_WARP_RELEASE); each warp on both
+	// blocks (MC).
+	const bool warpRelease = flags & FP8_WARP_RELEASE, turns = flags & FP8_TURNS;
 	auto release = [&](int s) {
 		if constexpr (MC) {
 			__syncwarp();
 			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
 		} else {
-			mbar_arrive(bars + 8 * (STAGES + s));
+			if (warpRelease) {
+				__syncwarp();
+				if ((t & 31) == 0) mbar_arrive(bars + 8 * (STAGES + s));
+			} else {
+				mbar_arrive(bars + 8 * (STAGES + s));
+			}
 		}
 	};
 	float d[BN / 2], tot[BN / 2];
@@ -508,6 +548,9 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	for (int kt = 0; kt < nk; kt++, it++) {
 		const int s = it % STAGES;
 		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+		// FP8_TURNS: consumer 1 waits for 0's products of this step, 0 for 1's of the step before. Both take
+		// every turn, with rows or without, so that the barriers' counts match.
+		if (turns && (c == 1 || it > 0)) named_bar_sync(FP8_TURN0 + (1 - c), 256);
 		if (live) {
 			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
 			wgmma_fence();
@@ -515,6 +558,9 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
 				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
 			wgmma_commit();
+		}
+		if (turns) named_bar_arrive(FP8_TURN0 + c, 256);
+		if (live) {
 			wgmma_wait0();
 			release(s); // the stage is read: the producer may refill it during the adds
 			fp8_promote<BN>(d, tot);
@@ -523,17 +569,19 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		}
 	}
 	if (live) {
-		if (early)
+		if (flags & FP8_EARLY)
 			gemm_fp8_store<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
 		else
 			gemm_fp8_store_direct<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
 	}
 	}
+	// FP8_TURNS: consumer 0 waits out 1's last turn, so that no arrival on the barriers is left unwaited for.
+	if (turns && c == 0 && it > 0) named_bar_sync(FP8_TURN1, 256);
 }
 
 #define FP8_PARAMS                                                                                                \
 	const __grid_constant__ TensorMap tmX, const __grid_constant__ TensorMap tmW, void *Y, const void *R,      \
-	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre, int early
+	    const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32, int gn, int wpre, int flags
 
 // The FP8 tile kernels, 128 rows × BN columns, 384 threads; dynamic shared memory STAGES · (128 + BN) · 128 + 1024
 // (alignment) + 16 · STAGES (barriers), within the 227 KiB a block may have. The host plans the width per product
@@ -545,7 +593,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 #define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR)                                                     \
 	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre, early); \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre, flags); \
 	}
 #define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, )
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
