@@ -711,7 +711,7 @@ func TestFP8Errors(t *testing.T) {
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
 // MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
-// "fp8-pmc" persistent clusters of two; the planned kernel with every form of its flags off ("fp8-forms-off"), one
+// "fp8-pmc" persistent clusters of two ("fp8-pmc-turns" with the consumers in turn); the planned kernel with every form of its flags off ("fp8-forms-off"), one
 // on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
 // back by one arrival a warp) and all on ("fp8-forms-all"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
@@ -753,7 +753,8 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					rows = append(rows, row{"fp8-persist", plan, tp, b8})
 					if fp8Cluster(M, plan) {
 						tpm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1})
-						rows = append(rows, row{"fp8-pmc", plan, tpm, b8})
+						tpt, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1, turns: 1})
+						rows = append(rows, row{"fp8-pmc", plan, tpm, b8}, row{"fp8-pmc-turns", plan, tpt, b8})
 					}
 				}
 				for _, f := range []struct { // the planned kernel in each form of its flags, and all off
