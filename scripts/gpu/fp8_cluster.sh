@@ -19,7 +19,8 @@
 #                                                                                   -> $OUT/predictor_fp8.log
 #   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
 # NCU=1 adds, after step 2, Nsight Compute on the 2,200-token pass's gate/up and down FP8 products (ncu_fp8.txt:
-# tensor pipe, shared memory and L2 throughput, warp stalls). TESTS (a -test.run pattern) and VARIANTS (a subset
+# tensor pipe, shared memory and L2 throughput, warp stalls), with the switches in NCU_ENV (e.g.
+# NCU_ENV=KEV_CUDA_FP8_TURNS=on). TESTS (a -test.run pattern) and VARIANTS (a subset
 # of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse fp8_early fp8_turns fp8_warprel fp8_forms fp8_pmturns bf16")
 # narrow steps 1 and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
@@ -48,7 +49,8 @@ step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
 grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist|fp8-pmc|fp8-pmc-turns|fp8-forms-off|fp8-early|fp8-turns|fp8-warprel|fp8-forms-all) " \
   "$OUT/gemmfp8.log"
 if [ "${NCU:-0}" = 1 ]; then # what bounds the FP8 tile kernel: two launches of the 2,200-token pass, Nsight Compute
-  step "ncu FP8 GEMM" 150 "$OUT/ncu_fp8.txt" env KEV_PROFILE_DTYPE=fp8 KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES=5q-2200 \
+  # shellcheck disable=SC2086
+  step "ncu FP8 GEMM" 150 "$OUT/ncu_fp8.txt" env ${NCU_ENV:-} KEV_PROFILE_DTYPE=fp8 KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES=5q-2200 \
     ncu -k 'regex:gemm_fp8_wgmma_p?(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
