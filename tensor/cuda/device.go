@@ -66,6 +66,10 @@ type Device struct {
 	// (FP8_WARP_RELEASE), with KEV_CUDA_FP8_WARP_RELEASE=on. Off by default until measured (the design log v45).
 	// The same bits either way.
 	fp8Turns, fp8WarpRelease bool
+	// fp8Half: FP8 products of at most 64 rows run on the half-column kernels (fp8Half: each tile's columns split
+	// between its two consumer warpgroups, where one tile-row would leave the second idle), with KEV_CUDA_FP8_HALF=on;
+	// off by default until measured (the design log v45). The same bits either way.
+	fp8Half bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -192,6 +196,7 @@ func Open(ordinal int) (*Device, error) {
 	d.fp8Early = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_EARLY_LOADS")), "on")
 	d.fp8Turns = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_TURNS")), "on")
 	d.fp8WarpRelease = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_WARP_RELEASE")), "on")
+	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
 	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {

@@ -243,6 +243,9 @@ type GEMMFP8 struct {
 	// warpRelease: 0 as the device says (KEV_CUDA_FP8_WARP_RELEASE); 1 one arrival per consumer warp hands a stage
 	// back; -1 one per thread (tests, benchmarks)
 	warpRelease int
+	// half: 0 as the device says (KEV_CUDA_FP8_HALF) where the product has a half-column kernel (fp8Half); 1 that
+	// kernel (an error where there is none); -1 the whole tiles (tests, benchmarks)
+	half int
 }
 
 // fp8Flags is the flags parameter of g's kernel on device d: each form as g asks (1 on, -1 off) or, at 0, as the
@@ -328,6 +331,16 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if persist && !slices.Contains(fp8PersistWidths, bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
 	}
+	half := false // each tile's columns split between the consumers (M ≤ 64)
+	switch {
+	case g.half > 0:
+		if mc || persist || !fp8Half(g.M, bn, g.SwiGLU) {
+			return &ArgError{op, "half", fmt.Sprintf("no half-column FP8 kernel for %d rows at %d columns (SwiGLU %v, clusters %v, persistent %v)", g.M, bn, g.SwiGLU, mc, persist)}
+		}
+		half = true
+	case g.half == 0:
+		half = d.fp8Half && !mc && !persist && fp8Half(g.M, bn, g.SwiGLU)
+	}
 	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows; a cluster's block half the tile's
 	if g.SwiGLU || mc {
 		boxW = bn / 2
@@ -365,6 +378,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	case persist:
 		kind = "p"
 		grid = cudrv.Dim3{X: min(mT*nT, d.sms()), Y: 1, Z: 1}
+	case half:
+		kind = "h"
 	}
 	if g.SwiGLU {
 		kind += "g"

@@ -96,6 +96,23 @@ func fp8Persistent(tiles, sms, bn int) bool {
 	return tiles > sms && slices.Contains(fp8PersistWidths, bn)
 }
 
+// fp8HalfWidths and fp8HalfGatedWidths are the widths of the FP8 kernels for products of at most 64 rows that split
+// each tile's columns between the two consumer warpgroups (gemm_fp8_wgmma_h128xBN, hg128xBN): plain widths whose
+// half, gated widths whose quarter (half the gate rows, half the up rows), is a multiple of 8 columns.
+var (
+	fp8HalfWidths      = []int{32, 48, 64, 80, 96, 128, 144}
+	fp8HalfGatedWidths = []int{32, 64, 96, 128}
+)
+
+// fp8Half reports whether a product of M rows at width bn (SwiGLU-fused: gated) has a half-column kernel: at most
+// 64 rows, and a width in fp8HalfWidths (fp8HalfGatedWidths). One tile a block only.
+func fp8Half(M, bn int, gated bool) bool {
+	if gated {
+		return M <= 64 && slices.Contains(fp8HalfGatedWidths, bn)
+	}
+	return M <= 64 && slices.Contains(fp8HalfWidths, bn)
+}
+
 // The kernel forms of the FP8 tile kernels' flags parameter (fp8Flags): kernels/fp8_sm90a.cu's FP8_EARLY, FP8_TURNS
 // and FP8_WARP_RELEASE (TestFP8FlagsMatchSource).
 const (

@@ -46,8 +46,8 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
-	// the persistent, the cluster and the persistent cluster kernels: plain and gated, one of each for every width
-	// of their list, with the ring depth of the plain kernel of that width
+	// the persistent, the cluster, the persistent cluster and the half-column kernels: plain and gated, one of each
+	// for every width of their list, with the ring depth of the plain kernel of that width
 	var clustered []int
 	for _, w := range fp8Widths {
 		if fp8Cluster(256, w.bn) {
@@ -64,6 +64,8 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 		{"FP8_MC_GATED(gemm_fp8_wgmma_mg128x", clustered},
 		{"FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x", fp8PersistWidths},
 		{"FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x", fp8PersistWidths},
+		{"FP8_HALF(gemm_fp8_wgmma_h128x", fp8HalfWidths},
+		{"FP8_HALF_GATED(gemm_fp8_wgmma_hg128x", fp8HalfGatedWidths},
 	} {
 		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(f.kind) + `(\d+), (\d+), (\d+)\)`)
 		var got []int
@@ -241,5 +243,24 @@ func TestFP8FlagsMatchSource(t *testing.T) {
 		if v, _ := strconv.Atoi(string(m[1])); v != c.val {
 			t.Errorf("%s = %d in the kernel source, %d on the host", c.name, v, c.val)
 		}
+	}
+}
+
+// TestFP8HalfWidths checks that a half-column kernel's halves (gated: quarters) are whole 8-column products and
+// 8-row swizzle atoms, as kernels/fp8_sm90a.cu's static_assert wants, and that every such plain and gated width of
+// the tile kernels has one.
+func TestFP8HalfWidths(t *testing.T) {
+	for _, w := range fp8Widths {
+		if want := w.bn%16 == 0; fp8Half(64, w.bn, false) != want {
+			t.Errorf("width %d: half kernel %v, want %v", w.bn, !want, want)
+		}
+	}
+	for _, bn := range fp8GatedWidths {
+		if want := bn%32 == 0; fp8Half(64, bn, true) != want {
+			t.Errorf("gated width %d: half kernel %v, want %v", bn, !want, want)
+		}
+	}
+	if fp8Half(65, 64, false) || fp8Half(65, 64, true) {
+		t.Error("a half-column kernel for 65 rows: its tiles' rows would not all be computed")
 	}
 }

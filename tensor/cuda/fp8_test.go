@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/kevgo/kev/internal/fp8"
@@ -574,6 +575,68 @@ func TestGEMMFP8Forms(t *testing.T) {
 	}
 }
 
+// TestGEMMFP8Half checks the half-column kernels (gemm_fp8_wgmma_h128xBN, hg128xBN: each tile's columns split
+// between the two consumers, for at most 64 rows) bit for bit against the whole tiles (sameKernelBits), alone and
+// with every form of the flags on, at every width that has one (the SwiGLU cases where the gated kernel has one too),
+// with 1, 40 and 64 rows, a last tile cut short, and K of four k tiles (the last cut short) and of one. A width or
+// row count without a half kernel is refused when asked for.
+func TestGEMMFP8Half(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	for _, bn := range fp8HalfWidths {
+		gatedOK := slices.Contains(fp8HalfGatedWidths, bn)
+		n := 2*bn*3 + 16 // three tiles plain, six half-width tiles gated, a last tile cut short
+		for _, k := range []int{400, 112} {
+			wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []int{1, 40, 64} {
+				if k == 112 && m != 40 {
+					continue
+				}
+				bits, _ := fp8Rows(r, m, k)
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: -1, persist: -1}
+				for _, all := range []bool{false, true} {
+					label := fmt.Sprintf("half bn=%d M=%d K=%d forms %v", bn, m, k, all)
+					sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+						g.half = -1
+						if on && (gatedOK || !g.SwiGLU) {
+							g.half = 1
+						}
+						if all {
+							g.early, g.turns, g.warpRelease = 1, 1, 1
+						} else {
+							g.early, g.turns, g.warpRelease = -1, -1, -1
+						}
+					})
+				}
+			}
+		}
+	}
+	do(t, func(q *Queue) error { // buffers of the right sizes, so that only the kernel's form is refused
+		for _, c := range []GEMMFP8{
+			{M: 65, N: 64, K: 128, bn: 64, half: 1},
+			{M: 40, N: 48, K: 128, bn: 24, half: 1},
+			{M: 40, N: 96, K: 128, bn: 48, half: 1, SwiGLU: true},
+		} {
+			c.X, c.XS = poisoned(t, q, c.M*c.K), poisoned(t, q, 4*c.M)
+			c.W, c.WS = poisoned(t, q, c.N*c.K), poisoned(t, q, 4*c.N)
+			c.Y = poisoned(t, q, 2*c.M*c.N)
+			err := q.GEMMFP8(c)
+			var ae *ArgError
+			if !errors.As(err, &ae) || ae.Arg != "half" {
+				t.Errorf("half kernel for M=%d bn=%d SwiGLU %v: error %v, want an *ArgError for half", c.M, c.bn, c.SwiGLU, err)
+			}
+			for _, buf := range []Buffer{c.X, c.XS, c.W, c.WS, c.Y} {
+				q.Free(buf)
+			}
+		}
+		return nil
+	})
+}
+
 // form is GEMMFP8's setting of a kernel form: 1 on, -1 off.
 func form(on bool) int {
 	if on {
@@ -713,7 +776,8 @@ func TestFP8Errors(t *testing.T) {
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
 // "fp8-pmc" persistent clusters of two ("fp8-pmc-turns" with the consumers in turn); the planned kernel with every form of its flags off ("fp8-forms-off"), one
 // on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
-// back by one arrival a warp) and all on ("fp8-forms-all"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
+// back by one arrival a warp) and all on ("fp8-forms-all"); at most 64 rows, every width with a half-column kernel
+// whole ("fp8-wholeNN"), halved ("fp8-halfNN") and halved with every form on ("fp8-halfNN-forms"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
@@ -769,6 +833,16 @@ func BenchmarkGEMMFP8(b *testing.B) {
 				} {
 					tf, _ := timeGEMMFP8With(b, M, N, K, f.form)
 					rows = append(rows, row{f.path, plan, tf, b8})
+				}
+				for _, w := range fp8HalfWidths { // the half-column kernels, every width (M ≤ 64)
+					if !fp8Half(M, w, false) {
+						continue
+					}
+					th, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: 1})
+					tt, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: 1, turns: 1, warpRelease: 1, early: 1})
+					tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: -1})
+					rows = append(rows, row{fmt.Sprintf("fp8-whole%d", w), w, tw, b8}, row{fmt.Sprintf("fp8-half%d", w), w, th, b8},
+						row{fmt.Sprintf("fp8-half%d-forms", w), w, tt, b8})
 				}
 				if sweep {
 					for _, w := range fp8Widths {
@@ -857,7 +931,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 		}
 		gemmOf := func(s set) GEMMFP8 {
 			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
-				early: form.early, turns: form.turns, warpRelease: form.warpRelease}
+				early: form.early, turns: form.turns, warpRelease: form.warpRelease, half: form.half}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

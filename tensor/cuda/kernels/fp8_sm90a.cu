@@ -73,8 +73,20 @@ extern "C" __global__ void __launch_bounds__(QUANT_THREADS) quant_rows_e4m3(cons
 // ---- FP8 wgmma ----
 
 // wgmma_fp8_m64nN: d[64×N] = A[64×32] · B[N×32]ᵀ (+ d when acc ≠ 0), both E4M3 K-major in shared memory
-// (descriptors), fp32 d, one wrapper per tile width N of the kernels below. (FP8 wgmma has no transpose operands:
-// both must be K-major.)
+// (descriptors), fp32 d, one wrapper per tile width N of the kernels below and per width FP8_HALVES needs (8, 16,
+// 72). (FP8 wgmma has no transpose operands: both must be K-major.)
+__device__ __forceinline__ void wgmma_fp8_m64n8(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, %4, %5, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n16(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 __device__ __forceinline__ void wgmma_fp8_m64n24(float *d, uint64_t da, uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, %12, %13, p, 1, 1;\n}\n"
@@ -105,6 +117,12 @@ __device__ __forceinline__ void wgmma_fp8_m64n64(float *d, uint64_t da, uint64_t
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 	             : "l"(da), "l"(db), "r"(acc));
 }
+__device__ __forceinline__ void wgmma_fp8_m64n72(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35}, %36, %37, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 __device__ __forceinline__ void wgmma_fp8_m64n80(float *d, uint64_t da, uint64_t db, int acc) {
 	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
 	             "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, %40, %41, p, 1, 1;\n}\n"
@@ -132,7 +150,11 @@ __device__ __forceinline__ void wgmma_fp8_m64n144(float *d, uint64_t da, uint64_
 
 // wgmma_fp8_tile is the wrapper of the tile width BN.
 template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint64_t da, uint64_t db, int acc) {
-	if constexpr (BN == 24) {
+	if constexpr (BN == 8) {
+		wgmma_fp8_m64n8(d, da, db, acc);
+	} else if constexpr (BN == 16) {
+		wgmma_fp8_m64n16(d, da, db, acc);
+	} else if constexpr (BN == 24) {
 		wgmma_fp8_m64n24(d, da, db, acc);
 	} else if constexpr (BN == 32) {
 		wgmma_fp8_m64n32(d, da, db, acc);
@@ -142,6 +164,8 @@ template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint6
 		wgmma_fp8_m64n48(d, da, db, acc);
 	} else if constexpr (BN == 64) {
 		wgmma_fp8_m64n64(d, da, db, acc);
+	} else if constexpr (BN == 72) {
+		wgmma_fp8_m64n72(d, da, db, acc);
 	} else if constexpr (BN == 80) {
 		wgmma_fp8_m64n80(d, da, db, acc);
 	} else if constexpr (BN == 96) {
@@ -400,7 +424,14 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 // tiles, so the producer copies a tile's first k tiles while the consumers finish the one before and store it; the
 // fill of the ring at each tile's start (about 3 µs: a third of a 20-k-tile product's time at 2,392 rows) is
 // hidden. Each tile is summed and stored as by the one-tile kernel: the same bits.
-template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false>
+//
+// HALF (the h kernels, for M ≤ 64: every tile has at most 64 rows, which only consumer 0 would work on): each tile is
+// split by columns instead, each consumer computing the tile's 64 rows × half its output columns (with GATED, half
+// the gate rows and the same half of the up rows) with products half as wide (two a quarter as wide with GATED).
+// Every width sums an element's products in the same order (TestGEMMFP8Tiles), so the halves give the whole tile's
+// bits. (A separate kernel rather than a form chosen per tile: with both paths in one kernel ptxas serialises
+// every product, C7511.)
+template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false, bool HALF = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre, int flags) {
@@ -538,13 +569,17 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			}
 		}
 	};
-	float d[BN / 2], tot[BN / 2];
+	// HALF: a half (a quarter with GATED: half the gate rows and half the up rows) must be a whole number of
+	// 8-column products and 8-row swizzle atoms.
+	static_assert(!HALF || (!MC && (GATED ? BN % 32 == 0 : BN % 16 == 0)), "no half-column form of this tile");
+	constexpr int SUMS = HALF ? BN / 4 : BN / 2; // a consumer thread's sums
+	float d[SUMS], tot[SUMS];
 	int it = 0;
 	for (int tile = first; tile < T; tile += stride) {
 	place(tile);
-	const bool live = m0 + 64 * c < M; // rows of this consumer exist
+	const bool live = HALF || m0 + 64 * c < M; // rows of this consumer exist
 #pragma unroll
-	for (int i = 0; i < BN / 2; i++) d[i] = tot[i] = 0.f;
+	for (int i = 0; i < SUMS; i++) d[i] = tot[i] = 0.f;
 	for (int kt = 0; kt < nk; kt++, it++) {
 		const int s = it % STAGES;
 		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
@@ -554,25 +589,45 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		if (live) {
 			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
 			wgmma_fence();
+			if constexpr (HALF) { // rows 0–63 of the stage's X; the W rows of half c
+				const uint32_t sa0 = base + s * STAGE_BYTES;
+				if constexpr (GATED) { // gate rows c·BN/4 …, up rows BN/2 + c·BN/4 …: sums d[0, BN/8), d[BN/8, BN/4)
+					const uint32_t sg = sb + c * (BN / 4) * BK, su = sb + (BN / 2 + c * (BN / 4)) * BK;
 #pragma unroll
-			for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
-				wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+					for (int kk = 0; kk < BK / 32; kk++) {
+						wgmma_fp8_tile<BN / 4>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sg + 32 * kk), kk > 0);
+						wgmma_fp8_tile<BN / 4>(d + BN / 8, desc_sw128(sa0 + 32 * kk), desc_sw128(su + 32 * kk), kk > 0);
+					}
+				} else {
+					const uint32_t sh = sb + c * (BN / 2) * BK;
+#pragma unroll
+					for (int kk = 0; kk < BK / 32; kk++)
+						wgmma_fp8_tile<BN / 2>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sh + 32 * kk), kk > 0);
+				}
+			} else {
+#pragma unroll
+				for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
+					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+			}
 			wgmma_commit();
 		}
 		if (turns) named_bar_arrive(FP8_TURN0 + c, 256);
 		if (live) {
 			wgmma_wait0();
 			release(s); // the stage is read: the producer may refill it during the adds
-			fp8_promote<BN>(d, tot);
+			fp8_promote<2 * SUMS>(d, tot);
 		} else {
 			release(s);
 		}
 	}
 	if (live) {
+		// HALF: consumer c's rows are the tile's 64 (warpgroup 0's place), its columns half c's
+		constexpr int SBN = HALF ? BN / 2 : BN, TN2 = GATED ? BN / 4 : BN / 2;
+		const int sn0 = HALF ? n0 + c * TN2 : n0, sc = HALF ? 0 : c;
 		if (flags & FP8_EARLY)
-			gemm_fp8_store<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
+			gemm_fp8_store<SBN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 		else
-			gemm_fp8_store_direct<BN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, n0, c, t);
+			gemm_fp8_store_direct<SBN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 	}
 	}
 	// FP8_TURNS: consumer 0 waits out 1's last turn, so that no arrival on the barriers is left unwaited for.
@@ -590,14 +645,15 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 // FP8_KERNEL defines kernel NAME: gemm_fp8<BN, STAGES, GATED, MC, PERSIST>, with ATTR before its launch bounds
 // (the cluster kernels' __cluster_dims__). The lines below name each kind of kernel with a macro of its own, which
 // fp8_plan_test.go reads against the host's tables of widths.
-#define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR)                                                     \
+#define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF)                                             \
 	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, GATED, MC, PERSIST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre, flags); \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST, HALF>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre,  \
+		                                               flags);                                               \
 	}
-#define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, )
+#define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, , false)
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
-#define FP8_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, false, )
+#define FP8_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, false, , false)
 FP8_TILE(gemm_fp8_wgmma_128x24, 24, 10)
 FP8_TILE(gemm_fp8_wgmma_128x32, 32, 10)
 FP8_TILE(gemm_fp8_wgmma_128x40, 40, 10)
@@ -617,8 +673,8 @@ FP8_GATED(gemm_fp8_wgmma_g128x144, 144, 6)
 // FP8_MC and FP8_MC_GATED are FP8_TILE and FP8_GATED in clusters of two blocks along x (gridDim.x even: row tiles
 // 2p and 2p + 1 of the same columns), each W tile read once from L2 for both (the W tensor map's box is BN/2 rows).
 // The same products in the same order: the bits of the single-block kernels.
-#define FP8_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, false, __cluster_dims__(2, 1, 1))
-#define FP8_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, false, __cluster_dims__(2, 1, 1))
+#define FP8_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, false, __cluster_dims__(2, 1, 1), false)
+#define FP8_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, false, __cluster_dims__(2, 1, 1), false)
 FP8_MC(gemm_fp8_wgmma_m128x32, 32, 10)
 FP8_MC(gemm_fp8_wgmma_m128x48, 48, 10)
 FP8_MC(gemm_fp8_wgmma_m128x64, 64, 8)
@@ -635,8 +691,8 @@ FP8_MC_GATED(gemm_fp8_wgmma_mg128x128, 128, 6)
 FP8_MC_GATED(gemm_fp8_wgmma_mg128x144, 144, 6)
 // FP8_PERSIST and FP8_PERSIST_GATED are FP8_TILE and FP8_GATED as persistent kernels (PERSIST: gridDim.x ≤ the
 // tiles, gridDim.y = 1), for products of more tiles than multiprocessors. The same bits.
-#define FP8_PERSIST(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, true, )
-#define FP8_PERSIST_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, true, )
+#define FP8_PERSIST(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, true, , false)
+#define FP8_PERSIST_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, true, , false)
 FP8_PERSIST(gemm_fp8_wgmma_p128x96, 96, 8)
 FP8_PERSIST(gemm_fp8_wgmma_p128x128, 128, 6)
 FP8_PERSIST(gemm_fp8_wgmma_p128x144, 144, 6)
@@ -646,11 +702,26 @@ FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x144, 144, 6)
 // FP8_PERSIST_MC and FP8_PERSIST_MC_GATED are FP8_MC and FP8_MC_GATED as persistent kernels: clusters of two blocks
 // (gridDim.x even, at most the clusters that fit at once, gridDim.y = 1), each cluster taking pair after pair of row
 // tiles. The same bits.
-#define FP8_PERSIST_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, true, __cluster_dims__(2, 1, 1))
-#define FP8_PERSIST_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, true, __cluster_dims__(2, 1, 1))
+#define FP8_PERSIST_MC(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, true, true, __cluster_dims__(2, 1, 1), false)
+#define FP8_PERSIST_MC_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, true, true, __cluster_dims__(2, 1, 1), false)
 FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x96, 96, 8)
 FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x128, 128, 6)
 FP8_PERSIST_MC(gemm_fp8_wgmma_pm128x144, 144, 6)
 FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x96, 96, 8)
 FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x128, 128, 6)
 FP8_PERSIST_MC_GATED(gemm_fp8_wgmma_pmg128x144, 144, 6)
+// FP8_HALF and FP8_HALF_GATED are FP8_TILE and FP8_GATED for products of at most 64 rows, each tile's columns split
+// between the two consumers (HALF). The same bits.
+#define FP8_HALF(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, , true)
+#define FP8_HALF_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, false, , true)
+FP8_HALF(gemm_fp8_wgmma_h128x32, 32, 10)
+FP8_HALF(gemm_fp8_wgmma_h128x48, 48, 10)
+FP8_HALF(gemm_fp8_wgmma_h128x64, 64, 8)
+FP8_HALF(gemm_fp8_wgmma_h128x80, 80, 8)
+FP8_HALF(gemm_fp8_wgmma_h128x96, 96, 8)
+FP8_HALF(gemm_fp8_wgmma_h128x128, 128, 6)
+FP8_HALF(gemm_fp8_wgmma_h128x144, 144, 6)
+FP8_HALF_GATED(gemm_fp8_wgmma_hg128x32, 32, 10)
+FP8_HALF_GATED(gemm_fp8_wgmma_hg128x64, 64, 8)
+FP8_HALF_GATED(gemm_fp8_wgmma_hg128x96, 96, 8)
+FP8_HALF_GATED(gemm_fp8_wgmma_hg128x128, 128, 6)
