@@ -11,7 +11,7 @@
 #   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters (fp8), on single blocks (fp8_1blk), on the
 #      persistent kernels (fp8_persist, KEV_CUDA_FP8_PERSIST=on, the default), on persistent clusters (fp8_pmc, both on), FP8
 #      that quantizes every product's x in a launch of its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off), persistent with
-#      the epilogue's loads first (fp8_early, KEV_CUDA_FP8_EARLY_LOADS=on), with the consumer warpgroups taking
+#      the epilogue's loads beside their use (fp8_direct, KEV_CUDA_FP8_EARLY_LOADS=off), with the consumer warpgroups taking
 #      turns (fp8_turns, KEV_CUDA_FP8_TURNS=on), with a stage handed back by one arrival a warp (fp8_warprel,
 #      KEV_CUDA_FP8_WARP_RELEASE=on), with all three (fp8_forms), persistent clusters in turn (fp8_pmturns), with
 #      the half-column kernels for products of at most 64 rows (fp8_half, KEV_CUDA_FP8_HALF=on), with all four
@@ -23,8 +23,8 @@
 # NCU=1 adds, after step 2, Nsight Compute on the 2,200-token pass's gate/up and down FP8 products (ncu_fp8.txt:
 # tensor pipe, shared memory and L2 throughput, warp stalls), with the switches in NCU_ENV (e.g.
 # NCU_ENV=KEV_CUDA_FP8_TURNS=on). TESTS (a -test.run pattern) and VARIANTS (a subset
-# of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse fp8_early fp8_turns fp8_warprel fp8_forms fp8_pmturns fp8_half
-# fp8_all bf16") narrow steps 1 and 3.
+# of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse fp8_direct fp8_turns fp8_warprel fp8_forms fp8_pmturns fp8_half
+# fp8_all bf16") narrow steps 1 and 3. Every FP8 variant has the epilogue's loads first (the default) but fp8_direct.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
@@ -58,12 +58,12 @@ if [ "${NCU:-0}" = 1 ]; then # what bounds the FP8 tile kernel: two launches of 
     ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
 fi
 for v in ${VARIANTS:-fp8 fp8_1blk fp8_persist fp8_nofuse bf16}; do
-  dt=${v%%_*} mc=on fuse=on persist=off early=off turns=off warprel=off half=off
+  dt=${v%%_*} mc=on fuse=on persist=off early=on turns=off warprel=off half=off
   case $v in
   fp8_1blk) mc=off ;;
   fp8_persist) mc=off persist=on ;;
   fp8_pmc) persist=on ;;
-  fp8_early) mc=off persist=on early=on ;;
+  fp8_direct) mc=off persist=on early=off ;;
   fp8_turns) mc=off persist=on turns=on ;;
   fp8_warprel) mc=off persist=on warprel=on ;;
   fp8_forms) mc=off persist=on early=on turns=on warprel=on ;;

@@ -48,11 +48,11 @@
 // (fp8_fuse.go; KEV_CUDA_FP8_FUSE=off: every product quantizes). FP8 products of more tiles than multiprocessors run
 // on persistent blocks (KEV_CUDA_FP8_PERSIST=off: one tile a block); KEV_CUDA_FP8_MC=on runs those of more than one
 // row tile in clusters of two blocks sharing each W tile (persistent clusters with the persistent blocks; all the
-// same bits; off by default, measured no faster); KEV_CUDA_FP8_EARLY_LOADS=on has their epilogue issue its loads
-// before it uses them, KEV_CUDA_FP8_TURNS=on has their two consumer warpgroups issue their products in turn, and
-// KEV_CUDA_FP8_WARP_RELEASE=on hands each stage back with one arrival per warp, and KEV_CUDA_FP8_HALF=on runs
-// products of at most 64 rows on kernels that split each tile's columns between the two consumer warpgroups (each
-// the same bits; off until measured on a GPU). The gated
+// same bits; off by default, measured no faster). Their epilogue issues its loads (scales, residual) before it uses
+// them (KEV_CUDA_FP8_EARLY_LOADS=off: beside each use). KEV_CUDA_FP8_TURNS=on has their two consumer warpgroups
+// issue their products in turn, KEV_CUDA_FP8_WARP_RELEASE=on hands each stage back with one arrival per warp, and
+// KEV_CUDA_FP8_HALF=on runs products of at most 64 rows on kernels that split each tile's columns between the two
+// consumer warpgroups (each the same bits; off by default, measured no faster in a pass). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);
