@@ -252,17 +252,14 @@ type GEMMFP8 struct {
 // device's switch says.
 func fp8Flags(g *GEMMFP8, d *Device) int32 {
 	var f int32
-	for _, c := range []struct {
-		set, dev bool
-		bit      int32
-	}{
-		{g.early > 0, g.early == 0 && d.fp8Early, fp8FlagEarly},
-		{g.turns > 0, g.turns == 0 && d.fp8Turns, fp8FlagTurns},
-		{g.warpRelease > 0, g.warpRelease == 0 && d.fp8WarpRelease, fp8FlagWarpRelease},
-	} {
-		if c.set || c.dev {
-			f |= c.bit
-		}
+	if g.early > 0 || g.early == 0 && d.fp8Early {
+		f |= fp8FlagEarly
+	}
+	if g.turns > 0 || g.turns == 0 && d.fp8Turns {
+		f |= fp8FlagTurns
+	}
+	if g.warpRelease > 0 || g.warpRelease == 0 && d.fp8WarpRelease {
+		f |= fp8FlagWarpRelease
 	}
 	return f
 }

@@ -551,26 +551,16 @@ func TestGEMMFP8Forms(t *testing.T) {
 				n = 2 * bn * (dev.sms()/4 + 3) // more tiles than multiprocessors
 			}
 			n += 16 // a last tile cut short
-			for _, k := range []int{400, 112} {
-				wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
-				if err != nil {
-					t.Fatal(err)
+			eachFP8Shape(t, r, n, []int{40, 70, 390}, 70, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: form(kind.mc), persist: form(kind.persist)}
+				for _, f := range forms {
+					label := fmt.Sprintf("%s %s bn=%d M=%d K=%d", kind.name, f.name, bn, m, k)
+					sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+						g.early, g.turns, g.warpRelease = -1, -1, -1
+						f.set(g, form(on))
+					})
 				}
-				for _, m := range []int{40, 70, 390} {
-					if k == 112 && m != 70 {
-						continue
-					}
-					bits, _ := fp8Rows(r, m, k)
-					g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: form(kind.mc), persist: form(kind.persist)}
-					for _, f := range forms {
-						label := fmt.Sprintf("%s %s bn=%d M=%d K=%d", kind.name, f.name, bn, m, k)
-						sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
-							g.early, g.turns, g.warpRelease = -1, -1, -1
-							f.set(g, form(on))
-						})
-					}
-				}
-			}
+			})
 		}
 	}
 }
@@ -587,33 +577,23 @@ func TestGEMMFP8Half(t *testing.T) {
 	for _, bn := range fp8HalfWidths {
 		gatedOK := slices.Contains(fp8HalfGatedWidths, bn)
 		n := 2*bn*3 + 16 // three tiles plain, six half-width tiles gated, a last tile cut short
-		for _, k := range []int{400, 112} {
-			wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
-			if err != nil {
-				t.Fatal(err)
+		eachFP8Shape(t, r, n, []int{1, 40, 64}, 40, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
+			g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: -1, persist: -1}
+			for _, all := range []bool{false, true} {
+				label := fmt.Sprintf("half bn=%d M=%d K=%d forms %v", bn, m, k, all)
+				sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+					g.half = -1
+					if on && (gatedOK || !g.SwiGLU) {
+						g.half = 1
+					}
+					if all {
+						g.early, g.turns, g.warpRelease = 1, 1, 1
+					} else {
+						g.early, g.turns, g.warpRelease = -1, -1, -1
+					}
+				})
 			}
-			for _, m := range []int{1, 40, 64} {
-				if k == 112 && m != 40 {
-					continue
-				}
-				bits, _ := fp8Rows(r, m, k)
-				g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: -1, persist: -1}
-				for _, all := range []bool{false, true} {
-					label := fmt.Sprintf("half bn=%d M=%d K=%d forms %v", bn, m, k, all)
-					sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
-						g.half = -1
-						if on && (gatedOK || !g.SwiGLU) {
-							g.half = 1
-						}
-						if all {
-							g.early, g.turns, g.warpRelease = 1, 1, 1
-						} else {
-							g.early, g.turns, g.warpRelease = -1, -1, -1
-						}
-					})
-				}
-			}
-		}
+		})
 	}
 	do(t, func(q *Queue) error { // buffers of the right sizes, so that only the kernel's form is refused
 		for _, c := range []GEMMFP8{
@@ -635,6 +615,25 @@ func TestGEMMFP8Half(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// eachFP8Shape calls fn with n × k weights quantized per row and m × k bf16 rows, for K of four k tiles, the last cut
+// short (400), with each m of ms, and for K of one k tile cut short (112) with m = one.
+func eachFP8Shape(t *testing.T, r *rand.Rand, n int, ms []int, one int, fn func(m, k int, bits []uint16, wq []uint8, ws []float32)) {
+	t.Helper()
+	for _, k := range []int{400, 112} {
+		wq, ws, err := fp8.QuantizeRows(fp8Weights(r, n, k), n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if k == 112 && m != one {
+				continue
+			}
+			bits, _ := fp8Rows(r, m, k)
+			fn(m, k, bits, wq, ws)
+		}
+	}
 }
 
 // form is GEMMFP8's setting of a kernel form: 1 on, -1 off.
