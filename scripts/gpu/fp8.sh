@@ -19,6 +19,8 @@
 #      -dtype fp8 on scripts/golden/bench-cases.json, graphs off (KEV_CUDA_GRAPHS=off), and with GRAPHS set bf16
 #      again with graphs on   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json (kev_bench_bf16_graphs.json) and logs
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
+#      VARIANTS (default "bfloat16 fp8") may add FP8 with a promotion interval, fp8:promoN (KEV_CUDA_FP8_PROMOTE=N,
+#      N k tiles or all)   -> kev_bench_fp8_promoN.json; steps 4 and 5 then run for each FP8 variant
 #   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log;
 #      with EVAL_BASE=1 also -dtype float32 -compare bfloat16 on the same requests (bf16's own moves on these
@@ -36,7 +38,8 @@ EVAL_N=${EVAL_N:-400}        # labelled requests for step 5 (0: none)
 PASS_TOKENS=${PASS_TOKENS:-} # pass budgets for step 6, e.g. "16384 32768" (none by default)
 GRAPHS=${GRAPHS:-}           # non-empty: step 3 also serves bf16 with KEV_CUDA_GRAPHS=on (kev_bench_bf16_graphs.json)
 PARTS=" ${PARTS:-kernels goldens serving} " # kernels: step 1; goldens: step 2; serving: steps 3 to 6
-RESERVE=$(( (EVAL_N > 0 ? 60 : 0) + (EVAL_N > 0 && ${EVAL_BASE:-0} == 1 ? 90 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
+NF8=$(echo ${VARIANTS:-fp8} | tr ' ' '\n' | grep -c '^fp8') # FP8 variants: one kev eval each in step 5
+RESERVE=$(( (EVAL_N > 0 ? 60 * NF8 : 0) + (EVAL_N > 0 && ${EVAL_BASE:-0} == 1 ? 90 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
 cd "$root"
@@ -89,16 +92,22 @@ elif [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
       touch "$KEV4B/.complete" || status=1
   fi
   if [ -f "$KEV4B/.complete" ]; then
-    variants="bfloat16 fp8"
-    [ -n "$GRAPHS" ] && variants="bfloat16 bfloat16:graphs fp8"
+    variants=${VARIANTS:-bfloat16 fp8}
+    [ -n "$GRAPHS" ] && variants="bfloat16 bfloat16:graphs ${variants#bfloat16 }"
     nv=$(echo $variants | wc -w)
+    fp8s= # the FP8 variants' short names and switches, for steps 4 and 5
     for v in $variants; do
       dt=${v%%:*}
       short=${dt/bfloat16/bf16}
       genv=KEV_CUDA_GRAPHS=off
-      if [ "$v" != "$dt" ]; then short=${short}_graphs; genv=KEV_CUDA_GRAPHS=on; fi
+      case $v in
+      *:graphs) short=${short}_graphs; genv=KEV_CUDA_GRAPHS=on ;;
+      *:promo*) short=${short}_${v#*:}; genv="$genv KEV_CUDA_FP8_PROMOTE=${v#*:promo}" ;;
+      esac
+      [ "$dt" = fp8 ] && fp8s="$fp8s $short=${genv// /,}"
       lim=$(( ($(left) - 15 - RESERVE) / nv ))
       nv=$((nv - 1))
+      # shellcheck disable=SC2086
       step "kev bench -dtype $dt ($genv)" "$lim" "$OUT/kev_bench_$short.log" env $genv \
         bin/kev bench -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype "$dt" -cases "$CASES" \
         -runs 20 -warmup 3 -clients 1,32,64 -duration 8s -budget "$((lim > 30 ? lim - 15 : 15))s" \
@@ -131,18 +140,27 @@ sys.exit(1 if diff else 0)
 PY
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     fi
-    echo "== compare"
-    timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_fp8.json" \
-      --json "$OUT/fp8_compare.json" 2>&1 | tee "$OUT/fp8_compare.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    for f in $fp8s; do
+      short=${f%%=*}
+      sfx=${short#fp8}
+      echo "== compare ($short)"
+      timeout -k 2 20 python3 scripts/gpu/fp8_compare.py "$OUT/kev_bench_bf16.json" "$OUT/kev_bench_$short.json" \
+        --json "$OUT/fp8_compare$sfx.json" 2>&1 | tee "$OUT/fp8_compare$sfx.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    done
     # 5. many questions: FP8 against bf16 (near-ties by bf16's top two) on EVAL_N labelled requests (make_eval_set.py)
     if [ "$EVAL_N" -gt 0 ]; then
       python3 scripts/gpu/make_eval_set.py -n "$EVAL_N" >"$OUT/eval_set.jsonl"
-      step "kev eval -dtype bf16 -compare fp8 ($EVAL_N requests)" 120 "$OUT/fp8_eval.log" \
-        bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype bfloat16 -compare fp8 -concurrency 32 \
-        -svg none -json -o "$OUT/fp8_eval.json" "$OUT/eval_set.jsonl" || status=1
-      python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
-        "$OUT/fp8_eval.json" 2>/dev/null
+      for f in $fp8s; do
+        short=${f%%=*} fenv=${f#*=}
+        sfx=${short#fp8}
+        # shellcheck disable=SC2086
+        step "kev eval -dtype bf16 -compare fp8 ($EVAL_N requests, ${fenv//,/ })" 120 "$OUT/fp8_eval$sfx.log" \
+          env ${fenv//,/ } bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype bfloat16 -compare fp8 \
+          -concurrency 32 -svg none -json -o "$OUT/fp8_eval$sfx.json" "$OUT/eval_set.jsonl" || status=1
+        python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
+          "$OUT/fp8_eval$sfx.json" 2>/dev/null
+      done
       if [ "${EVAL_BASE:-0}" = 1 ]; then # the same requests, bf16 against fp32: how near the ties sit on these weights
         step "kev eval -dtype fp32 -compare bf16 ($EVAL_N requests)" 150 "$OUT/bf16_eval.log" \
           bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype float32 -compare bfloat16 \

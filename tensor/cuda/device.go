@@ -70,6 +70,11 @@ type Device struct {
 	// off by default: 4–13 % faster products at the same width, no faster in a pass (the design log v45). The same
 	// bits either way.
 	fp8Half bool
+	// fp8Promo: the FP8 products' promotion interval, the k tiles (128 codes each) whose products the tensor cores
+	// sum before each is added to the fp32 total (FP8_PROMO_SHIFT in kernels/fp8_sm90a.cu): 1, every k tile, unless
+	// KEV_CUDA_FP8_PROMOTE says otherwise (parseFP8Promote). Longer intervals wait for the products less often and
+	// keep fewer bits of the sums.
+	fp8Promo int
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -197,6 +202,10 @@ func Open(ordinal int) (*Device, error) {
 	d.fp8Turns = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_TURNS")), "on")
 	d.fp8WarpRelease = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_WARP_RELEASE")), "on")
 	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
+	if d.fp8Promo, err = parseFP8Promote(os.Getenv("KEV_CUDA_FP8_PROMOTE")); err != nil {
+		drv.Close()
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
 	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {

@@ -246,6 +246,10 @@ type GEMMFP8 struct {
 	// half: 0 as the device says (KEV_CUDA_FP8_HALF) where the product has a half-column kernel (fp8Half); 1 that
 	// kernel (an error where there is none); -1 the whole tiles (tests, benchmarks)
 	half int
+	// promo: 0 as the device says (KEV_CUDA_FP8_PROMOTE); else the k tiles whose products the tensor cores sum
+	// before each fp32 add, 1 … fp8PromoMax (tests, benchmarks). Unlike the forms above it moves the results' low
+	// bits; every kernel gives the same bits at the same interval.
+	promo int
 }
 
 // fp8Flags is the flags parameter of g's kernel on device d: each form as g asks (1 on, -1 off) or, at 0, as the
@@ -261,7 +265,11 @@ func fp8Flags(g *GEMMFP8, d *Device) int32 {
 	if g.warpRelease > 0 || g.warpRelease == 0 && d.fp8WarpRelease {
 		f |= fp8FlagWarpRelease
 	}
-	return f
+	p := g.promo
+	if p == 0 {
+		p = d.fp8Promo
+	}
+	return f | int32(max(p, 1)-1)<<fp8PromoShift
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -306,6 +314,9 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	d := q.d
 	if !d.hopper() {
 		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
+	}
+	if g.promo < 0 || g.promo > fp8PromoMax {
+		return &ArgError{op, "promo", fmt.Sprintf("%d k tiles: want 1 to %d (0: the device's)", g.promo, fp8PromoMax)}
 	}
 	bn := g.bn
 	if bn == 0 {

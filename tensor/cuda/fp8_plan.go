@@ -3,7 +3,12 @@ package cuda
 // The FP8 GEMM's tile plan: which tile width a product of a given shape runs with. Pure Go without the driver (no
 // build tag), so that its tests run anywhere; GEMMFP8 (fp8.go) applies it.
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // fp8Width is one FP8 tile kernel of kernels/fp8_sm90a.cu (FP8_TILE): 128 rows × bn columns, a TMA ring of stages
 // k tiles of 128 codes.
@@ -119,4 +124,26 @@ const (
 	fp8FlagEarly       = 1
 	fp8FlagTurns       = 2
 	fp8FlagWarpRelease = 4
+	fp8PromoShift      = 8 // FP8_PROMO_SHIFT: bits 8 … 15 of the flags hold the promotion interval less one
 )
+
+// fp8PromoMax is the longest promotion interval the flags hold, in k tiles of 128 codes: 256 k tiles (32,768 codes,
+// more than any K of the Kev family) sums all of K in the tensor cores.
+const fp8PromoMax = 256
+
+// parseFP8Promote reads KEV_CUDA_FP8_PROMOTE: the k tiles (128 codes each) whose products the tensor cores sum
+// before each fp32 add, from 1 (every k tile, the default when s is empty) to fp8PromoMax, or "all" (fp8PromoMax).
+func parseFP8Promote(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return 1, nil
+	case strings.EqualFold(s, "all"):
+		return fp8PromoMax, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > fp8PromoMax {
+		return 0, fmt.Errorf("KEV_CUDA_FP8_PROMOTE=%q: want k tiles from 1 to %d, or all", s, fp8PromoMax)
+	}
+	return n, nil
+}

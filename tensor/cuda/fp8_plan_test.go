@@ -234,7 +234,8 @@ func TestFP8FlagsMatchSource(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		val  int
-	}{{"FP8_EARLY", fp8FlagEarly}, {"FP8_TURNS", fp8FlagTurns}, {"FP8_WARP_RELEASE", fp8FlagWarpRelease}} {
+	}{{"FP8_EARLY", fp8FlagEarly}, {"FP8_TURNS", fp8FlagTurns}, {"FP8_WARP_RELEASE", fp8FlagWarpRelease},
+		{"FP8_PROMO_SHIFT", fp8PromoShift}} {
 		m := regexp.MustCompile(`(?m)^#define ` + c.name + ` (\d+)$`).FindSubmatch(src)
 		if m == nil {
 			t.Errorf("kernels/fp8_sm90a.cu defines no %s", c.name)
@@ -262,5 +263,28 @@ func TestFP8HalfWidths(t *testing.T) {
 	}
 	if fp8Half(65, 64, false) || fp8Half(65, 64, true) {
 		t.Error("a half-column kernel for 65 rows: its tiles' rows would not all be computed")
+	}
+}
+
+// TestParseFP8Promote checks KEV_CUDA_FP8_PROMOTE's values: empty is every k tile, "all" the longest interval, a
+// number of k tiles within 1 … fp8PromoMax itself, anything else an error that names the variable; and that the
+// longest interval fits the flags' eight bits above fp8PromoShift.
+func TestParseFP8Promote(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"", 1}, {" 4 ", 4}, {"1", 1}, {"ALL", fp8PromoMax}, {"all", fp8PromoMax}, {"256", 256}} {
+		got, err := parseFP8Promote(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("parseFP8Promote(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"0", "-1", "257", "four", "2.5"} {
+		if _, err := parseFP8Promote(in); err == nil || !strings.Contains(err.Error(), "KEV_CUDA_FP8_PROMOTE") {
+			t.Errorf("parseFP8Promote(%q): error %v, want one naming KEV_CUDA_FP8_PROMOTE", in, err)
+		}
+	}
+	if (fp8PromoMax-1)>>8 != 0 {
+		t.Errorf("fp8PromoMax %d does not fit the flags' eight bits", fp8PromoMax)
 	}
 }

@@ -73,6 +73,14 @@ func fp8Weights(r *rand.Rand, n, k int) []float32 {
 // tile).
 func fp8Check(t *testing.T, what string, y []float32, n int, x []float32, k int, rows []int, wq []uint8, ws []float32, res []float32, bf16 bool) {
 	t.Helper()
+	fp8CheckSums(t, what, y, n, x, k, rows, wq, ws, res, bf16, 0x1p-12)
+}
+
+// fp8CheckSums is fp8Check with the sums' allowance sums (fp8Check's 2^−12) of the sum of an element's products'
+// magnitudes. It returns the largest difference from the reference, less the output's rounding, as a share of that
+// sum.
+func fp8CheckSums(t *testing.T, what string, y []float32, n int, x []float32, k int, rows []int, wq []uint8, ws []float32, res []float32, bf16 bool, sums float64) float64 {
+	t.Helper()
 	xr := make([]float32, 0, len(rows)*k)
 	for _, i := range rows {
 		xr = append(xr, x[i*k:i*k+k]...)
@@ -86,7 +94,7 @@ func fp8Check(t *testing.T, what string, y []float32, n int, x []float32, k int,
 	if bf16 {
 		rel = 0x1p-8
 	}
-	bad := 0
+	bad, worst := 0, 0.0
 	for ri, i := range rows {
 		for j := 0; j < n; j++ {
 			var abs float64
@@ -98,7 +106,11 @@ func fp8Check(t *testing.T, what string, y []float32, n int, x []float32, k int,
 			if res != nil {
 				want += float64(res[i*n+j])
 			}
-			if d := math.Abs(got - want); !(d <= rel*math.Abs(want)+0x1p-12*abs+1e-30) {
+			d := math.Abs(got - want)
+			if abs > 0 {
+				worst = max(worst, (d-rel*math.Abs(want))/abs)
+			}
+			if !(d <= rel*math.Abs(want)+sums*abs+1e-30) {
 				if bad++; bad <= 5 {
 					t.Errorf("%s: y[%d, %d] = %g, reference %g (sum of |products| %g)", what, i, j, got, want, abs)
 				}
@@ -108,6 +120,7 @@ func fp8Check(t *testing.T, what string, y []float32, n int, x []float32, k int,
 	if bad > 5 {
 		t.Errorf("%s: %d elements out of tolerance", what, bad)
 	}
+	return worst
 }
 
 // sampleRows returns up to 12 rows of m spread over it, the first and last included.
@@ -617,6 +630,70 @@ func TestGEMMFP8Half(t *testing.T) {
 	})
 }
 
+// TestGEMMFP8Promote checks promotion intervals longer than one k tile (GEMMFP8.promo, KEV_CUDA_FP8_PROMOTE): the
+// products of P k tiles summed in the tensor cores before each fp32 add. At each P every kernel gives the same bits
+// (one tile a block, persistent blocks, clusters and the half-column kernels, against each other with sameKernelBits,
+// each with the flags' forms), so a row's bits still do not depend on the rows it is stacked with; and the products
+// stay within the reference's allowance for P k tiles' sums in the tensor cores: 2^−12·P of the sum of the
+// products' magnitudes (2^−12 is one k tile's), at most 2^−8, on the Kev shapes' K (2,560 to 9,216: 20 to 72 k
+// tiles). It logs the largest difference at each P, as a share of that sum, beside one k tile's.
+func TestGEMMFP8Promote(t *testing.T) {
+	b := NewOn(dev)
+	defer b.Trim()
+	needFP8(t, b)
+	r := newRand(t)
+	for _, p := range []int{3, 4, fp8PromoMax} { // K = 400 is four k tiles: groups of 3 and 1, one of 4, one of all
+		for _, bn := range fp8PersistWidths {
+			n := 2*bn*(dev.sms()/4+3) + 16 // more tiles than multiprocessors, a last tile cut short
+			eachFP8Shape(t, r, n, []int{40, 390}, 40, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn, promo: p}
+				label := fmt.Sprintf("promo %d bn=%d M=%d K=%d", p, bn, m, k)
+				sameKernelBits(t, label+" persistent", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+					g.persist, g.mc = form(on), -1
+				})
+				sameKernelBits(t, label+" clusters", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+					g.persist, g.mc = -1, form(on)
+				})
+				sameKernelBits(t, label+" forms", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+					g.persist, g.mc = 1, -1
+					g.early, g.turns, g.warpRelease = form(on), form(on), form(on)
+				})
+				if fp8Half(m, bn, false) {
+					sameKernelBits(t, label+" half", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
+						g.persist, g.mc, g.half = -1, -1, form(on)
+						if on && g.SwiGLU && !slices.Contains(fp8HalfGatedWidths, bn) {
+							g.half = -1
+						}
+					})
+				}
+			})
+		}
+	}
+	for _, s := range [][2]int{{2560, 9216}, {18432, 2560}} {
+		n, k := s[0], s[1]
+		w := fp8Weights(r, n, k)
+		wq, ws, err := fp8.QuantizeRows(w, n, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const m = 40
+		bits, x := fp8Rows(r, m, k)
+		rows := sampleRows(m)
+		var line string
+		for _, p := range []int{1, 2, 4, 8, fp8PromoMax} {
+			y := runGEMMFP8(t, bits, wq, ws, nil, GEMMFP8{M: m, N: n, K: k, promo: p, F32Out: true})
+			yf := make([]float32, m*n)
+			for i := range yf {
+				yf[i] = math.Float32frombits(uint32(y[4*i]) | uint32(y[4*i+1])<<8 | uint32(y[4*i+2])<<16 | uint32(y[4*i+3])<<24)
+			}
+			allow := min(0x1p-12*float64(p), 0x1p-8)
+			worst := fp8CheckSums(t, fmt.Sprintf("promo %d N=%d K=%d", p, n, k), yf, n, x, k, rows, wq, ws, nil, false, allow)
+			line += fmt.Sprintf("  P=%d %.3g", p, worst)
+		}
+		t.Logf("N=%d K=%d, largest |y − reference| / Σ|products| by promotion interval:%s", n, k, line)
+	}
+}
+
 // eachFP8Shape calls fn with n × k weights quantized per row and m × k bf16 rows, for K of four k tiles, the last cut
 // short (400), with each m of ms, and for K of one k tile cut short (112) with m = one.
 func eachFP8Shape(t *testing.T, r *rand.Rand, n int, ms []int, one int, fn func(m, k int, bits []uint16, wq []uint8, ws []float32)) {
@@ -775,7 +852,8 @@ func TestFP8Errors(t *testing.T) {
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
 // "fp8-pmc" persistent clusters of two ("fp8-pmc-turns" with the consumers in turn); the planned kernel with every form of its flags off ("fp8-forms-off"), one
 // on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
-// back by one arrival a warp) and all on ("fp8-forms-all"); at most 64 rows, every width with a half-column kernel
+// back by one arrival a warp) and all on ("fp8-forms-all"), and with the products of 2, 4, 8 and all k tiles summed
+// in the tensor cores before each fp32 add ("fp8-promo2" … "fp8-promoall"); at most 64 rows, every width with a half-column kernel
 // whole ("fp8-wholeNN"), halved ("fp8-halfNN") and halved with every form on ("fp8-halfNN-forms"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
@@ -829,6 +907,10 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"fp8-turns", GEMMFP8{early: -1, turns: 1, warpRelease: -1}},
 					{"fp8-warprel", GEMMFP8{early: -1, turns: -1, warpRelease: 1}},
 					{"fp8-forms-all", GEMMFP8{early: 1, turns: 1, warpRelease: 1}},
+					{"fp8-promo2", GEMMFP8{promo: 2}},
+					{"fp8-promo4", GEMMFP8{promo: 4}},
+					{"fp8-promo8", GEMMFP8{promo: 8}},
+					{"fp8-promoall", GEMMFP8{promo: fp8PromoMax}},
 				} {
 					tf, _ := timeGEMMFP8With(b, M, N, K, f.form)
 					rows = append(rows, row{f.path, plan, tf, b8})
@@ -930,7 +1012,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 		}
 		gemmOf := func(s set) GEMMFP8 {
 			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
-				early: form.early, turns: form.turns, warpRelease: form.warpRelease, half: form.half}
+				early: form.early, turns: form.turns, warpRelease: form.warpRelease, half: form.half, promo: form.promo}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

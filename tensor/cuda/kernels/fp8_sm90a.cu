@@ -392,9 +392,17 @@ __device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y,
 //   FP8_WARP_RELEASE: a stage goes back to the producer with one arrival per consumer warp (8 a stage) instead of
 //     one per consumer thread (256 arrivals on one shared-memory word, which take turns). The cluster kernels (MC)
 //     always arrive once per warp, on both blocks.
+//   Bits FP8_PROMO_SHIFT … +7 hold P − 1, where P is the number of k tiles whose products the tensor cores sum
+//     before the consumer adds them to its fp32 total (the promotion interval; 0, P = 1, is every k tile). With
+//     P > 1 a consumer waits for its products only at the end of each P k tiles: in between it hands back the
+//     stage of the k tile before once the products of the one after are issued (wgmma.wait_group 1), as a kernel
+//     without fp32 promotion does. Not a form of the others: the tensor cores' FP8 sums keep fewer bits than fp32
+//     over long runs of k, so P changes the results' low bits (by at most what fp8Check allows for P k tiles);
+//     for each P every width, form and kernel gives the same bits.
 #define FP8_EARLY 1
 #define FP8_TURNS 2
 #define FP8_WARP_RELEASE 4
+#define FP8_PROMO_SHIFT 8
 // FP8_TURN0 and FP8_TURN1 are the named barriers of FP8_TURNS: consumer c arrives on FP8_TURN0 + c once it has
 // issued a k tile's products, and the other consumer waits on it before issuing its own (0 is __syncthreads').
 #define FP8_TURN0 1
@@ -573,6 +581,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	// 8-column products and 8-row swizzle atoms.
 	static_assert(!HALF || (!MC && (GATED ? BN % 32 == 0 : BN % 16 == 0)), "no half-column form of this tile");
 	constexpr int SUMS = HALF ? BN / 4 : BN / 2; // a consumer thread's sums
+	const int promo = ((flags >> FP8_PROMO_SHIFT) & 255) + 1; // k tiles a promotion
 	float d[SUMS], tot[SUMS];
 	int it = 0;
 	for (int tile = first; tile < T; tile += stride) {
@@ -580,8 +589,10 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const bool live = HALF || m0 + 64 * c < M; // rows of this consumer exist
 #pragma unroll
 	for (int i = 0; i < SUMS; i++) d[i] = tot[i] = 0.f;
+	int g = 0, held = -1; // k tiles summed since the last promotion; the stage whose products may still run
 	for (int kt = 0; kt < nk; kt++, it++) {
 		const int s = it % STAGES;
+		const int fresh = g == 0; // this k tile's products start from zero
 		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
 		// FP8_TURNS: consumer 1 waits for 0's products of this step, 0 for 1's of the step before. Both take
 		// every turn, with rows or without, so that the barriers' counts match.
@@ -595,29 +606,35 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 					const uint32_t sg = sb + c * (BN / 4) * BK, su = sb + (BN / 2 + c * (BN / 4)) * BK;
 #pragma unroll
 					for (int kk = 0; kk < BK / 32; kk++) {
-						wgmma_fp8_tile<BN / 4>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sg + 32 * kk), kk > 0);
-						wgmma_fp8_tile<BN / 4>(d + BN / 8, desc_sw128(sa0 + 32 * kk), desc_sw128(su + 32 * kk), kk > 0);
+						wgmma_fp8_tile<BN / 4>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sg + 32 * kk), kk > 0 || !fresh);
+						wgmma_fp8_tile<BN / 4>(d + BN / 8, desc_sw128(sa0 + 32 * kk), desc_sw128(su + 32 * kk), kk > 0 || !fresh);
 					}
 				} else {
 					const uint32_t sh = sb + c * (BN / 2) * BK;
 #pragma unroll
 					for (int kk = 0; kk < BK / 32; kk++)
-						wgmma_fp8_tile<BN / 2>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sh + 32 * kk), kk > 0);
+						wgmma_fp8_tile<BN / 2>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sh + 32 * kk), kk > 0 || !fresh);
 				}
 			} else {
 #pragma unroll
 				for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
-					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0);
+					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || !fresh);
 			}
 			wgmma_commit();
 		}
 		if (turns) named_bar_arrive(FP8_TURN0 + c, 256);
-		if (live) {
+		if (!live) {
+			release(s);
+		} else if (++g == promo || kt == nk - 1) {
 			wgmma_wait0();
+			if (held >= 0) release(held);
 			release(s); // the stage is read: the producer may refill it during the adds
 			fp8_promote<2 * SUMS>(d, tot);
-		} else {
-			release(s);
+			g = 0, held = -1;
+		} else { // the k tile before's products are done: its stage goes back; this one's run on
+			wgmma_wait1();
+			if (held >= 0) release(held);
+			held = s;
 		}
 	}
 	if (live) {
