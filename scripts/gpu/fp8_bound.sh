@@ -6,11 +6,13 @@
 #      the reference, batch invariance)                                -> $OUT/fp8_tests.log
 #   2. kernels: BenchmarkGEMMFP8 (bf16, the planned FP8 kernel, each form, each promotion interval) -> $OUT/gemmfp8.log
 #   3. ncu: Nsight Compute (--set full, clocks left alone) on one launch each of the FP8 products in NCU_KERNELS
-#      (default: the 2,200-token pass's gate/up at 2,392 rows, with every k tile promoted and with all of K in the
-#      tensor cores, and the 257-token question pass's gate/up), each with its details page and the warps' stalls
+#      (default: the 2,200-token pass's gate/up at 2,392 rows, with every k tile promoted, with all of K in the
+#      tensor cores and on the 256-column FAST tiles, and the 257-token question pass's gate/up), each with its
+#      details page and the warps' stalls
 #      by stretch of machine code (sass_regions.py)                    -> $OUT/ncu/<label>.details.txt, .regions.txt
 #   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults, the epilogue's
-#      loads beside their use, promotion every 4 k tiles and over all of K)    -> $OUT/pass_<variant>.log
+#      loads beside their use, promotion every 4 k tiles and over all of K, and all of K on the FAST tiles 192 and
+#      256 columns wide, KEV_CUDA_FP8_WIDE)                            -> $OUT/pass_<variant>.log
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
 #   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:promo4") and kev
@@ -29,8 +31,11 @@ mkdir -p "$OUT/ncu" && OUT=$(cd "$OUT" && pwd)
 TOTAL=${TOTAL:-560}
 PARTS=" ${PARTS:-kernels ncu passes goldens} "
 CASES=${CASES:-6q-kev257,5q-2200}
-# label:case:kernel regex:launches to skip:KEV_CUDA_FP8_PROMOTE
-NCU_KERNELS=${NCU_KERNELS:-gateup2392:5q-2200:gemm_fp8_wgmma_pg128x144:2:1 gateup2392all:5q-2200:gemm_fp8_wgmma_pg128x144:2:all gateup257:6q-kev257:gemm_fp8_wgmma_pg128x144:2:1}
+# label:case:kernel regex:launches to skip:switches (VAR=value, comma-separated)
+NCU_KERNELS=${NCU_KERNELS:-gateup2392:5q-2200:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=1 \
+gateup2392all:5q-2200:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=all \
+gateup2392wide:5q-2200:gemm_fp8_wgmma_pfg128x256:2:KEV_CUDA_FP8_PROMOTE=all,KEV_CUDA_FP8_WIDE=256 \
+gateup257:6q-kev257:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=1}
 # shellcheck source=steps.sh
 source scripts/gpu/steps.sh # step, left
 chmod +x bin/* 2>/dev/null
@@ -43,14 +48,15 @@ if has kernels; then
   grep -E "^(--- |FAIL|ok|PASS)|largest" "$OUT/fp8_tests.log" | head -40
   step "BenchmarkGEMMFP8" 120 "$OUT/gemmfp8.log" \
     ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-  grep -E "path=(bf16|fp8|fp8-forms-off|fp8-promo[0-9a-z]+) " "$OUT/gemmfp8.log"
+  grep -E "path=(bf16|fp8|fp8-forms-off|fp8-promo[0-9a-z]+|fp8-fast[0-9]+) " "$OUT/gemmfp8.log"
 fi
 if has ncu; then
   for spec in $NCU_KERNELS; do
-    IFS=: read -r label pcase kern skip promo <<<"$spec"
+    IFS=: read -r label pcase kern skip sw <<<"$spec"
     rep=/tmp/ncu_$label
-    step "ncu $label ($kern, $pcase, skip $skip, promote $promo)" 80 "$OUT/ncu/$label.run.log" env KEV_PROFILE_DTYPE=fp8 \
-      KEV_CUDA_FP8_PROMOTE="$promo" KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$pcase" \
+    # shellcheck disable=SC2086
+    step "ncu $label ($kern, $pcase, skip $skip, ${sw//,/ })" 80 "$OUT/ncu/$label.run.log" env KEV_PROFILE_DTYPE=fp8 \
+      ${sw//,/ } KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$pcase" \
       ncu --clock-control none -k "regex:$kern\$" --launch-skip "$skip" --launch-count 1 --set full --import-source no \
       -f -o "$rep" ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
     if [ -f "$rep.ncu-rep" ]; then
@@ -63,14 +69,15 @@ if has ncu; then
   done
 fi
 if has passes; then
-  for v in ${VARIANTS:-fp8 fp8_direct fp8_promo4 fp8_promoall}; do
-    dt=${v%%_*} early=on promo=1
+  for v in ${VARIANTS:-fp8 fp8_direct fp8_promo4 fp8_promoall fp8_wide192 fp8_wide256}; do
+    dt=${v%%_*} early=on promo=1 wide=off
     case $v in
     fp8_direct) early=off ;;
     fp8_promo*) promo=${v#fp8_promo} ;;
+    fp8_wide*) promo=all wide=${v#fp8_wide} ;;
     esac
     step "pass profile $v" 60 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_EARLY_LOADS=$early \
-      KEV_CUDA_FP8_PROMOTE="$promo" KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
+      KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
       ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
     grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
   done

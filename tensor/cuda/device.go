@@ -75,6 +75,9 @@ type Device struct {
 	// KEV_CUDA_FP8_PROMOTE says otherwise (parseFP8Promote). Longer intervals wait for the products less often and
 	// keep fewer bits of the sums.
 	fp8Promo int
+	// fp8Wide: with fp8Promo at fp8PromoMax, FP8 products planned 128 columns wide or more run on the FAST kernels
+	// this many columns wide (fp8FastWidths), with KEV_CUDA_FP8_WIDE=192 or 256; 0 (off) by default.
+	fp8Wide int
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -203,6 +206,10 @@ func Open(ordinal int) (*Device, error) {
 	d.fp8WarpRelease = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_WARP_RELEASE")), "on")
 	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
 	if d.fp8Promo, err = parseFP8Promote(os.Getenv("KEV_CUDA_FP8_PROMOTE")); err != nil {
+		drv.Close()
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if d.fp8Wide, err = parseFP8Wide(os.Getenv("KEV_CUDA_FP8_WIDE")); err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("cuda: %w", err)
 	}

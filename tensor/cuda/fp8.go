@@ -318,16 +318,29 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.promo < 0 || g.promo > fp8PromoMax {
 		return &ArgError{op, "promo", fmt.Sprintf("%d k tiles: want 1 to %d (0: the device's)", g.promo, fp8PromoMax)}
 	}
+	promo := g.promo
+	if promo == 0 {
+		promo = d.fp8Promo
+	}
 	bn := g.bn
 	if bn == 0 {
 		bn = fp8Plan(g.M, g.N, g.K, d.sms(), g.SwiGLU)
+		if promo == fp8PromoMax && d.fp8Wide > 0 && bn >= 128 {
+			bn = d.fp8Wide
+		}
 	}
-	stages := fp8Stages(bn)
-	if stages == 0 || g.SwiGLU && !slices.Contains(fp8GatedWidths, bn) {
+	stages, fast := fp8Stages(bn), false
+	if stages == 0 {
+		stages, fast = fp8FastStages(bn), true
+	}
+	if stages == 0 || g.SwiGLU && !fast && !slices.Contains(fp8GatedWidths, bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (SwiGLU %v)", bn, g.SwiGLU)}
 	}
-	mc := g.mc > 0 || g.mc == 0 && d.fp8MC && fp8Cluster(g.M, bn)
-	if mc && bn%16 != 0 {
+	if fast && promo != fp8PromoMax {
+		return &ArgError{op, "bn", fmt.Sprintf("the %d-column FP8 kernels sum all of K in the tensor cores: promotion interval %d, want %d", bn, promo, fp8PromoMax)}
+	}
+	mc := g.mc > 0 || g.mc == 0 && !fast && d.fp8MC && fp8Cluster(g.M, bn)
+	if mc && (bn%16 != 0 || fast) {
 		return &ArgError{op, "bn", fmt.Sprintf("no FP8 cluster kernel %d columns wide", bn)}
 	}
 	tn := bn // a tile's output columns
@@ -335,8 +348,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		tn = bn / 2
 	}
 	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
-	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn)
-	if persist && !slices.Contains(fp8PersistWidths, bn) {
+	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && (fp8Persistent(mT*nT, d.sms(), bn) || fast && mT*nT > d.sms())
+	if persist && !fast && !slices.Contains(fp8PersistWidths, bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
 	}
 	half := false // each tile's columns split between the consumers (M ≤ 64)
@@ -388,6 +401,9 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		grid = cudrv.Dim3{X: min(mT*nT, d.sms()), Y: 1, Z: 1}
 	case half:
 		kind = "h"
+	}
+	if fast {
+		kind += "f"
 	}
 	if g.SwiGLU {
 		kind += "g"

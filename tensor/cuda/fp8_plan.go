@@ -80,6 +80,35 @@ func fp8Plan(M, N, K, sms int, gated bool) int {
 	return pick
 }
 
+// fp8FastWidths are the widths of the FP8 kernels without an fp32 total (FP8_FAST in kernels/fp8_sm90a.cu: the
+// tensor cores sum all of K, so the sums' registers can hold 192 or 256 columns), plain and gated, one tile a block
+// and persistent. They give the bits of every kernel at the promotion interval fp8PromoMax, and run only at it.
+var fp8FastWidths = []fp8Width{{192, 5}, {256, 4}}
+
+// fp8FastStages is the ring depth of the FAST kernel bn columns wide, or 0 when there is none.
+func fp8FastStages(bn int) int {
+	for _, w := range fp8FastWidths {
+		if w.bn == bn {
+			return w.stages
+		}
+	}
+	return 0
+}
+
+// parseFP8Wide reads KEV_CUDA_FP8_WIDE: empty or "off" (0), or a width of fp8FastWidths that products planned 128
+// columns wide or more run at when the promotion interval is fp8PromoMax.
+func parseFP8Wide(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "off") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || fp8FastStages(n) == 0 {
+		return 0, fmt.Errorf("KEV_CUDA_FP8_WIDE=%q: want off or one of the widths %v", s, fp8FastWidths)
+	}
+	return n, nil
+}
+
 // fp8Cluster reports whether a product of M rows with tiles bn columns wide runs on the cluster kernels
 // (gemm_fp8_wgmma_m128xBN: two blocks on row tiles 2p and 2p + 1 share each W tile, read once from L2 and multicast
 // into both): when it has more than one row tile and the width has a cluster kernel (bn a multiple of 16), and the

@@ -92,6 +92,62 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	}
 }
 
+// TestFP8FastWidthsMatchKernels checks fp8FastWidths against the FAST kernels of kernels/fp8_sm90a.cu: plain,
+// gated, one tile a block and persistent, one of each for every width, with its ring depth, within a block's 227
+// KiB and the copy engine's 256 rows; and that no FAST width is also a width of the promoted kernels (the host tells
+// them apart by width).
+func TestFP8FastWidthsMatchKernels(t *testing.T) {
+	src, err := os.ReadFile("kernels/fp8_sm90a.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int
+	for _, w := range fp8FastWidths {
+		want = append(want, w.bn)
+		if fp8Stages(w.bn) != 0 {
+			t.Errorf("width %d is both a FAST and a promoted kernel's", w.bn)
+		}
+		if shared := w.stages*(128+w.bn)*128 + 1024 + 16*w.stages; shared > 227<<10 || w.bn%16 != 0 || w.bn > 256 {
+			t.Errorf("FAST width %d, %d stages: %d bytes of shared memory (want a multiple of 16 up to 256 within 227 KiB)", w.bn, w.stages, shared)
+		}
+	}
+	for _, kind := range []string{"FP8_FAST(gemm_fp8_wgmma_f128x", "FP8_FAST_GATED(gemm_fp8_wgmma_fg128x",
+		"FP8_FAST_PERSIST(gemm_fp8_wgmma_pf128x", "FP8_FAST_PERSIST_GATED(gemm_fp8_wgmma_pfg128x"} {
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(kind) + `(\d+), (\d+), (\d+)\)`)
+		var got []int
+		for _, m := range re.FindAllSubmatch(src, -1) {
+			name, _ := strconv.Atoi(string(m[1]))
+			bn, _ := strconv.Atoi(string(m[2]))
+			stages, _ := strconv.Atoi(string(m[3]))
+			if name != bn || stages != fp8FastStages(bn) {
+				t.Errorf("%s%d: %d wide, %d stages (want %d)", kind, name, bn, stages, fp8FastStages(bn))
+			}
+			got = append(got, bn)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s… kernels %v, want %v", kind, got, want)
+		}
+	}
+}
+
+// TestParseFP8Wide checks KEV_CUDA_FP8_WIDE's values: empty and "off" are 0, a FAST width itself, anything else an
+// error naming the variable.
+func TestParseFP8Wide(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"", 0}, {"off", 0}, {"OFF", 0}, {"192", 192}, {" 256", 256}} {
+		if got, err := parseFP8Wide(c.in); err != nil || got != c.want {
+			t.Errorf("parseFP8Wide(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"144", "0", "wide", "512"} {
+		if _, err := parseFP8Wide(in); err == nil || !strings.Contains(err.Error(), "KEV_CUDA_FP8_WIDE") {
+			t.Errorf("parseFP8Wide(%q): error %v, want one naming KEV_CUDA_FP8_WIDE", in, err)
+		}
+	}
+}
+
 // TestFP8Plan checks the plan on the Kev-4B shapes: the wide products fill the multiprocessors in one round at a
 // question pass's rows, the 2,560-column products run narrow tiles until the rows fill the multiprocessors, the
 // plan never costs more than the 128-column tile it replaced, and the SwiGLU-fused kernels keep their widths.

@@ -633,7 +633,8 @@ func TestGEMMFP8Half(t *testing.T) {
 // TestGEMMFP8Promote checks promotion intervals longer than one k tile (GEMMFP8.promo, KEV_CUDA_FP8_PROMOTE): the
 // products of P k tiles summed in the tensor cores before each fp32 add. At each P every kernel gives the same bits
 // (one tile a block, persistent blocks, clusters and the half-column kernels, against each other with sameKernelBits,
-// each with the flags' forms), so a row's bits still do not depend on the rows it is stacked with; and the products
+// each with the flags' forms; at P = all also the wide FAST kernels, one tile a block and persistent), so a row's
+// bits still do not depend on the rows it is stacked with; a FAST width at another interval is refused; and the products
 // stay within the reference's allowance for P k tiles' sums in the tensor cores: 2^−12·P of the sum of the
 // products' magnitudes (2^−12 is one k tile's), at most 2^−8, on the Kev shapes' K (2,560 to 9,216: 20 to 72 k
 // tiles). It logs the largest difference at each P, as a share of that sum, beside one k tile's.
@@ -658,6 +659,19 @@ func TestGEMMFP8Promote(t *testing.T) {
 					g.persist, g.mc = 1, -1
 					g.early, g.turns, g.warpRelease = form(on), form(on), form(on)
 				})
+				if p == fp8PromoMax && bn == 128 { // the FAST kernels: the bits of every kernel at this interval
+					for _, w := range fp8FastWidths {
+						for _, persist := range []bool{false, true} {
+							sameKernelBits(t, fmt.Sprintf("%s fast %d persistent %v", label, w.bn, persist), r, bits, wq, ws, g,
+								func(g *GEMMFP8, on bool) {
+									g.persist, g.mc = form(persist), -1
+									if on {
+										g.bn = w.bn
+									}
+								})
+						}
+					}
+				}
 				if fp8Half(m, bn, false) {
 					sameKernelBits(t, label+" half", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
 						g.persist, g.mc, g.half = -1, -1, form(on)
@@ -669,6 +683,20 @@ func TestGEMMFP8Promote(t *testing.T) {
 			})
 		}
 	}
+	do(t, func(q *Queue) error { // a FAST width below the interval all: refused
+		c := GEMMFP8{M: 40, N: 512, K: 256, bn: 256, promo: 4}
+		c.X, c.XS = poisoned(t, q, c.M*c.K), poisoned(t, q, 4*c.M)
+		c.W, c.WS = poisoned(t, q, c.N*c.K), poisoned(t, q, 4*c.N)
+		c.Y = poisoned(t, q, 2*c.M*c.N)
+		var ae *ArgError
+		if err := q.GEMMFP8(c); !errors.As(err, &ae) || ae.Arg != "bn" {
+			t.Errorf("a 256-column FP8 kernel at promotion interval 4: error %v, want an *ArgError for bn", err)
+		}
+		for _, buf := range []Buffer{c.X, c.XS, c.W, c.WS, c.Y} {
+			q.Free(buf)
+		}
+		return nil
+	})
 	for _, s := range [][2]int{{2560, 9216}, {18432, 2560}} {
 		n, k := s[0], s[1]
 		w := fp8Weights(r, n, k)
@@ -853,7 +881,8 @@ func TestFP8Errors(t *testing.T) {
 // "fp8-pmc" persistent clusters of two ("fp8-pmc-turns" with the consumers in turn); the planned kernel with every form of its flags off ("fp8-forms-off"), one
 // on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
 // back by one arrival a warp) and all on ("fp8-forms-all"), and with the products of 2, 4, 8 and all k tiles summed
-// in the tensor cores before each fp32 add ("fp8-promo2" … "fp8-promoall"); at most 64 rows, every width with a half-column kernel
+// in the tensor cores before each fp32 add ("fp8-promo2" … "fp8-promoall") and, summing all of K so, 192 and 256
+// columns wide ("fp8-fast192", "fp8-fast256"); at most 64 rows, every width with a half-column kernel
 // whole ("fp8-wholeNN"), halved ("fp8-halfNN") and halved with every form on ("fp8-halfNN-forms"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
@@ -911,9 +940,15 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"fp8-promo4", GEMMFP8{promo: 4}},
 					{"fp8-promo8", GEMMFP8{promo: 8}},
 					{"fp8-promoall", GEMMFP8{promo: fp8PromoMax}},
+					{"fp8-fast192", GEMMFP8{promo: fp8PromoMax, bn: 192}},
+					{"fp8-fast256", GEMMFP8{promo: fp8PromoMax, bn: 256}},
 				} {
 					tf, _ := timeGEMMFP8With(b, M, N, K, f.form)
-					rows = append(rows, row{f.path, plan, tf, b8})
+					bn := plan
+					if f.form.bn > 0 {
+						bn = f.form.bn
+					}
+					rows = append(rows, row{f.path, bn, tf, b8})
 				}
 				for _, w := range fp8HalfWidths { // the half-column kernels, every width (M ≤ 64)
 					if !fp8Half(M, w, false) {

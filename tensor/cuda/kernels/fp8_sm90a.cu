@@ -148,6 +148,18 @@ __device__ __forceinline__ void wgmma_fp8_m64n144(float *d, uint64_t da, uint64_
 	             : "l"(da), "l"(db), "r"(acc));
 }
 
+__device__ __forceinline__ void wgmma_fp8_m64n192(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+	             : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wgmma_fp8_m64n256(float *d, uint64_t da, uint64_t db, int acc) {
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+	             "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1;\n}\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+	             : "l"(da), "l"(db), "r"(acc));
+}
 // wgmma_fp8_tile is the wrapper of the tile width BN.
 template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint64_t da, uint64_t db, int acc) {
 	if constexpr (BN == 8) {
@@ -174,6 +186,10 @@ template <int BN> __device__ __forceinline__ void wgmma_fp8_tile(float *d, uint6
 		wgmma_fp8_m64n128(d, da, db, acc);
 	} else if constexpr (BN == 144) {
 		wgmma_fp8_m64n144(d, da, db, acc);
+	} else if constexpr (BN == 192) {
+		wgmma_fp8_m64n192(d, da, db, acc);
+	} else if constexpr (BN == 256) {
+		wgmma_fp8_m64n256(d, da, db, acc);
 	} else {
 		static_assert(BN == 0, "no FP8 wgmma wrapper for this tile width");
 	}
@@ -248,8 +264,9 @@ __device__ __forceinline__ void fp8_tile_rows(int m0, int c, int t, int M, const
 // scaled, rounded and stored (with GATED, SwiGLU of the gate and up sums). Every global load it needs — the column
 // scales and the residual — is issued first, into registers that the k loop's products have left free, and only
 // then used: loaded beside their use, each load's latency was paid once per 8 columns, in turn (~0.1–0.2 µs each, a
-// few µs a tile).
-template <int BN, bool GATED>
+// few µs a tile). CH: the 8-column groups loaded at once (all of the tile's by default; fewer where the sums leave
+// too few registers for all: the wide FAST tiles), the groups taken CH after CH.
+template <int BN, bool GATED, int CH = (GATED ? BN / 2 : BN) / 8>
 __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const void *R, const float *xs,
                                                const float *ws, int M, int N, int ldy, int yF32, int m0, int n0,
                                                int c, int t) {
@@ -261,73 +278,79 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 	int rows[2];
 	float sx[2];
 	fp8_tile_rows(m0, c, t, M, xs, rows, sx);
-	if constexpr (GATED) {
-		constexpr int U = 4 * J; // the up sums of the same columns
-		float2 sg[J], su[J];
 #pragma unroll
-		for (int j = 0; j < J; j++) { // F a multiple of 8: a column past F reads F - 2's scales, unused
-			const int col = min(n0 + 8 * j + 2 * (l & 3), F - 2);
-			sg[j] = *(const float2 *)(ws + col);
-			su[j] = *(const float2 *)(ws + F + col);
-		}
+	for (int j0 = 0; j0 < J; j0 += CH) {
+		constexpr int U = 4 * J; // GATED: the up sums of the same columns
+		if constexpr (GATED) {
+			float2 sg[CH], su[CH];
 #pragma unroll
-		for (int j = 0; j < J; j++) {
-			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= F) continue; // F a multiple of 8: col + 1 < F too
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (rows[h] >= M) continue;
-				const float v0 = swiglu1(__fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sg[j].x)),
-				                         __fmul_rn(tot[U + 4 * j + 2 * h], __fmul_rn(sx[h], su[j].x)));
-				const float v1 = swiglu1(__fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sg[j].y)),
-				                         __fmul_rn(tot[U + 4 * j + 2 * h + 1], __fmul_rn(sx[h], su[j].y)));
-				*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
-			}
-		}
-	} else {
-		float2 sw[J];
-#pragma unroll
-		for (int j = 0; j < J; j++) // N even: a column past N reads N - 2's scales, unused
-			sw[j] = *(const float2 *)(ws + min(n0 + 8 * j + 2 * (l & 3), N - 2));
-		if (R != nullptr && !yF32) { // the bf16 residual of each (row, column pair), 0 where there is none
-			uint32_t rr[J][2];
-#pragma unroll
-			for (int j = 0; j < J; j++) {
-				const int col = n0 + 8 * j + 2 * (l & 3);
-#pragma unroll
-				for (int h = 0; h < 2; h++)
-					rr[j][h] = col < N && rows[h] < M
-					               ? *(const uint32_t *)((const __nv_bfloat16 *)R + (size_t)rows[h] * ldy + col)
-					               : 0u;
+			for (int j = j0; j < j0 + CH && j < J; j++) { // F a multiple of 8: a column past F reads F - 2's, unused
+				const int col = min(n0 + 8 * j + 2 * (l & 3), F - 2);
+				sg[j - j0] = *(const float2 *)(ws + col);
+				su[j - j0] = *(const float2 *)(ws + F + col);
 			}
 #pragma unroll
-			for (int j = 0; j < J; j++) {
+			for (int j = j0; j < j0 + CH && j < J; j++) {
 				const int col = n0 + 8 * j + 2 * (l & 3);
-				if (col >= N) continue;
+				if (col >= F) continue; // F a multiple of 8: col + 1 < F too
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					if (rows[h] >= M) continue;
-					// as gemm_store2: the product of the scales, each product rounded, then the residual added
-					float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j].x));
-					float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j].y));
-					v0 += __uint_as_float(rr[j][h] << 16);
-					v1 += __uint_as_float(rr[j][h] & 0xffff0000u);
-					*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
+					const float2 g = sg[j - j0], u = su[j - j0];
+					const float v0 = swiglu1(__fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], g.x)),
+					                         __fmul_rn(tot[U + 4 * j + 2 * h], __fmul_rn(sx[h], u.x)));
+					const float v1 = swiglu1(__fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], g.y)),
+					                         __fmul_rn(tot[U + 4 * j + 2 * h + 1], __fmul_rn(sx[h], u.y)));
+					*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) =
+					    __floats2bfloat162_rn(v0, v1);
 				}
 			}
-			return;
-		}
+		} else {
+			float2 sw[CH];
 #pragma unroll
-		for (int j = 0; j < J; j++) {
-			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= N) continue; // N even: col + 1 < N too
+			for (int j = j0; j < j0 + CH && j < J; j++) // N even: a column past N reads N - 2's scales, unused
+				sw[j - j0] = *(const float2 *)(ws + min(n0 + 8 * j + 2 * (l & 3), N - 2));
+			if (R != nullptr && !yF32) { // the bf16 residual of each (row, column pair), 0 where there is none
+				uint32_t rr[CH][2];
 #pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (rows[h] >= M) continue;
-				// the sum times the product of the scales, each product rounded (no fused add with the residual)
-				const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j].x));
-				const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j].y));
-				gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+				for (int j = j0; j < j0 + CH && j < J; j++) {
+					const int col = n0 + 8 * j + 2 * (l & 3);
+#pragma unroll
+					for (int h = 0; h < 2; h++)
+						rr[j - j0][h] = col < N && rows[h] < M ? *(const uint32_t *)((const __nv_bfloat16 *)R +
+						                                                             (size_t)rows[h] * ldy + col)
+						                                       : 0u;
+				}
+#pragma unroll
+				for (int j = j0; j < j0 + CH && j < J; j++) {
+					const int col = n0 + 8 * j + 2 * (l & 3);
+					if (col >= N) continue;
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						if (rows[h] >= M) continue;
+						// as gemm_store2: the product of the scales, each product rounded, then the residual added
+						float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j - j0].x));
+						float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j - j0].y));
+						v0 += __uint_as_float(rr[j - j0][h] << 16);
+						v1 += __uint_as_float(rr[j - j0][h] & 0xffff0000u);
+						*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) =
+						    __floats2bfloat162_rn(v0, v1);
+					}
+				}
+			} else {
+#pragma unroll
+				for (int j = j0; j < j0 + CH && j < J; j++) {
+					const int col = n0 + 8 * j + 2 * (l & 3);
+					if (col >= N) continue; // N even: col + 1 < N too
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						if (rows[h] >= M) continue;
+						// the sum times the product of the scales, each product rounded (no fused add with the residual)
+						const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw[j - j0].x));
+						const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw[j - j0].y));
+						gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
+					}
+				}
 			}
 		}
 	}
@@ -439,7 +462,8 @@ __device__ __forceinline__ void named_bar_arrive(int id, int threads) {
 // Every width sums an element's products in the same order (TestGEMMFP8Tiles), so the halves give the whole tile's
 // bits. (A separate kernel rather than a form chosen per tile: with both paths in one kernel ptxas serialises
 // every product, C7511.)
-template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false, bool HALF = false>
+template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false, bool HALF = false,
+          bool FAST = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre, int flags) {
@@ -581,14 +605,18 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	// 8-column products and 8-row swizzle atoms.
 	static_assert(!HALF || (!MC && (GATED ? BN % 32 == 0 : BN % 16 == 0)), "no half-column form of this tile");
 	constexpr int SUMS = HALF ? BN / 4 : BN / 2; // a consumer thread's sums
-	const int promo = ((flags >> FP8_PROMO_SHIFT) & 255) + 1; // k tiles a promotion
-	float d[SUMS], tot[SUMS];
+	// k tiles a promotion; FAST: none, the tensor cores sum all of K in d (no fp32 total: wider tiles fit)
+	const int promo = FAST ? 0x7fffffff : ((flags >> FP8_PROMO_SHIFT) & 255) + 1;
+	float d[SUMS], tot[FAST ? 1 : SUMS];
 	int it = 0;
 	for (int tile = first; tile < T; tile += stride) {
 	place(tile);
 	const bool live = HALF || m0 + 64 * c < M; // rows of this consumer exist
 #pragma unroll
-	for (int i = 0; i < SUMS; i++) d[i] = tot[i] = 0.f;
+	for (int i = 0; i < SUMS; i++) {
+		d[i] = 0.f;
+		if constexpr (!FAST) tot[i] = 0.f;
+	}
 	int g = 0, held = -1; // k tiles summed since the last promotion; the stage whose products may still run
 	for (int kt = 0; kt < nk; kt++, it++) {
 		const int s = it % STAGES;
@@ -629,7 +657,10 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			wgmma_wait0();
 			if (held >= 0) release(held);
 			release(s); // the stage is read: the producer may refill it during the adds
-			fp8_promote<2 * SUMS>(d, tot);
+			if constexpr (FAST)
+				regs_after<SUMS>(d); // the epilogue reads d after the wait
+			else
+				fp8_promote<2 * SUMS>(d, tot);
 			g = 0, held = -1;
 		} else { // the k tile before's products are done: its stage goes back; this one's run on
 			wgmma_wait1();
@@ -641,10 +672,13 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		// HALF: consumer c's rows are the tile's 64 (warpgroup 0's place), its columns half c's
 		constexpr int SBN = HALF ? BN / 2 : BN, TN2 = GATED ? BN / 4 : BN / 2;
 		const int sn0 = HALF ? n0 + c * TN2 : n0, sc = HALF ? 0 : c;
+		float *acc = tot; // FAST: the sums are d's, which leave registers for 4 (256 columns) or 8 groups' loads
+		if constexpr (FAST) acc = d;
+		constexpr int CH = FAST ? (BN > 192 ? 4 : 8) : (GATED ? SBN / 2 : SBN) / 8;
 		if (flags & FP8_EARLY)
-			gemm_fp8_store<SBN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
+			gemm_fp8_store<SBN, GATED, CH>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 		else
-			gemm_fp8_store_direct<SBN, GATED>(tot, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
+			gemm_fp8_store_direct<SBN, GATED>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 	}
 	}
 	// FP8_TURNS: consumer 0 waits out 1's last turn, so that no arrival on the barriers is left unwaited for.
@@ -662,12 +696,14 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 // FP8_KERNEL defines kernel NAME: gemm_fp8<BN, STAGES, GATED, MC, PERSIST>, with ATTR before its launch bounds
 // (the cluster kernels' __cluster_dims__). The lines below name each kind of kernel with a macro of its own, which
 // fp8_plan_test.go reads against the host's tables of widths.
-#define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF)                                             \
+#define FP8_KERNEL_F(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, FAST)                                   \
 	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, GATED, MC, PERSIST, HALF>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn, wpre,  \
-		                                               flags);                                               \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST, HALF, FAST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn,  \
+		                                                     wpre, flags);                                   \
 	}
+#define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF)                                             \
+	FP8_KERNEL_F(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, false)
 #define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, , false)
 // FP8_GATED is the SwiGLU-fused twin of FP8_TILE (R and yF32 unused; N = 2F, Y [M, F]).
 #define FP8_GATED(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, true, false, false, , false)
@@ -742,3 +778,18 @@ FP8_HALF_GATED(gemm_fp8_wgmma_hg128x32, 32, 10)
 FP8_HALF_GATED(gemm_fp8_wgmma_hg128x64, 64, 8)
 FP8_HALF_GATED(gemm_fp8_wgmma_hg128x96, 96, 8)
 FP8_HALF_GATED(gemm_fp8_wgmma_hg128x128, 128, 6)
+// FP8_FAST and FP8_FAST_GATED are wide FP8_TILE and FP8_GATED tiles without fp32 promotion (FAST: the tensor cores
+// sum all of K, as KEV_CUDA_FP8_PROMOTE=all has every kernel do; the same bits), whose registers then hold 192 or
+// 256 columns; FP8_FAST_PERSIST and FP8_FAST_PERSIST_GATED their persistent twins.
+#define FP8_FAST(NAME, BN, STAGES) FP8_KERNEL_F(NAME, BN, STAGES, false, false, false, , false, true)
+#define FP8_FAST_GATED(NAME, BN, STAGES) FP8_KERNEL_F(NAME, BN, STAGES, true, false, false, , false, true)
+#define FP8_FAST_PERSIST(NAME, BN, STAGES) FP8_KERNEL_F(NAME, BN, STAGES, false, false, true, , false, true)
+#define FP8_FAST_PERSIST_GATED(NAME, BN, STAGES) FP8_KERNEL_F(NAME, BN, STAGES, true, false, true, , false, true)
+FP8_FAST(gemm_fp8_wgmma_f128x192, 192, 5)
+FP8_FAST(gemm_fp8_wgmma_f128x256, 256, 4)
+FP8_FAST_GATED(gemm_fp8_wgmma_fg128x192, 192, 5)
+FP8_FAST_GATED(gemm_fp8_wgmma_fg128x256, 256, 4)
+FP8_FAST_PERSIST(gemm_fp8_wgmma_pf128x192, 192, 5)
+FP8_FAST_PERSIST(gemm_fp8_wgmma_pf128x256, 256, 4)
+FP8_FAST_PERSIST_GATED(gemm_fp8_wgmma_pfg128x192, 192, 5)
+FP8_FAST_PERSIST_GATED(gemm_fp8_wgmma_pfg128x256, 256, 4)
