@@ -10,14 +10,15 @@
 #      tensor cores and on the 256-column FAST tiles, and the 257-token question pass's gate/up), each with its
 #      details page and the warps' stalls
 #      by stretch of machine code (sass_regions.py)                    -> $OUT/ncu/<label>.details.txt, .regions.txt
-#   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults, the epilogue's
-#      loads beside their use, promotion every 4 k tiles and over all of K, and all of K on the FAST tiles 192 and
-#      256 columns wide, KEV_CUDA_FP8_WIDE)                            -> $OUT/pass_<variant>.log
+#   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults — all of K in
+#      the tensor cores, the 256-column FAST tiles where they fit — every k tile promoted, fp8_promo1, and the
+#      planned widths alone, fp8_wideoff; also fp8_direct: the epilogue's loads beside their use, fp8_promoN,
+#      fp8_wideN)                                                      -> $OUT/pass_<variant>.log
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
-#   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:promo4") and kev
-#      eval's agreement of each FP8 variant with bf16, and of bf16 with fp32 on the same requests (fp8.sh's serving
-#      part, EVAL_BASE=1)                                              -> $OUT/served/
+#   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:promo1") and kev
+#      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part; not bf16 against fp32, which the CUDA
+#      backend computes with the same bf16 products)                   -> $OUT/served/
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # step 5
@@ -69,8 +70,8 @@ if has ncu; then
   done
 fi
 if has passes; then
-  for v in ${VARIANTS:-fp8 fp8_direct fp8_promo4 fp8_promoall fp8_wide192 fp8_wide256}; do
-    dt=${v%%_*} early=on promo=1 wide=off
+  for v in ${VARIANTS:-fp8 fp8_promo1 fp8_wideoff}; do
+    dt=${v%%_*} early=on promo=all wide=256
     case $v in
     fp8_direct) early=off ;;
     fp8_promo*) promo=${v#fp8_promo} ;;
@@ -91,8 +92,8 @@ if has goldens && [ -f bin/kev.test ]; then
   done
 fi
 if has serve && [ -f bin/kev ]; then
-  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo4}" 590 "$OUT/served.log" env PARTS=serving EVAL_BASE=1 \
-    VARIANTS="${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo4}" BENCH_TOTAL_S=$(($(left) - 10)) OUT="$OUT/served" \
+  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo1}" 590 "$OUT/served.log" env PARTS=serving EVAL_BASE=0 \
+    VARIANTS="${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo1}" BENCH_TOTAL_S=$(($(left) - 10)) OUT="$OUT/served" \
     bash scripts/gpu/fp8.sh
   cat "$OUT/served.log"
 fi

@@ -71,12 +71,13 @@ type Device struct {
 	// bits either way.
 	fp8Half bool
 	// fp8Promo: the FP8 products' promotion interval, the k tiles (128 codes each) whose products the tensor cores
-	// sum before each is added to the fp32 total (FP8_PROMO_SHIFT in kernels/fp8_sm90a.cu): 1, every k tile, unless
-	// KEV_CUDA_FP8_PROMOTE says otherwise (parseFP8Promote). Longer intervals wait for the products less often and
-	// keep fewer bits of the sums.
+	// sum before each is added to the fp32 total (FP8_PROMO_SHIFT in kernels/fp8_sm90a.cu): all of K (fp8PromoMax)
+	// unless KEV_CUDA_FP8_PROMOTE says otherwise (parseFP8Promote; 1 adds every k tile's products in fp32, as
+	// DeepSeek-V3's training kernels do). Longer intervals wait for the products less often and keep fewer bits of
+	// the sums (the design log v46).
 	fp8Promo int
-	// fp8Wide: with fp8Promo at fp8PromoMax, FP8 products planned 128 columns wide or more run on the FAST kernels
-	// this many columns wide (fp8FastWidths), with KEV_CUDA_FP8_WIDE=192 or 256; 0 (off) by default.
+	// fp8Wide: with fp8Promo at fp8PromoMax, FP8 products with enough tiles (fp8Wide) run on the FAST kernels this
+	// many columns wide (fp8FastWidths): 256, or KEV_CUDA_FP8_WIDE=192, or none with KEV_CUDA_FP8_WIDE=off.
 	fp8Wide int
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.

@@ -52,7 +52,11 @@
 // them (KEV_CUDA_FP8_EARLY_LOADS=off: beside each use). KEV_CUDA_FP8_TURNS=on has their two consumer warpgroups
 // issue their products in turn, KEV_CUDA_FP8_WARP_RELEASE=on hands each stage back with one arrival per warp, and
 // KEV_CUDA_FP8_HALF=on runs products of at most 64 rows on kernels that split each tile's columns between the two
-// consumer warpgroups (each the same bits; off by default, measured no faster in a pass). The gated
+// consumer warpgroups (each the same bits; off by default, measured no faster in a pass). The tensor cores sum
+// each FP8 product over all of K in their fp32 accumulators (KEV_CUDA_FP8_PROMOTE=N adds every N k tiles' sums to a
+// separate fp32 total instead, N = 1 as DeepSeek-V3's training kernels do: slower, the answers no closer to bf16's);
+// so summed, products with at least four rounds of tiles run on tiles 256 columns wide whose sums fill the
+// registers a promoted tile's fp32 total took (KEV_CUDA_FP8_WIDE=192 or off). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

@@ -246,9 +246,9 @@ type GEMMFP8 struct {
 	// half: 0 as the device says (KEV_CUDA_FP8_HALF) where the product has a half-column kernel (fp8Half); 1 that
 	// kernel (an error where there is none); -1 the whole tiles (tests, benchmarks)
 	half int
-	// promo: 0 as the device says (KEV_CUDA_FP8_PROMOTE); else the k tiles whose products the tensor cores sum
-	// before each fp32 add, 1 … fp8PromoMax (tests, benchmarks). Unlike the forms above it moves the results' low
-	// bits; every kernel gives the same bits at the same interval.
+	// promo: 0 as the device says (KEV_CUDA_FP8_PROMOTE, all of K by default); else the k tiles whose products the
+	// tensor cores sum before each fp32 add, 1 … fp8PromoMax (tests, benchmarks). Unlike the forms above it moves the
+	// results' low bits; every kernel gives the same bits at the same interval.
 	promo int
 }
 
@@ -325,8 +325,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	bn := g.bn
 	if bn == 0 {
 		bn = fp8Plan(g.M, g.N, g.K, d.sms(), g.SwiGLU)
-		if promo == fp8PromoMax && d.fp8Wide > 0 && bn >= 128 {
-			bn = d.fp8Wide
+		if promo == fp8PromoMax {
+			bn = fp8Wide(g.M, g.N, d.sms(), bn, d.fp8Wide, g.SwiGLU)
 		}
 	}
 	stages, fast := fp8Stages(bn), false

@@ -130,13 +130,13 @@ func TestFP8FastWidthsMatchKernels(t *testing.T) {
 	}
 }
 
-// TestParseFP8Wide checks KEV_CUDA_FP8_WIDE's values: empty and "off" are 0, a FAST width itself, anything else an
-// error naming the variable.
+// TestParseFP8Wide checks KEV_CUDA_FP8_WIDE's values: empty is fp8WideDefault, "off" 0, a FAST width itself,
+// anything else an error naming the variable.
 func TestParseFP8Wide(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want int
-	}{{"", 0}, {"off", 0}, {"OFF", 0}, {"192", 192}, {" 256", 256}} {
+	}{{"", fp8WideDefault}, {"off", 0}, {"OFF", 0}, {"192", 192}, {" 256", 256}} {
 		if got, err := parseFP8Wide(c.in); err != nil || got != c.want {
 			t.Errorf("parseFP8Wide(%q) = %d, %v; want %d", c.in, got, err, c.want)
 		}
@@ -322,14 +322,14 @@ func TestFP8HalfWidths(t *testing.T) {
 	}
 }
 
-// TestParseFP8Promote checks KEV_CUDA_FP8_PROMOTE's values: empty is every k tile, "all" the longest interval, a
+// TestParseFP8Promote checks KEV_CUDA_FP8_PROMOTE's values: empty and "all" are the longest interval, a
 // number of k tiles within 1 … fp8PromoMax itself, anything else an error that names the variable; and that the
 // longest interval fits the flags' eight bits above fp8PromoShift.
 func TestParseFP8Promote(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want int
-	}{{"", 1}, {" 4 ", 4}, {"1", 1}, {"ALL", fp8PromoMax}, {"all", fp8PromoMax}, {"256", 256}} {
+	}{{"", fp8PromoMax}, {" 4 ", 4}, {"1", 1}, {"ALL", fp8PromoMax}, {"all", fp8PromoMax}, {"256", 256}} {
 		got, err := parseFP8Promote(c.in)
 		if err != nil || got != c.want {
 			t.Errorf("parseFP8Promote(%q) = %d, %v; want %d", c.in, got, err, c.want)
@@ -342,5 +342,34 @@ func TestParseFP8Promote(t *testing.T) {
 	}
 	if (fp8PromoMax-1)>>8 != 0 {
 		t.Errorf("fp8PromoMax %d does not fit the flags' eight bits", fp8PromoMax)
+	}
+}
+
+// TestFP8Wide checks where the wide FAST tiles replace the planned width on the Kev-4B shapes (132 multiprocessors):
+// the products with four rounds of wide tiles or more at 2,392 and 16,384 rows, none at 240 or 257 rows (one round
+// would leave multiprocessors idle), not the 2,560-column products at 2,392 rows (190 tiles), never a planned width
+// under 128, and nothing with the wide tiles off.
+func TestFP8Wide(t *testing.T) {
+	const sms = 132
+	for _, c := range []struct {
+		M, N, bn, wide int
+		gated          bool
+		want           int
+	}{
+		{2392, 18432, 144, 256, true, 256},  // gate/up: 19 × 72 tiles
+		{2392, 12352, 144, 256, false, 256}, // DeltaNet input: 19 × 49
+		{2392, 10240, 144, 256, false, 256}, // attention input: 19 × 40
+		{2392, 2560, 128, 256, false, 128},  // down, output: 19 × 10 = 190 tiles
+		{16384, 2560, 144, 256, false, 256}, // 128 × 10
+		{16384, 18432, 144, 192, true, 192},
+		{240, 18432, 144, 256, true, 144}, // 2 × 72: one round
+		{257, 18432, 144, 256, true, 144},
+		{240, 2560, 40, 256, false, 40},
+		{16384, 2560, 96, 256, false, 96}, // planned under 128
+		{16384, 18432, 144, 0, true, 144}, // off
+	} {
+		if got := fp8Wide(c.M, c.N, sms, c.bn, c.wide, c.gated); got != c.want {
+			t.Errorf("fp8Wide(M=%d, N=%d, bn=%d, wide=%d, gated %v) = %d, want %d", c.M, c.N, c.bn, c.wide, c.gated, got, c.want)
+		}
 	}
 }
