@@ -12,8 +12,7 @@
 #      by stretch of machine code (sass_regions.py)                    -> $OUT/ncu/<label>.details.txt, .regions.txt
 #   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults — all of K in
 #      the tensor cores, the 256-column FAST tiles where they fit — every k tile promoted, fp8_promo1, and the
-#      planned widths alone, fp8_wideoff; also fp8_direct: the epilogue's loads beside their use, fp8_promoN,
-#      fp8_wideN)                                                      -> $OUT/pass_<variant>.log
+#      planned widths alone, fp8_wideoff; also fp8_promoN, fp8_wideN)                                                      -> $OUT/pass_<variant>.log
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
 #   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:promo1") and kev
@@ -71,13 +70,12 @@ if has ncu; then
 fi
 if has passes; then
   for v in ${VARIANTS:-fp8 fp8_promo1 fp8_wideoff}; do
-    dt=${v%%_*} early=on promo=all wide=256
+    dt=${v%%_*} promo=all wide=256
     case $v in
-    fp8_direct) early=off ;;
     fp8_promo*) promo=${v#fp8_promo} ;;
     fp8_wide*) promo=all wide=${v#fp8_wide} ;;
     esac
-    step "pass profile $v" 60 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_EARLY_LOADS=$early \
+    step "pass profile $v" 60 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" \
       KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
       ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
     grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200

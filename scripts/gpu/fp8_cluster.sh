@@ -10,21 +10,16 @@
 #      clusters)                                                                     -> $OUT/gemmfp8.log
 #   3. per-kernel profiles of Kev's cases (CASES) in FP8 with clusters (fp8), on single blocks (fp8_1blk), on the
 #      persistent kernels (fp8_persist, KEV_CUDA_FP8_PERSIST=on, the default), on persistent clusters (fp8_pmc, both on), FP8
-#      that quantizes every product's x in a launch of its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off), persistent with
-#      the epilogue's loads beside their use (fp8_direct, KEV_CUDA_FP8_EARLY_LOADS=off), with the consumer warpgroups taking
-#      turns (fp8_turns, KEV_CUDA_FP8_TURNS=on), with a stage handed back by one arrival a warp (fp8_warprel,
-#      KEV_CUDA_FP8_WARP_RELEASE=on), with all three (fp8_forms), persistent clusters in turn (fp8_pmturns), with
-#      the half-column kernels for products of at most 64 rows (fp8_half, KEV_CUDA_FP8_HALF=on), with all four
-#      (fp8_all) and bf16
+#      that quantizes every product's x in a launch of its own (fp8_nofuse, KEV_CUDA_FP8_FUSE=off), with the
+#      half-column kernels for products of at most 64 rows (fp8_half, KEV_CUDA_FP8_HALF=on) and bf16
 #                                                                                   -> $OUT/pass_VARIANT.log
 #   4. with bin/kev.test: the predictor's FP8 tests (the golden checkpoints with the codes fused and not)
 #                                                                                   -> $OUT/predictor_fp8.log
 #   5. with SERVE=1 and bin/kev: the Kev-4B shape served in bf16 and FP8 (fp8.sh's serving part) -> $OUT/served/
 # NCU=1 adds, after step 2, Nsight Compute on the 2,200-token pass's gate/up and down FP8 products (ncu_fp8.txt:
 # tensor pipe, shared memory and L2 throughput, warp stalls), with the switches in NCU_ENV (e.g.
-# NCU_ENV=KEV_CUDA_FP8_TURNS=on). TESTS (a -test.run pattern) and VARIANTS (a subset
-# of "fp8 fp8_1blk fp8_persist fp8_pmc fp8_nofuse fp8_direct fp8_turns fp8_warprel fp8_forms fp8_pmturns fp8_half
-# fp8_all bf16") narrow steps 1 and 3. Every FP8 variant has the epilogue's loads first (the default) but fp8_direct.
+# NCU_ENV=KEV_CUDA_FP8_PROMOTE=1). TESTS (a -test.run pattern) and VARIANTS (a subset of "fp8 fp8_1blk fp8_persist
+# fp8_pmc fp8_nofuse fp8_half bf16") narrow steps 1 and 3.
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # optional
@@ -48,33 +43,26 @@ sweep=
 [ "${SWEEP:-0}" = 1 ] && sweep=all
 step "BenchmarkGEMMFP8" 150 "$OUT/gemmfp8.log" \
   env KEV_FP8_WIDTHS=$sweep ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist|fp8-pmc|fp8-pmc-turns|fp8-forms-off|fp8-early|fp8-turns|fp8-warprel|fp8-forms-all|fp8-whole[0-9]+|fp8-half[0-9]+|fp8-half[0-9]+-forms) " \
+grep -E "path=(bf16|fp8|fp8-1blk|fp8-mc|fp8-persist|fp8-pmc|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-whole[0-9]+|fp8-half[0-9]+) " \
   "$OUT/gemmfp8.log"
 if [ "${NCU:-0}" = 1 ]; then # what bounds the FP8 tile kernel: two launches of the 2,200-token pass, Nsight Compute
   # shellcheck disable=SC2086
   step "ncu FP8 GEMM" 150 "$OUT/ncu_fp8.txt" env ${NCU_ENV:-} KEV_PROFILE_DTYPE=fp8 KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES=5q-2200 \
-    ncu -k 'regex:gemm_fp8_wgmma_p?(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
+    ncu --clock-control none -k 'regex:gemm_fp8_wgmma_p?(g128x144|128x128)' --launch-count 2 --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
     ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
 fi
 for v in ${VARIANTS:-fp8 fp8_1blk fp8_persist fp8_nofuse bf16}; do
-  dt=${v%%_*} mc=on fuse=on persist=off early=on turns=off warprel=off half=off
+  dt=${v%%_*} mc=on fuse=on persist=off half=off
   case $v in
   fp8_1blk) mc=off ;;
   fp8_persist) mc=off persist=on ;;
   fp8_pmc) persist=on ;;
-  fp8_direct) mc=off persist=on early=off ;;
-  fp8_turns) mc=off persist=on turns=on ;;
-  fp8_warprel) mc=off persist=on warprel=on ;;
-  fp8_forms) mc=off persist=on early=on turns=on warprel=on ;;
-  fp8_pmturns) persist=on turns=on ;;
   fp8_half) mc=off persist=on half=on ;;
-  fp8_all) mc=off persist=on early=on turns=on warprel=on half=on ;;
   fp8_nofuse) fuse=off ;;
   esac
   step "pass profile $v" 120 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_FUSE=$fuse \
-    KEV_CUDA_FP8_PERSIST=$persist KEV_CUDA_FP8_EARLY_LOADS=$early KEV_CUDA_FP8_TURNS=$turns \
-    KEV_CUDA_FP8_WARP_RELEASE=$warprel KEV_CUDA_FP8_HALF=$half KEV_PROFILE_MODES=invariant \
+    KEV_CUDA_FP8_PERSIST=$persist KEV_CUDA_FP8_HALF=$half KEV_PROFILE_MODES=invariant \
     KEV_PROFILE_CASES="$CASES" ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
   grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
 done

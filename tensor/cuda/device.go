@@ -56,15 +56,6 @@ type Device struct {
 	// 2–8 % faster than one tile a block from 240 rows up (the design log v42); KEV_CUDA_FP8_PERSIST=off runs one
 	// tile a block. With fp8MC too, on the persistent cluster kernels (v43; slower).
 	fp8Persist bool
-	// fp8Early: the FP8 products' epilogue issues its loads (scales, residual) before it uses them
-	// (gemm_fp8_store): 5–23 % faster than loading each beside its use from 40 rows up (the design log v44);
-	// KEV_CUDA_FP8_EARLY_LOADS=off loads them beside their use (gemm_fp8_store_direct). The same bits either way.
-	fp8Early bool
-	// fp8Turns: the FP8 tile kernels' two consumer warpgroups issue their k tiles' products in turn (FP8_TURNS in
-	// kernels/fp8_sm90a.cu), with KEV_CUDA_FP8_TURNS=on; fp8WarpRelease: their stages go back to the producer with
-	// one arrival per warp instead of one per thread (FP8_WARP_RELEASE), with KEV_CUDA_FP8_WARP_RELEASE=on. Off by
-	// default: measured no faster (the design log v45). The same bits either way.
-	fp8Turns, fp8WarpRelease bool
 	// fp8Half: FP8 products of at most 64 rows run on the half-column kernels (fp8Half: each tile's columns split
 	// between its two consumer warpgroups, where one tile-row would leave the second idle), with KEV_CUDA_FP8_HALF=on;
 	// off by default: 4–13 % faster products at the same width, no faster in a pass (the design log v45). The same
@@ -202,9 +193,6 @@ func Open(ordinal int) (*Device, error) {
 	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
-	d.fp8Early = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_EARLY_LOADS")), "off")
-	d.fp8Turns = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_TURNS")), "on")
-	d.fp8WarpRelease = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_WARP_RELEASE")), "on")
 	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
 	if d.fp8Promo, err = parseFP8Promote(os.Getenv("KEV_CUDA_FP8_PROMOTE")); err != nil {
 		drv.Close()

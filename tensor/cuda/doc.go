@@ -49,10 +49,8 @@
 // on persistent blocks (KEV_CUDA_FP8_PERSIST=off: one tile a block); KEV_CUDA_FP8_MC=on runs those of more than one
 // row tile in clusters of two blocks sharing each W tile (persistent clusters with the persistent blocks; all the
 // same bits; off by default, measured no faster). Their epilogue issues its loads (scales, residual) before it uses
-// them (KEV_CUDA_FP8_EARLY_LOADS=off: beside each use). KEV_CUDA_FP8_TURNS=on has their two consumer warpgroups
-// issue their products in turn, KEV_CUDA_FP8_WARP_RELEASE=on hands each stage back with one arrival per warp, and
-// KEV_CUDA_FP8_HALF=on runs products of at most 64 rows on kernels that split each tile's columns between the two
-// consumer warpgroups (each the same bits; off by default, measured no faster in a pass). The tensor cores sum
+// them. KEV_CUDA_FP8_HALF=on runs products of at most 64 rows on kernels that split each tile's columns between the
+// two consumer warpgroups (the same bits; off by default, measured no faster in a pass). The tensor cores sum
 // each FP8 product over all of K in their fp32 accumulators (KEV_CUDA_FP8_PROMOTE=N adds every N k tiles' sums to a
 // separate fp32 total instead, N = 1 as DeepSeek-V3's training kernels do: slower, the answers no closer to bf16's);
 // so summed, products with at least four rounds of tiles run on tiles 256 columns wide whose sums fill the

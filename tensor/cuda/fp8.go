@@ -234,15 +234,6 @@ type GEMMFP8 struct {
 	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks). With mc,
 	// the persistent cluster kernels.
 	persist int
-	// early: 0 as the device says (KEV_CUDA_FP8_EARLY_LOADS); 1 the epilogue issues its loads before it uses them;
-	// -1 beside each use (tests, benchmarks)
-	early int
-	// turns: 0 as the device says (KEV_CUDA_FP8_TURNS); 1 the consumer warpgroups issue their products in turn;
-	// -1 both at once (tests, benchmarks)
-	turns int
-	// warpRelease: 0 as the device says (KEV_CUDA_FP8_WARP_RELEASE); 1 one arrival per consumer warp hands a stage
-	// back; -1 one per thread (tests, benchmarks)
-	warpRelease int
 	// half: 0 as the device says (KEV_CUDA_FP8_HALF) where the product has a half-column kernel (fp8Half); 1 that
 	// kernel (an error where there is none); -1 the whole tiles (tests, benchmarks)
 	half int
@@ -252,24 +243,14 @@ type GEMMFP8 struct {
 	promo int
 }
 
-// fp8Flags is the flags parameter of g's kernel on device d: each form as g asks (1 on, -1 off) or, at 0, as the
+// fp8Flags is the flags parameter of g's kernel on device d: its promotion interval, as g asks or, at 0, as the
 // device's switch says.
 func fp8Flags(g *GEMMFP8, d *Device) int32 {
-	var f int32
-	if g.early > 0 || g.early == 0 && d.fp8Early {
-		f |= fp8FlagEarly
-	}
-	if g.turns > 0 || g.turns == 0 && d.fp8Turns {
-		f |= fp8FlagTurns
-	}
-	if g.warpRelease > 0 || g.warpRelease == 0 && d.fp8WarpRelease {
-		f |= fp8FlagWarpRelease
-	}
 	p := g.promo
 	if p == 0 {
 		p = d.fp8Promo
 	}
-	return f | int32(max(p, 1)-1)<<fp8PromoShift
+	return int32(max(p, 1)-1) << fp8PromoShift
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).

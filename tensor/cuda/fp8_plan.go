@@ -177,14 +177,9 @@ func fp8Half(M, bn int, gated bool) bool {
 	return M <= 64 && slices.Contains(fp8HalfWidths, bn)
 }
 
-// The kernel forms of the FP8 tile kernels' flags parameter (fp8Flags): kernels/fp8_sm90a.cu's FP8_EARLY, FP8_TURNS
-// and FP8_WARP_RELEASE (TestFP8FlagsMatchSource).
-const (
-	fp8FlagEarly       = 1
-	fp8FlagTurns       = 2
-	fp8FlagWarpRelease = 4
-	fp8PromoShift      = 8 // FP8_PROMO_SHIFT: bits 8 … 15 of the flags hold the promotion interval less one
-)
+// fp8PromoShift is kernels/fp8_sm90a.cu's FP8_PROMO_SHIFT (TestFP8FlagsMatchSource): bits 8 … 15 of the FP8 tile
+// kernels' flags parameter (fp8Flags) hold the promotion interval less one.
+const fp8PromoShift = 8
 
 // fp8PromoMax is the longest promotion interval the flags hold, in k tiles of 128 codes: 256 k tiles (32,768 codes,
 // more than any K of the Kev family) sums all of K in the tensor cores.

@@ -538,56 +538,6 @@ func TestGEMMFP8Persistent(t *testing.T) {
 	}
 }
 
-// TestGEMMFP8Forms checks the FP8 tile kernels' forms that its flags parameter selects (fp8Flags) bit for bit
-// against all of them off (sameKernelBits: bf16 and fp32 Y, a bf16 residual, SwiGLU): the epilogue that issues its
-// loads first (KEV_CUDA_FP8_EARLY_LOADS), the consumer warpgroups taking turns (KEV_CUDA_FP8_TURNS), a stage handed
-// back by one arrival a warp (KEV_CUDA_FP8_WARP_RELEASE), and all three; on one tile a block, persistent blocks and
-// clusters of two, at every width each has; with row tiles where only the first consumer has rows (40 rows), where
-// the second has a few (70) and four tiles, the last of 6 rows (390); four k tiles, the last cut short, and one.
-// The turns' barriers must also balance: a kernel that left one waiting would hang here.
-func TestGEMMFP8Forms(t *testing.T) {
-	b := NewOn(dev)
-	needFP8(t, b)
-	r := newRand(t)
-	forms := []struct {
-		name string
-		set  func(g *GEMMFP8, v int)
-	}{
-		{"early", func(g *GEMMFP8, v int) { g.early = v }},
-		{"turns", func(g *GEMMFP8, v int) { g.turns = v }},
-		{"warp-release", func(g *GEMMFP8, v int) { g.warpRelease = v }},
-		{"all", func(g *GEMMFP8, v int) { g.early, g.turns, g.warpRelease = v, v, v }},
-	}
-	kinds := []struct {
-		name        string
-		widths      []int
-		mc, persist bool
-	}{
-		{"one tile a block", fp8GatedWidths, false, false},
-		{"persistent", fp8PersistWidths, false, true},
-		{"clusters", fp8GatedWidths, true, false},
-	}
-	for _, kind := range kinds {
-		for _, bn := range kind.widths {
-			n := 2 * bn * 3 // three tiles plain, six half-width tiles gated
-			if kind.persist {
-				n = 2 * bn * (dev.sms()/4 + 3) // more tiles than multiprocessors
-			}
-			n += 16 // a last tile cut short
-			eachFP8Shape(t, r, n, []int{40, 70, 390}, 70, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
-				g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: form(kind.mc), persist: form(kind.persist)}
-				for _, f := range forms {
-					label := fmt.Sprintf("%s %s bn=%d M=%d K=%d", kind.name, f.name, bn, m, k)
-					sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
-						g.early, g.turns, g.warpRelease = -1, -1, -1
-						f.set(g, form(on))
-					})
-				}
-			})
-		}
-	}
-}
-
 // TestGEMMFP8Half checks the half-column kernels (gemm_fp8_wgmma_h128xBN, hg128xBN: each tile's columns split
 // between the two consumers, for at most 64 rows) bit for bit against the whole tiles (sameKernelBits), alone and
 // with every form of the flags on, at every width that has one (the SwiGLU cases where the gated kernel has one too),
@@ -602,17 +552,13 @@ func TestGEMMFP8Half(t *testing.T) {
 		n := 2*bn*3 + 16 // three tiles plain, six half-width tiles gated, a last tile cut short
 		eachFP8Shape(t, r, n, []int{1, 40, 64}, 40, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
 			g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: -1, persist: -1}
-			for _, all := range []bool{false, true} {
-				label := fmt.Sprintf("half bn=%d M=%d K=%d forms %v", bn, m, k, all)
+			for _, p := range []int{1, fp8PromoMax} {
+				label := fmt.Sprintf("half bn=%d M=%d K=%d promo %d", bn, m, k, p)
+				g.promo = p
 				sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
 					g.half = -1
 					if on && (gatedOK || !g.SwiGLU) {
 						g.half = 1
-					}
-					if all {
-						g.early, g.turns, g.warpRelease = 1, 1, 1
-					} else {
-						g.early, g.turns, g.warpRelease = -1, -1, -1
 					}
 				})
 			}
@@ -642,8 +588,8 @@ func TestGEMMFP8Half(t *testing.T) {
 
 // TestGEMMFP8Promote checks promotion intervals longer than one k tile (GEMMFP8.promo, KEV_CUDA_FP8_PROMOTE): the
 // products of P k tiles summed in the tensor cores before each fp32 add. At each P every kernel gives the same bits
-// (one tile a block, persistent blocks, clusters and the half-column kernels, against each other with sameKernelBits,
-// each with the flags' forms; at P = all also the wide FAST kernels, one tile a block and persistent), so a row's
+// (one tile a block, persistent blocks, clusters and the half-column kernels, against each other with sameKernelBits;
+// at P = all also the wide FAST kernels, one tile a block and persistent), so a row's
 // bits still do not depend on the rows it is stacked with; a FAST width at another interval is refused; and the products
 // stay within the reference's allowance for P k tiles' sums in the tensor cores (fp8Allowance: 2^−12·P of the sum of
 // the products' magnitudes, 2^−12 being one k tile's, at most 2^−10), on the Kev shapes' K (2,560 to 9,216: 20 to
@@ -664,10 +610,6 @@ func TestGEMMFP8Promote(t *testing.T) {
 				})
 				sameKernelBits(t, label+" clusters", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
 					g.persist, g.mc = -1, form(on)
-				})
-				sameKernelBits(t, label+" forms", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
-					g.persist, g.mc = 1, -1
-					g.early, g.turns, g.warpRelease = form(on), form(on), form(on)
 				})
 				if p == fp8PromoMax && bn == 128 { // the FAST kernels: the bits of every kernel at this interval
 					for _, w := range fp8FastWidths {
@@ -887,12 +829,10 @@ func TestFP8Errors(t *testing.T) {
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
 // MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
-// "fp8-pmc" persistent clusters of two ("fp8-pmc-turns" with the consumers in turn); the planned kernel with every form of its flags off ("fp8-forms-off"), one
-// on ("fp8-early": the epilogue's loads first, "fp8-turns": the consumers in turn, "fp8-warprel": a stage handed
-// back by one arrival a warp) and all on ("fp8-forms-all"), and with the products of 1, 2, 4, 8 and all k tiles
-// summed in the tensor cores before each fp32 add ("fp8-promo1" … "fp8-promoall") and, summing all of K so, 192 and 256
-// columns wide ("fp8-fast192", "fp8-fast256"); at most 64 rows, every width with a half-column kernel
-// whole ("fp8-wholeNN"), halved ("fp8-halfNN") and halved with every form on ("fp8-halfNN-forms"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
+// "fp8-pmc" persistent clusters of two; the planned kernel with the products of 1, 2, 4, 8 and all k tiles summed in
+// the tensor cores before each fp32 add ("fp8-promo1" … "fp8-promoall") and, summing all of K so, 192 and 256 columns
+// wide ("fp8-fast192", "fp8-fast256"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
+// and halved ("fp8-halfNN"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
 func BenchmarkGEMMFP8(b *testing.B) {
@@ -932,19 +872,13 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					rows = append(rows, row{"fp8-persist", plan, tp, b8})
 					if fp8Cluster(M, plan) {
 						tpm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1})
-						tpt, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: plan, mc: 1, persist: 1, turns: 1})
-						rows = append(rows, row{"fp8-pmc", plan, tpm, b8}, row{"fp8-pmc-turns", plan, tpt, b8})
+						rows = append(rows, row{"fp8-pmc", plan, tpm, b8})
 					}
 				}
-				for _, f := range []struct { // the planned kernel in each form of its flags, and all off
+				for _, f := range []struct { // the planned kernel at each promotion interval, and the FAST widths
 					path string
 					form GEMMFP8
 				}{
-					{"fp8-forms-off", GEMMFP8{early: -1, turns: -1, warpRelease: -1}},
-					{"fp8-early", GEMMFP8{early: 1, turns: -1, warpRelease: -1}},
-					{"fp8-turns", GEMMFP8{early: -1, turns: 1, warpRelease: -1}},
-					{"fp8-warprel", GEMMFP8{early: -1, turns: -1, warpRelease: 1}},
-					{"fp8-forms-all", GEMMFP8{early: 1, turns: 1, warpRelease: 1}},
 					{"fp8-promo1", GEMMFP8{promo: 1}},
 					{"fp8-promo2", GEMMFP8{promo: 2}},
 					{"fp8-promo4", GEMMFP8{promo: 4}},
@@ -965,10 +899,8 @@ func BenchmarkGEMMFP8(b *testing.B) {
 						continue
 					}
 					th, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: 1})
-					tt, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: 1, turns: 1, warpRelease: 1, early: 1})
 					tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, half: -1})
-					rows = append(rows, row{fmt.Sprintf("fp8-whole%d", w), w, tw, b8}, row{fmt.Sprintf("fp8-half%d", w), w, th, b8},
-						row{fmt.Sprintf("fp8-half%d-forms", w), w, tt, b8})
+					rows = append(rows, row{fmt.Sprintf("fp8-whole%d", w), w, tw, b8}, row{fmt.Sprintf("fp8-half%d", w), w, th, b8})
 				}
 				if sweep {
 					for _, w := range fp8Widths {
@@ -1002,7 +934,7 @@ func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
 	return timeGEMMFP8With(b, M, N, K, GEMMFP8{})
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc, persist and flags' forms (0: planned, or
+// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc, persist, half and promo (0: planned, or
 // as the device says).
 func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
@@ -1057,7 +989,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 		}
 		gemmOf := func(s set) GEMMFP8 {
 			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
-				early: form.early, turns: form.turns, warpRelease: form.warpRelease, half: form.half, promo: form.promo}
+				half: form.half, promo: form.promo}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -356,93 +356,19 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 	}
 }
 
-// gemm_fp8_store_direct is gemm_fp8_store with each load beside its use (the epilogue before KEV_CUDA_FP8_EARLY_LOADS;
-// the same bits).
-template <int BN, bool GATED>
-__device__ __forceinline__ void gemm_fp8_store_direct(const float *tot, void *Y, const void *R, const float *xs,
-                                               const float *ws, int M, int N, int ldy, int yF32, int m0, int n0,
-                                               int c, int t) {
-	constexpr int TN = GATED ? BN / 2 : BN;
-	const int F = N / 2;
-
-	const int l = t & 31;
-	int rows[2];
-	float sx[2];
-	fp8_tile_rows(m0, c, t, M, xs, rows, sx);
-	if constexpr (GATED) {
-		constexpr int U = 4 * (TN / 8); // the up sums of the same columns
-#pragma unroll
-		for (int j = 0; j < TN / 8; j++) {
-			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= F) continue; // F a multiple of 8: col + 1 < F too
-			const float2 sg = *(const float2 *)(ws + col), su = *(const float2 *)(ws + F + col);
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (rows[h] >= M) continue;
-				const float v0 = swiglu1(__fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sg.x)),
-				                         __fmul_rn(tot[U + 4 * j + 2 * h], __fmul_rn(sx[h], su.x)));
-				const float v1 = swiglu1(__fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sg.y)),
-				                         __fmul_rn(tot[U + 4 * j + 2 * h + 1], __fmul_rn(sx[h], su.y)));
-				*(__nv_bfloat162 *)((__nv_bfloat16 *)Y + (size_t)rows[h] * ldy + col) = __floats2bfloat162_rn(v0, v1);
-			}
-		}
-	} else {
-#pragma unroll
-		for (int j = 0; j < BN / 8; j++) {
-			const int col = n0 + 8 * j + 2 * (l & 3);
-			if (col >= N) continue; // N even: col + 1 < N too
-			const float2 sw = *(const float2 *)(ws + col);
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (rows[h] >= M) continue;
-				// the sum times the product of the scales, each product rounded (no fused add with the residual)
-				const float v0 = __fmul_rn(tot[4 * j + 2 * h], __fmul_rn(sx[h], sw.x));
-				const float v1 = __fmul_rn(tot[4 * j + 2 * h + 1], __fmul_rn(sx[h], sw.y));
-				gemm_store2(Y, R, ldy, yF32, rows[h], col, v0, v1);
-			}
-		}
-	}
-}
-
-// The kernel forms that flags selects, each bit for bit the others (TestGEMMFP8Forms); fp8.go keeps the same values.
-//   FP8_EARLY: the epilogue issues its loads (scales, residual) before it uses them (gemm_fp8_store), else beside
-//     each use (gemm_fp8_store_direct).
-//   FP8_TURNS: the two consumer warpgroups issue their k tiles' products in turn — consumer 0's k tile, then
-//     consumer 1's, then 0's next — through two named barriers (CUTLASS's ordered sequence barrier), so the tensor
-//     cores run one consumer's products while the other waits for its own and adds them to its fp32 total. Without
-//     it both issue at once, the tensor cores interleave the two, both wait until both are done, and the tensor
-//     cores idle while both add: a cost per k tile that does not shrink with the tile's width.
-//   FP8_WARP_RELEASE: a stage goes back to the producer with one arrival per consumer warp (8 a stage) instead of
-//     one per consumer thread (256 arrivals on one shared-memory word, which take turns). The cluster kernels (MC)
-//     always arrive once per warp, on both blocks.
-//   Bits FP8_PROMO_SHIFT … +7 hold P − 1, where P is the number of k tiles whose products the tensor cores sum
-//     before the consumer adds them to its fp32 total (the promotion interval; 0, P = 1, is every k tile). With
-//     P > 1 a consumer waits for its products only at the end of each P k tiles: in between it hands back the
-//     stage of the k tile before once the products of the one after are issued (wgmma.wait_group 1), as a kernel
-//     without fp32 promotion does. Not a form of the others: the tensor cores' FP8 sums keep fewer bits than fp32
-//     over long runs of k, so P changes the results' low bits (by at most what fp8Check allows for P k tiles);
-//     for each P every width, form and kernel gives the same bits.
-#define FP8_EARLY 1
-#define FP8_TURNS 2
-#define FP8_WARP_RELEASE 4
+// The kernels' flags: bits FP8_PROMO_SHIFT … +7 hold P − 1, where P is the number of k tiles whose products the
+// tensor cores sum before the consumer adds them to its fp32 total (the promotion interval; 0, P = 1, is every k
+// tile; the host's default is all of K). With P > 1 a consumer waits for its products only at the end of each P k
+// tiles: in between it hands back the stage of the k tile before once the products of the one after are issued
+// (wgmma.wait_group 1), as a kernel without fp32 promotion does. The tensor cores' FP8 sums keep fewer bits than
+// fp32 over long runs of k, so P changes the results' low bits (by at most what fp8Check allows for P k tiles); for
+// each P every width and kernel gives the same bits. fp8.go keeps the same value.
 #define FP8_PROMO_SHIFT 8
-// FP8_TURN0 and FP8_TURN1 are the named barriers of FP8_TURNS: consumer c arrives on FP8_TURN0 + c once it has
-// issued a k tile's products, and the other consumer waits on it before issuing its own (0 is __syncthreads').
-#define FP8_TURN0 1
-#define FP8_TURN1 2
-
-__device__ __forceinline__ void named_bar_sync(int id, int threads) {
-	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
-	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
 // producer loads the W tiles of the first STAGES k steps before it waits for the kernel before this one.
-// flags (FP8_EARLY, FP8_TURNS, FP8_WARP_RELEASE below) choose among forms of the kernel that give the same bits.
+// flags: the promotion interval (FP8_PROMO_SHIFT above).
 //
 // GATED (the MLP's gate and up projections, W = [Wg; Wu] with N = 2F rows): a tile's W is BN/2 rows of Wg and the
 // same BN/2 rows of Wu, loaded side by side, so each thread holds the gate and up sums of the same output columns
@@ -534,11 +460,11 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 		}
 		cluster_sync(); // both blocks' barriers exist before either copies into the other
-	} else { // empty: one arrival per consumer thread, or per consumer warp (FP8_WARP_RELEASE)
+	} else { // empty: one arrival per consumer thread
 		if (threadIdx.x == 0) {
 			for (int s = 0; s < STAGES; s++) {
 				mbar_init(bars + 8 * s, 1);
-				mbar_init(bars + 8 * (STAGES + s), (flags & FP8_WARP_RELEASE) ? 2 * 4 : 2 * 128);
+				mbar_init(bars + 8 * (STAGES + s), 2 * 128);
 			}
 			asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 		}
@@ -585,20 +511,13 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	kev_grid_launch();
 	consumer_regs<128>();
 	const int c = wg - 1, t = threadIdx.x - 128;
-	// release hands stage s back to the producers: each thread, or each warp (FP8_WARP_RELEASE); each warp on both
-	// blocks (MC).
-	const bool warpRelease = flags & FP8_WARP_RELEASE, turns = flags & FP8_TURNS;
+	// release hands stage s back to the producers: each thread; each warp on both blocks (MC).
 	auto release = [&](int s) {
 		if constexpr (MC) {
 			__syncwarp();
 			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
 		} else {
-			if (warpRelease) {
-				__syncwarp();
-				if ((t & 31) == 0) mbar_arrive(bars + 8 * (STAGES + s));
-			} else {
-				mbar_arrive(bars + 8 * (STAGES + s));
-			}
+			mbar_arrive(bars + 8 * (STAGES + s));
 		}
 	};
 	// HALF: a half (a quarter with GATED: half the gate rows and half the up rows) must be a whole number of
@@ -622,9 +541,6 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		const int s = it % STAGES;
 		const int fresh = g == 0; // this k tile's products start from zero
 		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-		// FP8_TURNS: consumer 1 waits for 0's products of this step, 0 for 1's of the step before. Both take
-		// every turn, with rows or without, so that the barriers' counts match.
-		if (turns && (c == 1 || it > 0)) named_bar_sync(FP8_TURN0 + (1 - c), 256);
 		if (live) {
 			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
 			wgmma_fence();
@@ -650,7 +566,6 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			}
 			wgmma_commit();
 		}
-		if (turns) named_bar_arrive(FP8_TURN0 + c, 256);
 		if (!live) {
 			release(s);
 		} else if (++g == promo || kt == nk - 1) {
@@ -675,14 +590,9 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		float *acc = tot; // FAST: the sums are d's, which leave registers for 4 (256 columns) or 8 groups' loads
 		if constexpr (FAST) acc = d;
 		constexpr int CH = FAST ? (BN > 192 ? 4 : 8) : (GATED ? SBN / 2 : SBN) / 8;
-		if (flags & FP8_EARLY)
-			gemm_fp8_store<SBN, GATED, CH>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
-		else
-			gemm_fp8_store_direct<SBN, GATED>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
+		gemm_fp8_store<SBN, GATED, CH>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 	}
 	}
-	// FP8_TURNS: consumer 0 waits out 1's last turn, so that no arrival on the barriers is left unwaited for.
-	if (turns && c == 0 && it > 0) named_bar_sync(FP8_TURN1, 256);
 }
 
 #define FP8_PARAMS                                                                                                \
