@@ -532,55 +532,89 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	place(tile);
 	const bool live = HALF || m0 + 64 * c < M; // rows of this consumer exist
 #pragma unroll
-	for (int i = 0; i < SUMS; i++) {
-		d[i] = 0.f;
-		if constexpr (!FAST) tot[i] = 0.f;
-	}
-	int g = 0, held = -1; // k tiles summed since the last promotion; the stage whose products may still run
-	for (int kt = 0; kt < nk; kt++, it++) {
-		const int s = it % STAGES;
-		const int fresh = g == 0; // this k tile's products start from zero
-		mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-		if (live) {
-			const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
-			wgmma_fence();
-			if constexpr (HALF) { // rows 0–63 of the stage's X; the W rows of half c
-				const uint32_t sa0 = base + s * STAGE_BYTES;
-				if constexpr (GATED) { // gate rows c·BN/4 …, up rows BN/2 + c·BN/4 …: sums d[0, BN/8), d[BN/8, BN/4)
-					const uint32_t sg = sb + c * (BN / 4) * BK, su = sb + (BN / 2 + c * (BN / 4)) * BK;
+	for (int i = 0; i < SUMS; i++) d[i] = 0.f;
+	// issue enqueues this consumer's products of the k tile in stage s into dd, the first of them adding to dd's
+	// sums (acc) or starting from zero.
+	auto issue = [&](float *dd, int s, bool acc) {
+		const uint32_t sa = base + s * STAGE_BYTES + c * (64 * BK), sb = base + s * STAGE_BYTES + A_BYTES;
+		wgmma_fence();
+		if constexpr (HALF) { // rows 0–63 of the stage's X; the W rows of half c
+			const uint32_t sa0 = base + s * STAGE_BYTES;
+			if constexpr (GATED) { // gate rows c·BN/4 …, up rows BN/2 + c·BN/4 …: sums d[0, BN/8), d[BN/8, BN/4)
+				const uint32_t sg = sb + c * (BN / 4) * BK, su = sb + (BN / 2 + c * (BN / 4)) * BK;
 #pragma unroll
-					for (int kk = 0; kk < BK / 32; kk++) {
-						wgmma_fp8_tile<BN / 4>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sg + 32 * kk), kk > 0 || !fresh);
-						wgmma_fp8_tile<BN / 4>(d + BN / 8, desc_sw128(sa0 + 32 * kk), desc_sw128(su + 32 * kk), kk > 0 || !fresh);
-					}
-				} else {
-					const uint32_t sh = sb + c * (BN / 2) * BK;
-#pragma unroll
-					for (int kk = 0; kk < BK / 32; kk++)
-						wgmma_fp8_tile<BN / 2>(d, desc_sw128(sa0 + 32 * kk), desc_sw128(sh + 32 * kk), kk > 0 || !fresh);
+				for (int kk = 0; kk < BK / 32; kk++) {
+					wgmma_fp8_tile<BN / 4>(dd, desc_sw128(sa0 + 32 * kk), desc_sw128(sg + 32 * kk), kk > 0 || acc);
+					wgmma_fp8_tile<BN / 4>(dd + BN / 8, desc_sw128(sa0 + 32 * kk), desc_sw128(su + 32 * kk), kk > 0 || acc);
 				}
 			} else {
+				const uint32_t sh = sb + c * (BN / 2) * BK;
 #pragma unroll
-				for (int kk = 0; kk < BK / 32; kk++) // the k tile's sum from zero (scale-d = 0 on its first product)
-					wgmma_fp8_tile<BN>(d, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || !fresh);
+				for (int kk = 0; kk < BK / 32; kk++)
+					wgmma_fp8_tile<BN / 2>(dd, desc_sw128(sa0 + 32 * kk), desc_sw128(sh + 32 * kk), kk > 0 || acc);
 			}
-			wgmma_commit();
+		} else {
+#pragma unroll
+			for (int kk = 0; kk < BK / 32; kk++) // scale-d = 0 on the first product of a sum from zero
+				wgmma_fp8_tile<BN>(dd, desc_sw128(sa + 32 * kk), desc_sw128(sb + 32 * kk), kk > 0 || acc);
 		}
-		if (!live) {
-			release(s);
-		} else if (++g == promo || kt == nk - 1) {
+		wgmma_commit();
+	};
+	if (FAST || promo >= nk) {
+		// All of K in the tensor cores: a live consumer keeps one k tile's products in flight across iterations,
+		// handing back the stage before once the next one's are issued. No branch on the products' state inside
+		// this loop: with one (the loop below), ptxas waits for every product at the loop's end.
+		if (live) {
+			int held = -1;
+			for (int kt = 0; kt < nk; kt++, it++) {
+				const int s = it % STAGES;
+				mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+				issue(d, s, kt > 0);
+				wgmma_wait1();
+				if (held >= 0) release(held);
+				held = s;
+			}
 			wgmma_wait0();
 			if (held >= 0) release(held);
-			release(s); // the stage is read: the producer may refill it during the adds
-			if constexpr (FAST)
-				regs_after<SUMS>(d); // the epilogue reads d after the wait
-			else
-				fp8_promote<2 * SUMS>(d, tot);
-			g = 0, held = -1;
-		} else { // the k tile before's products are done: its stage goes back; this one's run on
-			wgmma_wait1();
-			if (held >= 0) release(held);
-			held = s;
+			regs_after<SUMS>(d); // read after the wait
+			// 0 + d: the loop below's fp32 total at P ≥ nk, bit for bit (−0 included), in every kernel
+#pragma unroll
+			for (int i = 0; i < SUMS; i++) {
+				if constexpr (FAST)
+					d[i] = __fadd_rn(0.f, d[i]);
+				else
+					tot[i] = __fadd_rn(0.f, d[i]);
+			}
+		} else {
+			for (int kt = 0; kt < nk; kt++, it++) {
+				const int s = it % STAGES;
+				mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+				release(s);
+			}
+		}
+	} else {
+		if constexpr (!FAST)
+#pragma unroll
+			for (int i = 0; i < SUMS; i++) tot[i] = 0.f;
+		int g = 0, held = -1; // k tiles summed since the last promotion; the stage whose products may still run
+		for (int kt = 0; kt < nk; kt++, it++) {
+			const int s = it % STAGES;
+			const int fresh = g == 0; // this k tile's products start from zero
+			mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+			if (live) issue(d, s, !fresh);
+			if (!live) {
+				release(s);
+			} else if (++g == promo || kt == nk - 1) {
+				wgmma_wait0();
+				if (held >= 0) release(held);
+				release(s); // the stage is read: the producer may refill it during the adds
+				if constexpr (!FAST) fp8_promote<2 * SUMS>(d, tot);
+				g = 0, held = -1;
+			} else { // the k tile before's products are done: its stage goes back; this one's run on
+				wgmma_wait1();
+				if (held >= 0) release(held);
+				held = s;
+			}
 		}
 	}
 	if (live) {
@@ -589,7 +623,8 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		const int sn0 = HALF ? n0 + c * TN2 : n0, sc = HALF ? 0 : c;
 		float *acc = tot; // FAST: the sums are d's, which leave registers for 4 (256 columns) or 8 groups' loads
 		if constexpr (FAST) acc = d;
-		constexpr int CH = FAST ? (BN > 192 ? 4 : 8) : (GATED ? SBN / 2 : SBN) / 8;
+		constexpr int J = (GATED ? SBN / 2 : SBN) / 8; // 8-column groups; 18 (144 plain columns) load in halves
+		constexpr int CH = FAST ? (BN > 192 ? 4 : 8) : (J >= 18 ? J / 2 : J);
 		gemm_fp8_store<SBN, GATED, CH>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
 	}
 	}
