@@ -20,7 +20,8 @@
 #      again with graphs on   -> $OUT/kev_bench_bf16.json, kev_bench_fp8.json (kev_bench_bf16_graphs.json) and logs
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
 #      VARIANTS (default "bfloat16 fp8") may add FP8 with a promotion interval, fp8:promoN (KEV_CUDA_FP8_PROMOTE=N,
-#      N k tiles or all), and all of K in the tensor cores on tiles N columns wide, fp8:wideN (KEV_CUDA_FP8_WIDE=N)
+#      N k tiles or all), all of K in the tensor cores on tiles N columns wide, fp8:wideN (KEV_CUDA_FP8_WIDE=N), and
+#      the k loop that keeps products in flight, fp8:pipe (KEV_CUDA_FP8_PIPE=on)
 #      -> kev_bench_fp8_promoN.json, kev_bench_fp8_wideN.json; steps 4 and 5 then run for each FP8 variant
 #   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log;
@@ -105,6 +106,7 @@ elif [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
       *:graphs) short=${short}_graphs; genv=KEV_CUDA_GRAPHS=on ;;
       *:promo*) short=${short}_${v#*:}; genv="$genv KEV_CUDA_FP8_PROMOTE=${v#*:promo}" ;;
       *:wide*) short=${short}_${v#*:}; genv="$genv KEV_CUDA_FP8_PROMOTE=all KEV_CUDA_FP8_WIDE=${v#*:wide}" ;;
+      *:pipe) short=${short}_pipe; genv="$genv KEV_CUDA_FP8_PIPE=on" ;;
       esac
       [ "$dt" = fp8 ] && fp8s="$fp8s $short=${genv// /,}"
       lim=$(( ($(left) - 15 - RESERVE) / nv ))

@@ -2,8 +2,8 @@
 # What bounds the FP8 tile kernel, and longer promotion intervals (KEV_CUDA_FP8_PROMOTE: the products of P k tiles
 # summed in the tensor cores before each fp32 add), on a Hopper GPU in one call of at most TOTAL seconds (default
 # 560). PARTS (default "kernels ncu passes goldens") names the parts; "serve" adds step 6:
-#   1. kernels: the FP8 tests in TESTS (default: the promotion intervals, the flags' forms, the products against
-#      the reference, batch invariance)                                -> $OUT/fp8_tests.log
+#   1. kernels: the FP8 tests in TESTS (default: the promotion intervals and the k loop that keeps products in
+#      flight, the products against the reference, batch invariance)                                -> $OUT/fp8_tests.log
 #   2. kernels: BenchmarkGEMMFP8 (bf16, the planned FP8 kernel, each form, each promotion interval) -> $OUT/gemmfp8.log
 #   3. ncu: Nsight Compute (--set full, clocks left alone) on one launch each of the FP8 products in NCU_KERNELS
 #      (default: the 2,200-token pass's gate/up at 2,392 rows, with every k tile promoted, with all of K in the
@@ -11,11 +11,12 @@
 #      details page and the warps' stalls
 #      by stretch of machine code (sass_regions.py)                    -> $OUT/ncu/<label>.details.txt, .regions.txt
 #   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults — all of K in
-#      the tensor cores, the 256-column FAST tiles where they fit — every k tile promoted, fp8_promo1, and the
-#      planned widths alone, fp8_wideoff; also fp8_promoN, fp8_wideN)                                                      -> $OUT/pass_<variant>.log
+#      the tensor cores, the 256-column FAST tiles where they fit — the k loop that keeps products in flight,
+#      fp8_pipe (KEV_CUDA_FP8_PIPE=on), every k tile promoted, fp8_promo1, and the planned widths alone,
+#      fp8_wideoff; also fp8_promoN, fp8_wideN)                                                      -> $OUT/pass_<variant>.log
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
-#   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:promo1") and kev
+#   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:pipe") and kev
 #      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part; not bf16 against fp32, which the CUDA
 #      backend computes with the same bf16 products)                   -> $OUT/served/
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
@@ -35,6 +36,7 @@ CASES=${CASES:-6q-kev257,5q-2200}
 NCU_KERNELS=${NCU_KERNELS:-gateup2392:5q-2200:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=1 \
 gateup2392all:5q-2200:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=all \
 gateup2392wide:5q-2200:gemm_fp8_wgmma_pfg128x256:2:KEV_CUDA_FP8_PROMOTE=all,KEV_CUDA_FP8_WIDE=256 \
+gateup2392pipe:5q-2200:gemm_fp8_wgmma_pfg128x256:2:KEV_CUDA_FP8_PIPE=on \
 gateup257:6q-kev257:gemm_fp8_wgmma_pg128x144:2:KEV_CUDA_FP8_PROMOTE=1}
 # shellcheck source=steps.sh
 source scripts/gpu/steps.sh # step, left
@@ -44,11 +46,11 @@ has() { [[ $PARTS == *" $1 "* ]]; }
 cd tensor/cuda
 if has kernels; then
   step "FP8 kernel tests" 120 "$OUT/fp8_tests.log" ../../bin/cuda.test -test.v \
-    -test.run "${TESTS:-TestGEMMFP8Promote|TestGEMMFP8Forms|TestMatMulFP8\$|TestMatMulFP8BatchInvariant|TestGEMMFP8Tiles}"
+    -test.run "${TESTS:-TestGEMMFP8Promote|TestMatMulFP8\$|TestMatMulFP8BatchInvariant|TestGEMMFP8Tiles}"
   grep -E "^(--- |FAIL|ok|PASS)|largest" "$OUT/fp8_tests.log" | head -40
   step "BenchmarkGEMMFP8" 120 "$OUT/gemmfp8.log" \
     ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-  grep -E "path=(bf16|fp8|fp8-forms-off|fp8-promo[0-9a-z]+|fp8-fast[0-9]+) " "$OUT/gemmfp8.log"
+  grep -E "path=(bf16|fp8|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-(no)?pipe|fp8-fast256-pipe) " "$OUT/gemmfp8.log"
 fi
 if has ncu; then
   for spec in $NCU_KERNELS; do
@@ -69,14 +71,15 @@ if has ncu; then
   done
 fi
 if has passes; then
-  for v in ${VARIANTS:-fp8 fp8_promo1 fp8_wideoff}; do
-    dt=${v%%_*} promo=all wide=256
+  for v in ${VARIANTS:-fp8 fp8_pipe fp8_promo1 fp8_wideoff}; do
+    dt=${v%%_*} promo=all wide=256 pipe=off
     case $v in
+    fp8_pipe) pipe=on ;;
     fp8_promo*) promo=${v#fp8_promo} ;;
     fp8_wide*) promo=all wide=${v#fp8_wide} ;;
     esac
     step "pass profile $v" 60 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" \
-      KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
+      KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_CUDA_FP8_PIPE=$pipe KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
       ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
     grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
   done
@@ -90,8 +93,8 @@ if has goldens && [ -f bin/kev.test ]; then
   done
 fi
 if has serve && [ -f bin/kev ]; then
-  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo1}" 590 "$OUT/served.log" env PARTS=serving EVAL_BASE=0 \
-    VARIANTS="${SERVE_VARIANTS:-bfloat16 fp8 fp8:promo1}" BENCH_TOTAL_S=$(($(left) - 10)) OUT="$OUT/served" \
+  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:pipe}" 590 "$OUT/served.log" env PARTS=serving EVAL_BASE=0 \
+    VARIANTS="${SERVE_VARIANTS:-bfloat16 fp8 fp8:pipe}" BENCH_TOTAL_S=$(($(left) - 10)) OUT="$OUT/served" \
     bash scripts/gpu/fp8.sh
   cat "$OUT/served.log"
 fi

@@ -70,6 +70,9 @@ type Device struct {
 	// fp8Wide: with fp8Promo at fp8PromoMax, FP8 products with enough tiles (fp8Wide) run on the FAST kernels this
 	// many columns wide (fp8FastWidths): 256, or KEV_CUDA_FP8_WIDE=192, or none with KEV_CUDA_FP8_WIDE=off.
 	fp8Wide int
+	// fp8Pipe: FP8 products summed over all of K run the k loop that keeps one k tile's products in flight across
+	// iterations (FP8_PIPE; the design log v47), with KEV_CUDA_FP8_PIPE=on; off until measured. The same bits.
+	fp8Pipe bool
 	// graphPDL: recorded work (eager or captured into a pass graph) is launched as pdl says, unless
 	// KEV_CUDA_GRAPH_PDL=off launches it plainly.
 	graphPDL bool
@@ -194,6 +197,7 @@ func Open(ordinal int) (*Device, error) {
 	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
 	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
 	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
+	d.fp8Pipe = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PIPE")), "on")
 	if d.fp8Promo, err = parseFP8Promote(os.Getenv("KEV_CUDA_FP8_PROMOTE")); err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("cuda: %w", err)

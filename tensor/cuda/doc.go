@@ -54,7 +54,9 @@
 // each FP8 product over all of K in their fp32 accumulators (KEV_CUDA_FP8_PROMOTE=N adds every N k tiles' sums to a
 // separate fp32 total instead, N = 1 as DeepSeek-V3's training kernels do: slower, the answers no closer to bf16's);
 // so summed, products with at least four rounds of tiles run on tiles 256 columns wide whose sums fill the
-// registers a promoted tile's fp32 total took (KEV_CUDA_FP8_WIDE=192 or off). The gated
+// registers a promoted tile's fp32 total took (KEV_CUDA_FP8_WIDE=192 or off). KEV_CUDA_FP8_PIPE=on has such products
+// keep one k tile's products in flight across the k loop instead of waiting for each (the same bits; off until
+// measured). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

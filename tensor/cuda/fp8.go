@@ -241,16 +241,24 @@ type GEMMFP8 struct {
 	// tensor cores sum before each fp32 add, 1 … fp8PromoMax (tests, benchmarks). Unlike the forms above it moves the
 	// results' low bits; every kernel gives the same bits at the same interval.
 	promo int
+	// pipe: 0 as the device says (KEV_CUDA_FP8_PIPE); 1 the k loop that keeps one k tile's products in flight when
+	// the tensor cores sum all of K; -1 the loop that waits for every k tile's products (tests, benchmarks). The
+	// same bits either way.
+	pipe int
 }
 
-// fp8Flags is the flags parameter of g's kernel on device d: its promotion interval, as g asks or, at 0, as the
-// device's switch says.
+// fp8Flags is the flags parameter of g's kernel on device d: its promotion interval and its k loop, each as g asks
+// or, at 0, as the device's switches say.
 func fp8Flags(g *GEMMFP8, d *Device) int32 {
 	p := g.promo
 	if p == 0 {
 		p = d.fp8Promo
 	}
-	return int32(max(p, 1)-1) << fp8PromoShift
+	f := int32(max(p, 1)-1) << fp8PromoShift
+	if g.pipe > 0 || g.pipe == 0 && d.fp8Pipe {
+		f |= fp8FlagPipe
+	}
+	return f
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).

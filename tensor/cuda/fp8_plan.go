@@ -177,9 +177,13 @@ func fp8Half(M, bn int, gated bool) bool {
 	return M <= 64 && slices.Contains(fp8HalfWidths, bn)
 }
 
-// fp8PromoShift is kernels/fp8_sm90a.cu's FP8_PROMO_SHIFT (TestFP8FlagsMatchSource): bits 8 … 15 of the FP8 tile
-// kernels' flags parameter (fp8Flags) hold the promotion interval less one.
-const fp8PromoShift = 8
+// The FP8 tile kernels' flags parameter (fp8Flags), as kernels/fp8_sm90a.cu defines it (TestFP8FlagsMatchSource):
+// bit 0 (FP8_PIPE) runs the k loop that keeps one k tile's products in flight when the tensor cores sum all of K;
+// bits 8 … 15 (FP8_PROMO_SHIFT) hold the promotion interval less one.
+const (
+	fp8FlagPipe   = 1
+	fp8PromoShift = 8
+)
 
 // fp8PromoMax is the longest promotion interval the flags hold, in k tiles of 128 codes: 256 k tiles (32,768 codes,
 // more than any K of the Kev family) sums all of K in the tensor cores.

@@ -290,7 +290,7 @@ func TestFP8FlagsMatchSource(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		val  int
-	}{{"FP8_PROMO_SHIFT", fp8PromoShift}} {
+	}{{"FP8_PIPE", fp8FlagPipe}, {"FP8_PROMO_SHIFT", fp8PromoShift}} {
 		m := regexp.MustCompile(`(?m)^#define ` + c.name + ` (\d+)$`).FindSubmatch(src)
 		if m == nil {
 			t.Errorf("kernels/fp8_sm90a.cu defines no %s", c.name)

@@ -611,16 +611,26 @@ func TestGEMMFP8Promote(t *testing.T) {
 				sameKernelBits(t, label+" clusters", r, bits, wq, ws, g, func(g *GEMMFP8, on bool) {
 					g.persist, g.mc = -1, form(on)
 				})
+				if p == fp8PromoMax { // the k loop that keeps products in flight: the same bits
+					for _, persist := range []bool{false, true} {
+						sameKernelBits(t, fmt.Sprintf("%s pipe persistent %v", label, persist), r, bits, wq, ws, g,
+							func(g *GEMMFP8, on bool) {
+								g.persist, g.mc, g.pipe = form(persist), -1, form(on)
+							})
+					}
+				}
 				if p == fp8PromoMax && bn == 128 { // the FAST kernels: the bits of every kernel at this interval
 					for _, w := range fp8FastWidths {
 						for _, persist := range []bool{false, true} {
-							sameKernelBits(t, fmt.Sprintf("%s fast %d persistent %v", label, w.bn, persist), r, bits, wq, ws, g,
-								func(g *GEMMFP8, on bool) {
-									g.persist, g.mc = form(persist), -1
-									if on {
-										g.bn = w.bn
-									}
-								})
+							for _, pipe := range []int{-1, 1} {
+								sameKernelBits(t, fmt.Sprintf("%s fast %d persistent %v pipe %d", label, w.bn, persist, pipe), r, bits, wq, ws, g,
+									func(g *GEMMFP8, on bool) {
+										g.persist, g.mc = form(persist), -1
+										if on {
+											g.bn, g.pipe = w.bn, pipe
+										}
+									})
+							}
 						}
 					}
 				}
@@ -831,7 +841,8 @@ func TestFP8Errors(t *testing.T) {
 // kernel form exists, "fp8-1blk" one tile a block, "fp8-mc" clusters of two, "fp8-persist" persistent blocks and
 // "fp8-pmc" persistent clusters of two; the planned kernel with the products of 1, 2, 4, 8 and all k tiles summed in
 // the tensor cores before each fp32 add ("fp8-promo1" … "fp8-promoall") and, summing all of K so, 192 and 256 columns
-// wide ("fp8-fast192", "fp8-fast256"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
+// wide ("fp8-fast192", "fp8-fast256"), and all of K with and without the k loop that keeps products in flight
+// ("fp8-pipe", "fp8-nopipe", "fp8-fast256-pipe"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
 // and halved ("fp8-halfNN"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
@@ -886,6 +897,9 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					{"fp8-promoall", GEMMFP8{promo: fp8PromoMax}},
 					{"fp8-fast192", GEMMFP8{promo: fp8PromoMax, bn: 192}},
 					{"fp8-fast256", GEMMFP8{promo: fp8PromoMax, bn: 256}},
+					{"fp8-pipe", GEMMFP8{promo: fp8PromoMax, pipe: 1}},
+					{"fp8-nopipe", GEMMFP8{promo: fp8PromoMax, pipe: -1}},
+					{"fp8-fast256-pipe", GEMMFP8{promo: fp8PromoMax, bn: 256, pipe: 1}},
 				} {
 					tf, _ := timeGEMMFP8With(b, M, N, K, f.form)
 					bn := plan
@@ -934,7 +948,7 @@ func timeGEMMFP8(b *testing.B, M, N, K int) (gemm, withQuant float64) {
 	return timeGEMMFP8With(b, M, N, K, GEMMFP8{})
 }
 
-// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc, persist, half and promo (0: planned, or
+// timeGEMMFP8With is timeGEMMFP8 with the kernel form of form: its bn, mc, persist, half, promo and pipe (0: planned, or
 // as the device says).
 func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant float64) {
 	xb, wb := int64(2*M*K), int64(N*K)
@@ -989,7 +1003,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 		}
 		gemmOf := func(s set) GEMMFP8 {
 			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
-				half: form.half, promo: form.promo}
+				half: form.half, promo: form.promo, pipe: form.pipe}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

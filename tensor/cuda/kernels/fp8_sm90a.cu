@@ -364,6 +364,10 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 // fp32 over long runs of k, so P changes the results' low bits (by at most what fp8Check allows for P k tiles); for
 // each P every width and kernel gives the same bits. fp8.go keeps the same value.
 #define FP8_PROMO_SHIFT 8
+// FP8_PIPE (bit 0): with all of K in the tensor cores (the FAST kernels, or P ≥ the k tiles), run the k loop that
+// keeps one k tile's products in flight across iterations (gemm_fp8); else the interval loop, which waits for every
+// k tile's products. The same bits either way.
+#define FP8_PIPE 1
 
 // gemm_fp8: the block (blockIdx.x, blockIdx.y) of a gridDim.x × gridDim.y grid computes the output tile tile_at
 // places it at (gn n-tiles to a group). wpre: W holds weights uploaded from the host (no kernel writes them), so the
@@ -560,10 +564,10 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		}
 		wgmma_commit();
 	};
-	if (FAST || promo >= nk) {
-		// All of K in the tensor cores: a live consumer keeps one k tile's products in flight across iterations,
-		// handing back the stage before once the next one's are issued. No branch on the products' state inside
-		// this loop: with one (the loop below), ptxas waits for every product at the loop's end.
+	if ((FAST || promo >= nk) && (flags & FP8_PIPE)) {
+		// All of K in the tensor cores, FP8_PIPE: a live consumer keeps one k tile's products in flight across
+		// iterations, handing back the stage before once the next one's are issued. No branch on the products' state
+		// inside this loop: with one (the loop below), ptxas waits for every product at the loop's end.
 		if (live) {
 			int held = -1;
 			for (int kt = 0; kt < nk; kt++, it++) {
@@ -577,14 +581,9 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 			wgmma_wait0();
 			if (held >= 0) release(held);
 			regs_after<SUMS>(d); // read after the wait
-			// 0 + d: the loop below's fp32 total at P ≥ nk, bit for bit (−0 included), in every kernel
+			if constexpr (!FAST) // 0 + d: the loop below's fp32 total at P ≥ nk, bit for bit (−0 included)
 #pragma unroll
-			for (int i = 0; i < SUMS; i++) {
-				if constexpr (FAST)
-					d[i] = __fadd_rn(0.f, d[i]);
-				else
-					tot[i] = __fadd_rn(0.f, d[i]);
-			}
+				for (int i = 0; i < SUMS; i++) tot[i] = __fadd_rn(0.f, d[i]);
 		} else {
 			for (int kt = 0; kt < nk; kt++, it++) {
 				const int s = it % STAGES;
@@ -608,7 +607,10 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				wgmma_wait0();
 				if (held >= 0) release(held);
 				release(s); // the stage is read: the producer may refill it during the adds
-				if constexpr (!FAST) fp8_promote<2 * SUMS>(d, tot);
+				if constexpr (FAST)
+					regs_after<SUMS>(d); // the epilogue reads d after the wait
+				else
+					fp8_promote<2 * SUMS>(d, tot);
 				g = 0, held = -1;
 			} else { // the k tile before's products are done: its stage goes back; this one's run on
 				wgmma_wait1();
@@ -622,7 +624,11 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 		constexpr int SBN = HALF ? BN / 2 : BN, TN2 = GATED ? BN / 4 : BN / 2;
 		const int sn0 = HALF ? n0 + c * TN2 : n0, sc = HALF ? 0 : c;
 		float *acc = tot; // FAST: the sums are d's, which leave registers for 4 (256 columns) or 8 groups' loads
-		if constexpr (FAST) acc = d;
+		if constexpr (FAST) { // 0 + d, as every other kernel's fp32 total at P ≥ nk (−0 included)
+			acc = d;
+#pragma unroll
+			for (int i = 0; i < SUMS; i++) d[i] = __fadd_rn(0.f, d[i]);
+		}
 		constexpr int J = (GATED ? SBN / 2 : SBN) / 8; // 8-column groups; 18 (144 plain columns) load in halves
 		constexpr int CH = FAST ? (BN > 192 ? 4 : 8) : (J >= 18 ? J / 2 : J);
 		gemm_fp8_store<SBN, GATED, CH>(acc, Y, R, xs, ws, M, N, ldy, yF32, m0, sn0, sc, t);
