@@ -140,8 +140,10 @@ const (
 	// FP8 is FP8 E4M3 matrix products (Kev's KEV_DTYPE=fp8): the weight of every matrix product of the decoder
 	// layers (attention q/k/v/o, Gated DeltaNet in/out projections, MLP gate/up/down) quantized once when it is
 	// loaded, from its fp32 values with the LoRA merged in fp32, with one scale per output channel; activations
-	// quantized per token by each product; fp32 sums; everything else (embedding, norms, conv weights, the pointer
-	// head, the activations between products) as BFloat16 holds it. Nothing quantized is written to disk. It needs
+	// quantized per token by each product; each product summed over all of K in the tensor cores' fp32 accumulators
+	// (KEV_CUDA_FP8_PROMOTE=1 adds every 128 codes' sums to a separate fp32 total); everything else (embedding,
+	// norms, conv weights, the pointer head, the activations between products) as BFloat16 holds it. Nothing
+	// quantized is written to disk. It needs
 	// the cuda device on an NVIDIA GPU of compute capability 9.0 (Hopper: the FP8 kernels are built for sm_90a);
 	// Load refuses it with an *OptionError on other GPUs (8.9 included, for now) and on the cpu device. A product
 	// weight whose shape the FP8 kernels do not take (rows not a multiple of 8, columns not of 16) stays bf16, and
