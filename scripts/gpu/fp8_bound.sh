@@ -17,8 +17,8 @@
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
 #   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:pipe") and kev
-#      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part; not bf16 against fp32, which the CUDA
-#      backend computes with the same bf16 products)                   -> $OUT/served/
+#      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part; not bf16 against fp32, which gave
+#      identical answers on the GPU in 2026-12-07-fp8-promote, unexplained) -> $OUT/served/
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # step 5
