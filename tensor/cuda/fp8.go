@@ -247,15 +247,11 @@ type GEMMFP8 struct {
 	pipe int
 }
 
-// fp8Flags is the flags parameter of g's kernel on device d: its promotion interval and its k loop, each as g asks
-// or, at 0, as the device's switches say.
-func fp8Flags(g *GEMMFP8, d *Device) int32 {
-	p := g.promo
-	if p == 0 {
-		p = d.fp8Promo
-	}
-	f := int32(max(p, 1)-1) << fp8PromoShift
-	if g.pipe > 0 || g.pipe == 0 && d.fp8Pipe {
+// fp8Flags is the kernels' flags parameter for promotion interval promo (1 … fp8PromoMax) and, with pipe, the k loop
+// that keeps one k tile's products in flight.
+func fp8Flags(promo int, pipe bool) int32 {
+	f := int32(promo-1) << fp8PromoShift
+	if pipe {
 		f |= fp8FlagPipe
 	}
 	return f
@@ -309,7 +305,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	}
 	promo := g.promo
 	if promo == 0 {
-		promo = d.fp8Promo
+		promo = max(d.fp8Promo, 1)
 	}
 	bn := g.bn
 	if bn == 0 {
@@ -337,8 +333,8 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		tn = bn / 2
 	}
 	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
-	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && (fp8Persistent(mT*nT, d.sms(), bn) || fast && mT*nT > d.sms())
-	if persist && !fast && !slices.Contains(fp8PersistWidths, bn) {
+	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn)
+	if persist && !fp8HasPersistent(bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
 	}
 	half := false // each tile's columns split between the consumers (M ≤ 64)
@@ -365,7 +361,7 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if err != nil {
 		return fmt.Errorf("cuda: %s: W: %w", op, err)
 	}
-	yF32, wpre, flags := int32(0), int32(0), fp8Flags(&g, d)
+	yF32, wpre, flags := int32(0), int32(0), fp8Flags(promo, g.pipe > 0 || g.pipe == 0 && d.fp8Pipe)
 	if g.F32Out {
 		yF32 = 1
 	}

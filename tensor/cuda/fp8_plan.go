@@ -152,12 +152,17 @@ var fp8PersistWidths = []int{96, 128, 144}
 // fp8Persistent reports whether a product of tiles 128 × bn tiles runs on the persistent kernels (one block per
 // multiprocessor, each computing tile after tile, its ring copying the next tile's first k tiles while it finishes
 // the one before): when the tiles take more than one round of the sms multiprocessors and the width has a
-// persistent kernel, and the device has them on (unless KEV_CUDA_FP8_PERSIST=off). The same bits either way
+// persistent kernel (fp8HasPersistent), and the device has them on (unless KEV_CUDA_FP8_PERSIST=off). The same bits either way
 // (TestGEMMFP8Persistent). With the cluster kernels on too (fp8Cluster), such products run on the persistent
 // cluster kernels (gemm_fp8_wgmma_pm128xBN): clusters of two, as many as run at once, taking pair after pair of row
 // tiles.
 func fp8Persistent(tiles, sms, bn int) bool {
-	return tiles > sms && slices.Contains(fp8PersistWidths, bn)
+	return tiles > sms && fp8HasPersistent(bn)
+}
+
+// fp8HasPersistent reports whether the width bn has persistent kernels: fp8PersistWidths and the FAST widths.
+func fp8HasPersistent(bn int) bool {
+	return slices.Contains(fp8PersistWidths, bn) || fp8FastStages(bn) > 0
 }
 
 // fp8HalfWidths and fp8HalfGatedWidths are the widths of the FP8 kernels for products of at most 64 rows that split

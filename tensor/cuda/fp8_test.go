@@ -570,20 +570,26 @@ func TestGEMMFP8Half(t *testing.T) {
 			{M: 40, N: 48, K: 128, bn: 24, half: 1},
 			{M: 40, N: 96, K: 128, bn: 48, half: 1, SwiGLU: true},
 		} {
-			c.X, c.XS = poisoned(t, q, c.M*c.K), poisoned(t, q, 4*c.M)
-			c.W, c.WS = poisoned(t, q, c.N*c.K), poisoned(t, q, 4*c.N)
-			c.Y = poisoned(t, q, 2*c.M*c.N)
-			err := q.GEMMFP8(c)
-			var ae *ArgError
-			if !errors.As(err, &ae) || ae.Arg != "half" {
-				t.Errorf("half kernel for M=%d bn=%d SwiGLU %v: error %v, want an *ArgError for half", c.M, c.bn, c.SwiGLU, err)
-			}
-			for _, buf := range []Buffer{c.X, c.XS, c.W, c.WS, c.Y} {
-				q.Free(buf)
-			}
+			refusedFP8(t, q, c, "half", fmt.Sprintf("half kernel for M=%d bn=%d SwiGLU %v", c.M, c.bn, c.SwiGLU))
 		}
 		return nil
 	})
+}
+
+// refusedFP8 runs c on buffers of the right sizes, so that only its kernel's form can be refused, and checks that
+// GEMMFP8 refuses it with an *ArgError naming arg.
+func refusedFP8(t *testing.T, q *Queue, c GEMMFP8, arg, what string) {
+	t.Helper()
+	c.X, c.XS = poisoned(t, q, c.M*c.K), poisoned(t, q, 4*c.M)
+	c.W, c.WS = poisoned(t, q, c.N*c.K), poisoned(t, q, 4*c.N)
+	c.Y = poisoned(t, q, 2*c.M*c.N)
+	var ae *ArgError
+	if err := q.GEMMFP8(c); !errors.As(err, &ae) || ae.Arg != arg {
+		t.Errorf("%s: error %v, want an *ArgError for %s", what, err, arg)
+	}
+	for _, buf := range []Buffer{c.X, c.XS, c.W, c.WS, c.Y} {
+		q.Free(buf)
+	}
 }
 
 // TestGEMMFP8Promote checks promotion intervals longer than one k tile (GEMMFP8.promo, KEV_CUDA_FP8_PROMOTE): the
@@ -646,17 +652,7 @@ func TestGEMMFP8Promote(t *testing.T) {
 		}
 	}
 	do(t, func(q *Queue) error { // a FAST width below the interval all: refused
-		c := GEMMFP8{M: 40, N: 512, K: 256, bn: 256, promo: 4}
-		c.X, c.XS = poisoned(t, q, c.M*c.K), poisoned(t, q, 4*c.M)
-		c.W, c.WS = poisoned(t, q, c.N*c.K), poisoned(t, q, 4*c.N)
-		c.Y = poisoned(t, q, 2*c.M*c.N)
-		var ae *ArgError
-		if err := q.GEMMFP8(c); !errors.As(err, &ae) || ae.Arg != "bn" {
-			t.Errorf("a 256-column FP8 kernel at promotion interval 4: error %v, want an *ArgError for bn", err)
-		}
-		for _, buf := range []Buffer{c.X, c.XS, c.W, c.WS, c.Y} {
-			q.Free(buf)
-		}
+		refusedFP8(t, q, GEMMFP8{M: 40, N: 512, K: 256, bn: 256, promo: 4}, "bn", "a 256-column FP8 kernel at promotion interval 4")
 		return nil
 	})
 	for _, s := range [][2]int{{2560, 9216}, {18432, 2560}} {
