@@ -128,7 +128,8 @@ type DType string
 
 // The parameter types. Load also reads "fp32", "bf16" and "fp16".
 const (
-	// Float32 is the reference type and the CPU's default.
+	// Float32 is the reference type and the CPU's default; cpu device only (the cuda backend computes with bf16
+	// weights and activations, and Load refuses Float32 there with an *OptionError rather than round it to bf16).
 	Float32 DType = "float32"
 	// BFloat16 is bf16 weights and bf16 products with fp32 accumulation, the GPU's default. On the GPU the
 	// activations are bf16 too; on the CPU they stay fp32 and each matrix product rounds its input to bf16 (to
@@ -162,6 +163,10 @@ func parseDType(s DType, backend string) (qwen35.DType, DType, error) {
 	}
 	switch strings.ToLower(string(s)) {
 	case "fp32", "float32":
+		if backend == string(CUDA) {
+			return 0, "", &OptionError{Field: "DType", Value: string(s), Reason: "fp32 compute is supported on the cpu device only; " +
+				"the cuda backend computes with bf16 weights and activations (use bfloat16, or the cpu device for fp32 references)"}
+		}
 		return qwen35.F32, Float32, nil
 	case "bf16", "bfloat16":
 		return qwen35.BF16, BFloat16, nil

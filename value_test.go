@@ -225,6 +225,14 @@ func TestOptionErrors(t *testing.T) {
 	if _, got, _ := parseDType("", "cuda"); got != BFloat16 {
 		t.Errorf("cuda default %q", got)
 	}
+	// The CUDA backend computes with bf16 weights and activations: fp32 there is refused, not rounded to bf16.
+	for _, in := range []DType{"fp32", Float32, "FLOAT32"} {
+		_, _, err := parseDType(in, string(CUDA))
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Field != "DType" || !strings.Contains(oe.Reason, "cpu device only") {
+			t.Errorf("parseDType(%q, cuda): %v, want an *OptionError on DType saying fp32 is the cpu device's", in, err)
+		}
+	}
 }
 
 // TestAskStructuredState checks a state given as Go values is answered as the same JSON body is: Ask with a map, an

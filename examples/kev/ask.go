@@ -37,7 +37,7 @@ func (m *modelFlags) register(fs interface {
 	fs.StringVar(&m.checkpoint, "checkpoint", "", "Kev checkpoint: a directory or a hub name org/name[@revision] (default: the small random test checkpoint built into the command)")
 	fs.StringVar(&m.base, "base", "", "base model: a directory or a hub name (default: head.pt's base at its revision)")
 	fs.StringVar(&m.device, "device", "cpu", "tensor backend: "+deviceChoices())
-	fs.StringVar(&m.dtype, "dtype", "", "weight and compute type: fp32, bf16 (bf16 products summed in fp32), fp16 (weights only; cpu only) or fp8 (FP8 E4M3 products: cuda on compute capability 9.0; check it with kev eval -compare bf16); default fp32 on cpu, bf16 elsewhere")
+	fs.StringVar(&m.dtype, "dtype", "", "weight and compute type: fp32 (cpu only) (bf16 products summed in fp32), fp16 (weights only; cpu only) or fp8 (FP8 E4M3 products: cuda on compute capability 9.0; check it with kev eval -compare bf16); default fp32 on cpu, bf16 elsewhere")
 	fs.BoolVar(&m.offline, "offline", false, "never use the network; read hub models from the local cache only (HF_HUB_OFFLINE=1)")
 	fs.IntVar(&m.passTokens, "pass-tokens", 0, "tokens one model pass takes, and one batch's budget (0: 16,384, Kev's)")
 	fs.IntVar(&m.cudaGraphs, "cuda-graphs", 0, "with -device cuda: pass graphs each GPU keeps, -1 turns them off (0: KEV_CUDA_GRAPHS, else the backend's default)")

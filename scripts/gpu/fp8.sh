@@ -25,8 +25,6 @@
 #      -> kev_bench_fp8_promoN.json, kev_bench_fp8_wideN.json; steps 4 and 5 then run for each FP8 variant
 #   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log;
-#      with EVAL_BASE=1 also -dtype float32 -compare bfloat16 on the same requests (bf16's own moves on these
-#      weights: how near their ties sit)                                       -> $OUT/bf16_eval.json, bf16_eval.log
 #   6. for each pass budget in PASS_TOKENS (none by default): 64 clients, both dtypes, 15 s, -pass-tokens
 #      -> $OUT/kev_bench_{bf16,fp8}_ptN.json
 # Exit status: 0 when every step that ran succeeded, 1 when one failed, 2 when there is no GPU.
@@ -41,7 +39,7 @@ PASS_TOKENS=${PASS_TOKENS:-} # pass budgets for step 6, e.g. "16384 32768" (none
 GRAPHS=${GRAPHS:-}           # non-empty: step 3 also serves bf16 with KEV_CUDA_GRAPHS=on (kev_bench_bf16_graphs.json)
 PARTS=" ${PARTS:-kernels goldens serving} " # kernels: step 1; goldens: step 2; serving: steps 3 to 6
 NF8=$(echo ${VARIANTS:-fp8} | tr ' ' '\n' | grep -c '^fp8') # FP8 variants: one kev eval each in step 5
-RESERVE=$(( (EVAL_N > 0 ? 60 * NF8 : 0) + (EVAL_N > 0 && ${EVAL_BASE:-0} == 1 ? 90 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
+RESERVE=$(( (EVAL_N > 0 ? 60 * NF8 : 0) + 70 * $(echo $PASS_TOKENS | wc -w) ))  # seconds the benches leave for 5 and 6
 CASES=scripts/golden/bench-cases.json
 TOKENIZER=.gold-in/tokenizer.json
 cd "$root"
@@ -165,13 +163,6 @@ PY
         python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
           "$OUT/fp8_eval$sfx.json" 2>/dev/null
       done
-      if [ "${EVAL_BASE:-0}" = 1 ]; then # the same requests, bf16 against fp32: how near the ties sit on these weights
-        step "kev eval -dtype fp32 -compare bf16 ($EVAL_N requests)" 150 "$OUT/bf16_eval.log" \
-          bin/kev eval -checkpoint "$KEV4B/kev" -base "$KEV4B/base" -device cuda -dtype float32 -compare bfloat16 \
-          -concurrency 32 -svg none -json -o "$OUT/bf16_eval.json" "$OUT/eval_set.jsonl" || status=1
-        python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["compare"]; print("   ", {k: c[k] for k in ("questions","max_delta","median_delta","argmax_agreement","clear_flips")})' \
-          "$OUT/bf16_eval.json" 2>/dev/null
-      fi
       rm -f "$OUT/eval_set.jsonl"
     fi
     # 6. 64 clients with other pass budgets (-pass-tokens), both dtypes

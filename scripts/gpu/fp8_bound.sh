@@ -17,8 +17,7 @@
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
 #   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:pipe") and kev
-#      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part; not bf16 against fp32, which gave
-#      identical answers on the GPU in 2026-12-07-fp8-promote, unexplained) -> $OUT/served/
+#      eval's agreement of each FP8 variant with bf16 (fp8.sh's serving part)            -> $OUT/served/
 # Build on the Go machine (CGO_LDFLAGS=-L/usr/lib/x86_64-linux-gnu/stubs):
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/cuda.test ./tensor/cuda
 #   go test -c -tags cuda -ldflags='-s -w' -o bin/kev.test .                 # step 5
@@ -93,7 +92,7 @@ if has goldens && [ -f bin/kev.test ]; then
   done
 fi
 if has serve && [ -f bin/kev ]; then
-  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:pipe}" 590 "$OUT/served.log" env PARTS=serving EVAL_BASE=0 \
+  step "served ${SERVE_VARIANTS:-bfloat16 fp8 fp8:pipe}" 590 "$OUT/served.log" env PARTS=serving \
     VARIANTS="${SERVE_VARIANTS:-bfloat16 fp8 fp8:pipe}" BENCH_TOTAL_S=$(($(left) - 10)) OUT="$OUT/served" \
     bash scripts/gpu/fp8.sh
   cat "$OUT/served.log"
