@@ -49,7 +49,7 @@ if has kernels; then
   grep -E "^(--- |FAIL|ok|PASS)|largest" "$OUT/fp8_tests.log" | head -40
   step "BenchmarkGEMMFP8" 120 "$OUT/gemmfp8.log" \
     ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-  grep -E "path=(bf16|fp8|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-(no)?pipe|fp8-fast256-pipe) " "$OUT/gemmfp8.log"
+  grep -E "path=(bf16|fp8|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-(no)?pipe|fp8-fast256-pipe|fp8-pipe-(bn|mc)[0-9]+) " "$OUT/gemmfp8.log"
 fi
 if has ncu; then
   for spec in $NCU_KERNELS; do

@@ -830,7 +830,7 @@ func TestFP8Errors(t *testing.T) {
 }
 
 // BenchmarkGEMMFP8 times the FP8 product beside the bf16 one at the Kev-4B GEMM shapes (gemmShapes) and the token
-// counts of a question-row pass (40, 240), a 2,200-token state (2,392) and a batch of long requests (16,384), over
+// counts of a question-row pass (40, 240), a new ticket's (257), a 2,200-token state (2,392) and a batch of long requests (16,384), over
 // rotating inputs larger than L2: "bf16" is the default bf16 plan (timeGEMM), "fp8" the FP8 GEMM alone on codes
 // quantized beforehand with the planned tile width (bn=), "fp8+quant" the quantization of x then the GEMM, as
 // MatMul runs them, "fp8-bn128" the GEMM with 128-column tiles whatever the shape; at the planned width, where the
@@ -838,7 +838,8 @@ func TestFP8Errors(t *testing.T) {
 // "fp8-pmc" persistent clusters of two; the planned kernel with the products of 1, 2, 4, 8 and all k tiles summed in
 // the tensor cores before each fp32 add ("fp8-promo1" … "fp8-promoall") and, summing all of K so, 192 and 256 columns
 // wide ("fp8-fast192", "fp8-fast256"), and all of K with and without the k loop that keeps products in flight
-// ("fp8-pipe", "fp8-nopipe", "fp8-fast256-pipe"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
+// ("fp8-pipe", "fp8-nopipe", "fp8-fast256-pipe"); for the narrow products (N ≤ 4,096) at 65 to 384 rows, that loop on
+// 40, 64 and 128 columns on single blocks ("fp8-pipe-bnNN") and in clusters of two ("fp8-pipe-mcNN"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
 // and halved ("fp8-halfNN"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
@@ -847,7 +848,7 @@ func BenchmarkGEMMFP8(b *testing.B) {
 		b.Skip(why)
 	}
 	sweep := os.Getenv("KEV_FP8_WIDTHS") == "all"
-	for _, M := range []int{40, 240, 2392, 16384} {
+	for _, M := range []int{40, 240, 257, 2392, 16384} {
 		for _, s := range gemmShapes {
 			N, K := s[0], s[1]
 			b.Run(fmt.Sprintf("M=%d/N=%d/K=%d", M, N, K), func(b *testing.B) {
@@ -903,6 +904,16 @@ func BenchmarkGEMMFP8(b *testing.B) {
 						bn = f.form.bn
 					}
 					rows = append(rows, row{f.path, bn, tf, b8})
+				}
+				if N <= 4096 && M > 64 && M <= 384 { // the narrow products of question passes: which bound holds with the loop that keeps products in flight
+					for _, w := range []int{40, 64, 128} {
+						tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, promo: fp8PromoMax, pipe: 1})
+						rows = append(rows, row{fmt.Sprintf("fp8-pipe-bn%d", w), w, tw, b8})
+						if fp8Cluster(M, w) {
+							tm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: 1, persist: -1, promo: fp8PromoMax, pipe: 1})
+							rows = append(rows, row{fmt.Sprintf("fp8-pipe-mc%d", w), w, tm, b8})
+						}
+					}
 				}
 				for _, w := range fp8HalfWidths { // the half-column kernels, every width (M ≤ 64)
 					if !fp8Half(M, w, false) {
