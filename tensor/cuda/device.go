@@ -52,6 +52,10 @@ type Device struct {
 	// fp8MC: FP8 products of more than one row tile run on the cluster kernels (fp8Cluster) with KEV_CUDA_FP8_MC=on;
 	// off by default: measured no faster than single blocks, and slower on the down projection (the design log v41).
 	fp8MC bool
+	// fp8XC: FP8 products whose tiles fill at most one round of the multiprocessors run on the X-sharing cluster
+	// kernels (fp8XCluster: two blocks on neighbouring column tiles share each X tile) with KEV_CUDA_FP8_XC=on; off
+	// until measured (the design log v48). The same bits either way.
+	fp8XC bool
 	// fp8Persist: FP8 products of more tiles than multiprocessors run on the persistent kernels (fp8Persistent),
 	// 2–8 % faster than one tile a block from 240 rows up (the design log v42); KEV_CUDA_FP8_PERSIST=off runs one
 	// tile a block. With fp8MC too, on the persistent cluster kernels (v43; slower).
@@ -207,6 +211,7 @@ func Open(ordinal int) (*Device, error) {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
+	d.fp8XC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_XC")), "on")
 	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()

@@ -56,7 +56,8 @@
 // so summed, products with at least four rounds of tiles run on tiles 256 columns wide whose sums fill the
 // registers a promoted tile's fp32 total took (KEV_CUDA_FP8_WIDE=192 or off). KEV_CUDA_FP8_PIPE=on has such products
 // keep one k tile's products in flight across the k loop instead of waiting for each (the same bits; off until
-// measured). The gated
+// measured). KEV_CUDA_FP8_XC=on runs products whose tiles fit one round of the multiprocessors in clusters of two
+// blocks on neighbouring column tiles sharing each X tile (the same bits; off until measured). The gated
 // delta rule at d_k = 128 with bf16 rows runs in its chunked form on tensor cores: a parallel precompute per 64-token chunk and head, then
 // one pass per 32 value columns with the state slice in registers (64 columns a block, two groups of warps sharing
 // each chunk's loads and taking question rows two at a time, in launches of more than a wave; kernels/gdn.cu);

@@ -231,6 +231,9 @@ type GEMMFP8 struct {
 
 	bn int // 0: planned (fp8Plan); else one of fp8Widths (fp8GatedWidths with SwiGLU; tests, benchmarks)
 	mc int // 0: planned (fp8Cluster); 1: the cluster kernels; -1: the single-block kernels (tests, benchmarks)
+	// xc: 0 as the device says (KEV_CUDA_FP8_XC) where fp8XCluster holds; 1 the X-sharing cluster kernels (an error
+	// with mc, persist or half, or a FAST width); -1 not (tests, benchmarks)
+	xc int
 	// persist: 0 planned (fp8Persistent); 1 the persistent kernels; -1 one tile a block (tests, benchmarks). With mc,
 	// the persistent cluster kernels.
 	persist int
@@ -333,7 +336,11 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		tn = bn / 2
 	}
 	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
-	persist := g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn)
+	xc := g.xc > 0 || g.xc == 0 && d.fp8XC && !fast && !mc && g.persist <= 0 && g.half <= 0 && fp8XCluster(mT, nT, d.sms())
+	if xc && (fast || mc || g.persist > 0 || g.half > 0) {
+		return &ArgError{op, "xc", fmt.Sprintf("no X-sharing cluster kernel %d columns wide (FAST %v) with clusters %v, persistent %v, half %v", bn, fast, mc, g.persist > 0, g.half > 0)}
+	}
+	persist := !xc && (g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn))
 	if persist && !fp8HasPersistent(bn) {
 		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
 	}
@@ -345,13 +352,17 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 		}
 		half = true
 	case g.half == 0:
-		half = d.fp8Half && !mc && !persist && fp8Half(g.M, bn, g.SwiGLU)
+		half = d.fp8Half && !mc && !persist && !xc && fp8Half(g.M, bn, g.SwiGLU)
 	}
 	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows; a cluster's block half the tile's
 	if g.SwiGLU || mc {
 		boxW = bn / 2
 	}
-	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: 128, BoxCols: 128,
+	boxX := 128 // X rows a copy brings: an X-sharing cluster's block half the tile's
+	if xc {
+		boxX = 64
+	}
+	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: boxX, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
 		return fmt.Errorf("cuda: %s: X: %w", op, err)
@@ -368,7 +379,11 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if g.WLoaded {
 		wpre = 1
 	}
-	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT)) // l2Group counts bf16 elements of K: half as many bytes here
+	// l2Group counts bf16 elements of K: half as many bytes here. The X-sharing kernels group pairs of column tiles.
+	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT))
+	if xc {
+		gn = max(gn/2, 1)
+	}
 	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
 	a.Reset()
@@ -384,6 +399,9 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	case persist:
 		kind = "p"
 		grid = cudrv.Dim3{X: min(mT*nT, d.sms()), Y: 1, Z: 1}
+	case xc:
+		kind = "x"
+		grid = cudrv.Dim3{X: nT + nT&1, Y: mT, Z: 1} // column tiles along x, in whole clusters of two
 	case half:
 		kind = "h"
 	}

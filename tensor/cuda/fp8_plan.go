@@ -145,6 +145,14 @@ const fp8WideRounds = 4
 // device has them on (KEV_CUDA_FP8_MC=on; off by default). The same bits either way (TestGEMMFP8Cluster).
 func fp8Cluster(M, bn int) bool { return M > 128 && bn%16 == 0 }
 
+// fp8XCluster reports whether a product of mT × nT tiles runs on the X-sharing cluster kernels
+// (gemm_fp8_wgmma_x128xBN: two blocks on column tiles 2q and 2q + 1 of the same rows share each X tile, each copying
+// half its rows and multicasting them into both) when the device has them on (KEV_CUDA_FP8_XC=on): when it has at
+// least two column tiles and its tiles, nT rounded up to whole pairs, fill at most one round of the sms
+// multiprocessors — the narrow products of a question pass, whose k loops read each X tile once for every column
+// tile. Every width has such a kernel. The same bits either way (TestGEMMFP8XCluster).
+func fp8XCluster(mT, nT, sms int) bool { return nT >= 2 && mT*(nT+nT&1) <= sms }
+
 // fp8PersistWidths are the widths of the persistent FP8 kernels (gemm_fp8_wgmma_p128xBN and the gated
 // gemm_fp8_wgmma_pg128xBN): the widths the plan picks for products of many rounds of tiles.
 var fp8PersistWidths = []int{96, 128, 144}

@@ -46,18 +46,21 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 	if !slices.Equal(gated, fp8GatedWidths) {
 		t.Errorf("gated kernels %v, fp8GatedWidths %v", gated, fp8GatedWidths)
 	}
-	// the persistent, the cluster, the persistent cluster and the half-column kernels: plain and gated, one of each
-	// for every width of their list, with the ring depth of the plain kernel of that width
-	var clustered []int
+	// the persistent, the cluster, the persistent cluster, the half-column and the X-sharing cluster kernels: plain
+	// and gated, one of each for every width of their list, with the ring depth of the plain kernel of that width
+	var clustered, plain []int
 	for _, w := range fp8Widths {
 		if fp8Cluster(256, w.bn) {
 			clustered = append(clustered, w.bn)
 		}
+		plain = append(plain, w.bn)
 	}
 	for _, f := range []struct {
 		kind   string
 		widths []int
 	}{
+		{"FP8_XC(gemm_fp8_wgmma_x128x", plain},
+		{"FP8_XC_GATED(gemm_fp8_wgmma_xg128x", fp8GatedWidths},
 		{"FP8_PERSIST(gemm_fp8_wgmma_p128x", fp8PersistWidths},
 		{"FP8_PERSIST_GATED(gemm_fp8_wgmma_pg128x", fp8PersistWidths},
 		{"FP8_MC(gemm_fp8_wgmma_m128x", clustered},
@@ -73,7 +76,7 @@ func TestFP8WidthsMatchKernels(t *testing.T) {
 			name, _ := strconv.Atoi(string(m[1]))
 			bn, _ := strconv.Atoi(string(m[2]))
 			stages, _ := strconv.Atoi(string(m[3]))
-			if name != bn || stages != fp8Stages(bn) || bn%16 != 0 {
+			if name != bn || stages != fp8Stages(bn) || bn%16 != 0 && f.kind != "FP8_XC(gemm_fp8_wgmma_x128x" {
 				t.Errorf("%s%d: %d wide, %d stages (want %d stages and a multiple of 16)", f.kind, name, bn, stages, fp8Stages(bn))
 			}
 			got = append(got, bn)
@@ -369,6 +372,29 @@ func TestFP8Wide(t *testing.T) {
 	} {
 		if got := fp8Wide(c.M, c.N, sms, c.bn, c.wide, c.gated); got != c.want {
 			t.Errorf("fp8Wide(M=%d, N=%d, bn=%d, wide=%d, gated %v) = %d, want %d", c.M, c.N, c.bn, c.wide, c.gated, got, c.want)
+		}
+	}
+}
+
+// TestFP8XCluster checks which products the X-sharing cluster kernels take: two column tiles or more, and tiles
+// (column tiles rounded up to whole pairs) within one round of the multiprocessors.
+func TestFP8XCluster(t *testing.T) {
+	for _, c := range []struct {
+		mT, nT, sms int
+		want        bool
+	}{
+		{2, 64, 132, true},   // 2,560 columns 40 wide at 222 rows
+		{3, 40, 132, true},   // 64 wide at 257 rows
+		{3, 43, 132, true},   // 43 column tiles run as 44
+		{3, 44, 132, true},   // exactly one round
+		{3, 45, 132, false},  // 46 × 3 > 132
+		{1, 1, 132, false},   // one column tile: nothing to share
+		{1, 2, 132, true},    // one pair
+		{2, 128, 132, false}, // the gate/up product at 222 rows: more than a round
+		{2, 64, 114, false},  // a GPU of 114 multiprocessors
+	} {
+		if got := fp8XCluster(c.mT, c.nT, c.sms); got != c.want {
+			t.Errorf("fp8XCluster(%d, %d, %d) = %v, want %v", c.mT, c.nT, c.sms, got, c.want)
 		}
 	}
 }

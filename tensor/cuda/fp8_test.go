@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -507,6 +508,60 @@ func TestGEMMFP8Cluster(t *testing.T) {
 	}
 }
 
+// TestGEMMFP8XCluster checks the X-sharing cluster kernels (gemm_fp8_wgmma_x128xBN, xg128xBN: two blocks on column
+// tiles 2q and 2q + 1 of the same rows, each copying half the X tile's rows into both) bit for bit against the
+// single-block kernels of the same width (sameKernelBits: bf16 and fp32 Y, a residual, SwiGLU, W loaded before and
+// after the kernel before), at every width with a gated kernel and, plain only, at the others; with an odd number
+// of column tiles (the last cluster's second block past N), 1 and 40 rows (the second X half past M), 129 and 257
+// rows (a last row tile of one row), K of four k tiles (the last cut short) and of one; at every k tile promoted
+// and at all of K in the tensor cores, its k loop both ways. A form that has no such kernel is refused.
+func TestGEMMFP8XCluster(t *testing.T) {
+	b := NewOn(dev)
+	needFP8(t, b)
+	r := newRand(t)
+	for _, w := range fp8Widths {
+		bn, gatedOK := w.bn, slices.Contains(fp8GatedWidths, w.bn)
+		n := 4*bn + 16 // five column tiles plain and gated, the last cut short
+		if !gatedOK {
+			n = 4*bn + 8
+		}
+		eachFP8Shape(t, r, n, []int{1, 40, 129, 257}, 129, func(m, k int, bits []uint16, wq []uint8, ws []float32) {
+			for _, f := range []struct{ promo, pipe int }{{1, 0}, {fp8PromoMax, 1}, {fp8PromoMax, -1}} {
+				label := fmt.Sprintf("xc bn=%d M=%d K=%d promo %d pipe %d", bn, m, k, f.promo, f.pipe)
+				g := GEMMFP8{M: m, N: n, K: k, bn: bn, mc: -1, promo: f.promo, pipe: f.pipe}
+				if gatedOK {
+					sameKernelBits(t, label, r, bits, wq, ws, g, func(g *GEMMFP8, on bool) { g.xc = form(on) })
+					continue
+				}
+				res := bytesOf16(randBF16(r, m*n, 2))
+				for _, c := range []struct {
+					name string
+					f32  bool
+					res  []byte
+				}{{"bf16", false, nil}, {"bf16+residual", false, res}, {"f32", true, nil}} {
+					off, on := g, g
+					off.F32Out, on.F32Out = c.f32, c.f32
+					off.xc, on.xc = -1, 1
+					if want, got := runGEMMFP8(t, bits, wq, ws, c.res, off), runGEMMFP8(t, bits, wq, ws, c.res, on); !bytes.Equal(got, want) {
+						t.Errorf("%s %s: the X-sharing clusters' bytes differ from one block's", label, c.name)
+					}
+				}
+			}
+		})
+	}
+	do(t, func(q *Queue) error { // no X-sharing kernel with row clusters, persistent blocks, half tiles or FAST widths
+		for _, c := range []GEMMFP8{
+			{M: 257, N: 512, K: 128, bn: 64, xc: 1, mc: 1},
+			{M: 257, N: 512, K: 128, bn: 64, xc: 1, persist: 1},
+			{M: 40, N: 512, K: 128, bn: 64, xc: 1, half: 1},
+			{M: 257, N: 512, K: 128, bn: 256, xc: 1, promo: fp8PromoMax},
+		} {
+			refusedFP8(t, q, c, "xc", fmt.Sprintf("X-sharing clusters with mc %d, persist %d, half %d, bn %d", c.mc, c.persist, c.half, c.bn))
+		}
+		return nil
+	})
+}
+
 // TestGEMMFP8Persistent checks the persistent kernels (one block per multiprocessor, tile after tile) and the
 // persistent cluster kernels (clusters of two taking pair after pair of row tiles) bit for bit against the one-tile
 // kernels of the same width (sameKernelBits), on products of more tiles than multiprocessors (so blocks run several
@@ -838,8 +893,9 @@ func TestFP8Errors(t *testing.T) {
 // "fp8-pmc" persistent clusters of two; the planned kernel with the products of 1, 2, 4, 8 and all k tiles summed in
 // the tensor cores before each fp32 add ("fp8-promo1" … "fp8-promoall") and, summing all of K so, 192 and 256 columns
 // wide ("fp8-fast192", "fp8-fast256"), and all of K with and without the k loop that keeps products in flight
-// ("fp8-pipe", "fp8-nopipe", "fp8-fast256-pipe"); for the narrow products (N ≤ 4,096) at 65 to 384 rows, that loop on
-// 40, 64 and 128 columns on single blocks ("fp8-pipe-bnNN") and in clusters of two ("fp8-pipe-mcNN"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
+// ("fp8-pipe", "fp8-nopipe", "fp8-fast256-pipe"); for the narrow products (N ≤ 4,096) up to 384 rows, that loop on
+// 40, 64 and 128 columns on single blocks ("fp8-pipe-bnNN"), in clusters of two sharing W ("fp8-pipe-mcNN") and in
+// clusters of two sharing X ("fp8-pipe-xcNN"); at most 64 rows, every width with a half-column kernel whole ("fp8-wholeNN")
 // and halved ("fp8-halfNN"). With KEV_FP8_WIDTHS=all it also times every tile width ("fp8-bnNN", and in
 // clusters "fp8-mcNN"), the measurements fp8Plan's model is fitted to. Each prints a line "KEVBENCH gemm-fp8 M= N= K= path= us= TFLOP/s= GB/s=" (GB/s: the operands' bytes,
 // x in the type the path reads).
@@ -905,13 +961,22 @@ func BenchmarkGEMMFP8(b *testing.B) {
 					}
 					rows = append(rows, row{f.path, bn, tf, b8})
 				}
-				if N <= 4096 && M > 64 && M <= 384 { // the narrow products of question passes: which bound holds with the loop that keeps products in flight
+				if N <= 4096 && M <= 384 { // the narrow products of question passes: which bound holds with the loop that keeps products in flight
 					for _, w := range []int{40, 64, 128} {
-						tw, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: -1, persist: -1, promo: fp8PromoMax, pipe: 1})
+						one := GEMMFP8{bn: w, mc: -1, xc: -1, persist: -1, promo: fp8PromoMax, pipe: 1}
+						tw, _ := timeGEMMFP8With(b, M, N, K, one)
 						rows = append(rows, row{fmt.Sprintf("fp8-pipe-bn%d", w), w, tw, b8})
 						if fp8Cluster(M, w) {
-							tm, _ := timeGEMMFP8With(b, M, N, K, GEMMFP8{bn: w, mc: 1, persist: -1, promo: fp8PromoMax, pipe: 1})
+							mc := one
+							mc.mc = 1
+							tm, _ := timeGEMMFP8With(b, M, N, K, mc)
 							rows = append(rows, row{fmt.Sprintf("fp8-pipe-mc%d", w), w, tm, b8})
+						}
+						if fp8XCluster((M+127)/128, (N+w-1)/w, dev.sms()) {
+							xc := one
+							xc.xc = 1
+							tx, _ := timeGEMMFP8With(b, M, N, K, xc)
+							rows = append(rows, row{fmt.Sprintf("fp8-pipe-xc%d", w), w, tx, b8})
 						}
 					}
 				}
@@ -1010,7 +1075,7 @@ func timeGEMMFP8With(b *testing.B, M, N, K int, form GEMMFP8) (gemm, withQuant f
 		}
 		gemmOf := func(s set) GEMMFP8 {
 			return GEMMFP8{Y: y, X: s.xq, XS: s.xs, W: s.w, WS: s.ws, M: M, N: N, K: K, WLoaded: true, bn: form.bn, mc: form.mc, persist: form.persist,
-				half: form.half, promo: form.promo, pipe: form.pipe}
+				half: form.half, promo: form.promo, pipe: form.pipe, xc: form.xc}
 		}
 		iters := max(b.N, 25)
 		if gemm, err = medianTime(q, iters, func(i int) error { return q.GEMMFP8(gemmOf(ss[i%sets])) }); err != nil {

@@ -392,8 +392,17 @@ __device__ __forceinline__ void gemm_fp8_store(const float *tot, void *Y, const 
 // Every width sums an element's products in the same order (TestGEMMFP8Tiles), so the halves give the whole tile's
 // bits. (A separate kernel rather than a form chosen per tile: with both paths in one kernel ptxas serialises
 // every product, C7511.)
+//
+// XC (the x kernels, one tile a block): blocks in clusters of two along the grid's x, which runs over column tiles
+// (gridDim.x even, gridDim.y the row tiles), on column tiles 2q and 2q + 1 of the same rows. Each block copies half
+// of the X tile's rows (64, rank 0 the first) with one multicast copy into the shared memory of both, and its own W
+// tile: per block and k tile the bytes from L2 go from (128 + BN)·128 to (64 + BN)·128, for the narrow products of
+// a question pass (N = 2,560 at a few hundred rows), where each X tile is read once for every column tile. A
+// second block past N copies its X half for the first and W rows the copy engine fills with zeros, and stores
+// nothing. The stages are handed back to both blocks as MC does it. The products, their order and the epilogue are
+// the one-block kernel's: the same bits.
 template <int BN, int STAGES, bool GATED = false, bool MC = false, bool PERSIST = false, bool HALF = false,
-          bool FAST = false>
+          bool FAST = false, bool XC = false>
 __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *tmW, void *Y, const void *R,
                                          const float *xs, const float *ws, int M, int N, int K, int ldy, int yF32,
                                          int gn, int wpre, int flags) {
@@ -405,16 +414,21 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 
 	static_assert(!GATED || BN % 16 == 0, "a gated tile holds BN/2 gate and BN/2 up rows, whole 8-row swizzle atoms");
 	static_assert(!MC || BN % 16 == 0, "a cluster's block copies BN/2 W rows, whole 8-row swizzle atoms");
+	static_assert(!XC || !(MC || PERSIST || HALF), "the X-sharing clusters are one-tile kernels of their own");
+	constexpr bool CL = MC || XC; // clusters of two blocks, each stage filled by both
 	constexpr int TN = GATED ? BN / 2 : BN; // output columns of a tile
 	const int F = N / 2;                     // GATED: the up rows' offset, and the output columns
 
 	const int wg = threadIdx.x >> 7;
 	int m0, n0;
 	uint32_t rank = 0;
-	if constexpr (MC) rank = cluster_rank();
+	if constexpr (CL) rank = cluster_rank();
 	if constexpr (MC && !PERSIST) { // the cluster's two blocks: row tiles 2p and 2p + 1 of the same columns
 		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.x >> 1, gridDim.y, max(gn, 1), 2 * BM, TN, m0, n0);
 		m0 += (int)rank * BM;
+	} else if constexpr (XC) { // the cluster's two blocks: column tiles 2q and 2q + 1 of the same rows
+		tile_at((blockIdx.y * gridDim.x + blockIdx.x) >> 1, gridDim.y, gridDim.x >> 1, max(gn, 1), BM, 2 * TN, m0, n0);
+		n0 += (int)rank * TN;
 	} else if constexpr (!PERSIST) {
 		tile_at(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, max(gn, 1), BM, TN, m0, n0);
 	}
@@ -454,8 +468,16 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	// stages then expect only the W bytes. (A persistent block's tiles differ in this: it asks at each tile.)
 	auto xrows = [&] { return !MC || m0 < M; };
 	auto stageBytes = [&] { return xrows() ? (uint32_t)STAGE_BYTES : (uint32_t)B_BYTES; };
+	// loadX copies the X rows of k tile kt into the stage at sa: the tile's 128, or with XC this block's half of them
+	// into both blocks of the cluster.
+	auto loadX = [&](uint32_t sa, int kt, uint32_t full) {
+		if constexpr (XC)
+			tma_load2d_mc(sa + rank * (BM / 2) * BK, tmX, kt * BK, m0 + (int)rank * (BM / 2), full, 3);
+		else if (xrows())
+			tma_load2d(sa, tmX, kt * BK, m0, full);
+	};
 
-	if constexpr (MC) { // empty: one arrival per consumer warp of each of the two blocks
+	if constexpr (CL) { // empty: one arrival per consumer warp of each of the two blocks
 		if (threadIdx.x == 0) {
 			for (int s = 0; s < STAGES; s++) {
 				mbar_init(bars + 8 * s, 1);
@@ -491,18 +513,18 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 				place(tile);
 				for (int kt = 0; kt < nk; kt++, it++) {
 					if (it < pre) {
-						if (xrows()) tma_load2d(base + it * STAGE_BYTES, tmX, kt * BK, m0, bars + 8 * it);
+						loadX(base + it * STAGE_BYTES, kt, bars + 8 * it);
 						continue;
 					}
 					const int s = it % STAGES;
 					if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
 					const uint32_t full = bars + 8 * s, sa = base + s * STAGE_BYTES;
 					mbar_expect_tx(full, stageBytes());
-					if (xrows()) tma_load2d(sa, tmX, kt * BK, m0, full);
+					loadX(sa, kt, full);
 					loadW(sa + A_BYTES, kt, full);
 				}
 			}
-			if constexpr (MC) // the block stays until every consumer of the cluster has released every stage:
+			if constexpr (CL) // the block stays until every consumer of the cluster has released every stage:
 				for (int k = max(it, STAGES); k < it + STAGES; k++) // no arrival is then still on its way to
 					mbar_wait(bars + 8 * (STAGES + k % STAGES), ((k / STAGES) + 1) & 1); // this block
 		} else {
@@ -517,7 +539,7 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 	const int c = wg - 1, t = threadIdx.x - 128;
 	// release hands stage s back to the producers: each thread; each warp on both blocks (MC).
 	auto release = [&](int s) {
-		if constexpr (MC) {
+		if constexpr (CL) {
 			__syncwarp();
 			if ((t & 31) < 2) mbar_arrive_at(bars + 8 * (STAGES + s), t & 31);
 		} else {
@@ -647,12 +669,14 @@ __device__ __forceinline__ void gemm_fp8(const TensorMap *tmX, const TensorMap *
 // FP8_KERNEL defines kernel NAME: gemm_fp8<BN, STAGES, GATED, MC, PERSIST>, with ATTR before its launch bounds
 // (the cluster kernels' __cluster_dims__). The lines below name each kind of kernel with a macro of its own, which
 // fp8_plan_test.go reads against the host's tables of widths.
-#define FP8_KERNEL_F(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, FAST)                                   \
+#define FP8_KERNEL_X(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, FAST, XC)                               \
 	extern "C" __global__ void ATTR __launch_bounds__(384, 1) NAME(FP8_PARAMS) {                                \
 		KEV_GRID_DEP_DEFERRED();                                                                              \
-		gemm_fp8<BN, STAGES, GATED, MC, PERSIST, HALF, FAST>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32, gn,  \
-		                                                     wpre, flags);                                   \
+		gemm_fp8<BN, STAGES, GATED, MC, PERSIST, HALF, FAST, XC>(&tmX, &tmW, Y, R, xs, ws, M, N, K, ldy, yF32,  \
+		                                                         gn, wpre, flags);                             \
 	}
+#define FP8_KERNEL_F(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, FAST)                                   \
+	FP8_KERNEL_X(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, FAST, false)
 #define FP8_KERNEL(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF)                                             \
 	FP8_KERNEL_F(NAME, BN, STAGES, GATED, MC, PERSIST, ATTR, HALF, false)
 #define FP8_TILE(NAME, BN, STAGES) FP8_KERNEL(NAME, BN, STAGES, false, false, false, , false)
@@ -744,3 +768,24 @@ FP8_FAST_PERSIST(gemm_fp8_wgmma_pf128x192, 192, 5)
 FP8_FAST_PERSIST(gemm_fp8_wgmma_pf128x256, 256, 4)
 FP8_FAST_PERSIST_GATED(gemm_fp8_wgmma_pfg128x192, 192, 5)
 FP8_FAST_PERSIST_GATED(gemm_fp8_wgmma_pfg128x256, 256, 4)
+// FP8_XC and FP8_XC_GATED are FP8_TILE and FP8_GATED in clusters of two blocks along x on column tiles 2q and 2q + 1
+// of the same rows, sharing each X tile (XC; gridDim.x even, the column tiles; gridDim.y the row tiles). The same
+// bits.
+#define FP8_XC(NAME, BN, STAGES) FP8_KERNEL_X(NAME, BN, STAGES, false, false, false, __cluster_dims__(2, 1, 1), false, false, true)
+#define FP8_XC_GATED(NAME, BN, STAGES) FP8_KERNEL_X(NAME, BN, STAGES, true, false, false, __cluster_dims__(2, 1, 1), false, false, true)
+FP8_XC(gemm_fp8_wgmma_x128x24, 24, 10)
+FP8_XC(gemm_fp8_wgmma_x128x32, 32, 10)
+FP8_XC(gemm_fp8_wgmma_x128x40, 40, 10)
+FP8_XC(gemm_fp8_wgmma_x128x48, 48, 10)
+FP8_XC(gemm_fp8_wgmma_x128x64, 64, 8)
+FP8_XC(gemm_fp8_wgmma_x128x80, 80, 8)
+FP8_XC(gemm_fp8_wgmma_x128x96, 96, 8)
+FP8_XC(gemm_fp8_wgmma_x128x128, 128, 6)
+FP8_XC(gemm_fp8_wgmma_x128x144, 144, 6)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x32, 32, 10)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x48, 48, 10)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x64, 64, 8)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x80, 80, 8)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x96, 96, 8)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x128, 128, 6)
+FP8_XC_GATED(gemm_fp8_wgmma_xg128x144, 144, 6)
