@@ -21,7 +21,8 @@
 #   4. fp8_compare.py: the two side by side, and the answers' agreement   -> $OUT/fp8_compare.txt, fp8_compare.json
 #      VARIANTS (default "bfloat16 fp8") may add FP8 with a promotion interval, fp8:promoN (KEV_CUDA_FP8_PROMOTE=N,
 #      N k tiles or all), all of K in the tensor cores on tiles N columns wide, fp8:wideN (KEV_CUDA_FP8_WIDE=N), and
-#      the k loop that keeps products in flight, fp8:pipe (KEV_CUDA_FP8_PIPE=on)
+#      the k loop that keeps products in flight, fp8:pipe (KEV_CUDA_FP8_PIPE=on), the narrow products on clusters
+#      sharing X tiles, fp8:xc (KEV_CUDA_FP8_XC=on), or several joined (fp8:pipe:xc)
 #      -> kev_bench_fp8_promoN.json, kev_bench_fp8_wideN.json; steps 4 and 5 then run for each FP8 variant
 #   5. kev eval -dtype bfloat16 -compare fp8 on EVAL_N (default 400) labelled requests from make_eval_set.py: argmax
 #      agreement, |Δp| and the flips outside near-ties over ~1,400 questions   -> $OUT/fp8_eval.json, fp8_eval.log;
@@ -100,12 +101,16 @@ elif [ -f bin/kev ] && [ -f "$TOKENIZER" ]; then
       dt=${v%%:*}
       short=${dt/bfloat16/bf16}
       genv=KEV_CUDA_GRAPHS=off
-      case $v in
-      *:graphs) short=${short}_graphs; genv=KEV_CUDA_GRAPHS=on ;;
-      *:promo*) short=${short}_${v#*:}; genv="$genv KEV_CUDA_FP8_PROMOTE=${v#*:promo}" ;;
-      *:wide*) short=${short}_${v#*:}; genv="$genv KEV_CUDA_FP8_PROMOTE=all KEV_CUDA_FP8_WIDE=${v#*:wide}" ;;
-      *:pipe) short=${short}_pipe; genv="$genv KEV_CUDA_FP8_PIPE=on" ;;
-      esac
+      [ "$v" = "$dt" ] || for sw in $(tr : ' ' <<<"${v#*:}"); do # fp8:pipe:xc: the switches in any order
+        short=${short}_$sw
+        case $sw in
+        graphs) genv=KEV_CUDA_GRAPHS=on ;;
+        promo*) genv="$genv KEV_CUDA_FP8_PROMOTE=${sw#promo}" ;;
+        wide*) genv="$genv KEV_CUDA_FP8_PROMOTE=all KEV_CUDA_FP8_WIDE=${sw#wide}" ;;
+        pipe) genv="$genv KEV_CUDA_FP8_PIPE=on" ;;
+        xc) genv="$genv KEV_CUDA_FP8_XC=on" ;;
+        esac
+      done
       [ "$dt" = fp8 ] && fp8s="$fp8s $short=${genv// /,}"
       lim=$(( ($(left) - 15 - RESERVE) / nv ))
       nv=$((nv - 1))

@@ -13,7 +13,7 @@
 #   4. passes: per-kernel pass profiles of CASES for each variant in VARIANTS (default: the defaults — all of K in
 #      the tensor cores, the 256-column FAST tiles where they fit — the k loop that keeps products in flight,
 #      fp8_pipe (KEV_CUDA_FP8_PIPE=on), every k tile promoted, fp8_promo1, and the planned widths alone,
-#      fp8_wideoff; also fp8_promoN, fp8_wideN, switches joined: fp8_pipe_wide192, _mc)   -> $OUT/pass_<variant>.log
+#      fp8_wideoff; also fp8_promoN, fp8_wideN, switches joined: fp8_pipe_wide192, _mc, _xc)   -> $OUT/pass_<variant>.log
 #   5. goldens: with bin/kev.test, the golden checkpoints in FP8 against fp32 at each interval in PROMOS
 #      (default "1 4 all")                                             -> $OUT/goldens_promo<P>.log
 #   6. serve: with bin/kev, the Kev-4B shape served as SERVE_VARIANTS (default "bfloat16 fp8 fp8:pipe") and kev
@@ -49,7 +49,7 @@ if has kernels; then
   grep -E "^(--- |FAIL|ok|PASS)|largest" "$OUT/fp8_tests.log" | head -40
   step "BenchmarkGEMMFP8" 120 "$OUT/gemmfp8.log" \
     ../../bin/cuda.test -test.run '^$' -test.bench '^BenchmarkGEMMFP8$' -test.benchtime 1x
-  grep -E "path=(bf16|fp8|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-(no)?pipe|fp8-fast256-pipe|fp8-pipe-(bn|mc)[0-9]+) " "$OUT/gemmfp8.log"
+  grep -E "path=(bf16|fp8|fp8-promo[0-9a-z]+|fp8-fast[0-9]+|fp8-(no)?pipe|fp8-fast256-pipe|fp8-pipe-(bn|mc|xc)[0-9]+) " "$OUT/gemmfp8.log"
 fi
 if has ncu; then
   for spec in $NCU_KERNELS; do
@@ -71,17 +71,18 @@ if has ncu; then
 fi
 if has passes; then
   for v in ${VARIANTS:-fp8 fp8_pipe fp8_promo1 fp8_wideoff}; do
-    dt=${v%%_*} promo=all wide=256 pipe=off mc=off
+    dt=${v%%_*} promo=all wide=256 pipe=off mc=off xc=off
     for part in $(tr _ ' ' <<<"${v#"$dt"}"); do # fp8_pipe_wide192: the switches in any order
       case $part in
       pipe) pipe=on ;;
       mc) mc=on ;;
+      xc) xc=on ;;
       promo*) promo=${part#promo} ;;
       wide*) wide=${part#wide} ;;
       esac
     done
     step "pass profile $v" 60 "$OUT/pass_$v.log" env KEV_PROFILE_DTYPE="$dt" \
-      KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_CUDA_FP8_PIPE=$pipe KEV_CUDA_FP8_MC=$mc KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
+      KEV_CUDA_FP8_PROMOTE="$promo" KEV_CUDA_FP8_WIDE=$wide KEV_CUDA_FP8_PIPE=$pipe KEV_CUDA_FP8_MC=$mc KEV_CUDA_FP8_XC=$xc KEV_PROFILE_MODES=invariant KEV_PROFILE_CASES="$CASES" \
       ../../bin/cuda.test -test.run '^$' -test.bench BenchmarkPassKernels -test.benchtime 1x
     grep -E "device_ms" "$OUT/pass_$v.log" | sed "s/^/$v /" | cut -c1-200
   done
