@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -250,14 +249,10 @@ type GEMMFP8 struct {
 	pipe int
 }
 
-// fp8Flags is the kernels' flags parameter for promotion interval promo (1 … fp8PromoMax) and, with pipe, the k loop
-// that keeps one k tile's products in flight.
-func fp8Flags(promo int, pipe bool) int32 {
-	f := int32(promo-1) << fp8PromoShift
-	if pipe {
-		f |= fp8FlagPipe
-	}
-	return f
+// fp8Knobs returns the device's FP8 settings and multiprocessors, for planFP8.
+func (d *Device) fp8Knobs() fp8Knobs {
+	return fp8Knobs{sms: d.sms(), promo: d.fp8Promo, wide: d.fp8Wide, mc: d.fp8MC, xc: d.fp8XC, persist: d.fp8Persist,
+		half: d.fp8Half, pipe: d.fp8Pipe}
 }
 
 // GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
@@ -303,125 +298,43 @@ func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	if !d.hopper() {
 		return &ArgError{op, "device", "the FP8 kernels need compute capability 9.0"}
 	}
-	if g.promo < 0 || g.promo > fp8PromoMax {
-		return &ArgError{op, "promo", fmt.Sprintf("%d k tiles: want 1 to %d (0: the device's)", g.promo, fp8PromoMax)}
+	l, ferr := planFP8(fp8Form{M: g.M, N: g.N, K: g.K, swiglu: g.SwiGLU, bn: g.bn, mc: g.mc, xc: g.xc,
+		persist: g.persist, half: g.half, promo: g.promo, pipe: g.pipe}, d.fp8Knobs())
+	if ferr != nil {
+		return &ArgError{op, ferr.arg, ferr.reason}
 	}
-	promo := g.promo
-	if promo == 0 {
-		promo = max(d.fp8Promo, 1)
-	}
-	bn := g.bn
-	if bn == 0 {
-		bn = fp8Plan(g.M, g.N, g.K, d.sms(), g.SwiGLU)
-		if promo == fp8PromoMax {
-			bn = fp8Wide(g.M, g.N, d.sms(), bn, d.fp8Wide, g.SwiGLU)
-		}
-	}
-	stages, fast := fp8Stages(bn), false
-	if stages == 0 {
-		stages, fast = fp8FastStages(bn), true
-	}
-	if stages == 0 || g.SwiGLU && !fast && !slices.Contains(fp8GatedWidths, bn) {
-		return &ArgError{op, "bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (SwiGLU %v)", bn, g.SwiGLU)}
-	}
-	if fast && promo != fp8PromoMax {
-		return &ArgError{op, "bn", fmt.Sprintf("the %d-column FP8 kernels sum all of K in the tensor cores: promotion interval %d, want %d", bn, promo, fp8PromoMax)}
-	}
-	mc := g.mc > 0 || g.mc == 0 && !fast && d.fp8MC && fp8Cluster(g.M, bn)
-	if mc && (bn%16 != 0 || fast) {
-		return &ArgError{op, "bn", fmt.Sprintf("no FP8 cluster kernel %d columns wide", bn)}
-	}
-	tn := bn // a tile's output columns
-	if g.SwiGLU {
-		tn = bn / 2
-	}
-	mT, nT := (g.M+127)/128, (nOut+tn-1)/tn
-	xc := g.xc > 0 || g.xc == 0 && d.fp8XC && !fast && !mc && g.persist <= 0 && g.half <= 0 && fp8XCluster(mT, nT, d.sms())
-	if xc && (fast || mc || g.persist > 0 || g.half > 0) {
-		return &ArgError{op, "xc", fmt.Sprintf("no X-sharing cluster kernel %d columns wide (FAST %v) with clusters %v, persistent %v, half %v", bn, fast, mc, g.persist > 0, g.half > 0)}
-	}
-	persist := !xc && (g.persist > 0 || g.persist == 0 && d.fp8Persist && fp8Persistent(mT*nT, d.sms(), bn))
-	if persist && !fp8HasPersistent(bn) {
-		return &ArgError{op, "bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
-	}
-	half := false // each tile's columns split between the consumers (M ≤ 64)
-	switch {
-	case g.half > 0:
-		if mc || persist || !fp8Half(g.M, bn, g.SwiGLU) {
-			return &ArgError{op, "half", fmt.Sprintf("no half-column FP8 kernel for %d rows at %d columns (SwiGLU %v, clusters %v, persistent %v)", g.M, bn, g.SwiGLU, mc, persist)}
-		}
-		half = true
-	case g.half == 0:
-		half = d.fp8Half && !mc && !persist && !xc && fp8Half(g.M, bn, g.SwiGLU)
-	}
-	boxW := bn // W rows a copy brings: a gated tile's gate rows, then its up rows; a cluster's block half the tile's
-	if g.SwiGLU || mc {
-		boxW = bn / 2
-	}
-	boxX := 128 // X rows a copy brings: an X-sharing cluster's block half the tile's
-	if xc {
-		boxX = 64
-	}
-	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: boxX, BoxCols: 128,
+	tmX, err := d.tensorMap(cudrv.Tile2D{Addr: g.X.Ptr, Rows: g.M, Cols: g.K, Stride: g.K, BoxRows: l.boxX, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
 		return fmt.Errorf("cuda: %s: X: %w", op, err)
 	}
-	tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: g.K, BoxRows: boxW, BoxCols: 128,
+	tmW, err := d.tensorMap(cudrv.Tile2D{Addr: g.W.Ptr, Rows: g.N, Cols: g.K, Stride: g.K, BoxRows: l.boxW, BoxCols: 128,
 		Swizzle128: true, Bytes: true})
 	if err != nil {
 		return fmt.Errorf("cuda: %s: W: %w", op, err)
 	}
-	yF32, wpre, flags := int32(0), int32(0), fp8Flags(promo, g.pipe > 0 || g.pipe == 0 && d.fp8Pipe)
+	yF32, wpre := int32(0), int32(0)
 	if g.F32Out {
 		yF32 = 1
 	}
 	if g.WLoaded {
 		wpre = 1
 	}
-	// l2Group counts bf16 elements of K: half as many bytes here. The X-sharing kernels group pairs of column tiles.
-	gn := int32(l2Group(g.M, bn, (g.K+1)/2, nT))
-	if xc {
-		gn = max(gn/2, 1)
-	}
-	shared := stages*(128+bn)*128 + 1024 + 16*stages
 	a := &q.args
 	a.Reset()
 	a.Bytes(tmX[:], 64).Bytes(tmW[:], 64).Ptr(g.Y.Ptr).Ptr(g.R.Ptr).Ptr(g.XS.Ptr).Ptr(g.WS.Ptr).
-		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(gn).I32(wpre).I32(flags)
-	kind, grid := "", cudrv.Dim3{X: mT, Y: nT, Z: 1}
-	switch {
-	case mc && persist:
-		kind = "pm"
-	case mc:
-		kind = "m"
-		grid.X += mT & 1 // whole clusters of two row tiles
-	case persist:
-		kind = "p"
-		grid = cudrv.Dim3{X: min(mT*nT, d.sms()), Y: 1, Z: 1}
-	case xc:
-		kind = "x"
-		grid = cudrv.Dim3{X: nT + nT&1, Y: mT, Z: 1} // column tiles along x, in whole clusters of two
-	case half:
-		kind = "h"
-	}
-	if fast {
-		kind += "f"
-	}
-	if g.SwiGLU {
-		kind += "g"
-	}
-	fn := fmt.Sprintf("gemm_fp8_wgmma_%s128x%d", kind, bn)
-	if mc && persist { // clusters of two, each taking pairs of row tiles: no more clusters than run at once
-		n, err := d.maxClusters("fp8_sm90a", fn, 384, shared)
+		I32(int32(g.M)).I32(int32(g.N)).I32(int32(g.K)).I32(int32(g.LdY)).I32(yF32).I32(l.gn).I32(wpre).I32(l.flags)
+	grid := cudrv.Dim3{X: l.gridX, Y: l.gridY, Z: 1}
+	if l.clusterPersist { // clusters of two, each taking pairs of row tiles: no more clusters than run at once
+		n, err := d.maxClusters("fp8_sm90a", l.fn, 384, l.shared)
 		if err != nil {
 			return fmt.Errorf("cuda: %s: %w", op, err)
 		}
-		grid = cudrv.Dim3{X: 2 * min((mT+1)/2*nT, n), Y: 1, Z: 1}
+		grid = cudrv.Dim3{X: 2 * min((l.mT+1)/2*l.nT, n), Y: 1, Z: 1}
 	}
 	if d.tagLaunches() {
 		q.tag = fmt.Sprintf(" N=%d K=%d M=%d", g.N, g.K, g.M)
 		defer func() { q.tag = "" }()
 	}
-	return q.launch("fp8_sm90a", fn, grid, cudrv.Dim3{X: 384, Y: 1, Z: 1}, shared)
+	return q.launch("fp8_sm90a", l.fn, grid, cudrv.Dim3{X: 384, Y: 1, Z: 1}, l.shared)
 }

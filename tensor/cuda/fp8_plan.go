@@ -218,3 +218,144 @@ func parseFP8Promote(s string) (int, error) {
 	}
 	return n, nil
 }
+
+// fp8Flags is the kernels' flags parameter for promotion interval promo (1 … fp8PromoMax) and, with pipe, the k loop
+// that keeps one k tile's products in flight.
+func fp8Flags(promo int, pipe bool) int32 {
+	f := int32(promo-1) << fp8PromoShift
+	if pipe {
+		f |= fp8FlagPipe
+	}
+	return f
+}
+
+// fp8Form is what GEMMFP8 asks of the FP8 kernels: the product's shape, and the width and kernel forms that tests
+// and benchmarks set (GEMMFP8's unexported fields, 0 meaning as planned).
+type fp8Form struct {
+	M, N, K                                int
+	swiglu                                 bool
+	bn, mc, xc, persist, half, promo, pipe int
+}
+
+// fp8Knobs are the device's FP8 settings (Device.fp8Promo, fp8Wide, fp8MC, fp8XC, fp8Persist, fp8Half, fp8Pipe: the
+// KEV_CUDA_FP8_* variables) and its multiprocessors.
+type fp8Knobs struct {
+	sms, promo, wide            int
+	mc, xc, persist, half, pipe bool
+}
+
+// fp8Launch is the FP8 kernel GEMMFP8 launches for a form: its name, grid (column tiles along y, or along x for the
+// X-sharing clusters and a count of blocks for the persistent kernels), shared memory, the rows of its X and W tensor
+// maps' boxes, and its gn and flags parameters. clusterPersist: the persistent cluster kernels, whose grid the caller
+// sets from the clusters that fit at once.
+type fp8Launch struct {
+	fn                 string
+	gridX, gridY       int
+	mT, nT             int
+	shared, boxX, boxW int
+	gn, flags          int32
+	clusterPersist     bool
+}
+
+// fp8FormError is a form planFP8 refuses; GEMMFP8 reports it as an *ArgError on arg.
+type fp8FormError struct{ arg, reason string }
+
+// planFP8 picks the FP8 kernel for form f on a device with knobs k: the promotion interval (f.promo, else the
+// device's), the width (f.bn, else fp8Plan, moved to a FAST width by fp8Wide at all of K), and the kernel's form —
+// row clusters (fp8Cluster with KEV_CUDA_FP8_MC=on), X-sharing clusters (fp8XCluster with KEV_CUDA_FP8_XC=on),
+// persistent blocks (fp8Persistent), half-column tiles (fp8Half with KEV_CUDA_FP8_HALF=on) or one tile a block,
+// each forced on (1) or off (−1) by f. A combination without a kernel is refused, naming the field.
+func planFP8(f fp8Form, k fp8Knobs) (fp8Launch, *fp8FormError) {
+	var l fp8Launch
+	if f.promo < 0 || f.promo > fp8PromoMax {
+		return l, &fp8FormError{"promo", fmt.Sprintf("%d k tiles: want 1 to %d (0: the device's)", f.promo, fp8PromoMax)}
+	}
+	promo := f.promo
+	if promo == 0 {
+		promo = max(k.promo, 1)
+	}
+	bn := f.bn
+	if bn == 0 {
+		bn = fp8Plan(f.M, f.N, f.K, k.sms, f.swiglu)
+		if promo == fp8PromoMax {
+			bn = fp8Wide(f.M, f.N, k.sms, bn, k.wide, f.swiglu)
+		}
+	}
+	stages, fast := fp8Stages(bn), false
+	if stages == 0 {
+		stages, fast = fp8FastStages(bn), true
+	}
+	if stages == 0 || f.swiglu && !fast && !slices.Contains(fp8GatedWidths, bn) {
+		return l, &fp8FormError{"bn", fmt.Sprintf("no FP8 tile kernel %d columns wide (SwiGLU %v)", bn, f.swiglu)}
+	}
+	if fast && promo != fp8PromoMax {
+		return l, &fp8FormError{"bn", fmt.Sprintf("the %d-column FP8 kernels sum all of K in the tensor cores: promotion interval %d, want %d", bn, promo, fp8PromoMax)}
+	}
+	mc := f.mc > 0 || f.mc == 0 && !fast && k.mc && fp8Cluster(f.M, bn)
+	if mc && (bn%16 != 0 || fast) {
+		return l, &fp8FormError{"bn", fmt.Sprintf("no FP8 cluster kernel %d columns wide", bn)}
+	}
+	tn, nOut := bn, f.N // a tile's output columns, Y's
+	if f.swiglu {
+		tn, nOut = bn/2, f.N/2
+	}
+	mT, nT := (f.M+127)/128, (nOut+tn-1)/tn
+	xc := f.xc > 0 || f.xc == 0 && k.xc && !fast && !mc && f.persist <= 0 && f.half <= 0 && fp8XCluster(mT, nT, k.sms)
+	if xc && (fast || mc || f.persist > 0 || f.half > 0) {
+		return l, &fp8FormError{"xc", fmt.Sprintf("no X-sharing cluster kernel %d columns wide (FAST %v) with clusters %v, persistent %v, half %v", bn, fast, mc, f.persist > 0, f.half > 0)}
+	}
+	persist := !xc && (f.persist > 0 || f.persist == 0 && k.persist && fp8Persistent(mT*nT, k.sms, bn))
+	if persist && !fp8HasPersistent(bn) {
+		return l, &fp8FormError{"bn", fmt.Sprintf("no persistent FP8 kernel %d columns wide", bn)}
+	}
+	half := false // each tile's columns split between the consumers (M ≤ 64)
+	switch {
+	case f.half > 0:
+		if mc || persist || !fp8Half(f.M, bn, f.swiglu) {
+			return l, &fp8FormError{"half", fmt.Sprintf("no half-column FP8 kernel for %d rows at %d columns (SwiGLU %v, clusters %v, persistent %v)", f.M, bn, f.swiglu, mc, persist)}
+		}
+		half = true
+	case f.half == 0:
+		half = k.half && !mc && !persist && !xc && fp8Half(f.M, bn, f.swiglu)
+	}
+	l.mT, l.nT = mT, nT
+	l.boxW, l.boxX = bn, 128 // W rows a copy brings (a gated tile's gate rows, then its up rows), X rows
+	if f.swiglu || mc {
+		l.boxW = bn / 2 // a row cluster's block copies half the tile's W rows
+	}
+	if xc {
+		l.boxX = 64 // an X-sharing cluster's block copies half the tile's X rows
+	}
+	l.flags = fp8Flags(promo, f.pipe > 0 || f.pipe == 0 && k.pipe)
+	// l2Group counts bf16 elements of K: half as many bytes here. The X-sharing kernels group pairs of column tiles.
+	l.gn = int32(l2Group(f.M, bn, (f.K+1)/2, nT))
+	if xc {
+		l.gn = max(l.gn/2, 1)
+	}
+	l.shared = stages*(128+bn)*128 + 1024 + 16*stages
+	kind := ""
+	l.gridX, l.gridY = mT, nT
+	switch {
+	case mc && persist:
+		kind, l.clusterPersist = "pm", true
+	case mc:
+		kind = "m"
+		l.gridX += mT & 1 // whole clusters of two row tiles
+	case persist:
+		kind = "p"
+		l.gridX, l.gridY = min(mT*nT, k.sms), 1
+	case xc:
+		kind = "x"
+		l.gridX, l.gridY = nT+nT&1, mT // column tiles along x, in whole clusters of two
+	case half:
+		kind = "h"
+	}
+	if fast {
+		kind += "f"
+	}
+	if f.swiglu {
+		kind += "g"
+	}
+	l.fn = fmt.Sprintf("gemm_fp8_wgmma_%s128x%d", kind, bn)
+	return l, nil
+}

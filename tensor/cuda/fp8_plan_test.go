@@ -398,3 +398,74 @@ func TestFP8XCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanFP8 checks the kernel GEMMFP8 launches for the Kev-4B shape's products on 132 multiprocessors with the
+// device's defaults (all of K in the tensor cores, 256-column FAST tiles, persistent blocks) and with each kernel
+// form switched on or forced, and the forms it refuses, naming the field.
+func TestPlanFP8(t *testing.T) {
+	def := fp8Knobs{sms: 132, promo: fp8PromoMax, wide: 256, persist: true}
+	with := func(f func(*fp8Knobs)) fp8Knobs { k := def; f(&k); return k }
+	xc := with(func(k *fp8Knobs) { k.xc = true })
+	allK := int32((fp8PromoMax - 1) << fp8PromoShift)
+	for _, c := range []struct {
+		name         string
+		f            fp8Form
+		k            fp8Knobs
+		fn           string
+		gridX, gridY int
+		boxX, boxW   int
+		flags        int32
+	}{
+		{"down, 257 rows", fp8Form{M: 257, N: 2560, K: 9216}, def, "gemm_fp8_wgmma_128x64", 3, 40, 128, 64, allK},
+		{"down, 222 rows", fp8Form{M: 222, N: 2560, K: 9216}, def, "gemm_fp8_wgmma_128x40", 2, 64, 128, 40, allK},
+		{"gate/up, 222 rows", fp8Form{M: 222, N: 18432, K: 2560, swiglu: true}, def, "gemm_fp8_wgmma_pg128x144", 132, 1, 128, 72, allK},
+		{"gate/up, 2,392 rows", fp8Form{M: 2392, N: 18432, K: 2560, swiglu: true}, def, "gemm_fp8_wgmma_pfg128x256", 132, 1, 128, 128, allK},
+		{"gate/up, 2,392 rows, 192 wide", fp8Form{M: 2392, N: 18432, K: 2560, swiglu: true}, with(func(k *fp8Knobs) { k.wide = 192 }), "gemm_fp8_wgmma_pfg128x192", 132, 1, 128, 96, allK},
+		{"down, 2,392 rows, every k tile promoted", fp8Form{M: 2392, N: 2560, K: 9216}, with(func(k *fp8Knobs) { k.promo = 1 }), "gemm_fp8_wgmma_p128x128", 132, 1, 128, 128, 0},
+		{"down, 2,392 rows, the pipelined loop", fp8Form{M: 2392, N: 2560, K: 9216}, with(func(k *fp8Knobs) { k.pipe = true }), "gemm_fp8_wgmma_p128x128", 132, 1, 128, 128, allK | fp8FlagPipe},
+		{"down, 2,392 rows, the pipelined loop off", fp8Form{M: 2392, N: 2560, K: 9216, pipe: -1}, with(func(k *fp8Knobs) { k.pipe = true }), "gemm_fp8_wgmma_p128x128", 132, 1, 128, 128, allK},
+		{"down, 257 rows, row clusters", fp8Form{M: 257, N: 2560, K: 9216}, with(func(k *fp8Knobs) { k.mc = true }), "gemm_fp8_wgmma_m128x64", 4, 40, 128, 32, allK},
+		{"down, 40 rows, half tiles", fp8Form{M: 40, N: 2560, K: 9216}, with(func(k *fp8Knobs) { k.half = true }), "gemm_fp8_wgmma_h128x48", 1, 54, 128, 48, allK},
+		// X-sharing clusters: the column tiles along x in whole pairs, half the X rows a copy
+		{"down, 257 rows, X clusters", fp8Form{M: 257, N: 2560, K: 9216}, xc, "gemm_fp8_wgmma_x128x64", 40, 3, 64, 64, allK},
+		{"down, 222 rows, X clusters", fp8Form{M: 222, N: 2560, K: 4096}, xc, "gemm_fp8_wgmma_x128x40", 64, 2, 64, 40, allK},
+		{"an odd number of column tiles", fp8Form{M: 100, N: 5 * 64, K: 256, bn: 64}, xc, "gemm_fp8_wgmma_x128x64", 6, 1, 64, 64, allK},
+		{"gated, forced", fp8Form{M: 40, N: 1024, K: 256, bn: 64, swiglu: true, xc: 1}, def, "gemm_fp8_wgmma_xg128x64", 16, 1, 64, 32, allK},
+		{"gate/up, 222 rows: more than a round, persistent", fp8Form{M: 222, N: 18432, K: 2560, swiglu: true}, xc, "gemm_fp8_wgmma_pg128x144", 132, 1, 128, 72, allK},
+		{"X clusters off", fp8Form{M: 257, N: 2560, K: 9216, xc: -1}, xc, "gemm_fp8_wgmma_128x64", 3, 40, 128, 64, allK},
+		{"row clusters win", fp8Form{M: 257, N: 2560, K: 9216}, with(func(k *fp8Knobs) { k.mc, k.xc = true, true }), "gemm_fp8_wgmma_m128x64", 4, 40, 128, 32, allK},
+	} {
+		l, err := planFP8(c.f, c.k)
+		if err != nil {
+			t.Errorf("%s: refused on %s: %s", c.name, err.arg, err.reason)
+			continue
+		}
+		if l.fn != c.fn || l.gridX != c.gridX || l.gridY != c.gridY || l.boxX != c.boxX || l.boxW != c.boxW || l.flags != c.flags {
+			t.Errorf("%s: %s on %d × %d blocks, boxes of %d X and %d W rows, flags %#x; want %s on %d × %d, %d and %d, %#x",
+				c.name, l.fn, l.gridX, l.gridY, l.boxX, l.boxW, l.flags, c.fn, c.gridX, c.gridY, c.boxX, c.boxW, c.flags)
+		}
+		if l.shared <= 0 || l.shared > 227<<10 {
+			t.Errorf("%s: %d bytes of shared memory, want some within a block's 227 KiB", c.name, l.shared)
+		}
+	}
+	for _, c := range []struct {
+		name, arg string
+		f         fp8Form
+	}{
+		{"a promotion interval past all", "promo", fp8Form{M: 40, N: 512, K: 256, promo: fp8PromoMax + 1}},
+		{"a width without a kernel", "bn", fp8Form{M: 40, N: 512, K: 256, bn: 56}},
+		{"a gated width without a kernel", "bn", fp8Form{M: 40, N: 512, K: 256, bn: 40, swiglu: true}},
+		{"a FAST width below all of K", "bn", fp8Form{M: 40, N: 512, K: 256, bn: 256, promo: 4}},
+		{"row clusters at 40 columns", "bn", fp8Form{M: 257, N: 512, K: 256, bn: 40, mc: 1}},
+		{"a persistent kernel at 64 columns", "bn", fp8Form{M: 257, N: 512, K: 256, bn: 64, persist: 1}},
+		{"half tiles at 65 rows", "half", fp8Form{M: 65, N: 512, K: 256, bn: 64, half: 1}},
+		{"X clusters with row clusters", "xc", fp8Form{M: 257, N: 512, K: 256, bn: 64, xc: 1, mc: 1}},
+		{"X clusters persistent", "xc", fp8Form{M: 257, N: 512, K: 256, bn: 64, xc: 1, persist: 1}},
+		{"X clusters with half tiles", "xc", fp8Form{M: 40, N: 512, K: 256, bn: 64, xc: 1, half: 1}},
+		{"X clusters on a FAST width", "xc", fp8Form{M: 257, N: 512, K: 256, bn: 256, xc: 1, promo: fp8PromoMax}},
+	} {
+		if _, err := planFP8(c.f, def); err == nil || err.arg != c.arg {
+			t.Errorf("%s: %v, want a refusal on %s", c.name, err, c.arg)
+		}
+	}
+}
