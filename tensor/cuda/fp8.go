@@ -255,7 +255,7 @@ func (d *Device) fp8Knobs() fp8Knobs {
 		half: d.fp8Half, pipe: d.fp8Pipe}
 }
 
-// GEMMFP8 enqueues g (a wave of 128 × bn tiles, each block summing all of K; bn planned by fp8Plan).
+// GEMMFP8 enqueues g on the FP8 kernel planFP8 picks for it (128-row tiles, their width planned by fp8Plan).
 func (q *Queue) GEMMFP8(g GEMMFP8) error {
 	const op = "GEMMFP8"
 	if g.M <= 0 || g.N <= 0 || g.K <= 0 || g.N%8 != 0 || g.K%16 != 0 {
