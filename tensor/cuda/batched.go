@@ -6,10 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"sort"
-	"strings"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -310,7 +308,7 @@ func (s *scope) flashSegs(y, qt, kt, vt *Tensor, descs []segDesc, segs []tensor.
 // query heads, tiles of 64 keys) where it runs — Hopper, head dimension 256, four query heads a block: on unless
 // KEV_FLASH_WG=off, which keeps flash_attn_segs_d256_g4. The two kernels' bits differ, so the choice is the
 // process's, never a call's. Tests and benchmarks run both.
-var flashWGOn = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_FLASH_WG")), "off")
+var flashWGOn = !envIs("KEV_FLASH_WG", "off")
 
 // flashWGRows is the query rows of a flash_segs_wg_d256_g4 block (FW_ROWS); flashWGShared its dynamic shared
 // memory: q of 32 rows of four heads (64 KiB), two stages of a key tile's k and v (64 KiB each), 1 KiB to align.

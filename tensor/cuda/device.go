@@ -197,11 +197,11 @@ func Open(ordinal int) (*Device, error) {
 		drv.Close()
 		return nil, err
 	}
-	d.pdl = d.hopper() && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_PDL")), "off")
-	d.graphPDL = d.pdl && !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_GRAPH_PDL")), "off")
-	d.fp8Fuse = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_FUSE")), "off")
-	d.fp8Half = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_HALF")), "on")
-	d.fp8Pipe = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PIPE")), "on")
+	d.pdl = d.hopper() && !envIs("KEV_CUDA_PDL", "off")
+	d.graphPDL = d.pdl && !envIs("KEV_CUDA_GRAPH_PDL", "off")
+	d.fp8Fuse = !envIs("KEV_CUDA_FP8_FUSE", "off")
+	d.fp8Half = envIs("KEV_CUDA_FP8_HALF", "on")
+	d.fp8Pipe = envIs("KEV_CUDA_FP8_PIPE", "on")
 	if d.fp8Promo, err = parseFP8Promote(os.Getenv("KEV_CUDA_FP8_PROMOTE")); err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("cuda: %w", err)
@@ -210,9 +210,9 @@ func Open(ordinal int) (*Device, error) {
 		drv.Close()
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	d.fp8MC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_MC")), "on")
-	d.fp8XC = strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_XC")), "on")
-	d.fp8Persist = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_FP8_PERSIST")), "off")
+	d.fp8MC = envIs("KEV_CUDA_FP8_MC", "on")
+	d.fp8XC = envIs("KEV_CUDA_FP8_XC", "on")
+	d.fp8Persist = !envIs("KEV_CUDA_FP8_PERSIST", "off")
 	if err := d.LoadModules(); err != nil {
 		d.Close()
 		return nil, err
@@ -662,7 +662,7 @@ var uploadTrace func(n int)
 // Uploads of whole words up to uploadLaunchMax bytes go as launches of upload_words (kernels/ops.cu), the words in
 // the kernel's parameters, instead of copies: a copy between two launches costs the stream 3.4 µs up to 1 KiB and
 // 11.5 µs above it on the H200 (BenchmarkUploadCost), a launch 0.6 µs. KEV_CUDA_SMALL_UPLOADS=copy keeps copies.
-var uploadByLaunch = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_CUDA_SMALL_UPLOADS")), "copy")
+var uploadByLaunch = !envIs("KEV_CUDA_SMALL_UPLOADS", "copy")
 
 const uploadLaunchMax = 16 << 10
 
@@ -825,4 +825,10 @@ func (q *Queue) ReserveWorkspace(n int64) error {
 	}
 	d.ws = b
 	return nil
+}
+
+// envIs reports whether the environment variable name is set to value (any case, spaces around ignored): how the
+// device reads its switches (KEV_CUDA_FP8_PIPE=on, KEV_CUDA_PDL=off, …).
+func envIs(name, value string) bool {
+	return strings.EqualFold(strings.TrimSpace(os.Getenv(name)), value)
 }

@@ -4,8 +4,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"gorgonia.org/cu"
 
@@ -59,11 +57,11 @@ func gdnIsRow(n int, keep, rows bool) bool {
 // gdnFold computes, where gdn_rows runs the rows, every new segment (FromZero) of one chunk in gdn_rows, before the
 // rows that continue it (its state updated in registers), instead of in gdn_state, whose final state the rows would
 // read back; KEV_GDN_FOLD=off keeps them in gdn_state. The choice depends only on the segment.
-var gdnFold = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_FOLD")), "off")
+var gdnFold = !envIs("KEV_GDN_FOLD", "off")
 
 // gdnRowsOn selects gdn_rows for the rows where it runs (Hopper, d_v a multiple of 128): on unless KEV_GDN_ROWS=off,
 // which runs them in the blocks of gdn_state as on other GPUs. Tests and benchmarks run both.
-var gdnRowsOn = !strings.EqualFold(strings.TrimSpace(os.Getenv("KEV_GDN_ROWS")), "off")
+var gdnRowsOn = !envIs("KEV_GDN_ROWS", "off")
 
 // gdnRowsShared is gdn_rows's dynamic shared memory: three stages of a row's inputs (68,608 bytes each), 1,024 bytes
 // to align them, and a 40-byte record of each stage's row.
